@@ -1,0 +1,234 @@
+"""The pipelines config, validated into frozen dataclasses; every error names the file and the key."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from kinesis_replay.errors import ConfigError
+
+CONFIG_ENV = "KINESIS_REPLAY_CONFIG"
+INITIAL_POSITIONS = ("TRIM_HORIZON", "LATEST", "AT_TIMESTAMP")
+_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+
+
+@dataclass(frozen=True)
+class ReadConfig:
+    """Per-shard read limits; the defaults are Kinesis's own (GetRecords returns at most 10,000 records)."""
+
+    max_records_per_call: int = 10_000
+    max_throttle_retries: int = 20
+    throttle_base_seconds: float = 0.2
+    throttle_max_seconds: float = 10.0
+
+
+@dataclass(frozen=True)
+class SparkConfig:
+    master: str
+    conf: Mapping[str, str] = field(default_factory=dict)
+    submit_timeout_seconds: int = 6 * 3600
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    name: str
+    stream: str
+    output: str
+    schedule: str | None
+    initial_position: str
+    state_table: str
+    spark: SparkConfig
+    initial_timestamp: datetime | None = None
+    aws_conn_id: str = "aws_default"
+    retries: int = 2
+    retry_delay_seconds: int = 60
+    read: ReadConfig = field(default_factory=ReadConfig)
+
+    @property
+    def dag_id(self) -> str:
+        return f"kinesis_replay_{self.name}"
+
+
+_PIPELINE_KEYS = {
+    "name", "stream", "output", "schedule", "initial_position", "state_table", "spark",
+    "initial_timestamp", "aws_conn_id", "retries", "retry_delay_seconds", "read",
+}  # fmt: skip
+_REQUIRED_KEYS = ("name", "stream", "output", "schedule", "initial_position", "state_table", "spark")
+_SPARK_KEYS = {"master", "conf", "submit_timeout_seconds"}
+_READ_KEYS = {"max_records_per_call", "max_throttle_retries", "throttle_base_seconds", "throttle_max_seconds"}
+
+
+class _Reader:
+    """Reads one mapping of the config, naming each key by its full path in errors."""
+
+    def __init__(self, source: str, path: str, data: object, allowed: set[str]) -> None:
+        self.source, self.path = source, path
+        if not isinstance(data, Mapping):
+            self.fail(f"must be a mapping, got {type(data).__name__}")
+        self.data: Mapping[str, Any] = data  # type: ignore[assignment]
+        unknown = sorted(str(k) for k in self.data if k not in allowed)
+        if unknown:
+            self.fail(f"unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
+
+    def fail(self, message: str, key: str | None = None) -> None:
+        where = f"{self.path}.{key}" if key else self.path
+        raise ConfigError(f"{self.source}: {where}: {message}")
+
+    def has(self, key: str) -> bool:
+        return key in self.data
+
+    def text(self, key: str, default: str | None = None, required: bool = True) -> str:
+        if key not in self.data:
+            if default is None and required:
+                self.fail("is required", key)
+            return default  # type: ignore[return-value]
+        value = self.data[key]
+        if not isinstance(value, str) or not value.strip():
+            self.fail(f"must be a non-empty string, got {value!r}", key)
+        return str(value).strip()
+
+    def integer(self, key: str, default: int, minimum: int = 0) -> int:
+        value = self.data.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            self.fail(f"must be an integer >= {minimum}, got {value!r}", key)
+        return int(value)
+
+    def number(self, key: str, default: float) -> float:
+        value = self.data.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            self.fail(f"must be a positive number, got {value!r}", key)
+        return float(value)
+
+
+def _parse_timestamp(r: _Reader, key: str) -> datetime:
+    value = r.data[key]
+    if isinstance(value, datetime):
+        ts = value
+    elif isinstance(value, str):
+        try:
+            ts = datetime.fromisoformat(value)
+        except ValueError:
+            r.fail(f"must be an ISO 8601 timestamp with a time zone, got {value!r}", key)
+    else:
+        r.fail(f"must be an ISO 8601 timestamp with a time zone, got {value!r}", key)
+    if ts.tzinfo is None:
+        r.fail(f"must carry a time zone (for example 2026-01-01T00:00:00+00:00), got {value!r}", key)
+    return ts
+
+
+def _parse_pipeline(source: str, index: int, data: object) -> PipelineConfig:
+    r = _Reader(source, f"pipelines[{index}]", data, _PIPELINE_KEYS)
+    for key in _REQUIRED_KEYS:
+        if not r.has(key):
+            r.fail("is required", key)
+    name = r.text("name")
+    if not _NAME.match(name):
+        r.fail(f"must match {_NAME.pattern} (it becomes part of the DAG id), got {name!r}", "name")
+    r.path = f"pipelines[{index}] ({name})"
+
+    schedule = r.data["schedule"]
+    if schedule is not None and (not isinstance(schedule, str) or not schedule.strip()):
+        r.fail(f"must be a cron expression, a preset such as @hourly, or null, got {schedule!r}", "schedule")
+
+    position = r.text("initial_position").upper()
+    if position not in INITIAL_POSITIONS:
+        r.fail(f"must be one of {', '.join(INITIAL_POSITIONS)}, got {r.data['initial_position']!r}", "initial_position")
+    timestamp = None
+    if position == "AT_TIMESTAMP":
+        if not r.has("initial_timestamp"):
+            r.fail("is required when initial_position is AT_TIMESTAMP", "initial_timestamp")
+        timestamp = _parse_timestamp(r, "initial_timestamp")
+    elif r.has("initial_timestamp"):
+        r.fail(f"is only allowed with initial_position AT_TIMESTAMP, not {position}", "initial_timestamp")
+
+    spark = _Reader(source, f"{r.path}.spark", r.data["spark"], _SPARK_KEYS)
+    conf = spark.data.get("conf") or {}
+    if not isinstance(conf, Mapping):
+        spark.fail(f"must be a mapping of Spark properties, got {type(conf).__name__}", "conf")
+    for k, v in conf.items():
+        if not isinstance(k, str) or not k.startswith("spark."):
+            spark.fail(f"keys must be Spark properties starting with 'spark.', got {k!r}", "conf")
+        if isinstance(v, (Mapping, list)) or v is None:
+            spark.fail(f"{k} must be a scalar, got {v!r}", "conf")
+
+    read = _Reader(source, f"{r.path}.read", r.data.get("read") or {}, _READ_KEYS)
+    defaults = ReadConfig()
+    read_config = ReadConfig(
+        max_records_per_call=read.integer("max_records_per_call", defaults.max_records_per_call, minimum=1),
+        max_throttle_retries=read.integer("max_throttle_retries", defaults.max_throttle_retries),
+        throttle_base_seconds=read.number("throttle_base_seconds", defaults.throttle_base_seconds),
+        throttle_max_seconds=read.number("throttle_max_seconds", defaults.throttle_max_seconds),
+    )
+    if read_config.max_records_per_call > 10_000:
+        read.fail("must be at most 10000 (the most GetRecords returns)", "max_records_per_call")
+
+    return PipelineConfig(
+        name=name,
+        stream=r.text("stream"),
+        output=r.text("output").rstrip("/"),
+        schedule=schedule.strip() if isinstance(schedule, str) else None,
+        initial_position=position,
+        initial_timestamp=timestamp,
+        state_table=r.text("state_table"),
+        spark=SparkConfig(
+            master=spark.text("master"),
+            conf={k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in conf.items()},
+            submit_timeout_seconds=spark.integer("submit_timeout_seconds", 6 * 3600, minimum=1),
+        ),
+        aws_conn_id=r.text("aws_conn_id", default="aws_default"),
+        retries=r.integer("retries", 2),
+        retry_delay_seconds=r.integer("retry_delay_seconds", 60, minimum=1),
+        read=read_config,
+    )
+
+
+def parse_config(data: object, source: str = "<config>") -> tuple[PipelineConfig, ...]:
+    """Validate a loaded config document; ``source`` names it in errors."""
+    if not isinstance(data, Mapping) or "pipelines" not in data:
+        raise ConfigError(f"{source}: the top level must be a mapping with a 'pipelines' list")
+    unknown = sorted(str(k) for k in data if k != "pipelines")
+    if unknown:
+        raise ConfigError(f"{source}: unknown top-level key(s) {', '.join(unknown)}; only 'pipelines' is allowed")
+    entries = data["pipelines"]
+    if not isinstance(entries, list) or not entries:
+        raise ConfigError(f"{source}: pipelines must be a non-empty list of mappings")
+    pipelines = tuple(_parse_pipeline(source, i, entry) for i, entry in enumerate(entries))
+    seen: dict[str, int] = {}
+    for i, p in enumerate(pipelines):
+        if p.name in seen:
+            raise ConfigError(f"{source}: pipelines[{i}].name: duplicate name {p.name!r} (also pipelines[{seen[p.name]}])")
+        seen[p.name] = i
+    return pipelines
+
+
+def resolve_config_path(default: str | os.PathLike[str]) -> Path:
+    """``$KINESIS_REPLAY_CONFIG`` if set, else ``default`` (the DAG factory passes dags/pipelines.yaml)."""
+    return Path(os.environ.get(CONFIG_ENV) or default)
+
+
+def load_config(path: str | os.PathLike[str]) -> tuple[PipelineConfig, ...]:
+    """Read and validate a YAML pipelines config."""
+    import yaml  # PyYAML comes with Airflow; imported here so the pure parser needs nothing
+
+    config_path = Path(path)
+    try:
+        text = config_path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read pipelines config {config_path}: {exc.strerror or exc}") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{config_path}: not valid YAML: {exc}") from exc
+    return parse_config(data, source=str(config_path))
+
+
+def get_pipeline(pipelines: tuple[PipelineConfig, ...], name: str) -> PipelineConfig:
+    for p in pipelines:
+        if p.name == name:
+            return p
+    raise ConfigError(f"no pipeline named {name!r}; configured: {', '.join(p.name for p in pipelines)}")

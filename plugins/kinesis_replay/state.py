@@ -1,0 +1,229 @@
+"""The checkpoint and batch-ledger model, its legal transitions, and the StateStore protocol."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Protocol
+
+from kinesis_replay.errors import StateCorruptError
+from kinesis_replay.ranges import SequenceRange, format_sequence_number, parse_sequence_number
+
+
+class BatchStatus(StrEnum):
+    PLANNED = "PLANNED"  # ranges fixed and stored; nothing read yet, or a replay is (re)running
+    WRITTEN = "WRITTEN"  # output verified against the plan; checkpoints not yet moved
+    COMMITTING = "COMMITTING"  # checkpoints are being advanced; a resumed run finishes this, never replays
+    COMMITTED = "COMMITTED"  # every checkpoint advanced, the batch no longer in flight
+    FAILED = "FAILED"  # a run gave up on it; it is still in flight and the next run retries it
+
+
+# Which status a batch may move to from which. A regular batch never leaves the ledger, so a
+# COMMITTED batch stays COMMITTED: backfills replay it without touching its status.
+TRANSITIONS: Mapping[BatchStatus, frozenset[BatchStatus]] = {
+    BatchStatus.PLANNED: frozenset({BatchStatus.WRITTEN, BatchStatus.FAILED}),
+    BatchStatus.FAILED: frozenset({BatchStatus.WRITTEN, BatchStatus.FAILED}),
+    BatchStatus.WRITTEN: frozenset({BatchStatus.COMMITTING, BatchStatus.WRITTEN, BatchStatus.FAILED}),
+    BatchStatus.COMMITTING: frozenset({BatchStatus.COMMITTED}),
+    BatchStatus.COMMITTED: frozenset(),
+}
+
+
+def check_transition(pipeline: str, batch_id: int, current: BatchStatus, new: BatchStatus) -> None:
+    if new not in TRANSITIONS[current]:
+        raise StateCorruptError(f"pipeline {pipeline!r}: batch {batch_id} cannot go from {current.value} to {new.value}")
+
+
+@dataclass(frozen=True)
+class Head:
+    """The pipeline's head item: the next batch id, the batch in flight, and a version for conditions."""
+
+    next_batch_id: int = 1
+    in_flight: int | None = None
+    version: int = 0  # 0: the item does not exist yet
+
+
+@dataclass(frozen=True)
+class StartPosition:
+    """Where a shard with no checkpoint starts: resolved once, then stored in the shard item."""
+
+    kind: str  # TRIM_HORIZON or AT_TIMESTAMP (LATEST resolves to AT_TIMESTAMP of the first plan)
+    timestamp: datetime | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "timestamp": None if self.timestamp is None else self.timestamp.isoformat()}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> StartPosition:
+        ts = data.get("timestamp")
+        return cls(kind=str(data["kind"]), timestamp=None if ts is None else datetime.fromisoformat(ts))
+
+
+@dataclass(frozen=True)
+class ShardState:
+    """A shard's stored progress: the sequence number of the last committed record, or None."""
+
+    shard_id: str
+    checkpoint: int | None = None
+    finished: bool = False  # a closed shard read to SHARD_END and committed: never read again
+    parent_shard_ids: tuple[str, ...] = ()
+    start_position: StartPosition | None = None
+    last_batch_id: int | None = None
+    updated_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class ShardResult:
+    """What the replay job wrote for one shard range, from its result manifest."""
+
+    shard_id: str
+    records: int
+    bytes: int
+    first_sequence_number: int
+    last_sequence_number: int
+    checksum: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "shard_id": self.shard_id,
+            "records": self.records,
+            "bytes": self.bytes,
+            "first_sequence_number": format_sequence_number(self.first_sequence_number),
+            "last_sequence_number": format_sequence_number(self.last_sequence_number),
+            "checksum": self.checksum,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ShardResult:
+        shard_id = str(data["shard_id"])
+        return cls(
+            shard_id=shard_id,
+            records=int(data["records"]),
+            bytes=int(data["bytes"]),
+            first_sequence_number=parse_sequence_number(data["first_sequence_number"], f"first of {shard_id}"),
+            last_sequence_number=parse_sequence_number(data["last_sequence_number"], f"last of {shard_id}"),
+            checksum=str(data["checksum"]),
+        )
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """The replay job's result manifest: per-shard counts, bytes and row checksums of what it wrote."""
+
+    pipeline: str
+    batch_id: int
+    shards: tuple[ShardResult, ...]
+    seconds: float = 0.0
+
+    @property
+    def records(self) -> int:
+        return sum(s.records for s in self.shards)
+
+    @property
+    def bytes(self) -> int:
+        return sum(s.bytes for s in self.shards)
+
+    def by_shard(self) -> dict[str, ShardResult]:
+        return {s.shard_id: s for s in self.shards}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "pipeline": self.pipeline,
+            "batch_id": self.batch_id,
+            "records": self.records,
+            "bytes": self.bytes,
+            "seconds": self.seconds,
+            "shards": [s.to_dict() for s in self.shards],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Manifest:
+        return cls(
+            pipeline=str(data["pipeline"]),
+            batch_id=int(data["batch_id"]),
+            shards=tuple(ShardResult.from_dict(s) for s in data["shards"]),
+            seconds=float(data.get("seconds", 0.0)),
+        )
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One entry of the batch ledger: ranges fixed at planning time, never changed afterwards."""
+
+    pipeline: str
+    batch_id: int
+    status: BatchStatus
+    ranges: tuple[SequenceRange, ...]
+    stream: str
+    run_id: str
+    created_at: datetime
+    committed_at: datetime | None = None
+    manifest: Manifest | None = None
+    attempts: int = 0
+    error: str | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def range_of(self, shard_id: str) -> SequenceRange:
+        for r in self.ranges:
+            if r.shard_id == shard_id:
+                return r
+        raise KeyError(f"pipeline {self.pipeline!r}: batch {self.batch_id} has no range for {shard_id}")
+
+    def with_status(self, status: BatchStatus, **changes: Any) -> Batch:
+        check_transition(self.pipeline, self.batch_id, self.status, status)
+        return replace(self, status=status, **changes)
+
+    def spec(self, output: str) -> dict[str, Any]:
+        """What the replay job needs, and nothing of Airflow or of the state table."""
+        return {
+            "pipeline": self.pipeline,
+            "stream": self.stream,
+            "batch_id": self.batch_id,
+            "output": output,
+            "ranges": [r.to_dict() for r in self.ranges],
+        }
+
+
+class StateStore(Protocol):
+    """Where checkpoints and the batch ledger live; every mutation is conditional."""
+
+    def ensure_table(self) -> None: ...
+
+    def get_head(self, pipeline: str) -> Head: ...
+
+    def get_shards(self, pipeline: str) -> dict[str, ShardState]: ...
+
+    def put_shard_if_absent(self, pipeline: str, shard: ShardState) -> ShardState:
+        """Store a newly seen shard; if a concurrent plan stored it first, return what it stored."""
+        ...
+
+    def create_batch(self, batch: Batch, head: Head) -> Head:
+        """Write the batch and the new head in one transaction, conditioned on ``head`` being current."""
+        ...
+
+    def get_batch(self, pipeline: str, batch_id: int) -> Batch: ...
+
+    def list_batches(self, pipeline: str) -> list[Batch]: ...
+
+    def update_batch(self, batch: Batch, expected: BatchStatus) -> None:
+        """Replace the batch's status, manifest, attempts and error, conditioned on its current status."""
+        ...
+
+    def advance_checkpoint(self, pipeline: str, shard_id: str, previous: int | None, new: int, batch_id: int, finished: bool) -> None:
+        """Move a checkpoint from ``previous`` to ``new``, conditioned on it still being ``previous``."""
+        ...
+
+    def complete_batch(self, batch: Batch, committed_at: datetime) -> None:
+        """Mark the batch COMMITTED and clear the head's in-flight id, in one transaction."""
+        ...
+
+
+def require_in_flight(head: Head, pipeline: str, batch_id: int) -> None:
+    if head.in_flight != batch_id:
+        raise StateCorruptError(f"pipeline {pipeline!r}: batch {batch_id} is not the batch in flight ({head.in_flight})")
+
+
+def ranges_by_shard(ranges: Sequence[SequenceRange]) -> dict[str, SequenceRange]:
+    return {r.shard_id: r for r in ranges}
