@@ -1,0 +1,339 @@
+"""The StateStore on DynamoDB through a boto3 client: one table, conditional writes, transactions."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+from botocore.exceptions import ClientError, EndpointConnectionError
+
+from kinesis_replay.errors import EndpointUnreachableError, StateConflictError, StateCorruptError
+from kinesis_replay.ranges import SequenceRange, format_sequence_number, parse_sequence_number
+from kinesis_replay.state import Batch, BatchStatus, Head, Manifest, ShardState, StartPosition
+
+# Sequence numbers are stored as strings: DynamoDB numbers keep only 38 digits, sequence numbers have up to 129.
+BATCH_ID_WIDTH = 12
+
+
+def pk(pipeline: str) -> str:
+    return f"pipeline#{pipeline}"
+
+
+def batch_sk(batch_id: int) -> str:
+    return f"batch#{batch_id:0{BATCH_ID_WIDTH}d}"
+
+
+def _s(value: str) -> dict[str, str]:
+    return {"S": value}
+
+
+def _n(value: int) -> dict[str, str]:
+    return {"N": str(value)}
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+class DynamoDBStateStore:
+    """Checkpoints and the batch ledger in one DynamoDB table keyed by (pk, sk).
+
+    | pk                 | sk                   | holds                                                  |
+    | pipeline#<name>    | head                 | next_batch_id, in_flight, version                      |
+    | pipeline#<name>    | shard#<shard id>     | checkpoint, finished, parents, start_position, ...     |
+    | pipeline#<name>    | batch#<000000000042> | status, ranges, stream, run_id, times, manifest, ...   |
+
+    Every expression names its attributes through ExpressionAttributeNames: several natural names
+    (``status``, ``stream``) are DynamoDB reserved words, and moto does not say so.
+    """
+
+    def __init__(self, client: Any, table: str) -> None:
+        self.client = client
+        self.table = table
+
+    # -- plumbing -----------------------------------------------------------------------------
+
+    def _call(self, operation: str, what: str, **kwargs: Any) -> Any:
+        try:
+            return getattr(self.client, operation)(**kwargs)
+        except EndpointConnectionError as exc:
+            raise EndpointUnreachableError(f"state table {self.table}: {what}: cannot reach DynamoDB: {exc}") from exc
+        except ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code", "")
+            if code == "ResourceNotFoundException":
+                raise StateCorruptError(f"state table {self.table} does not exist ({what}); the plan step creates it") from exc
+            raise
+
+    def _query(self, pipeline: str, prefix: str) -> Iterator[dict[str, Any]]:
+        kwargs: dict[str, Any] = {
+            "TableName": self.table,
+            "KeyConditionExpression": "#pk = :pk AND begins_with(#sk, :prefix)",
+            "ExpressionAttributeNames": {"#pk": "pk", "#sk": "sk"},
+            "ExpressionAttributeValues": {":pk": _s(pk(pipeline)), ":prefix": _s(prefix)},
+            "ConsistentRead": True,
+        }
+        while True:
+            page = self._call("query", f"reading {prefix}* of pipeline {pipeline!r}", **kwargs)
+            yield from page["Items"]
+            if "LastEvaluatedKey" not in page:
+                return
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    def _get(self, pipeline: str, sk: str) -> dict[str, Any] | None:
+        item: dict[str, Any] | None = self._call(
+            "get_item", f"reading {sk} of pipeline {pipeline!r}",
+            TableName=self.table, Key={"pk": _s(pk(pipeline)), "sk": _s(sk)}, ConsistentRead=True,
+        ).get("Item")  # fmt: skip
+        return item
+
+    def _transact(self, what: str, items: list[dict[str, Any]]) -> None:
+        try:
+            self._call("transact_write_items", what, TransactItems=items)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "TransactionCanceledException":
+                reasons = [r.get("Code", "None") for r in exc.response.get("CancellationReasons", [])]
+                raise StateConflictError(f"{what}: another run changed the state first ({', '.join(reasons)})") from exc
+            raise
+
+    # -- table --------------------------------------------------------------------------------
+
+    def ensure_table(self) -> None:
+        """Create the table if it is missing (on-demand billing) and wait until it is active."""
+        try:
+            self.client.describe_table(TableName=self.table)
+            return
+        except EndpointConnectionError as exc:
+            raise EndpointUnreachableError(f"state table {self.table}: cannot reach DynamoDB: {exc}") from exc
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "ResourceNotFoundException":
+                raise
+        try:
+            self.client.create_table(
+                TableName=self.table,
+                AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}, {"AttributeName": "sk", "AttributeType": "S"}],
+                KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+                BillingMode="PAY_PER_REQUEST",
+            )
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "ResourceInUseException":  # created concurrently
+                raise
+        self.client.get_waiter("table_exists").wait(TableName=self.table, WaiterConfig={"Delay": 1, "MaxAttempts": 60})
+
+    # -- head ---------------------------------------------------------------------------------
+
+    def get_head(self, pipeline: str) -> Head:
+        item = self._get(pipeline, "head")
+        if item is None:
+            return Head()
+        return Head(
+            next_batch_id=int(item["next_batch_id"]["N"]),
+            in_flight=int(item["in_flight"]["N"]) if "in_flight" in item else None,
+            version=int(item["version"]["N"]),
+        )
+
+    # -- shards -------------------------------------------------------------------------------
+
+    def get_shards(self, pipeline: str) -> dict[str, ShardState]:
+        shards = (self._shard_from_item(i) for i in self._query(pipeline, "shard#"))
+        return {s.shard_id: s for s in shards}
+
+    def put_shard_if_absent(self, pipeline: str, shard: ShardState) -> ShardState:
+        item: dict[str, Any] = {
+            "pk": _s(pk(pipeline)),
+            "sk": _s(f"shard#{shard.shard_id}"),
+            "shard_id": _s(shard.shard_id),
+            "finished": {"BOOL": False},
+            "parents": {"L": [_s(p) for p in shard.parent_shard_ids]},
+            "updated_at": _s(_now()),
+        }
+        if shard.start_position is not None:
+            item["start_position"] = _s(json.dumps(shard.start_position.to_dict()))
+        try:
+            self._call(
+                "put_item", f"storing shard {shard.shard_id} of pipeline {pipeline!r}",
+                TableName=self.table, Item=item,
+                ConditionExpression="attribute_not_exists(#pk)", ExpressionAttributeNames={"#pk": "pk"},
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )  # fmt: skip
+            return shard
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                raise
+            return self._shard_from_item(exc.response.get("Item") or self._get(pipeline, f"shard#{shard.shard_id}") or item)
+
+    @staticmethod
+    def _shard_from_item(item: dict[str, Any]) -> ShardState:
+        shard_id = item["shard_id"]["S"]
+        start = item.get("start_position")
+        return ShardState(
+            shard_id=shard_id,
+            checkpoint=parse_sequence_number(item["checkpoint"]["S"], f"checkpoint of {shard_id}") if "checkpoint" in item else None,
+            finished=item.get("finished", {}).get("BOOL", False),
+            parent_shard_ids=tuple(p["S"] for p in item.get("parents", {}).get("L", [])),
+            start_position=StartPosition.from_dict(json.loads(start["S"])) if start else None,
+            last_batch_id=int(item["last_batch_id"]["N"]) if "last_batch_id" in item else None,
+            updated_at=datetime.fromisoformat(item["updated_at"]["S"]) if "updated_at" in item else None,
+        )
+
+    def advance_checkpoint(self, pipeline: str, shard_id: str, previous: int | None, new: int, batch_id: int, finished: bool) -> None:
+        what = f"pipeline {pipeline!r}, shard {shard_id}: advancing the checkpoint from {previous} to {new} (batch {batch_id})"
+        names = {"#checkpoint": "checkpoint", "#finished": "finished", "#last": "last_batch_id", "#updated": "updated_at"}
+        values: dict[str, Any] = {
+            ":new": _s(format_sequence_number(new)), ":finished": {"BOOL": finished},
+            ":batch": _n(batch_id), ":now": _s(_now()),
+        }  # fmt: skip
+        if previous is None:
+            condition = "attribute_not_exists(#checkpoint)"
+        else:
+            condition = "#checkpoint = :previous"
+            values[":previous"] = _s(format_sequence_number(previous))
+        try:
+            self._call(
+                "update_item", what, TableName=self.table,
+                Key={"pk": _s(pk(pipeline)), "sk": _s(f"shard#{shard_id}")},
+                UpdateExpression="SET #checkpoint = :new, #finished = :finished, #last = :batch, #updated = :now",
+                ConditionExpression=condition, ExpressionAttributeNames=names, ExpressionAttributeValues=values,
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )  # fmt: skip
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                raise
+            stored = exc.response.get("Item") or {}
+            checkpoint = stored.get("checkpoint", {}).get("S")
+            last_batch = stored.get("last_batch_id", {}).get("N")
+            if checkpoint == format_sequence_number(new) and last_batch == str(batch_id):
+                return  # this batch already moved it: a resumed commit is idempotent
+            raise StateConflictError(f"{what}: the stored checkpoint is {checkpoint} (batch {last_batch})") from exc
+
+    # -- batches ------------------------------------------------------------------------------
+
+    def create_batch(self, batch: Batch, head: Head) -> Head:
+        new_head = Head(next_batch_id=batch.batch_id + 1, in_flight=batch.batch_id, version=head.version + 1)
+        key = {"pk": _s(pk(batch.pipeline)), "sk": _s("head")}
+        if head.version == 0:
+            head_op: dict[str, Any] = {"Put": {
+                "TableName": self.table,
+                "Item": {**key, "next_batch_id": _n(new_head.next_batch_id), "in_flight": _n(batch.batch_id),
+                         "version": _n(new_head.version), "updated_at": _s(_now())},
+                "ConditionExpression": "attribute_not_exists(#pk)", "ExpressionAttributeNames": {"#pk": "pk"},
+            }}  # fmt: skip
+        else:
+            head_op = {"Update": {
+                "TableName": self.table, "Key": key,
+                "UpdateExpression": "SET #next = :next, #flight = :batch, #version = :new_version, #updated = :now",
+                "ConditionExpression": "#version = :version AND attribute_not_exists(#flight)",
+                "ExpressionAttributeNames": {"#next": "next_batch_id", "#flight": "in_flight", "#version": "version",
+                                             "#updated": "updated_at"},
+                "ExpressionAttributeValues": {":next": _n(new_head.next_batch_id), ":batch": _n(batch.batch_id),
+                                              ":new_version": _n(new_head.version), ":version": _n(head.version), ":now": _s(_now())},
+            }}  # fmt: skip
+        batch_op = {"Put": {
+            "TableName": self.table, "Item": self._batch_item(batch),
+            "ConditionExpression": "attribute_not_exists(#pk)", "ExpressionAttributeNames": {"#pk": "pk"},
+        }}  # fmt: skip
+        self._transact(f"pipeline {batch.pipeline!r}: planning batch {batch.batch_id}", [head_op, batch_op])
+        return new_head
+
+    def get_batch(self, pipeline: str, batch_id: int) -> Batch:
+        item = self._get(pipeline, batch_sk(batch_id))
+        if item is None:
+            raise StateCorruptError(f"pipeline {pipeline!r}: batch {batch_id} is not in state table {self.table}")
+        return self._batch_from_item(item)
+
+    def list_batches(self, pipeline: str) -> list[Batch]:
+        return [self._batch_from_item(i) for i in self._query(pipeline, "batch#")]
+
+    def update_batch(self, batch: Batch, expected: BatchStatus) -> None:
+        names = {"#status": "status", "#attempts": "attempts", "#updated": "updated_at", "#flight": "in_flight"}
+        values: dict[str, Any] = {
+            ":status": _s(batch.status.value), ":expected": _s(expected.value),
+            ":attempts": _n(batch.attempts), ":now": _s(_now()), ":batch": _n(batch.batch_id),
+        }  # fmt: skip
+        sets = ["#status = :status", "#attempts = :attempts", "#updated = :now"]
+        removes = []
+        for attr, value in (("manifest", batch.manifest), ("error", batch.error)):
+            names[f"#{attr}"] = attr
+            if value is None:
+                removes.append(f"#{attr}")
+            else:
+                sets.append(f"#{attr} = :{attr}")
+                values[f":{attr}"] = _s(json.dumps(value.to_dict()) if isinstance(value, Manifest) else str(value))
+        expression = "SET " + ", ".join(sets) + (" REMOVE " + ", ".join(removes) if removes else "")
+        head_key = {"pk": _s(pk(batch.pipeline)), "sk": _s("head")}
+        self._transact(
+            f"pipeline {batch.pipeline!r}: setting batch {batch.batch_id} from {expected.value} to {batch.status.value}",
+            [
+                {"ConditionCheck": {
+                    "TableName": self.table, "Key": head_key, "ConditionExpression": "#flight = :batch",
+                    "ExpressionAttributeNames": {"#flight": "in_flight"}, "ExpressionAttributeValues": {":batch": _n(batch.batch_id)},
+                }},
+                {"Update": {
+                    "TableName": self.table, "Key": {"pk": _s(pk(batch.pipeline)), "sk": _s(batch_sk(batch.batch_id))},
+                    "UpdateExpression": expression, "ConditionExpression": "#status = :expected",
+                    "ExpressionAttributeNames": {k: v for k, v in names.items() if k != "#flight"},
+                    "ExpressionAttributeValues": {k: v for k, v in values.items() if k != ":batch"},
+                }},
+            ],
+        )  # fmt: skip
+
+    def complete_batch(self, batch: Batch, committed_at: datetime) -> None:
+        key = {"pk": _s(pk(batch.pipeline))}
+        self._transact(
+            f"pipeline {batch.pipeline!r}: completing the commit of batch {batch.batch_id}",
+            [
+                {"Update": {
+                    "TableName": self.table, "Key": {**key, "sk": _s(batch_sk(batch.batch_id))},
+                    "UpdateExpression": "SET #status = :committed, #committed_at = :at, #updated = :at",
+                    "ConditionExpression": "#status = :committing",
+                    "ExpressionAttributeNames": {"#status": "status", "#committed_at": "committed_at", "#updated": "updated_at"},
+                    "ExpressionAttributeValues": {":committed": _s(BatchStatus.COMMITTED.value), ":at": _s(committed_at.isoformat()),
+                                                  ":committing": _s(BatchStatus.COMMITTING.value)},
+                }},
+                {"Update": {
+                    "TableName": self.table, "Key": {**key, "sk": _s("head")},
+                    "UpdateExpression": "REMOVE #flight SET #version = #version + :one, #updated = :at",
+                    "ConditionExpression": "#flight = :batch",
+                    "ExpressionAttributeNames": {"#flight": "in_flight", "#version": "version", "#updated": "updated_at"},
+                    "ExpressionAttributeValues": {":batch": _n(batch.batch_id), ":one": _n(1), ":at": _s(committed_at.isoformat())},
+                }},
+            ],
+        )  # fmt: skip
+
+    def _batch_item(self, batch: Batch) -> dict[str, Any]:
+        item: dict[str, Any] = {
+            "pk": _s(pk(batch.pipeline)),
+            "sk": _s(batch_sk(batch.batch_id)),
+            "batch_id": _n(batch.batch_id),
+            "status": _s(batch.status.value),
+            "stream": _s(batch.stream),
+            "ranges": _s(json.dumps([r.to_dict() for r in batch.ranges])),
+            "run_id": _s(batch.run_id),
+            "created_at": _s(batch.created_at.isoformat()),
+            "attempts": _n(batch.attempts),
+            "updated_at": _s(_now()),
+        }
+        if batch.extra:
+            item["extra"] = _s(json.dumps(dict(batch.extra)))
+        return item
+
+    def _batch_from_item(self, item: dict[str, Any]) -> Batch:
+        pipeline = item["pk"]["S"].removeprefix("pipeline#")
+        try:
+            return Batch(
+                pipeline=pipeline,
+                batch_id=int(item["batch_id"]["N"]),
+                status=BatchStatus(item["status"]["S"]),
+                ranges=tuple(SequenceRange.from_dict(r) for r in json.loads(item["ranges"]["S"])),
+                stream=item["stream"]["S"],
+                run_id=item["run_id"]["S"],
+                created_at=datetime.fromisoformat(item["created_at"]["S"]),
+                committed_at=datetime.fromisoformat(item["committed_at"]["S"]) if "committed_at" in item else None,
+                manifest=Manifest.from_dict(json.loads(item["manifest"]["S"])) if "manifest" in item else None,
+                attempts=int(item.get("attempts", {}).get("N", 0)),
+                error=item["error"]["S"] if "error" in item else None,
+                extra=json.loads(item["extra"]["S"]) if "extra" in item else {},
+            )
+        except (KeyError, ValueError) as exc:
+            raise StateCorruptError(f"pipeline {pipeline!r}: unreadable batch item {item.get('sk')}: {exc!r}") from exc
