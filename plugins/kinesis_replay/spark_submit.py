@@ -1,0 +1,97 @@
+"""Launch the replay job with spark-submit: package the library, build the command, stream its log, stop it on kill."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import zipfile
+from collections import deque
+from collections.abc import Mapping
+from pathlib import Path
+
+from kinesis_replay.config import PipelineConfig
+from kinesis_replay.errors import KinesisReplayError
+
+log = logging.getLogger(__name__)
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+class SparkSubmitError(KinesisReplayError):
+    """spark-submit exited non-zero; the message carries the job's last error lines."""
+
+
+def package_library(dest: Path) -> Path:
+    """Zip the kinesis_replay package this process runs, for --py-files: Airflow and Spark run the same code."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_suffix(".zip.tmp")
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
+        for path in sorted(PACKAGE_DIR.rglob("*.py")):
+            zf.write(path, Path("kinesis_replay") / path.relative_to(PACKAGE_DIR))
+    tmp.replace(dest)
+    return dest
+
+
+def spark_submit_binary() -> str:
+    """spark-submit beside this interpreter (the venv's), else on PATH."""
+    beside = Path(sys.executable).parent / "spark-submit"
+    found = str(beside) if beside.exists() else shutil.which("spark-submit")
+    if not found:
+        raise SparkSubmitError("spark-submit is neither beside this Python nor on PATH: install pyspark in this environment")
+    return found
+
+
+def build_command(pipeline: PipelineConfig, batch_id: int, spec_path: Path, job: Path, py_files: list[Path]) -> list[str]:
+    command = [spark_submit_binary(), "--master", pipeline.spark.master, "--name", f"kinesis-replay-{pipeline.name}-batch-{batch_id}"]
+    for key, value in sorted(pipeline.spark.conf.items()):
+        command += ["--conf", f"{key}={value}"]
+    command += ["--py-files", ",".join(str(p) for p in py_files), str(job), "--spec", str(spec_path)]
+    return command
+
+
+def submit_env(master: str, extra: Mapping[str, str]) -> dict[str, str]:
+    """The job's environment: this venv's Python for the workers, a routable local IP, and what the caller adds."""
+    env = dict(os.environ)
+    bin_dir = str(Path(sys.executable).parent)
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"  # spark-submit finds SPARK_HOME through PATH
+    env.setdefault("PYSPARK_PYTHON", sys.executable)  # else workers take python3 from PATH, outside the venv
+    if master.startswith("local"):
+        env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # else Spark may bind to an unroutable address
+    env.update(extra)
+    return env
+
+
+def run(command: list[str], env: Mapping[str, str], what: str) -> None:
+    """Run spark-submit, logging its output as it comes; kill it (and its JVM) if this task is stopped or times out."""
+    log.info("%s: %s", what, " ".join(command))
+    tail: deque[str] = deque(maxlen=40)
+    proc = subprocess.Popen(command, env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            line = line.rstrip()
+            tail.append(line)
+            log.info("%s", line)
+        code = proc.wait()
+    except BaseException:
+        _stop(proc)
+        raise
+    if code != 0:
+        reasons = [line for line in tail if line.startswith("kinesis-replay:")] or list(tail)[-8:]
+        raise SparkSubmitError(f"{what}: spark-submit exited with {code}: " + " | ".join(reasons))
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=20)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)

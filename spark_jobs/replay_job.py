@@ -1,0 +1,173 @@
+"""Replay one batch: read its closed ranges from Kinesis, overwrite the batch's partition, write the result manifest.
+
+A plain spark-submit program that knows nothing of Airflow or of the state table:
+
+    spark-submit --py-files kinesis_replay.zip,kinesis_source.py replay_job.py --spec batch.json
+
+The spec is {"pipeline", "stream", "batch_id", "output", "ranges": [...], "aws": {...}, "read": {...}}.
+Credentials come from the environment (or the executors' instance role), never from the spec.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from kinesis_replay.errors import KinesisReplayError
+from kinesis_replay.output import batch_partition, batch_path, manifest_path
+from kinesis_replay.ranges import SequenceRange
+from kinesis_replay.state import Manifest, ShardResult
+from kinesis_source import KinesisRangeDataSource
+
+SEQ_WIDTH = 130  # sequence numbers have at most 129 digits: left-padded, they order as text as they do as numbers
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--spec", required=True, help="path of the batch spec (JSON)")
+    return parser.parse_args(argv)
+
+
+def load_spec(path: str) -> dict[str, Any]:
+    try:
+        with open(path) as f:
+            spec: dict[str, Any] = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise KinesisReplayError(f"cannot read the batch spec {path}: {exc}") from exc
+    missing = [k for k in ("pipeline", "stream", "batch_id", "output", "ranges") if k not in spec]
+    if missing:
+        raise KinesisReplayError(f"batch spec {path} lacks {', '.join(missing)}")
+    if not spec["ranges"]:
+        raise KinesisReplayError(f"batch spec {path} has no ranges")
+    for r in spec["ranges"]:
+        SequenceRange.from_dict(r)  # fail here, on the driver, rather than in a task
+    return spec
+
+
+def build_session(spec: dict[str, Any]) -> SparkSession:
+    spark = (
+        SparkSession.builder.appName(f"kinesis-replay {spec['pipeline']} batch {spec['batch_id']}")
+        # Overwrite only the partitions present in the DataFrame: this batch's, never another's.
+        .config("spark.sql.sources.partitionOverwriteMode", "dynamic")
+        # No _SUCCESS marker at the output root: nothing is written outside the batch's own paths.
+        .config("spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        # Standard Parquet timestamps (UTC-adjusted micros), not Spark's legacy INT96, so any reader agrees.
+        .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+        .getOrCreate()
+    )
+    spark.dataSource.register(KinesisRangeDataSource)
+    return spark
+
+
+def read_batch(spark: SparkSession, spec: dict[str, Any]) -> DataFrame:
+    return spark.read.format(KinesisRangeDataSource.name()).option("spec", json.dumps(spec)).load()
+
+
+def write_batch(df: DataFrame, spec: dict[str, Any]) -> None:
+    (
+        df.withColumn("batch_id", F.lit(batch_partition(int(spec["batch_id"]))))
+        .write.mode("overwrite")
+        .partitionBy("batch_id")
+        .parquet(spec["output"])
+    )
+
+
+def summarize(spark: SparkSession, spec: dict[str, Any], seconds: float) -> Manifest:
+    """Per-shard counts, bytes, first and last sequence numbers and a row checksum, read back from the files."""
+    written = spark.read.parquet(batch_path(spec["output"], int(spec["batch_id"])))
+    seq = F.lpad("sequence_number", SEQ_WIDTH, "0")
+    row_hash = F.xxhash64("shard_id", "sequence_number", "sub_sequence_number", "partition_key", "data")
+    rows = (
+        written.groupBy("shard_id")
+        .agg(
+            F.count(F.lit(1)).alias("records"),
+            F.sum(F.length("data")).alias("bytes"),
+            F.min(seq).alias("first"),
+            F.max(seq).alias("last"),
+            F.sum(row_hash.cast("decimal(38,0)")).alias("hash"),  # decimal: no overflow below 10^19 rows
+        )
+        .collect()
+    )
+    shards = tuple(
+        ShardResult(
+            shard_id=r["shard_id"],
+            records=int(r["records"]),
+            bytes=int(r["bytes"] or 0),
+            first_sequence_number=int(r["first"]),
+            last_sequence_number=int(r["last"]),
+            checksum=f"{int(r['hash']) % 2**64:016x}",
+        )
+        for r in sorted(rows, key=lambda r: r["shard_id"])
+    )
+    return Manifest(pipeline=spec["pipeline"], batch_id=int(spec["batch_id"]), shards=shards, seconds=round(seconds, 3))
+
+
+def write_text(spark: SparkSession, path: str, text: str) -> None:
+    """Write a small file atomically: locally by rename, elsewhere through Hadoop's FileSystem."""
+    if "://" not in path or path.startswith("file://"):
+        local = path.removeprefix("file://")
+        os.makedirs(os.path.dirname(local), exist_ok=True)
+        tmp = f"{local}.tmp"
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, local)
+        return
+    jvm = spark._jvm  # type: ignore[attr-defined]
+    target = jvm.org.apache.hadoop.fs.Path(path)
+    fs = target.getFileSystem(spark._jsc.hadoopConfiguration())  # type: ignore[attr-defined]
+    stream = fs.create(target, True)
+    try:
+        stream.write(bytearray(text.encode()))
+    finally:
+        stream.close()
+
+
+def run(spec: dict[str, Any]) -> Manifest:
+    started = time.monotonic()
+    spark = build_session(spec)
+    try:
+        write_batch(read_batch(spark, spec), spec)
+        manifest = summarize(spark, spec, time.monotonic() - started)
+        write_text(spark, manifest_path(spec["output"], int(spec["batch_id"])), json.dumps(manifest.to_dict(), indent=2))
+        return manifest
+    finally:
+        spark.stop()
+
+
+def _domain_error(exc: BaseException) -> str | None:
+    """The kinesis-replay error inside a Spark task failure, if there is one: the line that names the range."""
+    for line in str(exc).splitlines():
+        if "kinesis_replay.errors." in line:
+            return line.strip()
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        spec = load_spec(args.spec)
+        manifest = run(spec)
+    except KinesisReplayError as exc:
+        print(f"kinesis-replay: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:
+        reason = _domain_error(exc)
+        if reason is None:
+            raise
+        print(f"kinesis-replay: replay failed: {reason}", file=sys.stderr)
+        return 2
+    print(f"kinesis-replay: batch {manifest.batch_id} of {manifest.pipeline}: {manifest.records} records, "
+          f"{manifest.bytes} bytes, {len(manifest.shards)} shards, {manifest.seconds}s")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
