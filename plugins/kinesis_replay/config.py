@@ -122,14 +122,15 @@ def _parse_timestamp(r: _Reader, key: str) -> datetime:
 
 
 def _parse_pipeline(source: str, index: int, data: object) -> PipelineConfig:
-    r = _Reader(source, f"pipelines[{index}]", data, _PIPELINE_KEYS)
+    name_hint = data.get("name") if isinstance(data, Mapping) else None
+    label = f"pipelines[{index}]" + (f" ({name_hint})" if isinstance(name_hint, str) else "")
+    r = _Reader(source, label, data, _PIPELINE_KEYS)
     for key in _REQUIRED_KEYS:
         if not r.has(key):
             r.fail("is required", key)
     name = r.text("name")
     if not _NAME.match(name):
         r.fail(f"must match {_NAME.pattern} (it becomes part of the DAG id), got {name!r}", "name")
-    r.path = f"pipelines[{index}] ({name})"
 
     schedule = r.data["schedule"]
     if schedule is not None and (not isinstance(schedule, str) or not schedule.strip()):

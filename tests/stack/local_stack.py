@@ -1,0 +1,193 @@
+"""Start and stop the local AWS endpoints on 127.0.0.1: kinesalite (Kinesis) and the moto server (DynamoDB, S3).
+
+    python tests/stack/local_stack.py start [--kinesis-port 4567] [--moto-port 5000]
+    python tests/stack/local_stack.py env      # the variables that point boto3 and Airflow at them
+    python tests/stack/local_stack.py stop
+
+Both hold their data in memory only: stopping them forgets every stream and table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_STATE = HERE.parents[1] / ".stack"
+REGION = "us-east-1"
+# The emulators accept any credentials; these are not secrets, and real AWS never sees them.
+LOCAL_KEY = "testing"
+
+
+@dataclass(frozen=True)
+class Stack:
+    kinesis_url: str
+    moto_url: str
+
+    def connection(self) -> dict[str, object]:
+        """The aws_default connection: per-service endpoint URLs in the extra's service_config."""
+        return {
+            "conn_type": "aws",
+            "login": LOCAL_KEY,
+            "password": LOCAL_KEY,
+            "extra": {
+                "region_name": REGION,
+                "service_config": {
+                    "kinesis": {"endpoint_url": self.kinesis_url},
+                    "dynamodb": {"endpoint_url": self.moto_url},
+                    "s3": {"endpoint_url": self.moto_url},
+                },
+            },
+        }
+
+    def env(self) -> dict[str, str]:
+        return {
+            "AWS_ACCESS_KEY_ID": LOCAL_KEY,
+            "AWS_SECRET_ACCESS_KEY": LOCAL_KEY,
+            "AWS_DEFAULT_REGION": REGION,
+            "AWS_ENDPOINT_URL_KINESIS": self.kinesis_url,
+            "AWS_ENDPOINT_URL_DYNAMODB": self.moto_url,
+            "AWS_ENDPOINT_URL_S3": self.moto_url,
+            "AIRFLOW_CONN_AWS_DEFAULT": json.dumps(self.connection()),
+        }
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_for_port(port: int, name: str, proc: subprocess.Popen[bytes], log: Path, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{name} exited with {proc.returncode} while starting; see {log}:\n{log.read_text()[-2000:]}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"{name} did not listen on 127.0.0.1:{port} within {timeout:.0f}s; see {log}")
+
+
+def _spawn(name: str, command: list[str], state: Path) -> subprocess.Popen[bytes]:
+    log = state / f"{name}.log"
+    proc = subprocess.Popen(command, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
+    (state / f"{name}.pid").write_text(str(proc.pid))
+    return proc
+
+
+# kinesalite 3.3.3 never answers GetShardIterator(AT_TIMESTAMP) when no record is that new: it waits for
+# the first matching record of a stream that has ended. Real Kinesis answers with an iterator at the tip,
+# which is what finding a shard's tip relies on. The fix gives the empty case LATEST's iterator.
+_AT_TIMESTAMP_BUG = """        .head(function(item) {
+          iteratorSeq = item.key.split('/')[1]
+          cb(null, {ShardIterator: db.createShardIterator(data.StreamName, shardId, iteratorSeq)})
+        })"""
+_AT_TIMESTAMP_FIX = """        .take(1).join(function(items) {  // patched by kinesis-replay: an iterator at the tip when none is that new
+          iteratorSeq = items.length ? items[0].key.split('/')[1] : db.stringifySequence({
+            shardCreateTime: shardSeqObj.shardCreateTime,
+            seqIx: stream._seqIx[Math.floor(shardIx / 5)],
+            seqTime: now,
+            shardIx: shardSeqObj.shardIx,
+          })
+          cb(null, {ShardIterator: db.createShardIterator(data.StreamName, shardId, iteratorSeq)})
+        })"""
+
+
+def patch_kinesalite(root: Path = HERE / "node_modules" / "kinesalite") -> None:
+    """Apply the AT_TIMESTAMP fix once; fail loudly if kinesalite's source is not the one it was written for."""
+    source = root / "actions" / "getShardIterator.js"
+    text = source.read_text()
+    if _AT_TIMESTAMP_FIX in text:
+        return
+    if _AT_TIMESTAMP_BUG not in text:
+        raise RuntimeError(f"{source} is not kinesalite 3.3.3's: review the AT_TIMESTAMP fix in {__file__}")
+    source.write_text(text.replace(_AT_TIMESTAMP_BUG, _AT_TIMESTAMP_FIX))
+
+
+def kinesalite_command(port: int) -> list[str]:
+    cli = HERE / "node_modules" / "kinesalite" / "cli.js"
+    if not cli.exists():
+        raise RuntimeError(f"kinesalite is not installed: run `npm ci --prefix {HERE}` (make does)")
+    patch_kinesalite()
+    # Stream changes take effect at once; the default limit of 10 shards is too few for resharding tests.
+    return ["node", str(cli), "--port", str(port), "--shardLimit", "200",
+            "--createStreamMs", "0", "--deleteStreamMs", "0", "--updateStreamMs", "0"]  # fmt: skip
+
+
+def start(state: Path = DEFAULT_STATE, kinesis_port: int = 4567, moto_port: int = 5000) -> Stack:
+    """Start both endpoints (stopping any this state dir already runs) and wait until they listen."""
+    stop(state)
+    state.mkdir(parents=True, exist_ok=True)
+    moto = str(Path(sys.executable).parent / "moto_server")
+    procs = {
+        "kinesalite": (_spawn("kinesalite", kinesalite_command(kinesis_port), state), kinesis_port),
+        "moto": (_spawn("moto", [moto, "-H", "127.0.0.1", "-p", str(moto_port)], state), moto_port),
+    }
+    try:
+        for name, (proc, port) in procs.items():
+            _wait_for_port(port, name, proc, state / f"{name}.log")
+    except BaseException:
+        stop(state)
+        raise
+    stack = Stack(kinesis_url=f"http://127.0.0.1:{kinesis_port}", moto_url=f"http://127.0.0.1:{moto_port}")
+    (state / "stack.json").write_text(json.dumps({"kinesis_url": stack.kinesis_url, "moto_url": stack.moto_url}))
+    return stack
+
+
+def load(state: Path = DEFAULT_STATE) -> Stack:
+    path = state / "stack.json"
+    if not path.exists():
+        raise RuntimeError(f"no local stack is running from {state}: start it first")
+    return Stack(**json.loads(path.read_text()))
+
+
+def stop(state: Path = DEFAULT_STATE) -> list[str]:
+    """Stop what start() started from this state dir; returns the names it stopped."""
+    stopped = []
+    for pid_file in sorted(state.glob("*.pid")):
+        pid = int(pid_file.read_text())
+        try:
+            os.killpg(pid, signal.SIGTERM)
+            for _ in range(50):
+                os.kill(pid, 0)
+                time.sleep(0.1)
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        pid_file.unlink()
+        stopped.append(pid_file.stem)
+    (state / "stack.json").unlink(missing_ok=True)
+    return stopped
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("command", choices=["start", "stop", "env"])
+    parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE)
+    parser.add_argument("--kinesis-port", type=int, default=int(os.environ.get("KINESIS_PORT", 4567)))
+    parser.add_argument("--moto-port", type=int, default=int(os.environ.get("MOTO_PORT", 5000)))
+    args = parser.parse_args(argv)
+    if args.command == "start":
+        stack = start(args.state_dir, args.kinesis_port, args.moto_port)
+        print(f"kinesalite (Kinesis) at {stack.kinesis_url}, moto (DynamoDB, S3) at {stack.moto_url}")
+    elif args.command == "stop":
+        print("stopped: " + (", ".join(stop(args.state_dir)) or "nothing was running"))
+    else:
+        for key, value in load(args.state_dir).env().items():
+            print(f"export {key}='{value}'")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
