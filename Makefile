@@ -1,0 +1,58 @@
+# kinesis-replay: `make demo` runs the pipeline end to end on a local stack; `make test` runs every test.
+# Each installs what it needs first (a Python 3.11 venv from requirements.txt, kinesalite from npm).
+
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STACK := tests/stack
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+
+.PHONY: help install demo test test-unit test-integration lint typecheck package stack-up stack-down clean
+
+help:
+	@echo "make demo     run the DAG for several cycles on a local stack and check every record landed exactly once"
+	@echo "make test     run the whole test suite (unit, DAG and integration)"
+	@echo "make lint     ruff + mypy"
+	@echo "make package  build dist/kinesis_replay.zip, the library for spark-submit --py-files"
+
+install: $(VENV)/.installed $(STACK)/node_modules/.installed
+
+$(VENV)/.installed: requirements.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -r requirements.txt
+	touch $@
+
+$(STACK)/node_modules/.installed: $(STACK)/package.json $(STACK)/package-lock.json
+	npm ci --prefix $(STACK) --no-audit --no-fund --loglevel=error
+	touch $@
+
+demo: install
+	$(BIN)/python $(STACK)/demo.py
+
+test: install
+	$(BIN)/python -m pytest
+
+test-unit: install
+	$(BIN)/python -m pytest tests/unit tests/dags
+
+test-integration: install
+	$(BIN)/python -m pytest tests/integration
+
+lint: install
+	$(BIN)/ruff check dags plugins spark_jobs tests bench
+	$(BIN)/ruff format --check dags plugins spark_jobs tests bench
+	$(BIN)/mypy
+
+package: install
+	PYTHONPATH=plugins $(BIN)/python -c "from pathlib import Path; from kinesis_replay.spark_submit import package_library as p; print(p(Path('dist/kinesis_replay.zip')))" 
+
+stack-up: install
+	$(BIN)/python $(STACK)/local_stack.py start
+
+stack-down:
+	$(BIN)/python $(STACK)/local_stack.py stop
+
+clean: stack-down
+	rm -rf $(VENV) $(STACK)/node_modules dist .stack .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,130 @@
+"""The Airflow side of each DAG task: hooks give the clients, kinesis_replay.batches does the work.
+
+Not a DAG file (see .airflowignore): the factory in kinesis_replay_dags.py imports it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
+from airflow.providers.amazon.aws.hooks.kinesis import KinesisHook
+from airflow.sdk.exceptions import AirflowSkipException
+from botocore.config import Config
+
+from kinesis_replay import batches, spark_submit
+from kinesis_replay.config import PipelineConfig
+from kinesis_replay.dynamodb_store import DynamoDBStateStore
+from kinesis_replay.errors import KinesisReplayError
+from kinesis_replay.state import Batch
+
+log = logging.getLogger(__name__)
+# The replay job and its Data Source, shipped to Spark beside the library zip.
+SPARK_JOBS = Path(__file__).resolve().parents[1] / "spark_jobs"
+# Transient faults (5xx, dropped connections) are retried by botocore; Kinesis throttling by kinesis_replay.kinesis.
+_RETRIES = Config(retries={"mode": "standard", "max_attempts": 5}, connect_timeout=10, read_timeout=60)
+
+
+def kinesis_hook(p: PipelineConfig) -> KinesisHook:
+    return KinesisHook(aws_conn_id=p.aws_conn_id, config=_RETRIES)
+
+
+def state_store(p: PipelineConfig) -> DynamoDBStateStore:
+    # A plain client, not DynamoDBHook's: that is a resource's meta.client, whose injected serializer would
+    # wrap the typed attribute values the store writes a second time.
+    client = AwsBaseHook(aws_conn_id=p.aws_conn_id, client_type="dynamodb", config=_RETRIES).conn
+    return DynamoDBStateStore(client, p.state_table)
+
+
+def plan(p: PipelineConfig, run_id: str) -> dict[str, Any]:
+    """Resume the batch in flight or plan the next one; skip the run when no shard has anything new."""
+    store = state_store(p)
+    store.ensure_table()
+    result = batches.plan_batch(p, kinesis_hook(p).conn, store, run_id)
+    for child, parents in result.waiting:
+        log.info("shard %s waits for its parents %s to be drained", child, ", ".join(parents))
+    if result.batch is None:
+        raise AirflowSkipException(f"pipeline {p.name}: no shard of stream {p.stream} has records after its checkpoint")
+    batch = result.batch
+    log.info(
+        "pipeline %s: %s batch %d (%s) with %d ranges",
+        p.name, "resuming" if result.resumed else "planned", batch.batch_id, batch.status.value, len(batch.ranges),
+    )  # fmt: skip
+    return {"batch_id": batch.batch_id, "action": result.action, "resumed": result.resumed, "ranges": len(batch.ranges)}
+
+
+def replay(p: PipelineConfig, planned: dict[str, Any]) -> None:
+    """Run the replay job on the batch's stored ranges; a failure is noted on the batch, which stays in flight."""
+    if planned["action"] == batches.FINISH_COMMIT:
+        log.info("batch %d was verified and is being committed: finishing the commit, not replaying", planned["batch_id"])
+        return
+    store = state_store(p)
+    batch = store.get_batch(p.name, planned["batch_id"])
+    try:
+        submit(p, batch)
+    except KinesisReplayError as exc:
+        batches.record_failure(p, store, batch.batch_id, str(exc))
+        raise
+
+
+def submit(p: PipelineConfig, batch: Batch) -> None:
+    """spark-submit the replay job with the batch's spec; endpoint and credentials come from the hook."""
+    hook = kinesis_hook(p)
+    spec = batch.spec(p.output)
+    spec["aws"] = {"region_name": hook.conn_region_name, "endpoint_url": hook.conn_config.get_service_endpoint_url("kinesis")}
+    spec["read"] = {
+        "max_records_per_call": p.read.max_records_per_call,
+        "max_throttle_retries": p.read.max_throttle_retries,
+        "throttle_base_seconds": p.read.throttle_base_seconds,
+        "throttle_max_seconds": p.read.throttle_max_seconds,
+    }
+    credentials = hook.get_credentials()
+    env = {"AWS_ACCESS_KEY_ID": credentials.access_key, "AWS_SECRET_ACCESS_KEY": credentials.secret_key}
+    if credentials.token:
+        env["AWS_SESSION_TOKEN"] = credentials.token
+    if hook.conn_region_name:
+        env["AWS_DEFAULT_REGION"] = hook.conn_region_name
+    work = Path(tempfile.mkdtemp(prefix=f"kinesis-replay-{p.name}-{batch.batch_id}-"))
+    try:
+        spec_path = work / "batch.json"
+        spec_path.write_text(json.dumps(spec))
+        library = spark_submit.package_library(work / "kinesis_replay.zip")
+        command = spark_submit.build_command(
+            p, batch.batch_id, spec_path, SPARK_JOBS / "replay_job.py", [library, SPARK_JOBS / "kinesis_source.py"]
+        )
+        spark_submit.run(command, spark_submit.submit_env(p.spark.master, env), f"pipeline {p.name}, batch {batch.batch_id}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def verify(p: PipelineConfig, planned: dict[str, Any]) -> None:
+    """Check the output and manifest against the plan; a mismatch fails the run and moves nothing."""
+    if planned["action"] == batches.FINISH_COMMIT:
+        return
+    store = state_store(p)
+    try:
+        batch = batches.verify_batch(p, store, planned["batch_id"])
+    except KinesisReplayError as exc:
+        batches.record_failure(p, store, planned["batch_id"], str(exc))
+        raise
+    assert batch.manifest is not None
+    log.info("batch %d verified: %d records, %d bytes", batch.batch_id, batch.manifest.records, batch.manifest.bytes)
+
+
+def commit(p: PipelineConfig, planned: dict[str, Any]) -> dict[str, Any]:
+    """Advance every checkpoint of the verified batch, conditionally, then mark it committed."""
+    batch = batches.commit_batch(p, state_store(p), planned["batch_id"])
+    assert batch.manifest is not None
+    summary = {
+        "batch_id": batch.batch_id,
+        "shards": len(batch.ranges),
+        "records": batch.manifest.records,
+        "bytes": batch.manifest.bytes,
+    }
+    log.info("pipeline %s: committed %s", p.name, summary)
+    return summary
