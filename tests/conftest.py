@@ -1,0 +1,70 @@
+"""Shared fixtures: a local stack on free ports, and a throwaway Airflow home set before Airflow is imported."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Airflow reads its configuration when it is first imported: point it at a scratch home first.
+_AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="kinesis-replay-airflow-"))
+os.environ.update(
+    {
+        "AIRFLOW_HOME": str(_AIRFLOW_HOME),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
+        "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+        "KINESIS_REPLAY_CONFIG": str(ROOT / "dags" / "pipelines.yaml"),
+    }
+)
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """kinesalite and the moto server on free ports, reached over HTTP; the environment points boto3 and Airflow at them."""
+    from stack import local_stack
+
+    state = tmp_path_factory.mktemp("stack")
+    running = local_stack.start(state, local_stack.free_port(), local_stack.free_port())
+    saved = {k: os.environ.get(k) for k in running.env()}
+    os.environ.update(running.env())
+    yield running
+    local_stack.stop(state)
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+@pytest.fixture(scope="session")
+def airflow_db() -> Path:
+    """Airflow's metadata database (SQLite) in the scratch home, migrated once per session."""
+    airflow = Path(sys.executable).parent / "airflow"
+    subprocess.run([str(airflow), "db", "migrate"], check=True, capture_output=True, env=dict(os.environ))
+    return _AIRFLOW_HOME
+
+
+@pytest.fixture
+def stream(stack: object) -> str:
+    """A fresh 4-shard stream of its own for each test."""
+    from stack.producer import ensure_stream, kinesis_client
+
+    name = f"test-{uuid.uuid4().hex[:10]}"
+    ensure_stream(kinesis_client(), name, 4)
+    return name
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "integration" in item.path.parts:
+            item.add_marker(pytest.mark.integration)

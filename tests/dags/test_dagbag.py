@@ -1,0 +1,51 @@
+"""Guard the DAGs: every DAG imports with no errors, has the expected tasks, and a bad config names its key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def dagbag(config: Path, monkeypatch: pytest.MonkeyPatch) -> object:
+    from airflow.dag_processing.dagbag import DagBag
+
+    monkeypatch.setenv("KINESIS_REPLAY_CONFIG", str(config))
+    return DagBag(dag_folder=str(ROOT / "dags"))
+
+
+def test_every_dag_imports_without_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    bag = dagbag(ROOT / "dags" / "pipelines.yaml", monkeypatch)
+    assert bag.import_errors == {}  # type: ignore[attr-defined]
+    assert set(bag.dag_ids) == {"kinesis_replay_demo"}  # type: ignore[attr-defined]
+
+
+def test_each_pipeline_dag_runs_plan_replay_verify_commit_one_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    dag = dagbag(ROOT / "dags" / "pipelines.yaml", monkeypatch).dags["kinesis_replay_demo"]  # type: ignore[attr-defined]
+    assert [t.task_id for t in dag.topological_sort()] == ["plan", "replay", "verify", "commit"]
+    assert dag.get_task("commit").upstream_task_ids == {"plan", "verify"}
+    assert dag.max_active_runs == 1 and dag.catchup is False
+    assert dag.doc_md and "plan → replay → verify → commit" in dag.doc_md
+    for t in dag.tasks:
+        assert t.retries == 2 and t.retry_exponential_backoff
+
+
+def test_one_dag_per_configured_pipeline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    shipped = yaml.safe_load((ROOT / "dags" / "pipelines.yaml").read_text())["pipelines"][0]
+    config = tmp_path / "pipelines.yaml"
+    config.write_text(yaml.safe_dump({"pipelines": [shipped, {**shipped, "name": "orders", "schedule": "@hourly"}]}))
+    bag = dagbag(config, monkeypatch)
+    assert set(bag.dag_ids) == {"kinesis_replay_demo", "kinesis_replay_orders"}  # type: ignore[attr-defined]
+
+
+def test_a_malformed_config_is_an_import_error_naming_the_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    shipped = yaml.safe_load((ROOT / "dags" / "pipelines.yaml").read_text())["pipelines"][0]
+    config = tmp_path / "pipelines.yaml"
+    config.write_text(yaml.safe_dump({"pipelines": [{**shipped, "initial_position": "OLDEST"}]}))
+    errors = dagbag(config, monkeypatch).import_errors  # type: ignore[attr-defined]
+    assert len(errors) == 1
+    (message,) = errors.values()
+    assert "pipelines[0] (demo).initial_position: must be one of TRIM_HORIZON, LATEST, AT_TIMESTAMP, got 'OLDEST'" in message

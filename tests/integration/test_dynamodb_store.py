@@ -1,0 +1,101 @@
+"""The DynamoDB state store over HTTP (moto server): every change conditional, conflicts named."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from kinesis_replay.dynamodb_store import DynamoDBStateStore
+from kinesis_replay.errors import StateConflictError, StateCorruptError
+from kinesis_replay.ranges import SequenceRange
+from kinesis_replay.state import Batch, BatchStatus, Head, ShardState, StartPosition
+
+S = 49680458800076825667891419458951111266169532991963922434
+NOW = datetime(2026, 11, 22, tzinfo=UTC)
+
+
+def planned(pipeline: str = "orders", batch_id: int = 1, previous: int | None = None) -> Batch:
+    ranges = (SequenceRange("shardId-000000000000", S + 1, S + 50, previous), SequenceRange("shardId-000000000001", S + 2, S + 9, previous))
+    return Batch(pipeline, batch_id, BatchStatus.PLANNED, ranges, "stream", "manual__1", NOW)
+
+
+def test_ensure_table_is_idempotent(dynamodb: Any, state_table: str) -> None:
+    DynamoDBStateStore(dynamodb, state_table).ensure_table()
+    assert dynamodb.describe_table(TableName=state_table)["Table"]["KeySchema"][0]["AttributeName"] == "pk"
+
+
+def test_a_planned_batch_round_trips_with_exact_sequence_numbers(store: DynamoDBStateStore) -> None:
+    head = store.create_batch(planned(), Head())
+    assert head == Head(next_batch_id=2, in_flight=1, version=1) == store.get_head("orders")
+    assert store.get_batch("orders", 1) == planned()
+
+
+def test_a_second_plan_from_the_same_head_loses(store: DynamoDBStateStore) -> None:
+    store.create_batch(planned(), Head())
+    with pytest.raises(StateConflictError, match="pipeline 'orders': planning batch 1: another run changed the state first"):
+        store.create_batch(planned(), Head())
+
+
+def test_no_batch_is_planned_while_one_is_in_flight(store: DynamoDBStateStore) -> None:
+    head = store.create_batch(planned(), Head())
+    with pytest.raises(StateConflictError, match="planning batch 2"):
+        store.create_batch(planned(batch_id=2), head)
+
+
+def test_pipelines_do_not_see_each_others_state(store: DynamoDBStateStore) -> None:
+    store.create_batch(planned("orders"), Head())
+    store.create_batch(planned("payments"), Head())
+    assert [b.pipeline for b in store.list_batches("payments")] == ["payments"]
+
+
+def test_a_checkpoint_moves_only_from_the_expected_previous_value(store: DynamoDBStateStore) -> None:
+    store.put_shard_if_absent("orders", ShardState("shardId-000000000000"))
+    store.advance_checkpoint("orders", "shardId-000000000000", None, S + 50, 1, finished=False)
+    with pytest.raises(
+        StateConflictError,
+        match=rf"shard shardId-000000000000: advancing the checkpoint from None to {S + 60}.*stored checkpoint is {S + 50}",
+    ):
+        store.advance_checkpoint("orders", "shardId-000000000000", None, S + 60, 2, finished=False)
+    store.advance_checkpoint("orders", "shardId-000000000000", S + 50, S + 60, 2, finished=True)
+    shard = store.get_shards("orders")["shardId-000000000000"]
+    assert (shard.checkpoint, shard.finished, shard.last_batch_id) == (S + 60, True, 2)
+
+
+def test_advancing_again_for_the_same_batch_is_a_no_op(store: DynamoDBStateStore) -> None:
+    store.put_shard_if_absent("orders", ShardState("shardId-000000000000"))
+    store.advance_checkpoint("orders", "shardId-000000000000", None, S + 50, 1, finished=False)
+    store.advance_checkpoint("orders", "shardId-000000000000", None, S + 50, 1, finished=False)  # a resumed commit
+    assert store.get_shards("orders")["shardId-000000000000"].checkpoint == S + 50
+
+
+def test_the_first_stored_start_position_wins(store: DynamoDBStateStore) -> None:
+    first = ShardState("shardId-000000000000", start_position=StartPosition("AT_TIMESTAMP", NOW))
+    later = ShardState("shardId-000000000000", start_position=StartPosition("AT_TIMESTAMP", datetime(2027, 1, 1, tzinfo=UTC)))
+    assert store.put_shard_if_absent("orders", first) == first
+    assert store.put_shard_if_absent("orders", later).start_position == first.start_position
+
+
+def test_only_the_batch_in_flight_can_change_status(store: DynamoDBStateStore) -> None:
+    store.create_batch(planned(), Head())
+    with pytest.raises(StateConflictError, match="setting batch 2"):
+        store.update_batch(planned(batch_id=2).with_status(BatchStatus.FAILED), expected=BatchStatus.PLANNED)
+
+
+def test_completing_a_commit_clears_the_batch_in_flight(store: DynamoDBStateStore) -> None:
+    store.create_batch(planned(), Head())
+    batch = planned()
+    for status, expected in ((BatchStatus.WRITTEN, BatchStatus.PLANNED), (BatchStatus.COMMITTING, BatchStatus.WRITTEN)):
+        batch = batch.with_status(status)
+        store.update_batch(batch, expected=expected)
+    store.complete_batch(batch, NOW)
+    assert store.get_head("orders").in_flight is None
+    assert store.get_batch("orders", 1).status == BatchStatus.COMMITTED
+    with pytest.raises(StateConflictError, match="completing the commit of batch 1"):
+        store.complete_batch(batch, NOW)
+
+
+def test_a_missing_table_is_named(dynamodb: Any) -> None:
+    with pytest.raises(StateCorruptError, match="state table no-such-table does not exist"):
+        DynamoDBStateStore(dynamodb, "no-such-table").get_head("orders")

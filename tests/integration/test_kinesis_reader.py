@@ -1,0 +1,114 @@
+"""The range reader against kinesalite over HTTP: exact inclusive ranges, and the faults it must survive or name."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+
+from kinesis_replay.config import ReadConfig
+from kinesis_replay.errors import RangeReadError, StreamNotFoundError
+from kinesis_replay.kinesis import ReadStats, iterate_range
+from kinesis_replay.ranges import SequenceRange
+from stack.producer import produce
+
+
+def shard_sequence_numbers(kinesis: Any, stream: str, count: int = 300) -> tuple[str, list[int]]:
+    """Produce ``count`` records; return the busiest shard and its records' sequence numbers, in order."""
+    produced = produce(kinesis, stream, count)
+    shard, _ = Counter(p.shard_id for p in produced).most_common(1)[0]
+    return shard, sorted(int(p.sequence_number) for p in produced if p.shard_id == shard)
+
+
+def read(kinesis: Any, stream: str, rng: SequenceRange, limits: ReadConfig | None = None, stats: ReadStats | None = None) -> list[int]:
+    return [int(r["SequenceNumber"]) for page in iterate_range(kinesis, stream, rng, limits, stats, sleep=lambda s: None) for r in page]
+
+
+class FaultyKinesis:
+    """The real client, with chosen GetRecords calls answered by an injected error or a trimmed page."""
+
+    def __init__(self, client: Any, errors: dict[int, str] | None = None, drop_first_record: bool = False) -> None:
+        self.client, self.errors, self.drop_first_record, self.calls = client, errors or {}, drop_first_record, 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.client, name)
+
+    def get_records(self, **kwargs: Any) -> Any:
+        self.calls += 1
+        code = self.errors.get(self.calls)
+        if code:
+            raise ClientError({"Error": {"Code": code, "Message": f"injected {code}"}}, "GetRecords")
+        page = self.client.get_records(**kwargs)
+        if self.drop_first_record and self.calls == 1:
+            page["Records"] = page["Records"][1:]  # as if retention had trimmed the range's first record
+        return page
+
+
+def test_reads_exactly_the_inclusive_range_with_56_digit_sequence_numbers(kinesis: Any, stream: str) -> None:
+    shard, seqs = shard_sequence_numbers(kinesis, stream)
+    rng = SequenceRange(shard, seqs[10], seqs[-10])
+    # Pages of 7 records, so that the end falls inside a page and what follows it must be cut off.
+    assert read(kinesis, stream, rng, ReadConfig(max_records_per_call=7)) == seqs[10:-9]
+    assert {len(str(s)) for s in seqs} == {56}
+
+
+def test_a_single_record_range_reads_one_record(kinesis: Any, stream: str) -> None:
+    shard, seqs = shard_sequence_numbers(kinesis, stream, 40)
+    assert read(kinesis, stream, SequenceRange(shard, seqs[3], seqs[3])) == [seqs[3]]
+
+
+def test_reading_stops_at_the_end_without_fetching_more(kinesis: Any, stream: str) -> None:
+    shard, seqs = shard_sequence_numbers(kinesis, stream)
+    counting = FaultyKinesis(kinesis)
+    read(counting, stream, SequenceRange(shard, seqs[0], seqs[19]), ReadConfig(max_records_per_call=10))
+    assert counting.calls == 2  # 2 pages of 10: the second ends exactly at the end, and reading stops there
+
+
+def test_an_expired_iterator_is_reopened_after_the_last_record_read(kinesis: Any, stream: str) -> None:
+    shard, seqs = shard_sequence_numbers(kinesis, stream)
+    faulty = FaultyKinesis(kinesis, errors={3: "ExpiredIteratorException"})
+    stats = ReadStats()
+    assert read(faulty, stream, SequenceRange(shard, seqs[0], seqs[-1]), ReadConfig(max_records_per_call=5), stats) == seqs
+    assert stats.expired_iterators == 1
+
+
+def test_throttling_is_waited_out_and_counted(kinesis: Any, stream: str) -> None:
+    shard, seqs = shard_sequence_numbers(kinesis, stream)
+    faulty = FaultyKinesis(kinesis, errors={1: "ProvisionedThroughputExceededException", 2: "ProvisionedThroughputExceededException"})
+    stats = ReadStats()
+    assert read(faulty, stream, SequenceRange(shard, seqs[0], seqs[-1]), stats=stats) == seqs
+    assert stats.throttled == 2 and stats.throttled_seconds > 0
+
+
+def test_throttling_past_the_budget_fails_naming_the_range(kinesis: Any, stream: str) -> None:
+    shard, seqs = shard_sequence_numbers(kinesis, stream, 40)
+    faulty = FaultyKinesis(kinesis, errors=dict.fromkeys(range(1, 10), "ProvisionedThroughputExceededException"))
+    with pytest.raises(RangeReadError, match=rf"stream {stream}, range {shard} .*still throttled after 2 retries"):
+        read(faulty, stream, SequenceRange(shard, seqs[0], seqs[-1]), ReadConfig(max_throttle_retries=2))
+
+
+def test_an_end_beyond_the_newest_record_fails_naming_stream_shard_and_range(kinesis: Any, stream: str) -> None:
+    shard, seqs = shard_sequence_numbers(kinesis, stream, 40)
+    rng = SequenceRange(shard, seqs[0], seqs[-1] + 10**20)
+    with pytest.raises(RangeReadError, match=rf"stream {stream}, range {shard} \[{seqs[0]} .. .*could not read until the end"):
+        read(kinesis, stream, rng)
+
+
+def test_an_end_between_two_records_fails(kinesis: Any, stream: str) -> None:
+    shard, seqs = shard_sequence_numbers(kinesis, stream, 40)
+    with pytest.raises(RangeReadError, match=rf"no record has sequence number {seqs[2] + 1}"):
+        read(kinesis, stream, SequenceRange(shard, seqs[0], seqs[2] + 1))
+
+
+def test_a_first_record_that_is_not_the_start_is_a_gap_not_a_skip(kinesis: Any, stream: str) -> None:
+    shard, seqs = shard_sequence_numbers(kinesis, stream, 40)
+    faulty = FaultyKinesis(kinesis, drop_first_record=True)
+    with pytest.raises(RangeReadError, match=rf"the first record is {seqs[1]}, not the range start {seqs[0]}"):
+        read(faulty, stream, SequenceRange(shard, seqs[0], seqs[-1]))
+
+
+def test_a_missing_stream_is_named(kinesis: Any) -> None:
+    with pytest.raises(StreamNotFoundError, match="stream no-such-stream"):
+        read(kinesis, "no-such-stream", SequenceRange("shardId-000000000000", 1, 2))

@@ -1,0 +1,140 @@
+"""Planning against kinesalite and the moto server: exact ranges, O(shards) tips, resume, initial positions, bad input."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import boto3
+import pytest
+
+from kinesis_replay import kinesis as kinesis_api
+from kinesis_replay.batches import plan_batch
+from kinesis_replay.config import parse_config
+from kinesis_replay.dynamodb_store import DynamoDBStateStore
+from kinesis_replay.errors import EndpointUnreachableError, StateConflictError, StreamNotFoundError
+from kinesis_replay.state import BatchStatus
+from stack.producer import produce
+
+
+def pipeline(entry: dict[str, Any], **changes: Any) -> Any:
+    return parse_config({"pipelines": [{**entry, **changes}]})[0]
+
+
+def ends_by_shard(produced: list[Any]) -> dict[str, tuple[int, int]]:
+    ends: dict[str, tuple[int, int]] = {}
+    for p in produced:
+        seq = int(p.sequence_number)
+        low, high = ends.get(p.shard_id, (seq, seq))
+        ends[p.shard_id] = (min(low, seq), max(high, seq))
+    return ends
+
+
+def test_a_plan_covers_exactly_the_records_that_exist(kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any]) -> None:
+    produced = produce(kinesis, entry["stream"], 500)
+    result = plan_batch(pipeline(entry), kinesis, store, "run-1")
+    assert result.batch is not None and not result.resumed and result.action == "replay"
+    assert {r.shard_id: (r.start, r.end) for r in result.batch.ranges} == ends_by_shard(produced)
+    assert store.get_batch(entry["name"], 1).ranges == result.batch.ranges  # stored before anything is read
+
+
+def test_nothing_new_plans_no_batch(kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any]) -> None:
+    result = plan_batch(pipeline(entry), kinesis, store, "run-1")
+    assert result.batch is None and store.get_head(entry["name"]).next_batch_id == 1
+
+
+def test_a_batch_in_flight_is_resumed_with_the_same_ranges(kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any]) -> None:
+    produce(kinesis, entry["stream"], 100)
+    first = plan_batch(pipeline(entry), kinesis, store, "run-1")
+    produce(kinesis, entry["stream"], 100)  # more arrives; the batch in flight must not grow
+    again = plan_batch(pipeline(entry), kinesis, store, "run-2")
+    assert again.resumed and again.batch is not None and first.batch is not None
+    assert (again.batch.batch_id, again.batch.ranges, again.batch.run_id) == (1, first.batch.ranges, "run-1")
+
+
+def test_a_concurrent_plan_fails_and_names_the_pipeline(kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any]) -> None:
+    produce(kinesis, entry["stream"], 50)
+
+    class SlowStore:
+        """The store as seen by a run that read the head just before another run planned."""
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(store, name)
+
+        def get_head(self, name: str) -> Any:
+            head = store.get_head(name)
+            plan_batch(pipeline(entry), kinesis, store, "the-other-run")
+            return head
+
+    with pytest.raises(StateConflictError, match=rf"pipeline '{entry['name']}': another run planned a batch"):
+        plan_batch(pipeline(entry), kinesis, SlowStore(), "this-run")  # type: ignore[arg-type]
+    assert [b.run_id for b in store.list_batches(entry["name"])] == ["the-other-run"]
+
+
+def test_finding_the_tip_does_not_read_the_backlog(kinesis: Any, stream: str) -> None:
+    backlog = produce(kinesis, stream, 4000)
+    time.sleep(2.5)
+    recent = produce(kinesis, stream, 8)
+    shard = recent[-1].shard_id
+    first = kinesis_api.first_record_after(kinesis, stream, shard, None, None)
+    assert first is not None
+
+    read = {"records": 0}
+    real_get_records = kinesis.get_records
+
+    def counting(**kwargs: Any) -> Any:
+        page = real_get_records(**kwargs)
+        read["records"] += len(page["Records"])
+        return page
+
+    kinesis.get_records = counting
+    tip = kinesis_api.find_tip(kinesis, stream, shard, first, datetime.now(UTC), window=timedelta(seconds=1))
+    assert tip == max(int(p.sequence_number) for p in backlog + recent if p.shard_id == shard)
+    assert read["records"] <= 8 < sum(1 for p in backlog if p.shard_id == shard)  # the window's records only
+
+
+def test_latest_starts_at_the_first_plan_and_stays_there(kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any]) -> None:
+    produce(kinesis, entry["stream"], 100)  # before the pipeline started: LATEST skips these
+    p = pipeline(entry, initial_position="LATEST")
+    assert plan_batch(p, kinesis, store, "run-1").batch is None
+    starts = {s.start_position for s in store.get_shards(entry["name"]).values()}
+    assert len(starts) == 1 and next(iter(starts)).kind == "AT_TIMESTAMP"  # type: ignore[union-attr]
+    time.sleep(1.1)  # arrival times have millisecond resolution; keep clear of the resolved start
+    later = produce(kinesis, entry["stream"], 60)
+    result = plan_batch(p, kinesis, store, "run-2")
+    assert result.batch is not None
+    assert {r.shard_id: (r.start, r.end) for r in result.batch.ranges} == ends_by_shard(later)
+
+
+def test_at_timestamp_starts_at_the_configured_time(kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any]) -> None:
+    produce(kinesis, entry["stream"], 80)
+    time.sleep(1.1)
+    cut = datetime.now(UTC)
+    time.sleep(0.1)
+    later = produce(kinesis, entry["stream"], 40)
+    result = plan_batch(pipeline(entry, initial_position="AT_TIMESTAMP", initial_timestamp=cut.isoformat()), kinesis, store, "run-1")
+    assert result.batch is not None
+    assert {r.shard_id: (r.start, r.end) for r in result.batch.ranges} == ends_by_shard(later)
+
+
+def test_a_missing_stream_fails_naming_it_and_writes_nothing(kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any]) -> None:
+    with pytest.raises(StreamNotFoundError, match="stream no-such-stream: ListShards"):
+        plan_batch(pipeline(entry, stream="no-such-stream"), kinesis, store, "run-1")
+    assert store.get_head(entry["name"]).version == 0 and store.list_batches(entry["name"]) == []
+
+
+def test_an_unreachable_endpoint_fails_naming_it(store: DynamoDBStateStore, entry: dict[str, Any]) -> None:
+    from botocore.config import Config
+
+    dead = boto3.client("kinesis", endpoint_url="http://127.0.0.1:9", config=Config(retries={"max_attempts": 1}))
+    with pytest.raises(EndpointUnreachableError, match=rf"stream {entry['stream']}: ListShards: cannot reach the Kinesis endpoint"):
+        plan_batch(pipeline(entry), dead, store, "run-1")
+    assert store.list_batches(entry["name"]) == []
+
+
+def test_a_planned_batch_is_stored_as_planned(kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any]) -> None:
+    produce(kinesis, entry["stream"], 20)
+    plan_batch(pipeline(entry), kinesis, store, "run-1")
+    batch = store.get_batch(entry["name"], 1)
+    assert batch.status == BatchStatus.PLANNED and batch.run_id == "run-1" and store.get_head(entry["name"]).in_flight == 1

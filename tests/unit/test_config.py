@@ -1,0 +1,129 @@
+"""The pipelines config: defaults, and an error naming the key for every kind of mistake."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kinesis_replay.config import ConfigError, load_config, parse_config, resolve_config_path
+
+VALID: dict[str, Any] = {
+    "pipelines": [
+        {
+            "name": "orders",
+            "stream": "orders-stream",
+            "output": "/data/orders/",
+            "schedule": "@hourly",
+            "initial_position": "TRIM_HORIZON",
+            "state_table": "kr-state",
+            "spark": {"master": "local[2]", "conf": {"spark.executor.memory": "2g", "spark.ui.enabled": False}},
+        }
+    ]
+}
+
+
+def config(**changes: Any) -> dict[str, Any]:
+    data = copy.deepcopy(VALID)
+    for key, value in changes.items():
+        if value is None and key != "schedule":
+            del data["pipelines"][0][key]
+        else:
+            data["pipelines"][0][key] = value
+    return data
+
+
+def test_a_valid_pipeline_gets_safe_defaults() -> None:
+    (p,) = parse_config(VALID)
+    assert p.dag_id == "kinesis_replay_orders"
+    assert p.output == "/data/orders"  # no trailing slash: paths are derived from it
+    assert p.aws_conn_id == "aws_default" and p.retries == 2
+    assert p.read.max_records_per_call == 10_000
+    assert p.spark.conf == {"spark.executor.memory": "2g", "spark.ui.enabled": "false"}
+
+
+@pytest.mark.parametrize("key", ["name", "stream", "output", "schedule", "initial_position", "state_table", "spark"])
+def test_a_missing_required_key_is_named(key: str) -> None:
+    data = copy.deepcopy(VALID)
+    del data["pipelines"][0][key]
+    with pytest.raises(ConfigError, match=rf"pipelines\[0\].*{key}: is required"):
+        parse_config(data, "p.yaml")
+
+
+def test_an_unknown_key_is_an_error_not_ignored() -> None:
+    with pytest.raises(ConfigError, match=r"pipelines\[0\] \(orders\): unknown key\(s\) shcedule"):
+        parse_config(config(shcedule="@daily"))
+
+
+def test_an_unknown_initial_position_is_named() -> None:
+    with pytest.raises(ConfigError, match="initial_position: must be one of TRIM_HORIZON, LATEST, AT_TIMESTAMP, got 'EARLIEST'"):
+        parse_config(config(initial_position="EARLIEST"))
+
+
+def test_duplicate_pipeline_names_are_an_error() -> None:
+    data = copy.deepcopy(VALID)
+    data["pipelines"].append(copy.deepcopy(data["pipelines"][0]))
+    with pytest.raises(ConfigError, match=r"pipelines\[1\].name: duplicate name 'orders' \(also pipelines\[0\]\)"):
+        parse_config(data)
+
+
+def test_at_timestamp_requires_a_time_zone_aware_timestamp() -> None:
+    with pytest.raises(ConfigError, match="initial_timestamp: is required when initial_position is AT_TIMESTAMP"):
+        parse_config(config(initial_position="AT_TIMESTAMP"))
+    with pytest.raises(ConfigError, match="must carry a time zone"):
+        parse_config(config(initial_position="AT_TIMESTAMP", initial_timestamp="2026-01-01T00:00:00"))
+    (p,) = parse_config(config(initial_position="at_timestamp", initial_timestamp="2026-01-01T00:00:00+00:00"))
+    assert p.initial_position == "AT_TIMESTAMP" and p.initial_timestamp is not None
+
+
+def test_initial_timestamp_without_at_timestamp_is_an_error() -> None:
+    with pytest.raises(ConfigError, match="only allowed with initial_position AT_TIMESTAMP"):
+        parse_config(config(initial_timestamp="2026-01-01T00:00:00+00:00"))
+
+
+def test_a_name_that_cannot_be_part_of_a_dag_id_is_refused() -> None:
+    with pytest.raises(ConfigError, match="name: must match"):
+        parse_config(config(name="Orders Stream"))
+
+
+def test_spark_conf_keys_must_be_spark_properties() -> None:
+    with pytest.raises(ConfigError, match=r"spark.conf: keys must be Spark properties"):
+        parse_config(config(spark={"master": "local[2]", "conf": {"executor.memory": "2g"}}))
+
+
+def test_read_limits_above_kinesis_own_are_refused() -> None:
+    with pytest.raises(ConfigError, match=r"read\.max_records_per_call: must be at most 10000"):
+        parse_config(config(read={"max_records_per_call": 20_000}))
+
+
+def test_the_top_level_must_be_a_pipelines_list() -> None:
+    with pytest.raises(ConfigError, match="top level must be a mapping with a 'pipelines' list"):
+        parse_config([VALID])
+    with pytest.raises(ConfigError, match="non-empty list"):
+        parse_config({"pipelines": []})
+
+
+def test_load_config_names_the_file_for_invalid_yaml(tmp_path: Path) -> None:
+    path = tmp_path / "pipelines.yaml"
+    path.write_text("pipelines: [\n")
+    with pytest.raises(ConfigError, match=f"{path}: not valid YAML"):
+        load_config(path)
+
+
+def test_load_config_names_a_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"cannot read pipelines config .*missing\.yaml"):
+        load_config(tmp_path / "missing.yaml")
+
+
+def test_the_environment_variable_overrides_the_default_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KINESIS_REPLAY_CONFIG", raising=False)
+    assert resolve_config_path("dags/pipelines.yaml") == Path("dags/pipelines.yaml")
+    monkeypatch.setenv("KINESIS_REPLAY_CONFIG", "/etc/kr.yaml")
+    assert resolve_config_path("dags/pipelines.yaml") == Path("/etc/kr.yaml")
+
+
+def test_the_shipped_config_is_valid() -> None:
+    (p,) = load_config(Path(__file__).resolve().parents[2] / "dags" / "pipelines.yaml")
+    assert p.name == "demo"

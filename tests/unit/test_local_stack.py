@@ -1,0 +1,35 @@
+"""The local stack's kinesalite fix is applied once, and refuses a kinesalite it was not written for."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from stack import local_stack
+
+KINESALITE = Path(local_stack.__file__).parent / "node_modules" / "kinesalite"
+
+
+@pytest.fixture
+def kinesalite_copy(tmp_path: Path) -> Path:
+    if not KINESALITE.exists():
+        pytest.fail("kinesalite is not installed: `make test` installs it")
+    target = tmp_path / "kinesalite"
+    shutil.copytree(KINESALITE / "actions", target / "actions")
+    return target
+
+
+def test_the_at_timestamp_fix_is_applied_once(kinesalite_copy: Path) -> None:
+    source = kinesalite_copy / "actions" / "getShardIterator.js"
+    local_stack.patch_kinesalite(kinesalite_copy)
+    once = source.read_text()
+    local_stack.patch_kinesalite(kinesalite_copy)
+    assert source.read_text() == once and once.count("patched by kinesis-replay") == 1
+
+
+def test_an_unknown_kinesalite_is_refused(kinesalite_copy: Path) -> None:
+    (kinesalite_copy / "actions" / "getShardIterator.js").write_text("// another version\n")
+    with pytest.raises(RuntimeError, match=r"is not kinesalite 3\.3\.3's"):
+        local_stack.patch_kinesalite(kinesalite_copy)
