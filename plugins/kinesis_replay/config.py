@@ -29,7 +29,7 @@ class ReadConfig:
 
 @dataclass(frozen=True)
 class SparkConfig:
-    master: str
+    master: str = "local[*]"  # local mode unless the pipeline names a master
     conf: Mapping[str, str] = field(default_factory=dict)
     submit_timeout_seconds: int = 6 * 3600
 
@@ -177,7 +177,7 @@ def _parse_pipeline(source: str, index: int, data: object) -> PipelineConfig:
         initial_timestamp=timestamp,
         state_table=r.text("state_table"),
         spark=SparkConfig(
-            master=spark.text("master"),
+            master=spark.text("master", default="local[*]"),
             conf={k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in conf.items()},
             submit_timeout_seconds=spark.integer("submit_timeout_seconds", 6 * 3600, minimum=1),
         ),

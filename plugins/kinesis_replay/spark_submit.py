@@ -48,7 +48,9 @@ def spark_submit_binary() -> str:
 
 def build_command(pipeline: PipelineConfig, batch_id: int, spec_path: Path, job: Path, py_files: list[Path]) -> list[str]:
     command = [spark_submit_binary(), "--master", pipeline.spark.master, "--name", f"kinesis-replay-{pipeline.name}-batch-{batch_id}"]
-    for key, value in sorted(pipeline.spark.conf.items()):
+    # Spark's INFO lines (hundreds a run) would bury the job's own progress in the task log.
+    conf = {"spark.log.level": "WARN", **pipeline.spark.conf}
+    for key, value in sorted(conf.items()):
         command += ["--conf", f"{key}={value}"]
     command += ["--py-files", ",".join(str(p) for p in py_files), str(job), "--spec", str(spec_path)]
     return command

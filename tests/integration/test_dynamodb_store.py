@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from kinesis_replay.dynamodb_store import DynamoDBStateStore
-from kinesis_replay.errors import StateConflictError, StateCorruptError
+from kinesis_replay.errors import EndpointUnreachableError, StateConflictError, StateCorruptError
 from kinesis_replay.ranges import SequenceRange
 from kinesis_replay.state import Batch, BatchStatus, Head, ShardState, StartPosition
 
@@ -99,3 +99,12 @@ def test_completing_a_commit_clears_the_batch_in_flight(store: DynamoDBStateStor
 def test_a_missing_table_is_named(dynamodb: Any) -> None:
     with pytest.raises(StateCorruptError, match="state table no-such-table does not exist"):
         DynamoDBStateStore(dynamodb, "no-such-table").get_head("orders")
+
+
+def test_an_unreachable_dynamodb_endpoint_is_named() -> None:
+    import boto3
+    from botocore.config import Config
+
+    dead = boto3.client("dynamodb", endpoint_url="http://127.0.0.1:9", config=Config(retries={"max_attempts": 1}))
+    with pytest.raises(EndpointUnreachableError, match="state table kr-state: cannot reach DynamoDB"):
+        DynamoDBStateStore(dead, "kr-state").ensure_table()

@@ -127,3 +127,8 @@ def test_the_environment_variable_overrides_the_default_path(monkeypatch: pytest
 def test_the_shipped_config_is_valid() -> None:
     (p,) = load_config(Path(__file__).resolve().parents[2] / "dags" / "pipelines.yaml")
     assert p.name == "demo"
+
+
+def test_spark_runs_locally_unless_a_master_is_named() -> None:
+    (p,) = parse_config(config(spark={}))
+    assert p.spark.master == "local[*]" and p.spark.conf == {}

@@ -11,16 +11,11 @@ import pytest
 from kinesis_replay import spark_submit
 from kinesis_replay.config import parse_config
 
-PIPELINE = parse_config(
-    {
-        "pipelines": [
-            {
-                "name": "orders", "stream": "s", "output": "/o", "schedule": None, "initial_position": "LATEST",
-                "state_table": "t", "spark": {"master": "spark://host:7077", "conf": {"spark.executor.cores": 2}},
-            }
-        ]
-    }
-)[0]  # fmt: skip
+ENTRY = {
+    "name": "orders", "stream": "s", "output": "/o", "schedule": None, "initial_position": "LATEST",
+    "state_table": "t", "spark": {"master": "spark://host:7077", "conf": {"spark.executor.cores": 2}},
+}  # fmt: skip
+PIPELINE = parse_config({"pipelines": [ENTRY]})[0]
 
 
 def test_the_library_zip_holds_the_package_this_process_runs(tmp_path: Path) -> None:
@@ -51,3 +46,9 @@ def test_a_failing_job_raises_with_its_own_error_line() -> None:
     command = [sys.executable, "-c", "import sys; print('noise'); print('kinesis-replay: range s0 is gone'); sys.exit(2)"]
     with pytest.raises(spark_submit.SparkSubmitError, match="batch 9: spark-submit exited with 2: kinesis-replay: range s0 is gone"):
         spark_submit.run(command, {}, "pipeline p, batch 9")
+
+
+def test_the_pipeline_may_raise_spark_log_level(tmp_path: Path) -> None:
+    chatty = parse_config({"pipelines": [{**ENTRY, "spark": {"master": "local[1]", "conf": {"spark.log.level": "INFO"}}}]})[0]
+    command = spark_submit.build_command(chatty, 1, tmp_path / "b.json", Path("job.py"), [])
+    assert "spark.log.level=INFO" in command and "spark.log.level=WARN" not in command
