@@ -9,6 +9,7 @@ import json
 import logging
 import shutil
 import tempfile
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -77,12 +78,8 @@ def submit(p: PipelineConfig, batch: Batch) -> None:
     hook = kinesis_hook(p)
     spec = batch.spec(p.output)
     spec["aws"] = {"region_name": hook.conn_region_name, "endpoint_url": hook.conn_config.get_service_endpoint_url("kinesis")}
-    spec["read"] = {
-        "max_records_per_call": p.read.max_records_per_call,
-        "max_throttle_retries": p.read.max_throttle_retries,
-        "throttle_base_seconds": p.read.throttle_base_seconds,
-        "throttle_max_seconds": p.read.throttle_max_seconds,
-    }
+    spec["read"] = asdict(p.read)
+    spec["payload"] = {"format": p.payload.format, "schema": p.payload.schema}
     credentials = hook.get_credentials()
     env = {"AWS_ACCESS_KEY_ID": credentials.access_key, "AWS_SECRET_ACCESS_KEY": credentials.secret_key}
     if credentials.token:

@@ -15,7 +15,7 @@ from pyspark.sql.types import StructType
 
 SCHEMA_DDL = (
     "stream_name STRING, shard_id STRING, sequence_number STRING, sub_sequence_number BIGINT, "
-    "partition_key STRING, approximate_arrival_timestamp TIMESTAMP, data BINARY"
+    "partition_key STRING, approximate_arrival_timestamp TIMESTAMP, data BINARY, decode_error STRING"
 )
 ARROW_SCHEMA = pa.schema(
     [
@@ -26,6 +26,7 @@ ARROW_SCHEMA = pa.schema(
         ("partition_key", pa.string()),
         ("approximate_arrival_timestamp", pa.timestamp("us", tz="UTC")),
         ("data", pa.binary()),
+        ("decode_error", pa.string()),  # null, or why the record is quarantined
     ]
 )
 log = logging.getLogger("kinesis_replay.spark")
@@ -96,17 +97,21 @@ class KinesisRangeReader(DataSourceReader):  # type: ignore[misc]
 
 
 def to_record_batch(stream: str, shard_id: str, page: list[dict[str, Any]]) -> pa.RecordBatch:
-    """One GetRecords page as Arrow columns: no per-row Python objects reach Spark."""
-    n = len(page)
+    """One GetRecords page as Arrow columns, KPL aggregates deaggregated: no per-row Python objects reach Spark."""
+    from kinesis_replay.records import to_rows
+
+    rows = to_rows(page)
+    n = len(rows)
     return pa.RecordBatch.from_arrays(
         [
             pa.array([stream] * n, pa.string()),
             pa.array([shard_id] * n, pa.string()),
-            pa.array([r["SequenceNumber"] for r in page], pa.string()),
-            pa.array([0] * n, pa.int64()),
-            pa.array([r["PartitionKey"] for r in page], pa.string()),
-            pa.array([r["ApproximateArrivalTimestamp"] for r in page], pa.timestamp("us", tz="UTC")),
-            pa.array([r["Data"] for r in page], pa.binary()),
+            pa.array(rows.sequence_number, pa.string()),
+            pa.array(rows.sub_sequence_number, pa.int64()),
+            pa.array(rows.partition_key, pa.string()),
+            pa.array(rows.approximate_arrival_timestamp, pa.timestamp("us", tz="UTC")),
+            pa.array(rows.data, pa.binary()),
+            pa.array(rows.decode_error, pa.string()),
         ],
         schema=ARROW_SCHEMA,
     )

@@ -4,8 +4,13 @@ A plain spark-submit program that knows nothing of Airflow or of the state table
 
     spark-submit --py-files kinesis_replay.zip,kinesis_source.py replay_job.py --spec batch.json
 
-The spec is {"pipeline", "stream", "batch_id", "output", "ranges": [...], "aws": {...}, "read": {...}}.
-Credentials come from the environment (or the executors' instance role), never from the spec.
+The spec is {"pipeline", "stream", "batch_id", "output", "ranges": [...], "aws": {...}, "read": {...},
+"payload": {"format": "raw" | "json", "schema": DDL}}. Credentials come from the environment (or the
+executors' instance role), never from the spec.
+
+The batch is written in one pass to a staging path of its own, then swapped into place: its rows to
+<output>/batch_id=<id>/, rows that could not be decoded to <output>/_quarantine/batch_id=<id>/. Each
+swap first removes what an earlier run of the batch left there, so a rerun replaces all of it.
 """
 
 from __future__ import annotations
@@ -19,14 +24,17 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from kinesis_replay.errors import KinesisReplayError
-from kinesis_replay.output import batch_partition, batch_path, manifest_path
+from kinesis_replay.output import batch_path, manifest_path, quarantine_path, staging_path
 from kinesis_replay.ranges import SequenceRange
 from kinesis_replay.state import Manifest, ShardResult
 from kinesis_source import KinesisRangeDataSource
 
 SEQ_WIDTH = 130  # sequence numbers have at most 129 digits: left-padded, they order as text as they do as numbers
+PART = "kinesis_replay_part"  # the staging partition column: data or quarantine
+CORRUPT = "_corrupt_record"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -54,9 +62,7 @@ def load_spec(path: str) -> dict[str, Any]:
 def build_session(spec: dict[str, Any]) -> SparkSession:
     spark = (
         SparkSession.builder.appName(f"kinesis-replay {spec['pipeline']} batch {spec['batch_id']}")
-        # Overwrite only the partitions present in the DataFrame: this batch's, never another's.
-        .config("spark.sql.sources.partitionOverwriteMode", "dynamic")
-        # No _SUCCESS marker at the output root: nothing is written outside the batch's own paths.
+        # No _SUCCESS markers: nothing is written outside the batch's own paths.
         .config("spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
         .config("spark.sql.session.timeZone", "UTC")
         # Standard Parquet timestamps (UTC-adjusted micros), not Spark's legacy INT96, so any reader agrees.
@@ -71,24 +77,83 @@ def read_batch(spark: SparkSession, spec: dict[str, Any]) -> DataFrame:
     return spark.read.format(KinesisRangeDataSource.name()).option("spec", json.dumps(spec)).load()
 
 
-def write_batch(df: DataFrame, spec: dict[str, Any]) -> None:
-    (
-        df.withColumn("batch_id", F.lit(batch_partition(int(spec["batch_id"]))))
-        .write.mode("overwrite")
-        .partitionBy("batch_id")
-        .parquet(spec["output"])
+def decode_payload(rows: DataFrame, payload: dict[str, Any], pipeline: str) -> DataFrame:
+    """For JSON payloads, add the schema's columns; a payload that does not parse gets a decode_error."""
+    if payload.get("format", "raw") != "json":
+        return rows
+    from pyspark.errors import ParseException
+
+    text = F.col("data").cast("string")
+    try:
+        fields = StructType.fromDDL(payload["schema"]).fieldNames()
+        parsed = F.from_json(
+            text,
+            f"{payload['schema']}, {CORRUPT} STRING",
+            {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT},
+        )
+    except ParseException as exc:
+        raise KinesisReplayError(f"pipeline {pipeline}: payload.schema is not a Spark DDL schema: {exc}") from exc
+    error = (
+        F.when(F.col("decode_error").isNotNull(), F.col("decode_error"))
+        .when(~F.is_valid_utf8(text), F.lit("payload is not valid UTF-8"))
+        .when(F.col("_parsed")[CORRUPT].isNotNull(), F.lit("payload is not a JSON object matching payload.schema"))
+    )
+    return (
+        rows.withColumn("_parsed", parsed)
+        .withColumn("decode_error", error)
+        .select(*rows.columns, *(F.col("_parsed")[name].alias(name) for name in fields))
     )
 
 
+def write_batch(spark: SparkSession, rows: DataFrame, spec: dict[str, Any]) -> None:
+    """Write the batch in one pass to its staging path, then swap data and quarantine into place."""
+    output, batch_id = spec["output"], int(spec["batch_id"])
+    staging = staging_path(output, batch_id)
+    fs = HadoopFS(spark, staging)
+    fs.delete(staging)  # what a crashed run of this batch left
+    part = F.when(F.col("decode_error").isNull(), F.lit("data")).otherwise(F.lit("quarantine"))
+    rows.withColumn(PART, part).write.partitionBy(PART).parquet(staging)
+    fs.swap(f"{staging}/{PART}=data", batch_path(output, batch_id))
+    fs.swap(f"{staging}/{PART}=quarantine", quarantine_path(output, batch_id))
+    fs.delete(staging)
+
+
+class HadoopFS:
+    """The few Hadoop FileSystem calls the swap needs; the same code for local paths, HDFS and s3a."""
+
+    def __init__(self, spark: SparkSession, path: str) -> None:
+        self.jvm = spark._jvm  # type: ignore[attr-defined]
+        self.fs = self.jvm.org.apache.hadoop.fs.Path(path).getFileSystem(spark._jsc.hadoopConfiguration())  # type: ignore[attr-defined]
+
+    def _path(self, path: str) -> Any:
+        return self.jvm.org.apache.hadoop.fs.Path(path)
+
+    def delete(self, path: str) -> None:
+        if self.fs.exists(self._path(path)):
+            self.fs.delete(self._path(path), True)
+
+    def swap(self, source: str, target: str) -> None:
+        """Replace ``target`` with ``source``; with no ``source``, just remove ``target``."""
+        self.delete(target)
+        if self.fs.exists(self._path(source)):
+            self.fs.mkdirs(self._path(target).getParent())
+            if not self.fs.rename(self._path(source), self._path(target)):
+                raise KinesisReplayError(f"could not move {source} to {target}")
+
+
 def summarize(spark: SparkSession, spec: dict[str, Any], seconds: float) -> Manifest:
-    """Per-shard counts, bytes, first and last sequence numbers and a row checksum, read back from the files."""
-    written = spark.read.parquet(batch_path(spec["output"], int(spec["batch_id"])))
+    """Per-shard rows, bad rows, bytes, first and last sequence numbers and a row checksum, read back from the files."""
+    output, batch_id = spec["output"], int(spec["batch_id"])
+    fs = HadoopFS(spark, output)
+    paths = [p for p in (batch_path(output, batch_id), quarantine_path(output, batch_id)) if fs.fs.exists(fs._path(p))]
+    written = spark.read.parquet(*paths)
     seq = F.lpad("sequence_number", SEQ_WIDTH, "0")
     row_hash = F.xxhash64("shard_id", "sequence_number", "sub_sequence_number", "partition_key", "data")
     rows = (
         written.groupBy("shard_id")
         .agg(
-            F.count(F.lit(1)).alias("records"),
+            F.count_if(F.col("decode_error").isNull()).alias("records"),
+            F.count_if(F.col("decode_error").isNotNull()).alias("bad"),
             F.sum(F.length("data")).alias("bytes"),
             F.min(seq).alias("first"),
             F.max(seq).alias("last"),
@@ -104,10 +169,11 @@ def summarize(spark: SparkSession, spec: dict[str, Any], seconds: float) -> Mani
             first_sequence_number=int(r["first"]),
             last_sequence_number=int(r["last"]),
             checksum=f"{int(r['hash']) % 2**64:016x}",
+            bad_records=int(r["bad"]),
         )
         for r in sorted(rows, key=lambda r: r["shard_id"])
     )
-    return Manifest(pipeline=spec["pipeline"], batch_id=int(spec["batch_id"]), shards=shards, seconds=round(seconds, 3))
+    return Manifest(pipeline=spec["pipeline"], batch_id=batch_id, shards=shards, seconds=round(seconds, 3))
 
 
 def write_text(spark: SparkSession, path: str, text: str) -> None:
@@ -134,7 +200,8 @@ def run(spec: dict[str, Any]) -> Manifest:
     started = time.monotonic()
     spark = build_session(spec)
     try:
-        write_batch(read_batch(spark, spec), spec)
+        rows = decode_payload(read_batch(spark, spec), spec.get("payload", {}), spec["pipeline"])
+        write_batch(spark, rows, spec)
         manifest = summarize(spark, spec, time.monotonic() - started)
         write_text(spark, manifest_path(spec["output"], int(spec["batch_id"])), json.dumps(manifest.to_dict(), indent=2))
         return manifest

@@ -110,12 +110,22 @@ def verify_batch(pipeline: PipelineConfig, store: StateStore, batch_id: int) -> 
     batch = store.get_batch(pipeline.name, batch_id)
     manifest = output.read_manifest(pipeline.output, batch_id)
     check_manifest(batch, manifest)
-    in_files = output.count_rows_by_shard(pipeline.output, batch_id)
-    in_manifest = {s.shard_id: s.records for s in manifest.shards}
-    if dict(in_files) != in_manifest:
+    where = f"pipeline {pipeline.name!r}, batch {batch_id}"
+    for path, expected in (
+        (output.batch_path(pipeline.output, batch_id), {s.shard_id: s.records for s in manifest.shards if s.records}),
+        (output.quarantine_path(pipeline.output, batch_id), {s.shard_id: s.bad_records for s in manifest.shards if s.bad_records}),
+    ):
+        found = dict(output.count_rows_by_shard(path))
+        if found != expected:
+            raise VerificationError(
+                f"{where}: rows per shard in {path} are {dict(sorted(found.items()))}, the manifest says {dict(sorted(expected.items()))}"
+            )
+    total = manifest.records + manifest.bad_records
+    if manifest.bad_records and manifest.bad_records > pipeline.payload.max_bad_share * total:
         raise VerificationError(
-            f"pipeline {pipeline.name!r}, batch {batch_id}: rows per shard in {output.batch_path(pipeline.output, batch_id)} "
-            f"are {dict(sorted(in_files.items()))}, the manifest says {dict(sorted(in_manifest.items()))}"
+            f"{where}: {manifest.bad_records} of {total} records ({manifest.bad_records / total:.1%}) could not be decoded, "
+            f"more than payload.max_bad_share ({pipeline.payload.max_bad_share:.1%}); they are in "
+            f"{output.quarantine_path(pipeline.output, batch_id)} with the reason in decode_error"
         )
     written = batch.with_status(BatchStatus.WRITTEN, manifest=manifest, attempts=batch.attempts + 1, error=None)
     store.update_batch(written, expected=batch.status)
@@ -133,7 +143,7 @@ def check_manifest(batch: Batch, manifest: Manifest) -> None:
         raise VerificationError(f"{where}: the manifest covers shards {sorted(results)}, the plan {sorted(planned)}")
     for rng in batch.ranges:
         got = results[rng.shard_id]
-        if got.records < 1 or got.first_sequence_number != rng.start:
+        if got.records + got.bad_records < 1 or got.first_sequence_number != rng.start:
             raise VerificationError(f"{where}, range {rng.describe()}: the output starts at {got.first_sequence_number}")
         last_ok = got.last_sequence_number <= rng.end if rng.to_shard_end else got.last_sequence_number == rng.end
         if not last_ok or got.last_sequence_number < got.first_sequence_number:

@@ -27,6 +27,23 @@ class ReadConfig:
     throttle_max_seconds: float = 10.0
 
 
+PAYLOAD_FORMATS = ("raw", "json")
+# Columns every row carries; a JSON schema may not reuse their names.
+RECORD_COLUMNS = (
+    "stream_name", "shard_id", "sequence_number", "sub_sequence_number", "partition_key",
+    "approximate_arrival_timestamp", "data", "decode_error", "batch_id",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class PayloadConfig:
+    """How payloads are decoded: kept as raw bytes, or parsed as JSON into the columns of a declared schema."""
+
+    format: str = "raw"
+    schema: str | None = None  # a Spark DDL string, such as "user STRING, amount DOUBLE"; required for json
+    max_bad_share: float = 0.05  # the batch fails when more of its records than this can't be decoded
+
+
 @dataclass(frozen=True)
 class SparkConfig:
     master: str = "local[*]"  # local mode unless the pipeline names a master
@@ -48,6 +65,7 @@ class PipelineConfig:
     retries: int = 2
     retry_delay_seconds: int = 60
     read: ReadConfig = field(default_factory=ReadConfig)
+    payload: PayloadConfig = field(default_factory=PayloadConfig)
 
     @property
     def dag_id(self) -> str:
@@ -56,10 +74,11 @@ class PipelineConfig:
 
 _PIPELINE_KEYS = {
     "name", "stream", "output", "schedule", "initial_position", "state_table", "spark",
-    "initial_timestamp", "aws_conn_id", "retries", "retry_delay_seconds", "read",
+    "initial_timestamp", "aws_conn_id", "retries", "retry_delay_seconds", "read", "payload",
 }  # fmt: skip
 _REQUIRED_KEYS = ("name", "stream", "output", "schedule", "initial_position", "state_table", "spark")
 _SPARK_KEYS = {"master", "conf", "submit_timeout_seconds"}
+_PAYLOAD_KEYS = {"format", "schema", "max_bad_share"}
 _READ_KEYS = {"max_records_per_call", "max_throttle_retries", "throttle_base_seconds", "throttle_max_seconds"}
 
 
@@ -168,6 +187,8 @@ def _parse_pipeline(source: str, index: int, data: object) -> PipelineConfig:
     if read_config.max_records_per_call > 10_000:
         read.fail("must be at most 10000 (the most GetRecords returns)", "max_records_per_call")
 
+    payload = _parse_payload(_Reader(source, f"{r.path}.payload", r.data.get("payload") or {}, _PAYLOAD_KEYS))
+
     return PipelineConfig(
         name=name,
         stream=r.text("stream"),
@@ -185,7 +206,28 @@ def _parse_pipeline(source: str, index: int, data: object) -> PipelineConfig:
         retries=r.integer("retries", 2),
         retry_delay_seconds=r.integer("retry_delay_seconds", 60, minimum=1),
         read=read_config,
+        payload=payload,
     )
+
+
+def _parse_payload(p: _Reader) -> PayloadConfig:
+    fmt = p.text("format", default="raw").lower()
+    if fmt not in PAYLOAD_FORMATS:
+        p.fail(f"must be one of {', '.join(PAYLOAD_FORMATS)}, got {p.data['format']!r}", "format")
+    schema = p.text("schema", required=False) if p.has("schema") else None
+    if fmt == "json" and schema is None:
+        p.fail("is required when format is json (a Spark DDL string, such as 'user STRING, amount DOUBLE')", "schema")
+    if fmt == "raw" and schema is not None:
+        p.fail("is only allowed with format json", "schema")
+    if schema is not None:
+        names = [column.strip().split()[0].strip("`").lower() for column in schema.split(",") if column.strip()]
+        clashes = sorted(set(names) & set(RECORD_COLUMNS))
+        if clashes:
+            p.fail(f"names column(s) {', '.join(clashes)}, which every row already carries", "schema")
+    share = p.data.get("max_bad_share", 0.05)
+    if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1:
+        p.fail(f"must be a number from 0 to 1, got {share!r}", "max_bad_share")
+    return PayloadConfig(format=fmt, schema=schema, max_bad_share=float(share))
 
 
 def parse_config(data: object, source: str = "<config>") -> tuple[PipelineConfig, ...]:

@@ -12,6 +12,8 @@ from kinesis_replay.state import Manifest
 
 BATCH_DIGITS = 10  # zero-padded so that batch directories list in order
 MANIFESTS_DIR = "_manifests"  # a leading underscore: Spark and pyarrow readers skip it
+QUARANTINE_DIR = "_quarantine"  # records that could not be decoded, with the reason, per batch
+STAGING_DIR = "_staging"  # where the replay job writes a batch before swapping it into place
 
 
 def batch_partition(batch_id: int) -> str:
@@ -22,6 +24,15 @@ def batch_partition(batch_id: int) -> str:
 def batch_path(output: str, batch_id: int) -> str:
     """The only directory a batch's rows are written to; a rewrite of the batch replaces all of it."""
     return f"{output.rstrip('/')}/batch_id={batch_partition(batch_id)}"
+
+
+def quarantine_path(output: str, batch_id: int) -> str:
+    """The batch's quarantine partition: rows whose payload could not be decoded, with ``decode_error`` set."""
+    return f"{output.rstrip('/')}/{QUARANTINE_DIR}/batch_id={batch_partition(batch_id)}"
+
+
+def staging_path(output: str, batch_id: int) -> str:
+    return f"{output.rstrip('/')}/{STAGING_DIR}/batch_id={batch_partition(batch_id)}"
 
 
 def manifest_path(output: str, batch_id: int) -> str:
@@ -53,16 +64,15 @@ def read_manifest(output: str, batch_id: int) -> Manifest:
             raise VerificationError(f"batch {batch_id}: unreadable result manifest {path}: {exc!r}") from exc
 
 
-def count_rows_by_shard(output: str, batch_id: int) -> Counter[str]:
-    """Rows per shard in the files under the batch's path, read with pyarrow (only the shard_id column)."""
+def count_rows_by_shard(path: str) -> Counter[str]:
+    """Rows per shard in the Parquet files under ``path`` (none if it does not exist), read with pyarrow."""
     import pyarrow.compute as pc
     import pyarrow.dataset as ds
     from pyarrow import fs
 
-    path = batch_path(output, batch_id)
     filesystem, local = _filesystem(path)
     if filesystem.get_file_info(local).type != fs.FileType.Directory:
-        raise VerificationError(f"batch {batch_id}: no output at {path}")
+        return Counter()
     dataset = ds.dataset(local, filesystem=filesystem, format="parquet")
     shard_ids = dataset.to_table(columns=["shard_id"]).column("shard_id")
     return Counter({row["values"]: row["counts"] for row in pc.value_counts(shard_ids).to_pylist()})

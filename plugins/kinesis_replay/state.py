@@ -76,7 +76,11 @@ class ShardState:
 
 @dataclass(frozen=True)
 class ShardResult:
-    """What the replay job wrote for one shard range, from its result manifest."""
+    """What the replay job wrote for one shard range, from its result manifest.
+
+    ``records`` are rows in the batch's partition, ``bad_records`` rows in its quarantine partition;
+    sequence numbers, bytes and the checksum cover both.
+    """
 
     shard_id: str
     records: int
@@ -84,6 +88,7 @@ class ShardResult:
     first_sequence_number: int
     last_sequence_number: int
     checksum: str
+    bad_records: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -93,6 +98,7 @@ class ShardResult:
             "first_sequence_number": format_sequence_number(self.first_sequence_number),
             "last_sequence_number": format_sequence_number(self.last_sequence_number),
             "checksum": self.checksum,
+            "bad_records": self.bad_records,
         }
 
     @classmethod
@@ -105,6 +111,7 @@ class ShardResult:
             first_sequence_number=parse_sequence_number(data["first_sequence_number"], f"first of {shard_id}"),
             last_sequence_number=parse_sequence_number(data["last_sequence_number"], f"last of {shard_id}"),
             checksum=str(data["checksum"]),
+            bad_records=int(data.get("bad_records", 0)),
         )
 
 
@@ -125,6 +132,10 @@ class Manifest:
     def bytes(self) -> int:
         return sum(s.bytes for s in self.shards)
 
+    @property
+    def bad_records(self) -> int:
+        return sum(s.bad_records for s in self.shards)
+
     def by_shard(self) -> dict[str, ShardResult]:
         return {s.shard_id: s for s in self.shards}
 
@@ -134,6 +145,7 @@ class Manifest:
             "batch_id": self.batch_id,
             "records": self.records,
             "bytes": self.bytes,
+            "bad_records": self.bad_records,
             "seconds": self.seconds,
             "shards": [s.to_dict() for s in self.shards],
         }

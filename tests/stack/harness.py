@@ -60,15 +60,15 @@ def run_dag(dag: Any, **kwargs: Any) -> RunResult:
     return RunResult(state=str(run.state), tasks=tasks, run_id=run.run_id)
 
 
-def read_output(output: Path | str) -> Any:
-    """Every row under the output root, read with pyarrow (not with project code), batch_id from the path."""
+def read_output(output: Path | str, quarantine: bool = False) -> Any:
+    """Every row under the output root (or its quarantine), read with pyarrow (not with project code), batch_id from the path."""
+    import pyarrow as pa
     import pyarrow.dataset as ds
 
-    if not Path(output).exists():
-        import pyarrow as pa
-
+    root = Path(output) / "_quarantine" if quarantine else Path(output)
+    if not root.exists():
         return pa.table({"shard_id": [], "sequence_number": [], "sub_sequence_number": [], "data": [], "batch_id": []})
-    return ds.dataset(str(output), format="parquet", partitioning="hive").to_table()
+    return ds.dataset(str(root), format="parquet", partitioning="hive").to_table()
 
 
 def batch_dirs(output: Path | str) -> list[str]:
@@ -98,7 +98,7 @@ class ExactlyOnce:
 
 def check_exactly_once(produced: Iterable[Any], table: Any) -> ExactlyOnce:
     """Compare what Kinesis acknowledged (shard, sequence number, payload) with the output rows."""
-    expected = {(p.shard_id, p.sequence_number, 0): p.data for p in produced}
+    expected = {(p.shard_id, p.sequence_number, p.sub_sequence_number): p.data for p in produced}
     keys = list(
         zip(
             table.column("shard_id").to_pylist(),

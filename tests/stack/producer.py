@@ -23,10 +23,13 @@ PUT_RECORDS_MAX = 500  # PutRecords takes at most 500 records a call
 
 @dataclass(frozen=True)
 class Produced:
+    """One user record as Kinesis acknowledged it: a plain record, or one user record of a KPL aggregate."""
+
     shard_id: str
     sequence_number: str
     partition_key: str
     data: bytes
+    sub_sequence_number: int = 0
 
 
 def kinesis_client(endpoint_url: str | None = None) -> Any:
@@ -81,6 +84,33 @@ def produce(
             if ahead > 0:
                 time.sleep(ahead)
     return produced
+
+
+def produce_aggregated(client: Any, stream: str, aggregates: int, per_aggregate: int, start_index: int = 0) -> list[Produced]:
+    """Put ``aggregates`` KPL aggregated records of ``per_aggregate`` user records each, built by aws-kinesis-agg."""
+    from aws_kinesis_agg.aggregator import RecordAggregator
+
+    produced: list[Produced] = []
+    index = start_index
+    for _ in range(aggregates):
+        aggregator = RecordAggregator()
+        users = []
+        for _ in range(per_aggregate):
+            key, data = event(index)
+            aggregator.add_user_record(key, data)
+            users.append((key, data))
+            index += 1
+        key, explicit_hash_key, blob = aggregator.clear_and_get().get_contents()
+        extra = {"ExplicitHashKey": explicit_hash_key} if explicit_hash_key else {}
+        result = client.put_record(StreamName=stream, PartitionKey=key, Data=blob, **extra)
+        produced += [Produced(result["ShardId"], result["SequenceNumber"], k, d, sub) for sub, (k, d) in enumerate(users)]
+    return produced
+
+
+def put_raw(client: Any, stream: str, partition_key: str, data: bytes) -> Produced:
+    """Put one record exactly as given (for malformed payloads and aggregates)."""
+    result = client.put_record(StreamName=stream, PartitionKey=partition_key, Data=data)
+    return Produced(result["ShardId"], result["SequenceNumber"], partition_key, data)
 
 
 def main(argv: list[str] | None = None) -> int:

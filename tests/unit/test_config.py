@@ -132,3 +132,24 @@ def test_the_shipped_config_is_valid() -> None:
 def test_spark_runs_locally_unless_a_master_is_named() -> None:
     (p,) = parse_config(config(spark={}))
     assert p.spark.master == "local[*]" and p.spark.conf == {}
+
+
+def test_payloads_are_raw_bytes_unless_json_is_chosen() -> None:
+    (p,) = parse_config(VALID)
+    assert (p.payload.format, p.payload.schema, p.payload.max_bad_share) == ("raw", None, 0.05)
+
+
+def test_json_payloads_need_a_schema() -> None:
+    with pytest.raises(ConfigError, match=r"payload\.schema: is required when format is json"):
+        parse_config(config(payload={"format": "json"}))
+
+
+def test_a_json_schema_may_not_reuse_record_columns() -> None:
+    with pytest.raises(ConfigError, match="names column.s. data, shard_id, which every row already carries"):
+        parse_config(config(payload={"format": "json", "schema": "shard_id STRING, `data` BINARY, amount DOUBLE"}))
+
+
+@pytest.mark.parametrize("share", [-0.1, 1.5, "5%", True])
+def test_the_bad_record_threshold_is_a_share(share: object) -> None:
+    with pytest.raises(ConfigError, match=r"payload\.max_bad_share: must be a number from 0 to 1"):
+        parse_config(config(payload={"max_bad_share": share}))

@@ -1,0 +1,80 @@
+"""GetRecords pages into rows: KPL aggregates deaggregated whole (aws-kinesis-agg), or kept as one bad row with the reason."""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+# The KPL's aggregated-record header (aws_kinesis_agg.MAGIC); checked here to skip the library for plain records.
+KPL_MAGIC = b"\xf3\x89\x9a\xc2"
+
+
+@dataclass
+class Rows:
+    """Column lists for one page: one entry per user record (a plain record is its own user record)."""
+
+    sequence_number: list[str] = field(default_factory=list)
+    sub_sequence_number: list[int] = field(default_factory=list)
+    partition_key: list[str] = field(default_factory=list)
+    approximate_arrival_timestamp: list[datetime] = field(default_factory=list)
+    data: list[bytes] = field(default_factory=list)
+    decode_error: list[str | None] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.sequence_number)
+
+    def append(self, record: dict[str, Any], sub: int, key: str, data: bytes, error: str | None) -> None:
+        self.sequence_number.append(record["SequenceNumber"])
+        self.sub_sequence_number.append(sub)
+        self.partition_key.append(key)
+        self.approximate_arrival_timestamp.append(record["ApproximateArrivalTimestamp"])
+        self.data.append(data)
+        self.decode_error.append(error)
+
+
+def to_rows(page: list[dict[str, Any]]) -> Rows:
+    """Rows of a GetRecords page, user records of an aggregate in sub-sequence order."""
+    rows = Rows()
+    for record in page:
+        data: bytes = record["Data"]
+        if not data.startswith(KPL_MAGIC):
+            rows.append(record, 0, record["PartitionKey"], data, None)
+            continue
+        users, error = deaggregate(record)
+        if error is not None:
+            # Kept whole, with its reason: a bad row, counted and quarantined, never silently dropped.
+            rows.append(record, 0, record["PartitionKey"], data, error)
+            continue
+        for sub, (key, user_data) in enumerate(users):
+            rows.append(record, sub, key, user_data, None)
+    return rows
+
+
+def deaggregate(record: dict[str, Any]) -> tuple[list[tuple[str, bytes]], str | None]:
+    """An aggregated record's user records (partition key, data), or the reason it can't be trusted.
+
+    aws-kinesis-agg's deaggregator hands back an aggregate whose digest or protobuf is bad as if it
+    were a plain record, and on a bad user record prints to stderr and stops part way. Both would
+    lose user records without a trace, so the result here is all of the aggregate's user records,
+    or none of them and an error.
+    """
+    # The deaggregator must come first: importing it puts its folder on sys.path, which its generated
+    # messages_pb2 needs for a bare "import config_pb2".
+    from aws_kinesis_agg.deaggregator import iter_deaggregate_records  # isort: skip
+    from aws_kinesis_agg import messages_pb2  # isort: skip
+    from google.protobuf.message import DecodeError
+
+    data: bytes = record["Data"]
+    body = data[len(KPL_MAGIC) : -16]
+    try:
+        declared = len(messages_pb2.AggregatedRecord.FromString(body).records)
+    except DecodeError as exc:
+        return [], f"malformed KPL aggregate: undecodable protobuf ({exc})"
+    users = [u["kinesis"] for u in iter_deaggregate_records([record], data_format="Boto3")]
+    if not all(u.get("aggregated") for u in users):
+        return [], "malformed KPL aggregate: its MD5 digest does not match its contents"
+    if len(users) != declared or declared == 0:
+        return [], f"malformed KPL aggregate: {len(users)} of its {declared} user records could be read"
+    return [(u["partitionKey"], base64.b64decode(u["data"])) for u in users], None

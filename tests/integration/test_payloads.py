@@ -1,0 +1,90 @@
+"""Payloads through the real DAG: KPL aggregates deaggregated exactly once, bad records quarantined and counted."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kinesis_replay.dynamodb_store import DynamoDBStateStore
+from kinesis_replay.state import BatchStatus
+from stack.harness import check_exactly_once, load_dags, read_output, run_dag
+from stack.producer import produce, produce_aggregated, put_raw
+
+SUCCESS = {"plan": "success", "replay": "success", "verify": "success", "commit": "success"}
+
+
+@pytest.fixture
+def run(tmp_path: Path, airflow_db: Path) -> Any:
+    def run_pipeline(entry: dict[str, Any], **kwargs: Any) -> Any:
+        dag = load_dags(tmp_path / f"{entry['name']}.yaml", entry)[f"kinesis_replay_{entry['name']}"]
+        return run_dag(dag, **kwargs)
+
+    return run_pipeline
+
+
+def test_kpl_aggregates_and_plain_records_land_once_per_user_record(kinesis: Any, entry: dict[str, Any], run: Any) -> None:
+    produced = produce(kinesis, entry["stream"], 60)
+    produced += produce_aggregated(kinesis, entry["stream"], aggregates=12, per_aggregate=25, start_index=60)
+    produced += produce(kinesis, entry["stream"], 40, start_index=360)  # plain after aggregated, in the same shards
+    assert run(entry).tasks == SUCCESS
+    table = read_output(entry["output"])
+    result = check_exactly_once(produced, table)
+    assert result.ok and result.rows == 400, result
+    keyed = dict(zip(zip(table["sequence_number"].to_pylist(), table["sub_sequence_number"].to_pylist(), strict=True),
+                     table["partition_key"].to_pylist(), strict=True))  # fmt: skip
+    assert all(keyed[(p.sequence_number, p.sub_sequence_number)] == p.partition_key for p in produced)  # the user record's key
+    assert max(table["sub_sequence_number"].to_pylist()) == 24
+
+
+def test_a_malformed_aggregate_is_quarantined_and_counted_not_lost(
+    kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any], run: Any
+) -> None:
+    good = produce(kinesis, entry["stream"], 30)
+    blob = produce_aggregated(kinesis, entry["stream"], 1, 3)  # one good aggregate, to corrupt a copy of
+    aggregate = b"".join([b"\xf3\x89\x9a\xc2", b"\x0a\x02k0", b"\x1a\x04\x08\x05\x1a\x00", b"0" * 16])  # index 5 of 1 keys
+    bad = put_raw(kinesis, entry["stream"], "k0", aggregate)
+    assert run({**entry, "payload": {"max_bad_share": 0.5}}).tasks == SUCCESS
+    assert check_exactly_once(good + blob, read_output(entry["output"])).ok
+    quarantined = read_output(entry["output"], quarantine=True)
+    assert quarantined["sequence_number"].to_pylist() == [bad.sequence_number]
+    assert quarantined["data"].to_pylist() == [aggregate]  # kept whole, untouched
+    assert "malformed KPL aggregate" in quarantined["decode_error"].to_pylist()[0]
+    manifest = store.get_batch(entry["name"], 1).manifest
+    assert manifest is not None and (manifest.records, manifest.bad_records) == (33, 1)
+
+
+def test_json_payloads_become_columns_and_undecodable_ones_are_quarantined(
+    kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any], run: Any
+) -> None:
+    good = produce(kinesis, entry["stream"], 100)
+    bad = [put_raw(kinesis, entry["stream"], "k", b"not json"), put_raw(kinesis, entry["stream"], "k", b"\xff\xfe{}")]
+    pipeline = {**entry, "payload": {"format": "json", "schema": "user STRING, `index` BIGINT"}}
+    assert run(pipeline).tasks == SUCCESS
+    table = read_output(entry["output"])
+    assert check_exactly_once(good, table).ok
+    decoded = {row["index"]: row["user"] for row in table.select(["index", "user"]).to_pylist()}
+    assert decoded == {json.loads(p.data)["index"]: json.loads(p.data)["user"] for p in good}
+    quarantined = read_output(entry["output"], quarantine=True)
+    assert sorted(quarantined["sequence_number"].to_pylist()) == sorted(p.sequence_number for p in bad)
+    assert set(quarantined["decode_error"].to_pylist()) == {
+        "payload is not a JSON object matching payload.schema", "payload is not valid UTF-8",
+    }  # fmt: skip
+    assert store.get_batch(entry["name"], 1).manifest.bad_records == 2  # type: ignore[union-attr]
+
+
+def test_too_many_bad_records_fail_the_batch_and_move_nothing(
+    kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any], run: Any
+) -> None:
+    produce(kinesis, entry["stream"], 40)
+    for _ in range(10):
+        put_raw(kinesis, entry["stream"], "k", b"{broken")
+    result = run({**entry, "payload": {"format": "json", "schema": "user STRING"}})
+    assert result.tasks["verify"] == "failed" and result.tasks["commit"] == "upstream_failed"
+    batch = store.get_batch(entry["name"], 1)
+    assert batch.status == BatchStatus.FAILED
+    assert "10 of 50 records (20.0%) could not be decoded, more than payload.max_bad_share (5.0%)" in (batch.error or "")
+    assert "_quarantine/batch_id=0000000001" in (batch.error or "")
+    assert all(s.checkpoint is None for s in store.get_shards(entry["name"]).values())
