@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import hashlib
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from aws_kinesis_agg.aggregator import RecordAggregator
 
 from kinesis_replay.records import KPL_MAGIC, to_rows
 
-NOW = datetime(2026, 11, 22, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 22, tzinfo=UTC)
 
 
 def record(seq: str, data: bytes, key: str = "k") -> dict[str, Any]:
