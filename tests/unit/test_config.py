@@ -145,7 +145,7 @@ def test_json_payloads_need_a_schema() -> None:
 
 
 def test_a_json_schema_may_not_reuse_record_columns() -> None:
-    with pytest.raises(ConfigError, match="names column.s. data, shard_id, which every row already carries"):
+    with pytest.raises(ConfigError, match=r"names column.s. data, shard_id, which every row already carries"):
         parse_config(config(payload={"format": "json", "schema": "shard_id STRING, `data` BINARY, amount DOUBLE"}))
 
 
