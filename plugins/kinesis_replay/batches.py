@@ -58,16 +58,25 @@ def plan_batch(pipeline: PipelineConfig, kinesis_client: Any, store: StateStore,
 
     shards = kinesis.list_shards(kinesis_client, pipeline.stream, pipeline.read)
     states = store.get_shards(pipeline.name)
-    ready, waiting = shards_to_plan(shards, {sid: s.finished for sid, s in states.items()})
+    finished = {sid: s.finished for sid, s in states.items()}
     ranges: list[SequenceRange] = []
-    for shard in ready:
-        state = states.get(shard.shard_id) or store.put_shard_if_absent(
-            pipeline.name,
-            ShardState(shard.shard_id, parent_shard_ids=shard.parent_shard_ids, start_position=resolve_start(pipeline, shard, now)),
-        )
-        rng = _plan_range(pipeline, kinesis_client, shard, state, now)
-        if rng is not None:
-            ranges.append(rng)
+    seen: set[str] = set()
+    while True:
+        # A closed shard found drained is finished at once, which may free its children in this same plan.
+        ready, waiting = shards_to_plan(shards, finished)
+        ready = [s for s in ready if s.shard_id not in seen]
+        if not ready:
+            break
+        for shard in ready:
+            seen.add(shard.shard_id)
+            state = states.get(shard.shard_id) or store.put_shard_if_absent(
+                pipeline.name,
+                ShardState(shard.shard_id, parent_shard_ids=shard.parent_shard_ids, start_position=resolve_start(pipeline, shard, now)),
+            )
+            rng, drained = _plan_range(pipeline, kinesis_client, store, shard, state, now)
+            if rng is not None:
+                ranges.append(rng)
+            finished[shard.shard_id] = drained
     waiting_ids = tuple((s.shard_id, tuple(parents)) for s, parents in waiting)
     if not ranges:
         log.info("pipeline %s: nothing new on stream %s", pipeline.name, pipeline.stream)
@@ -89,16 +98,27 @@ def plan_batch(pipeline: PipelineConfig, kinesis_client: Any, store: StateStore,
     return PlanResult(batch=batch, resumed=False, waiting=waiting_ids)
 
 
-def _plan_range(pipeline: PipelineConfig, client: Any, shard: ShardInfo, state: ShardState, now: datetime) -> SequenceRange | None:
-    first = kinesis.first_record_after(client, pipeline.stream, shard.shard_id, state.checkpoint, state.start_position, pipeline.read)
-    if first is None:
-        return None
+def _plan_range(
+    pipeline: PipelineConfig, client: Any, store: StateStore, shard: ShardInfo, state: ShardState, now: datetime
+) -> tuple[SequenceRange | None, bool]:
+    """The shard's range in this batch (None: nothing new), and whether it was found drained and finished."""
+    following = kinesis.first_record_after(
+        client, pipeline.stream, shard.shard_id, state.checkpoint, state.start_position, pipeline.read, closed=shard.is_closed
+    )
+    if following.record is None:
+        if following.shard_ended and shard.is_closed:
+            # Closed, and nothing after the checkpoint: the shard is drained. Like the KCL's SHARD_END.
+            store.mark_finished(pipeline.name, shard.shard_id, state.checkpoint)
+            log.info("pipeline %s: shard %s is closed and fully read: finished", pipeline.name, shard.shard_id)
+            return None, True
+        return None, False
+    first = following.record
     start = parse_sequence_number(first["SequenceNumber"])
     if shard.ending_sequence_number is not None:
         # A closed shard takes no more records: "up to SHARD_END" is already a fixed bound.
-        return SequenceRange(shard.shard_id, start, shard.ending_sequence_number, state.checkpoint, to_shard_end=True)
+        return SequenceRange(shard.shard_id, start, shard.ending_sequence_number, state.checkpoint, to_shard_end=True), False
     end = kinesis.find_tip(client, pipeline.stream, shard.shard_id, first, now, pipeline.read)
-    return SequenceRange(shard.shard_id, start, end, state.checkpoint)
+    return SequenceRange(shard.shard_id, start, end, state.checkpoint), False
 
 
 def verify_batch(pipeline: PipelineConfig, store: StateStore, batch_id: int) -> Batch:

@@ -207,6 +207,27 @@ class DynamoDBStateStore:
                 return  # this batch already moved it: a resumed commit is idempotent
             raise StateConflictError(f"{what}: the stored checkpoint is {checkpoint} (batch {last_batch})") from exc
 
+    def mark_finished(self, pipeline: str, shard_id: str, checkpoint: int | None) -> None:
+        what = f"pipeline {pipeline!r}, shard {shard_id}: marking the drained shard finished at checkpoint {checkpoint}"
+        values: dict[str, Any] = {":true": {"BOOL": True}, ":now": _s(_now())}
+        if checkpoint is None:
+            condition = "attribute_not_exists(#checkpoint)"
+        else:
+            condition = "#checkpoint = :checkpoint"
+            values[":checkpoint"] = _s(format_sequence_number(checkpoint))
+        try:
+            self._call(
+                "update_item", what, TableName=self.table,
+                Key={"pk": _s(pk(pipeline)), "sk": _s(f"shard#{shard_id}")},
+                UpdateExpression="SET #finished = :true, #updated = :now", ConditionExpression=condition,
+                ExpressionAttributeNames={"#checkpoint": "checkpoint", "#finished": "finished", "#updated": "updated_at"},
+                ExpressionAttributeValues=values,
+            )  # fmt: skip
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+                raise StateConflictError(f"{what}: the checkpoint moved meanwhile") from exc
+            raise
+
     # -- batches ------------------------------------------------------------------------------
 
     def create_batch(self, batch: Batch, head: Head) -> Head:

@@ -125,6 +125,14 @@ def _position_after(checkpoint: int | None, start: StartPosition | None) -> dict
     raise ValueError(f"unresolved start position {start}")
 
 
+@dataclass(frozen=True)
+class NextRecord:
+    """What follows a checkpoint: the next record, or nothing yet, or nothing ever (a closed shard read to its end)."""
+
+    record: Record | None
+    shard_ended: bool = False
+
+
 def first_record_after(
     client: Any,
     stream: str,
@@ -132,12 +140,14 @@ def first_record_after(
     checkpoint: int | None,
     start: StartPosition | None,
     limits: ReadConfig | None = None,
-) -> Record | None:
-    """The first record after ``checkpoint`` (or at the start position when there is none), or None.
+    closed: bool = False,
+) -> NextRecord:
+    """The first record after ``checkpoint`` (or at the start position when there is none).
 
     One GetShardIterator and, usually, one GetRecords(Limit=1): on real Kinesis an empty answer
     with MillisBehindLatest above 0 means "keep going", so the next iterator is followed until a
-    record comes, the tip is reached, or the shard ends.
+    record comes, the tip is reached, or the shard ends (no next iterator: SHARD_END). A closed
+    shard can answer empty with a next iterator before the null one, so it is followed to the end.
     """
     limits = limits or ReadConfig()
     what = f"stream {stream}, shard {shard_id}: GetRecords"
@@ -145,12 +155,11 @@ def first_record_after(
     while iterator:
         page = call(client.get_records, what, limits, ShardIterator=iterator, Limit=1)
         if page["Records"]:
-            record: Record = page["Records"][0]
-            return record
-        if page.get("MillisBehindLatest", 0) == 0:
-            return None
+            return NextRecord(page["Records"][0])
         iterator = page.get("NextShardIterator")
-    return None
+        if iterator and not closed and page.get("MillisBehindLatest", 0) == 0:
+            return NextRecord(None)
+    return NextRecord(None, shard_ended=True)
 
 
 def find_tip(

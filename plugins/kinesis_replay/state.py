@@ -231,6 +231,10 @@ class StateStore(Protocol):
         """Mark the batch COMMITTED and clear the head's in-flight id, in one transaction."""
         ...
 
+    def mark_finished(self, pipeline: str, shard_id: str, checkpoint: int | None) -> None:
+        """Mark a closed, drained shard finished, conditioned on its checkpoint still being ``checkpoint``."""
+        ...
+
 
 def require_in_flight(head: Head, pipeline: str, batch_id: int) -> None:
     if head.in_flight != batch_id:

@@ -77,7 +77,7 @@ def test_finding_the_tip_does_not_read_the_backlog(kinesis: Any, stream: str) ->
     time.sleep(2.5)
     recent = produce(kinesis, stream, 8)
     shard = recent[-1].shard_id
-    first = kinesis_api.first_record_after(kinesis, stream, shard, None, None)
+    first = kinesis_api.first_record_after(kinesis, stream, shard, None, None).record
     assert first is not None
 
     read = {"records": 0}

@@ -113,6 +113,19 @@ def put_raw(client: Any, stream: str, partition_key: str, data: bytes) -> Produc
     return Produced(result["ShardId"], result["SequenceNumber"], partition_key, data)
 
 
+def split_shard(client: Any, stream: str, shard_id: str) -> None:
+    """Split a shard at the middle of its hash-key range."""
+    shard = next(s for s in client.list_shards(StreamName=stream)["Shards"] if s["ShardId"] == shard_id)
+    low, high = int(shard["HashKeyRange"]["StartingHashKey"]), int(shard["HashKeyRange"]["EndingHashKey"])
+    client.split_shard(StreamName=stream, ShardToSplit=shard_id, NewStartingHashKey=str((low + high) // 2))
+    client.get_waiter("stream_exists").wait(StreamName=stream, WaiterConfig={"Delay": 0.2, "MaxAttempts": 100})
+
+
+def merge_shards(client: Any, stream: str, shard_id: str, adjacent_shard_id: str) -> None:
+    client.merge_shards(StreamName=stream, ShardToMerge=shard_id, AdjacentShardToMerge=adjacent_shard_id)
+    client.get_waiter("stream_exists").wait(StreamName=stream, WaiterConfig={"Delay": 0.2, "MaxAttempts": 100})
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stream", required=True)
