@@ -14,6 +14,10 @@ Lands a Kinesis stream in Parquet exactly once, one bounded batch per run.
 If anything fails nothing moves: the next run replays the same batch, with the same ranges, into the
 same paths. One DAG per pipeline in the pipelines config (`$KINESIS_REPLAY_CONFIG`, else
 `dags/pipelines.yaml`).
+
+**Lost data.** When records the pipeline has not read yet are gone from the stream (trimmed by
+retention), the run fails and names the shard. To accept the loss and go on, trigger a run with
+`acknowledge_data_loss` listing those shards: the gap is recorded in the batch ledger.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from airflow.sdk import DAG, get_current_context, task
+from airflow.sdk import DAG, Param, get_current_context, task
 
 import kinesis_replay_tasks as tasks
 from kinesis_replay.config import PipelineConfig, load_config, resolve_config_path
@@ -45,19 +49,31 @@ def build_dag(p: PipelineConfig) -> DAG:
         },
         doc_md=__doc__,
         tags=["kinesis-replay", f"stream:{p.stream}"],
+        params={
+            "acknowledge_data_loss": Param(
+                [],
+                type="array",
+                items={"type": "string", "pattern": "^shardId-[0-9]+$"},
+                uniqueItems=True,
+                title="Acknowledge data loss on these shards",
+                description="Shard ids whose records, gone from the stream, may be skipped; each gap is recorded in the ledger.",
+            ),
+        },
     ) as dag:
 
         @task(task_id="plan")
         def plan() -> dict[str, Any]:
-            return tasks.plan(p, get_current_context()["run_id"])
+            context = get_current_context()
+            return tasks.plan(p, context["run_id"], context["params"])
 
         @task(task_id="replay", execution_timeout=timedelta(seconds=p.spark.submit_timeout_seconds))
         def replay(planned: dict[str, Any]) -> None:
-            tasks.replay(p, planned)
+            tasks.replay(p, planned, get_current_context()["params"])
 
         @task(task_id="verify")
         def verify(planned: dict[str, Any]) -> None:
-            tasks.verify(p, planned)
+            context = get_current_context()
+            tasks.verify(p, planned, context["params"], context["run_id"])
 
         @task(task_id="commit")
         def commit(planned: dict[str, Any]) -> dict[str, Any]:

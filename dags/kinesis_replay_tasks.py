@@ -10,6 +10,7 @@ import logging
 import shutil
 import tempfile
 from dataclasses import asdict
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from airflow.providers.amazon.aws.hooks.kinesis import KinesisHook
 from airflow.sdk.exceptions import AirflowSkipException
 from botocore.config import Config
 
-from kinesis_replay import batches, spark_submit
+from kinesis_replay import batches, kinesis, spark_submit
 from kinesis_replay.config import PipelineConfig
 from kinesis_replay.dynamodb_store import DynamoDBStateStore
 from kinesis_replay.errors import KinesisReplayError
@@ -42,11 +43,16 @@ def state_store(p: PipelineConfig) -> DynamoDBStateStore:
     return DynamoDBStateStore(client, p.state_table)
 
 
-def plan(p: PipelineConfig, run_id: str) -> dict[str, Any]:
+def acknowledged(params: dict[str, Any]) -> frozenset[str]:
+    """The shards whose lost records the operator accepted for this run (trigger parameter acknowledge_data_loss)."""
+    return frozenset(params.get("acknowledge_data_loss") or ())
+
+
+def plan(p: PipelineConfig, run_id: str, params: dict[str, Any]) -> dict[str, Any]:
     """Resume the batch in flight or plan the next one; skip the run when no shard has anything new."""
     store = state_store(p)
     store.ensure_table()
-    result = batches.plan_batch(p, kinesis_hook(p).conn, store, run_id)
+    result = batches.plan_batch(p, kinesis_hook(p).conn, store, run_id, acknowledged=acknowledged(params))
     for child, parents in result.waiting:
         log.info("shard %s waits for its parents %s to be drained", child, ", ".join(parents))
     if result.batch is None:
@@ -59,7 +65,7 @@ def plan(p: PipelineConfig, run_id: str) -> dict[str, Any]:
     return {"batch_id": batch.batch_id, "action": result.action, "resumed": result.resumed, "ranges": len(batch.ranges)}
 
 
-def replay(p: PipelineConfig, planned: dict[str, Any]) -> None:
+def replay(p: PipelineConfig, planned: dict[str, Any], params: dict[str, Any]) -> None:
     """Run the replay job on the batch's stored ranges; a failure is noted on the batch, which stays in flight."""
     if planned["action"] == batches.FINISH_COMMIT:
         log.info("batch %d was verified and is being committed: finishing the commit, not replaying", planned["batch_id"])
@@ -67,16 +73,19 @@ def replay(p: PipelineConfig, planned: dict[str, Any]) -> None:
     store = state_store(p)
     batch = store.get_batch(p.name, planned["batch_id"])
     try:
-        submit(p, batch)
+        hook = kinesis_hook(p)
+        retention = kinesis.stream_retention(hook.conn, p.stream, p.read)
+        batches.check_retention(p, batch, retention, datetime.now(UTC), acknowledged(params))
+        submit(p, batch, acknowledged(params))
     except KinesisReplayError as exc:
         batches.record_failure(p, store, batch.batch_id, str(exc))
         raise
 
 
-def submit(p: PipelineConfig, batch: Batch) -> None:
+def submit(p: PipelineConfig, batch: Batch, accept_gaps: frozenset[str] = frozenset()) -> None:
     """spark-submit the replay job with the batch's spec; endpoint and credentials come from the hook."""
     hook = kinesis_hook(p)
-    spec = batch.spec(p.output)
+    spec = batch.spec(p.output, accept_gaps)
     spec["aws"] = {"region_name": hook.conn_region_name, "endpoint_url": hook.conn_config.get_service_endpoint_url("kinesis")}
     spec["read"] = asdict(p.read)
     spec["payload"] = {"format": p.payload.format, "schema": p.payload.schema}
@@ -99,13 +108,13 @@ def submit(p: PipelineConfig, batch: Batch) -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def verify(p: PipelineConfig, planned: dict[str, Any]) -> None:
+def verify(p: PipelineConfig, planned: dict[str, Any], params: dict[str, Any], run_id: str) -> None:
     """Check the output and manifest against the plan; a mismatch fails the run and moves nothing."""
     if planned["action"] == batches.FINISH_COMMIT:
         return
     store = state_store(p)
     try:
-        batch = batches.verify_batch(p, store, planned["batch_id"])
+        batch = batches.verify_batch(p, store, planned["batch_id"], acknowledged(params), run_id)
     except KinesisReplayError as exc:
         batches.record_failure(p, store, planned["batch_id"], str(exc))
         raise

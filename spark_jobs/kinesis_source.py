@@ -41,6 +41,7 @@ class RangePartition(InputPartition):  # type: ignore[misc]
     range: dict[str, Any]
     aws: dict[str, Any]
     read: dict[str, Any]
+    accept_gap: bool = False  # an operator acknowledged that this range's first records may be gone
 
 
 class KinesisRangeDataSource(DataSource):  # type: ignore[misc]
@@ -62,8 +63,9 @@ class KinesisRangeReader(DataSourceReader):  # type: ignore[misc]
         self.spec = spec
 
     def partitions(self) -> list[RangePartition]:
+        accepted = set(self.spec.get("accept_gaps", ()))
         return [
-            RangePartition(i, self.spec["stream"], r, self.spec.get("aws", {}), self.spec.get("read", {}))
+            RangePartition(i, self.spec["stream"], r, self.spec.get("aws", {}), self.spec.get("read", {}), r["shard_id"] in accepted)
             for i, r in enumerate(self.spec["ranges"])
         ]
 
@@ -84,15 +86,18 @@ class KinesisRangeReader(DataSourceReader):  # type: ignore[misc]
         )
         stats = ReadStats()
         records, started, reported = 0, time.monotonic(), time.monotonic()
-        for page in iterate_range(client, partition.stream, rng, ReadConfig(**partition.read), stats):
+        for page in iterate_range(client, partition.stream, rng, ReadConfig(**partition.read), stats, accept_gap=partition.accept_gap):
             records += len(page)
             yield to_record_batch(partition.stream, rng.shard_id, page)
             if time.monotonic() - reported >= 30:
                 reported = time.monotonic()
                 log.warning("%s: %d records read, at %s", rng.describe(), records, page[-1]["SequenceNumber"])
+        seconds = max(time.monotonic() - started, 1e-9)
         log.warning(
-            "%s: done, %d records in %.1fs, %d GetRecords calls, %d throttled, %d expired iterators",
-            rng.describe(), records, time.monotonic() - started, stats.get_records_calls, stats.throttled, stats.expired_iterators,
+            "%s: done, %d records, %.1f KiB in %.1fs (%.0f records/s, %.0f KiB/s); %d GetRecords calls, "
+            "%d throttled (%.1fs waited), %.1fs pacing to the budget, %d expired iterators",
+            rng.describe(), records, stats.bytes / 1024, seconds, records / seconds, stats.bytes / 1024 / seconds,
+            stats.get_records_calls, stats.throttled, stats.throttled_seconds, stats.paced_seconds, stats.expired_iterators,
         )  # fmt: skip
 
 

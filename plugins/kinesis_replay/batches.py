@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
-from typing import Any
+from datetime import UTC, datetime, timedelta
+from typing import Any, NamedTuple
 
 from kinesis_replay import kinesis, output
 from kinesis_replay.config import PipelineConfig
-from kinesis_replay.errors import StateConflictError, VerificationError
+from kinesis_replay.errors import DataLossError, StateConflictError, VerificationError
 from kinesis_replay.ranges import SequenceRange, ShardInfo, parse_sequence_number, shards_to_plan
-from kinesis_replay.state import Batch, BatchStatus, Manifest, ShardState, StartPosition, StateStore
+from kinesis_replay.state import Batch, BatchStatus, Gap, Manifest, ShardState, StartPosition, StateStore
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +47,19 @@ def resolve_start(pipeline: PipelineConfig, shard: ShardInfo, now: datetime) -> 
     return StartPosition("AT_TIMESTAMP", pipeline.initial_timestamp)
 
 
-def plan_batch(pipeline: PipelineConfig, kinesis_client: Any, store: StateStore, run_id: str, now: datetime | None = None) -> PlanResult:
-    """Resume the batch in flight, or fix the next batch's ranges and store it before anything is read."""
+def plan_batch(
+    pipeline: PipelineConfig,
+    kinesis_client: Any,
+    store: StateStore,
+    run_id: str,
+    now: datetime | None = None,
+    acknowledged: frozenset[str] = frozenset(),
+) -> PlanResult:
+    """Resume the batch in flight, or fix the next batch's ranges and store it before anything is read.
+
+    ``acknowledged`` names the shards whose lost records (a checkpoint trimmed by retention) an
+    operator has accepted for this run; the loss is then recorded in the batch as a gap.
+    """
     now = now or datetime.now(UTC)
     head = store.get_head(pipeline.name)
     if head.in_flight is not None:
@@ -60,6 +71,7 @@ def plan_batch(pipeline: PipelineConfig, kinesis_client: Any, store: StateStore,
     states = store.get_shards(pipeline.name)
     finished = {sid: s.finished for sid, s in states.items()}
     ranges: list[SequenceRange] = []
+    gaps: list[Gap] = []
     seen: set[str] = set()
     while True:
         # A closed shard found drained is finished at once, which may free its children in this same plan.
@@ -73,10 +85,12 @@ def plan_batch(pipeline: PipelineConfig, kinesis_client: Any, store: StateStore,
                 pipeline.name,
                 ShardState(shard.shard_id, parent_shard_ids=shard.parent_shard_ids, start_position=resolve_start(pipeline, shard, now)),
             )
-            rng, drained = _plan_range(pipeline, kinesis_client, store, shard, state, now)
-            if rng is not None:
-                ranges.append(rng)
-            finished[shard.shard_id] = drained
+            planned = _plan_range(pipeline, kinesis_client, store, shard, state, now)
+            if planned.range is not None:
+                if planned.checkpoint_missing:
+                    gaps.append(_acknowledged_gap(pipeline, state, planned.range, now, acknowledged, run_id))
+                ranges.append(planned.range)
+            finished[shard.shard_id] = planned.drained
     waiting_ids = tuple((s.shard_id, tuple(parents)) for s, parents in waiting)
     if not ranges:
         log.info("pipeline %s: nothing new on stream %s", pipeline.name, pipeline.stream)
@@ -84,7 +98,7 @@ def plan_batch(pipeline: PipelineConfig, kinesis_client: Any, store: StateStore,
 
     batch = Batch(
         pipeline=pipeline.name, batch_id=head.next_batch_id, status=BatchStatus.PLANNED, ranges=tuple(ranges),
-        stream=pipeline.stream, run_id=run_id, created_at=now,
+        stream=pipeline.stream, run_id=run_id, created_at=now, gaps=tuple(gaps),
     )  # fmt: skip
     try:
         store.create_batch(batch, head)
@@ -98,38 +112,91 @@ def plan_batch(pipeline: PipelineConfig, kinesis_client: Any, store: StateStore,
     return PlanResult(batch=batch, resumed=False, waiting=waiting_ids)
 
 
-def _plan_range(
-    pipeline: PipelineConfig, client: Any, store: StateStore, shard: ShardInfo, state: ShardState, now: datetime
-) -> tuple[SequenceRange | None, bool]:
-    """The shard's range in this batch (None: nothing new), and whether it was found drained and finished."""
+class _ShardPlan(NamedTuple):
+    range: SequenceRange | None  # None: nothing new
+    drained: bool = False  # closed, read to its end, and now marked finished
+    checkpoint_missing: bool = False  # the checkpoint was trimmed: records between it and the range may be lost
+
+
+def _plan_range(pipeline: PipelineConfig, client: Any, store: StateStore, shard: ShardInfo, state: ShardState, now: datetime) -> _ShardPlan:
     following = kinesis.first_record_after(
         client, pipeline.stream, shard.shard_id, state.checkpoint, state.start_position, pipeline.read, closed=shard.is_closed
     )
     if following.record is None:
-        if following.shard_ended and shard.is_closed:
+        if following.checkpoint_missing:
+            log.warning("stream %s, shard %s: the checkpoint %s has been trimmed; nothing follows it yet",
+                        pipeline.stream, shard.shard_id, state.checkpoint)  # fmt: skip
+        elif following.shard_ended and shard.is_closed:
             # Closed, and nothing after the checkpoint: the shard is drained. Like the KCL's SHARD_END.
             store.mark_finished(pipeline.name, shard.shard_id, state.checkpoint)
             log.info("pipeline %s: shard %s is closed and fully read: finished", pipeline.name, shard.shard_id)
-            return None, True
-        return None, False
+            return _ShardPlan(None, drained=True)
+        return _ShardPlan(None)
     first = following.record
     start = parse_sequence_number(first["SequenceNumber"])
+    arrival: datetime = first["ApproximateArrivalTimestamp"]
+    rng: SequenceRange
     if shard.ending_sequence_number is not None:
         # A closed shard takes no more records: "up to SHARD_END" is already a fixed bound.
-        return SequenceRange(shard.shard_id, start, shard.ending_sequence_number, state.checkpoint, to_shard_end=True), False
-    end = kinesis.find_tip(client, pipeline.stream, shard.shard_id, first, now, pipeline.read)
-    return SequenceRange(shard.shard_id, start, end, state.checkpoint), False
+        rng = SequenceRange(shard.shard_id, start, shard.ending_sequence_number, state.checkpoint, True, arrival)
+    else:
+        end = kinesis.find_tip(client, pipeline.stream, shard.shard_id, first, now, pipeline.read)
+        rng = SequenceRange(shard.shard_id, start, end, state.checkpoint, False, arrival)
+    return _ShardPlan(rng, checkpoint_missing=following.checkpoint_missing)
 
 
-def verify_batch(pipeline: PipelineConfig, store: StateStore, batch_id: int) -> Batch:
+def _acknowledged_gap(
+    pipeline: PipelineConfig, state: ShardState, rng: SequenceRange, now: datetime, acknowledged: frozenset[str], run_id: str
+) -> Gap:
+    """A checkpoint trimmed away means records after it may be lost: fail, or record the acknowledged gap."""
+    shard_id = rng.shard_id
+    age = _age(rng.start_arrival, now)
+    if shard_id not in acknowledged:
+        raise DataLossError(
+            f"pipeline {pipeline.name!r}, stream {pipeline.stream}, shard {shard_id}: the checkpoint "
+            f"{state.checkpoint} is no longer in the stream (trimmed by retention), so records after it may be lost; "
+            f"the first record left is {rng.start}, {age} old. Nothing was read. To accept the loss, trigger a run "
+            f'with {{"acknowledge_data_loss": ["{shard_id}"]}}'
+        )
+    log.warning("stream %s, shard %s: acknowledged loss after checkpoint %s, up to %s", pipeline.stream, shard_id,
+                state.checkpoint, rng.start)  # fmt: skip
+    return Gap(shard_id, state.checkpoint, rng.start, acknowledged_by=run_id, detected="plan")
+
+
+def _age(arrival: datetime | None, now: datetime) -> str:
+    if arrival is None:
+        return "of unknown age"
+    seconds = int((now - arrival).total_seconds())
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def check_retention(
+    pipeline: PipelineConfig, batch: Batch, retention: timedelta, now: datetime, acknowledged: frozenset[str] = frozenset()
+) -> None:
+    """Before anything is read: a range whose start is older than the stream's retention has lost records."""
+    for rng in batch.ranges:
+        if rng.start_arrival is None or now - rng.start_arrival <= retention or rng.shard_id in acknowledged:
+            continue
+        raise DataLossError(
+            f"pipeline {pipeline.name!r}, stream {pipeline.stream}, batch {batch.batch_id}, range {rng.describe()}: "
+            f"its start arrived {_age(rng.start_arrival, now)} ago, more than the stream's retention of "
+            f"{retention.total_seconds() / 3600:.0f}h, so its first records are gone. Nothing was read. To accept "
+            f'the loss, trigger a run with {{"acknowledge_data_loss": ["{rng.shard_id}"]}}'
+        )
+
+
+def verify_batch(
+    pipeline: PipelineConfig, store: StateStore, batch_id: int, acknowledged: frozenset[str] = frozenset(), run_id: str = ""
+) -> Batch:
     """Check the result manifest and the files against the plan; record the batch as WRITTEN.
 
     Nothing moves when anything disagrees: the error names the batch and shard, and the batch
-    stays in flight to be replayed by the next run.
+    stays in flight to be replayed by the next run. A range whose first records were gone is
+    accepted only for the ``acknowledged`` shards, and recorded in the ledger as a gap.
     """
     batch = store.get_batch(pipeline.name, batch_id)
     manifest = output.read_manifest(pipeline.output, batch_id)
-    check_manifest(batch, manifest)
+    gaps = check_manifest(batch, manifest, acknowledged, run_id)
     where = f"pipeline {pipeline.name!r}, batch {batch_id}"
     for path, expected in (
         (output.batch_path(pipeline.output, batch_id), {s.shard_id: s.records for s in manifest.shards if s.records}),
@@ -147,13 +214,15 @@ def verify_batch(pipeline: PipelineConfig, store: StateStore, batch_id: int) -> 
             f"more than payload.max_bad_share ({pipeline.payload.max_bad_share:.1%}); they are in "
             f"{output.quarantine_path(pipeline.output, batch_id)} with the reason in decode_error"
         )
-    written = batch.with_status(BatchStatus.WRITTEN, manifest=manifest, attempts=batch.attempts + 1, error=None)
+    known = {(g.shard_id, g.after) for g in batch.gaps}
+    all_gaps = batch.gaps + tuple(g for g in gaps if (g.shard_id, g.after) not in known)
+    written = batch.with_status(BatchStatus.WRITTEN, manifest=manifest, attempts=batch.attempts + 1, error=None, gaps=all_gaps)
     store.update_batch(written, expected=batch.status)
     return written
 
 
-def check_manifest(batch: Batch, manifest: Manifest) -> None:
-    """The manifest covers exactly the batch's ranges, from each start to each end."""
+def check_manifest(batch: Batch, manifest: Manifest, acknowledged: frozenset[str] = frozenset(), run_id: str = "") -> list[Gap]:
+    """The manifest covers exactly the batch's ranges, from each start to each end; returns acknowledged gaps."""
     where = f"pipeline {batch.pipeline!r}, batch {batch.batch_id}"
     if manifest.batch_id != batch.batch_id or manifest.pipeline != batch.pipeline:
         raise VerificationError(f"{where}: the result manifest is for pipeline {manifest.pipeline!r}, batch {manifest.batch_id}")
@@ -161,13 +230,21 @@ def check_manifest(batch: Batch, manifest: Manifest) -> None:
     planned = {r.shard_id for r in batch.ranges}
     if set(results) != planned:
         raise VerificationError(f"{where}: the manifest covers shards {sorted(results)}, the plan {sorted(planned)}")
+    gaps = []
     for rng in batch.ranges:
         got = results[rng.shard_id]
-        if got.records + got.bad_records < 1 or got.first_sequence_number != rng.start:
+        if got.records + got.bad_records < 1 or got.first_sequence_number < rng.start:
             raise VerificationError(f"{where}, range {rng.describe()}: the output starts at {got.first_sequence_number}")
+        if got.first_sequence_number > rng.start:
+            if rng.shard_id not in acknowledged:
+                raise VerificationError(
+                    f"{where}, range {rng.describe()}: the output starts at {got.first_sequence_number}, after the range start"
+                )
+            gaps.append(Gap(rng.shard_id, rng.previous_checkpoint, got.first_sequence_number, run_id, detected="replay"))
         last_ok = got.last_sequence_number <= rng.end if rng.to_shard_end else got.last_sequence_number == rng.end
         if not last_ok or got.last_sequence_number < got.first_sequence_number:
             raise VerificationError(f"{where}, range {rng.describe()}: the output ends at {got.last_sequence_number}")
+    return gaps
 
 
 def commit_batch(pipeline: PipelineConfig, store: StateStore, batch_id: int, now: datetime | None = None) -> Batch:

@@ -19,9 +19,16 @@ _NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 
 @dataclass(frozen=True)
 class ReadConfig:
-    """Per-shard read limits; the defaults are Kinesis's own (GetRecords returns at most 10,000 records)."""
+    """Per-shard read budget and throttling waits; the defaults are Kinesis's own limits.
+
+    Kinesis allows each shard 5 GetRecords calls and 2 MB of reads a second, and 5 GetShardIterator
+    calls a second; GetRecords returns at most 10,000 records (10 MB) a call.
+    """
 
     max_records_per_call: int = 10_000
+    get_records_per_second: float = 5.0
+    bytes_per_second: float = 2 * 1024 * 1024
+    get_shard_iterator_per_second: float = 5.0
     max_throttle_retries: int = 20
     throttle_base_seconds: float = 0.2
     throttle_max_seconds: float = 10.0
@@ -79,7 +86,10 @@ _PIPELINE_KEYS = {
 _REQUIRED_KEYS = ("name", "stream", "output", "schedule", "initial_position", "state_table", "spark")
 _SPARK_KEYS = {"master", "conf", "submit_timeout_seconds"}
 _PAYLOAD_KEYS = {"format", "schema", "max_bad_share"}
-_READ_KEYS = {"max_records_per_call", "max_throttle_retries", "throttle_base_seconds", "throttle_max_seconds"}
+_READ_KEYS = {
+    "max_records_per_call", "get_records_per_second", "bytes_per_second", "get_shard_iterator_per_second",
+    "max_throttle_retries", "throttle_base_seconds", "throttle_max_seconds",
+}  # fmt: skip
 
 
 class _Reader:
@@ -180,6 +190,9 @@ def _parse_pipeline(source: str, index: int, data: object) -> PipelineConfig:
     defaults = ReadConfig()
     read_config = ReadConfig(
         max_records_per_call=read.integer("max_records_per_call", defaults.max_records_per_call, minimum=1),
+        get_records_per_second=read.number("get_records_per_second", defaults.get_records_per_second),
+        bytes_per_second=read.number("bytes_per_second", defaults.bytes_per_second),
+        get_shard_iterator_per_second=read.number("get_shard_iterator_per_second", defaults.get_shard_iterator_per_second),
         max_throttle_retries=read.integer("max_throttle_retries", defaults.max_throttle_retries),
         throttle_base_seconds=read.number("throttle_base_seconds", defaults.throttle_base_seconds),
         throttle_max_seconds=read.number("throttle_max_seconds", defaults.throttle_max_seconds),

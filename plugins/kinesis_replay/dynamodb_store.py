@@ -11,7 +11,7 @@ from botocore.exceptions import ClientError, EndpointConnectionError
 
 from kinesis_replay.errors import EndpointUnreachableError, StateConflictError, StateCorruptError
 from kinesis_replay.ranges import SequenceRange, format_sequence_number, parse_sequence_number
-from kinesis_replay.state import Batch, BatchStatus, Head, Manifest, ShardState, StartPosition
+from kinesis_replay.state import Batch, BatchStatus, Gap, Head, Manifest, ShardState, StartPosition
 
 # Sequence numbers are stored as strings: DynamoDB numbers keep only 38 digits, sequence numbers have up to 129.
 BATCH_ID_WIDTH = 12
@@ -272,7 +272,9 @@ class DynamoDBStateStore:
             ":status": _s(batch.status.value), ":expected": _s(expected.value),
             ":attempts": _n(batch.attempts), ":now": _s(_now()), ":batch": _n(batch.batch_id),
         }  # fmt: skip
-        sets = ["#status = :status", "#attempts = :attempts", "#updated = :now"]
+        sets = ["#status = :status", "#attempts = :attempts", "#updated = :now", "#gaps = :gaps"]
+        names["#gaps"] = "gaps"
+        values[":gaps"] = _s(json.dumps([g.to_dict() for g in batch.gaps]))
         removes = []
         for attr, value in (("manifest", batch.manifest), ("error", batch.error)):
             names[f"#{attr}"] = attr
@@ -335,6 +337,8 @@ class DynamoDBStateStore:
             "attempts": _n(batch.attempts),
             "updated_at": _s(_now()),
         }
+        if batch.gaps:
+            item["gaps"] = _s(json.dumps([g.to_dict() for g in batch.gaps]))
         if batch.extra:
             item["extra"] = _s(json.dumps(dict(batch.extra)))
         return item
@@ -354,6 +358,7 @@ class DynamoDBStateStore:
                 manifest=Manifest.from_dict(json.loads(item["manifest"]["S"])) if "manifest" in item else None,
                 attempts=int(item.get("attempts", {}).get("N", 0)),
                 error=item["error"]["S"] if "error" in item else None,
+                gaps=tuple(Gap.from_dict(g) for g in json.loads(item["gaps"]["S"])) if "gaps" in item else (),
                 extra=json.loads(item["extra"]["S"]) if "extra" in item else {},
             )
         except (KeyError, ValueError) as exc:

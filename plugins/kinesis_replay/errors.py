@@ -23,6 +23,10 @@ class RangeReadError(KinesisReplayError):
     """A closed range could not be read exactly: its start is gone, or its end can't be reached."""
 
 
+class DataLossError(RangeReadError):
+    """Records the stream held are gone (trimmed by retention) and no operator has acknowledged the loss."""
+
+
 class StateConflictError(KinesisReplayError):
     """A conditional write to the state table lost: another run changed the item first."""
 

@@ -6,7 +6,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -32,14 +32,51 @@ _EMPTY_AT_TIP = 3
 
 @dataclass
 class ReadStats:
-    """What reading cost: calls, throttles waited out and iterators re-opened."""
+    """What reading cost: calls, bytes, throttles waited out, time spent keeping to the budget."""
 
     get_records_calls: int = 0
+    records: int = 0
+    bytes: int = 0
     throttled: int = 0
     throttled_seconds: float = 0.0
+    paced_seconds: float = 0.0
     expired_iterators: int = 0
     millis_behind_latest: int | None = None
-    extra: dict[str, int] = field(default_factory=dict)
+
+
+class ShardBudget:
+    """Keeps one shard's reads within its budget: calls per second, and bytes per second averaged over calls.
+
+    Before each call it waits until the call fits: at least 1/rate after the previous one, and long
+    enough after it for the bytes that call returned to fit in the byte rate. Kinesis's own rule is
+    the same in effect: a call that returns 10 MB is followed by 5 seconds in which reads are refused.
+    """
+
+    def __init__(self, limits: ReadConfig, stats: ReadStats, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> None:  # fmt: skip
+        self.limits, self.stats, self.clock, self.sleep = limits, stats, clock, sleep
+        self.next_get_records = 0.0
+        self.next_get_shard_iterator = 0.0
+
+    def _wait_until(self, at: float) -> None:
+        wait = at - self.clock()
+        if wait > 0:
+            self.stats.paced_seconds += wait
+            self.sleep(wait)
+
+    def before_get_records(self) -> None:
+        self._wait_until(self.next_get_records)
+
+    def after_get_records(self, records: list[Record]) -> None:
+        size = sum(len(r["Data"]) + len(r["PartitionKey"]) for r in records)
+        self.stats.records += len(records)
+        self.stats.bytes += size
+        now = self.clock()
+        self.next_get_records = now + max(1 / self.limits.get_records_per_second, size / self.limits.bytes_per_second)
+
+    def before_get_shard_iterator(self) -> None:
+        self._wait_until(self.next_get_shard_iterator)
+        self.next_get_shard_iterator = self.clock() + 1 / self.limits.get_shard_iterator_per_second
 
 
 def call(
@@ -101,23 +138,41 @@ def list_shards(client: Any, stream: str, limits: ReadConfig | None = None) -> l
         kwargs = {"NextToken": token}  # with a NextToken, ListShards refuses the StreamName
 
 
-def _iterator(client: Any, stream: str, shard_id: str, limits: ReadConfig, stats: ReadStats | None, **position: Any) -> str | None:
-    response = call(
-        client.get_shard_iterator,
-        f"stream {stream}, shard {shard_id}: GetShardIterator({position['ShardIteratorType']})",
-        limits,
-        stats,
-        StreamName=stream,
-        ShardId=shard_id,
-        **position,
-    )
-    iterator: str | None = response.get("ShardIterator")
-    return iterator
+class ShardCalls:
+    """One shard's GetShardIterator and GetRecords calls: kept within the budget, throttling waited out, counted."""
+
+    def __init__(self, client: Any, stream: str, shard_id: str, limits: ReadConfig | None = None,
+                 stats: ReadStats | None = None, sleep: Callable[[float], None] = time.sleep) -> None:  # fmt: skip
+        self.client, self.stream, self.shard_id = client, stream, shard_id
+        self.limits = limits or ReadConfig()
+        self.stats = stats if stats is not None else ReadStats()
+        self.sleep = sleep
+        self.budget = ShardBudget(self.limits, self.stats, sleep=sleep)
+
+    def iterator(self, **position: Any) -> str | None:
+        self.budget.before_get_shard_iterator()
+        response = call(
+            self.client.get_shard_iterator,
+            f"stream {self.stream}, shard {self.shard_id}: GetShardIterator({position['ShardIteratorType']})",
+            self.limits, self.stats, self.sleep, StreamName=self.stream, ShardId=self.shard_id, **position,
+        )  # fmt: skip
+        iterator: str | None = response.get("ShardIterator")
+        return iterator
+
+    def get_records(self, iterator: str, what: str, limit: int | None = None) -> dict[str, Any]:
+        self.budget.before_get_records()
+        page: dict[str, Any] = call(
+            self.client.get_records, what, self.limits, self.stats, self.sleep,
+            ShardIterator=iterator, Limit=limit or self.limits.max_records_per_call,
+        )  # fmt: skip
+        self.stats.get_records_calls += 1
+        self.stats.millis_behind_latest = page.get("MillisBehindLatest")
+        self.budget.after_get_records(page["Records"])
+        return page
 
 
-def _position_after(checkpoint: int | None, start: StartPosition | None) -> dict[str, Any]:
-    if checkpoint is not None:
-        return {"ShardIteratorType": "AFTER_SEQUENCE_NUMBER", "StartingSequenceNumber": str(checkpoint)}
+def _position_after(start: StartPosition | None) -> dict[str, Any]:
+    """Where a shard with no checkpoint starts reading."""
     if start is None or start.kind == "TRIM_HORIZON":
         return {"ShardIteratorType": "TRIM_HORIZON"}
     if start.kind == "AT_TIMESTAMP" and start.timestamp is not None:
@@ -131,6 +186,8 @@ class NextRecord:
 
     record: Record | None
     shard_ended: bool = False
+    # The checkpoint record itself is gone (trimmed): records after it may be gone too.
+    checkpoint_missing: bool = False
 
 
 def first_record_after(
@@ -144,22 +201,50 @@ def first_record_after(
 ) -> NextRecord:
     """The first record after ``checkpoint`` (or at the start position when there is none).
 
-    One GetShardIterator and, usually, one GetRecords(Limit=1): on real Kinesis an empty answer
-    with MillisBehindLatest above 0 means "keep going", so the next iterator is followed until a
-    record comes, the tip is reached, or the shard ends (no next iterator: SHARD_END). A closed
-    shard can answer empty with a next iterator before the null one, so it is followed to the end.
+    With a checkpoint, one GetShardIterator(AT_SEQUENCE_NUMBER, checkpoint) and GetRecords(Limit=2)
+    answer two questions at once: does the checkpoint record still exist, and what follows it.
+    On real Kinesis an empty answer with MillisBehindLatest above 0 means "keep going", so the next
+    iterator is followed until a record comes, the tip is reached, or the shard ends (no next
+    iterator: SHARD_END). A closed shard can answer empty with a next iterator before the null one,
+    so it is followed to the end.
     """
-    limits = limits or ReadConfig()
+    shard = ShardCalls(client, stream, shard_id, limits)
     what = f"stream {stream}, shard {shard_id}: GetRecords"
-    iterator = _iterator(client, stream, shard_id, limits, None, **_position_after(checkpoint, start))
+    if checkpoint is None:
+        return _next_record(shard, shard.iterator(**_position_after(start)), what, closed, look_for=None)
+    try:
+        iterator = shard.iterator(ShardIteratorType="AT_SEQUENCE_NUMBER", StartingSequenceNumber=str(checkpoint))
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") != "InvalidArgumentException":
+            raise
+        # Kinesis may refuse a sequence number it no longer holds: the checkpoint is gone.
+        following = _next_record(shard, shard.iterator(ShardIteratorType="TRIM_HORIZON"), what, closed, look_for=None)
+        return NextRecord(following.record, following.shard_ended, checkpoint_missing=True)
+    return _next_record(shard, iterator, what, closed, look_for=checkpoint)
+
+
+def _next_record(shard: ShardCalls, iterator: str | None, what: str, closed: bool, look_for: int | None) -> NextRecord:
+    """The first record from ``iterator``, after skipping the record ``look_for`` if it comes first."""
     while iterator:
-        page = call(client.get_records, what, limits, ShardIterator=iterator, Limit=1)
-        if page["Records"]:
-            return NextRecord(page["Records"][0])
+        page = shard.get_records(iterator, what, limit=1 if look_for is None else 2)
+        records = page["Records"]
+        if records and look_for is not None:
+            if parse_sequence_number(records[0]["SequenceNumber"]) != look_for:
+                return NextRecord(records[0], checkpoint_missing=True)
+            records, look_for = records[1:], None
+        if records:
+            return NextRecord(records[0])
         iterator = page.get("NextShardIterator")
         if iterator and not closed and page.get("MillisBehindLatest", 0) == 0:
-            return NextRecord(None)
-    return NextRecord(None, shard_ended=True)
+            # At the tip. A checkpoint never seen here is gone, but nothing readable follows it yet.
+            return NextRecord(None, checkpoint_missing=look_for is not None)
+    return NextRecord(None, shard_ended=True, checkpoint_missing=look_for is not None)
+
+
+def stream_retention(client: Any, stream: str, limits: ReadConfig | None = None) -> timedelta:
+    """How long the stream keeps records (24 hours to 365 days)."""
+    summary = call(client.describe_stream_summary, f"stream {stream}: DescribeStreamSummary", limits or ReadConfig(), StreamName=stream)
+    return timedelta(hours=int(summary["StreamDescriptionSummary"]["RetentionPeriodHours"]))
 
 
 def find_tip(
@@ -178,7 +263,7 @@ def find_tip(
     last window's records, not the backlog. Records that arrive while this runs may extend the tip;
     any record seen is a valid end, so the clock decides only when reading stops.
     """
-    limits = limits or ReadConfig()
+    shard = ShardCalls(client, stream, shard_id, limits)
     start_seq = parse_sequence_number(start["SequenceNumber"])
     start_arrival: datetime = start["ApproximateArrivalTimestamp"]
     what = f"stream {stream}, shard {shard_id}: finding the tip"
@@ -188,7 +273,7 @@ def find_tip(
             position: dict[str, Any] = {"ShardIteratorType": "AT_SEQUENCE_NUMBER", "StartingSequenceNumber": str(start_seq)}
         else:
             position = {"ShardIteratorType": "AT_TIMESTAMP", "Timestamp": since}
-        newest = _read_to_tip(client, stream, shard_id, position, limits, what)
+        newest = _read_to_tip(shard, position, what)
         if newest is not None and newest >= start_seq:
             return newest
         if "StartingSequenceNumber" in position:
@@ -197,11 +282,11 @@ def find_tip(
         window *= 2
 
 
-def _read_to_tip(client: Any, stream: str, shard_id: str, position: dict[str, Any], limits: ReadConfig, what: str) -> int | None:
-    iterator = _iterator(client, stream, shard_id, limits, None, **position)
+def _read_to_tip(shard: ShardCalls, position: dict[str, Any], what: str) -> int | None:
+    iterator = shard.iterator(**position)
     newest: int | None = None
     while iterator:
-        page = call(client.get_records, what, limits, ShardIterator=iterator, Limit=limits.max_records_per_call)
+        page = shard.get_records(iterator, what)
         records = page["Records"]
         if records:
             newest = parse_sequence_number(records[-1]["SequenceNumber"])
@@ -218,34 +303,31 @@ def iterate_range(
     limits: ReadConfig | None = None,
     stats: ReadStats | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    accept_gap: bool = False,
 ) -> Iterator[list[Record]]:
     """Yield the records of a closed range, page by page, exactly: from ``start`` to ``end`` inclusive.
 
     The first fetch uses AT_SEQUENCE_NUMBER(start), later ones follow the next iterator; an expired
     iterator is re-opened AFTER_SEQUENCE_NUMBER of the last record read. A first record that is not
-    ``start`` is a gap and fails. An open shard that runs dry before ``end`` fails; a closed shard is
-    read until GetRecords returns no next iterator (SHARD_END).
+    ``start`` is a gap and fails, unless an operator acknowledged the loss (``accept_gap``). An open
+    shard that runs dry before ``end`` fails; a closed shard is read until GetRecords returns no
+    next iterator (SHARD_END).
     """
-    limits = limits or ReadConfig()
-    stats = stats if stats is not None else ReadStats()
+    shard = ShardCalls(client, stream, rng.shard_id, limits, stats, sleep)
+    stats = shard.stats
     what = f"stream {stream}, range {rng.describe()}"
-    iterator = _iterator(
-        client, stream, rng.shard_id, limits, stats,
-        ShardIteratorType="AT_SEQUENCE_NUMBER", StartingSequenceNumber=str(rng.start),
-    )  # fmt: skip
+    iterator = shard.iterator(ShardIteratorType="AT_SEQUENCE_NUMBER", StartingSequenceNumber=str(rng.start))
     last: int | None = None
     empty_at_tip = 0
     while True:
         if iterator is None:
             if rng.to_shard_end:
-                if last is None:
+                if last is None and not accept_gap:
                     raise RangeReadError(f"{what}: reached SHARD_END without reading the range start")
                 return
             raise RangeReadError(f"{what}: could not read until the end sequence number of the range: the shard ended after {last}")
         try:
-            page = call(
-                client.get_records, f"{what}: GetRecords", limits, stats, sleep, ShardIterator=iterator, Limit=limits.max_records_per_call
-            )
+            page = shard.get_records(iterator, f"{what}: GetRecords")
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") != "ExpiredIteratorException":
                 raise RangeReadError(f"{what}: GetRecords failed: {exc}") from exc
@@ -256,10 +338,8 @@ def iterate_range(
                 if last is None
                 else {"ShardIteratorType": "AFTER_SEQUENCE_NUMBER", "StartingSequenceNumber": str(last)}
             )
-            iterator = _iterator(client, stream, rng.shard_id, limits, stats, **position)
+            iterator = shard.iterator(**position)
             continue
-        stats.get_records_calls += 1
-        stats.millis_behind_latest = page.get("MillisBehindLatest")
         records: list[Record] = page["Records"]
         iterator = page.get("NextShardIterator")
         if not records:
@@ -275,10 +355,12 @@ def iterate_range(
         if last is None:
             first = parse_sequence_number(records[0]["SequenceNumber"])
             if first != rng.start:
-                raise RangeReadError(
-                    f"{what}: the first record is {first}, not the range start {rng.start}: "
-                    "records between them are gone (trimmed by retention?)"
-                )
+                if not accept_gap:
+                    raise RangeReadError(
+                        f"{what}: the first record is {first}, not the range start {rng.start}: "
+                        "records between them are gone (trimmed by retention?)"
+                    )
+                log.warning("%s: acknowledged gap: records from %d up to %d are gone", what, rng.start, first)
         tail = parse_sequence_number(records[-1]["SequenceNumber"])
         if tail <= rng.end:
             last = tail

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 
@@ -42,6 +43,7 @@ class SequenceRange:
     end: int
     previous_checkpoint: int | None = None
     to_shard_end: bool = False
+    start_arrival: datetime | None = None  # when the start record arrived: how close the range is to retention
 
     def __post_init__(self) -> None:
         if self.start > self.end:
@@ -65,6 +67,7 @@ class SequenceRange:
             "end": format_sequence_number(self.end),
             "previous_checkpoint": (None if self.previous_checkpoint is None else format_sequence_number(self.previous_checkpoint)),
             "to_shard_end": self.to_shard_end,
+            "start_arrival": None if self.start_arrival is None else self.start_arrival.isoformat(),
         }
 
     @classmethod
@@ -77,6 +80,7 @@ class SequenceRange:
             end=parse_sequence_number(data["end"], f"end of {shard_id}"),
             previous_checkpoint=(None if previous is None else parse_sequence_number(previous, f"checkpoint of {shard_id}")),
             to_shard_end=bool(data.get("to_shard_end", False)),
+            start_arrival=datetime.fromisoformat(data["start_arrival"]) if data.get("start_arrival") else None,
         )
 
 

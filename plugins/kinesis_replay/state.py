@@ -161,6 +161,41 @@ class Manifest:
 
 
 @dataclass(frozen=True)
+class Gap:
+    """Records of a shard that were gone before they were read, lost with an operator's acknowledgement.
+
+    Everything after ``after`` (a sequence number; None: the shard's start) and before
+    ``first_available`` was trimmed from the stream; ``acknowledged_by`` names the run that accepted it.
+    """
+
+    shard_id: str
+    after: int | None
+    first_available: int
+    acknowledged_by: str
+    detected: str  # "plan" (the checkpoint was gone) or "replay" (the range start was gone)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "shard_id": self.shard_id,
+            "after": None if self.after is None else format_sequence_number(self.after),
+            "first_available": format_sequence_number(self.first_available),
+            "acknowledged_by": self.acknowledged_by,
+            "detected": self.detected,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Gap:
+        after = data.get("after")
+        return cls(
+            shard_id=str(data["shard_id"]),
+            after=None if after is None else parse_sequence_number(after),
+            first_available=parse_sequence_number(data["first_available"]),
+            acknowledged_by=str(data["acknowledged_by"]),
+            detected=str(data["detected"]),
+        )
+
+
+@dataclass(frozen=True)
 class Batch:
     """One entry of the batch ledger: ranges fixed at planning time, never changed afterwards."""
 
@@ -175,6 +210,7 @@ class Batch:
     manifest: Manifest | None = None
     attempts: int = 0
     error: str | None = None
+    gaps: tuple[Gap, ...] = ()
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def range_of(self, shard_id: str) -> SequenceRange:
@@ -187,14 +223,18 @@ class Batch:
         check_transition(self.pipeline, self.batch_id, self.status, status)
         return replace(self, status=status, **changes)
 
-    def spec(self, output: str) -> dict[str, Any]:
-        """What the replay job needs, and nothing of Airflow or of the state table."""
+    def spec(self, output: str, accept_gaps: frozenset[str] = frozenset()) -> dict[str, Any]:
+        """What the replay job needs, and nothing of Airflow or of the state table.
+
+        ``accept_gaps`` names the shards whose missing range start an operator has acknowledged.
+        """
         return {
             "pipeline": self.pipeline,
             "stream": self.stream,
             "batch_id": self.batch_id,
             "output": output,
             "ranges": [r.to_dict() for r in self.ranges],
+            "accept_gaps": sorted(accept_gaps),
         }
 
 
@@ -220,7 +260,7 @@ class StateStore(Protocol):
     def list_batches(self, pipeline: str) -> list[Batch]: ...
 
     def update_batch(self, batch: Batch, expected: BatchStatus) -> None:
-        """Replace the batch's status, manifest, attempts and error, conditioned on its current status."""
+        """Replace the batch's status, manifest, attempts, error and gaps, conditioned on its current status."""
         ...
 
     def advance_checkpoint(self, pipeline: str, shard_id: str, previous: int | None, new: int, batch_id: int, finished: bool) -> None:

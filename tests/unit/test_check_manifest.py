@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from kinesis_replay.batches import check_manifest
-from kinesis_replay.errors import VerificationError
+from kinesis_replay.batches import check_manifest, check_retention
+from kinesis_replay.config import parse_config
+from kinesis_replay.errors import DataLossError, VerificationError
 from kinesis_replay.ranges import SequenceRange
 from kinesis_replay.state import Batch, BatchStatus, Manifest, ShardResult
 
@@ -45,3 +46,24 @@ def test_output_that_stops_short_of_an_open_range_end_fails() -> None:
 def test_output_that_starts_after_the_range_start_fails() -> None:
     with pytest.raises(VerificationError, match=r"range s1 .*: the output starts at"):
         check_manifest(BATCH, manifest(GOOD[0], ShardResult("s1", 2, 20, S + 6, S + 50, "y")))
+
+
+def test_output_starting_after_the_range_start_is_a_gap_only_when_acknowledged() -> None:
+    late = manifest(ShardResult("s0", 3, 30, S + 7, S + 100, "x"), GOOD[1])
+    with pytest.raises(VerificationError, match=r"range s0 .*: the output starts at .*, after the range start"):
+        check_manifest(BATCH, late)
+    (gap,) = check_manifest(BATCH, late, acknowledged=frozenset({"s0"}), run_id="manual__1")
+    assert (gap.shard_id, gap.after, gap.first_available, gap.acknowledged_by, gap.detected) == ("s0", None, S + 7, "manual__1", "replay")
+
+
+def test_a_range_older_than_retention_fails_naming_it_unless_acknowledged() -> None:
+    now = datetime(2026, 11, 22, 12, tzinfo=UTC)
+    old = SequenceRange("s0", S, S + 9, start_arrival=now - timedelta(hours=25, minutes=30))
+    fresh = SequenceRange("s1", S, S + 9, start_arrival=now - timedelta(hours=23))
+    batch = Batch("orders", 7, BatchStatus.PLANNED, (fresh, old), "orders-stream", "run", now)
+    pipeline = parse_config({"pipelines": [{"name": "orders", "stream": "orders-stream", "output": "/o", "schedule": None,
+                                            "initial_position": "LATEST", "state_table": "t", "spark": {}}]})[0]  # fmt: skip
+    with pytest.raises(DataLossError, match=r"stream orders-stream, batch 7, range s0 .*arrived 25h30m ago.*retention of 24h"):
+        check_retention(pipeline, batch, timedelta(hours=24), now)
+    check_retention(pipeline, batch, timedelta(hours=24), now, acknowledged=frozenset({"s0"}))
+    check_retention(pipeline, batch, timedelta(hours=48), now)

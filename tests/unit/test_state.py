@@ -57,5 +57,9 @@ def test_spec_carries_ranges_and_nothing_of_the_state_table() -> None:
         "stream": "stream",
         "batch_id": 3,
         "output": "/out",
-        "ranges": [{"shard_id": "s0", "start": str(BIG), "end": str(BIG + 9), "previous_checkpoint": None, "to_shard_end": False}],
-    }
+        "ranges": [
+            {"shard_id": "s0", "start": str(BIG), "end": str(BIG + 9), "previous_checkpoint": None, "to_shard_end": False,
+             "start_arrival": None}
+        ],
+        "accept_gaps": [],
+    }  # fmt: skip

@@ -1,0 +1,132 @@
+"""Through a proxy that throttles like Kinesis and trims like retention: batches finish, and losses are never silent."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kinesis_replay import kinesis as kinesis_api
+from kinesis_replay.dynamodb_store import DynamoDBStateStore, batch_sk, pk
+from kinesis_replay.state import BatchStatus
+from stack.harness import check_exactly_once, load_dags, read_output, run_dag
+from stack.kinesis_proxy import KinesisProxy, ProxyLimits
+from stack.producer import produce
+
+SUCCESS = {"plan": "success", "replay": "success", "verify": "success", "commit": "success"}
+
+
+@pytest.fixture
+def proxy(stack: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[KinesisProxy]:
+    """A throttling proxy before kinesalite, reached through the Airflow connection aws_proxy."""
+    running = KinesisProxy(stack.kinesis_url, ProxyLimits(bytes_per_second=64 * 1024)).start()
+    connection = stack.connection()
+    connection["extra"]["service_config"]["kinesis"]["endpoint_url"] = running.url
+    monkeypatch.setenv("AIRFLOW_CONN_AWS_PROXY", json.dumps(connection))
+    yield running
+    running.stop()
+    print(running.report())
+
+
+@pytest.fixture
+def dag_for(tmp_path: Path, airflow_db: Path) -> Any:
+    def build(entry: dict[str, Any]) -> Any:
+        return load_dags(tmp_path / f"{entry['name']}.yaml", entry)[f"kinesis_replay_{entry['name']}"]
+
+    return build
+
+
+def shard_records(produced: list[Any]) -> tuple[str, list[Any]]:
+    """The shard with the most records, and its records in order."""
+    counts: dict[str, list[Any]] = {}
+    for p in produced:
+        counts.setdefault(p.shard_id, []).append(p)
+    shard = max(counts, key=lambda s: len(counts[s]))
+    return shard, sorted(counts[shard], key=lambda p: int(p.sequence_number))
+
+
+def test_a_throttled_batch_finishes_exactly_once(kinesis: Any, entry: dict[str, Any], proxy: KinesisProxy, dag_for: Any) -> None:
+    produced = produce(kinesis, entry["stream"], 400, payload_bytes=1000)
+    # A budget far above what the proxy allows: every limit is hit, and each throttle is waited out.
+    greedy = {"get_records_per_second": 50, "bytes_per_second": 10_000_000, "max_records_per_call": 40}
+    assert run_dag(dag_for({**entry, "aws_conn_id": "aws_proxy", "read": greedy})).tasks == SUCCESS
+    assert proxy.throttled() > 0
+    result = check_exactly_once(produced, read_output(entry["output"]))
+    assert result.ok, result
+
+
+def test_a_range_start_gone_before_replay_fails_until_acknowledged(
+    kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any], proxy: KinesisProxy, dag_for: Any
+) -> None:
+    produced = produce(kinesis, entry["stream"], 120)
+    dag = dag_for({**entry, "aws_conn_id": "aws_proxy"})
+    assert run_dag(dag.partial_subset(task_ids=["plan"])).tasks == {"plan": "success"}
+    shard, records = shard_records(produced)
+    proxy.trim_below[shard] = int(records[2].sequence_number)  # its first two records are trimmed away
+
+    failed = run_dag(dag)
+    assert failed.tasks["replay"] == "failed" and failed.tasks["commit"] == "upstream_failed"
+    batch = store.get_batch(entry["name"], 1)
+    assert batch.status == BatchStatus.FAILED
+    assert f"the first record is {records[2].sequence_number}, not the range start {records[0].sequence_number}" in (batch.error or "")
+    assert all(s.checkpoint is None for s in store.get_shards(entry["name"]).values())
+
+    assert run_dag(dag, run_conf={"acknowledge_data_loss": [shard]}).tasks == SUCCESS
+    batch = store.get_batch(entry["name"], 1)
+    assert [(g.shard_id, g.after, g.first_available, g.detected) for g in batch.gaps] == [
+        (shard, None, int(records[2].sequence_number), "replay")
+    ]
+    lost = {records[0].sequence_number, records[1].sequence_number}
+    result = check_exactly_once([p for p in produced if p.sequence_number not in lost], read_output(entry["output"]))
+    assert result.ok, result
+
+
+def test_a_trimmed_checkpoint_fails_the_plan_until_acknowledged(
+    kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any], proxy: KinesisProxy, dag_for: Any
+) -> None:
+    produced = produce(kinesis, entry["stream"], 80)
+    dag = dag_for({**entry, "aws_conn_id": "aws_proxy"})
+    assert run_dag(dag).tasks == SUCCESS
+    later = produce(kinesis, entry["stream"], 80, start_index=80)
+    shard, records = shard_records(later)
+    checkpoint = store.get_shards(entry["name"])[shard].checkpoint
+    proxy.trim_below[shard] = int(records[1].sequence_number)  # the checkpoint and the first record after it are gone
+
+    failed = run_dag(dag)
+    assert failed.tasks["plan"] == "failed"
+    assert [b.batch_id for b in store.list_batches(entry["name"])] == [1]  # nothing planned, nothing read
+
+    assert run_dag(dag, run_conf={"acknowledge_data_loss": [shard]}).tasks == SUCCESS
+    (gap,) = store.get_batch(entry["name"], 2).gaps
+    assert (gap.shard_id, gap.after, gap.first_available, gap.detected) == (shard, checkpoint, int(records[1].sequence_number), "plan")
+    kept = [p for p in produced + later if p.sequence_number != records[0].sequence_number]
+    result = check_exactly_once(kept, read_output(entry["output"]))
+    assert result.ok, result
+
+
+def test_a_range_older_than_retention_fails_before_any_read(
+    kinesis: Any, dynamodb: Any, store: DynamoDBStateStore, entry: dict[str, Any], dag_for: Any
+) -> None:
+    assert kinesis_api.stream_retention(kinesis, entry["stream"]) == timedelta(hours=24)
+    produce(kinesis, entry["stream"], 20)
+    dag = dag_for(entry)
+    assert run_dag(dag.partial_subset(task_ids=["plan"])).tasks == {"plan": "success"}
+    # The batch waited in flight for 25 hours: age its stored ranges as that time would have.
+    batch = store.get_batch(entry["name"], 1)
+    aged = [{**r.to_dict(), "start_arrival": (datetime.now(UTC) - timedelta(hours=25)).isoformat()} for r in batch.ranges]
+    dynamodb.update_item(
+        TableName=store.table, Key={"pk": {"S": pk(entry["name"])}, "sk": {"S": batch_sk(1)}},
+        UpdateExpression="SET #ranges = :ranges", ExpressionAttributeNames={"#ranges": "ranges"},
+        ExpressionAttributeValues={":ranges": {"S": json.dumps(aged)}},
+    )  # fmt: skip
+
+    failed = run_dag(dag)
+    assert failed.tasks["replay"] == "failed"
+    error = store.get_batch(entry["name"], 1).error or ""
+    assert f"stream {entry['stream']}, batch 1, range shardId-" in error
+    assert "arrived 25h00m ago, more than the stream's retention of 24h" in error and "Nothing was read" in error
+    assert not Path(entry["output"]).exists()

@@ -1,0 +1,199 @@
+"""A test-only HTTP proxy in front of the local Kinesis endpoint that enforces Kinesis's read limits.
+
+No emulator throttles, so this one does: per shard, GetRecords calls and bytes a second and
+GetShardIterator calls a second, answering ProvisionedThroughputExceededException as Kinesis does.
+It can also hide a shard's records below a sequence number, as retention trims them.
+
+    proxy = KinesisProxy("http://127.0.0.1:4567", ProxyLimits(bytes_per_second=100_000)).start()
+    ... point the Kinesis endpoint at proxy.url ...
+    proxy.stop(); print(proxy.report())
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import threading
+import time
+from collections import defaultdict, deque
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import urlparse
+
+
+@dataclass(frozen=True)
+class ProxyLimits:
+    """Kinesis's per-shard limits by default."""
+
+    get_records_per_second: int = 5
+    bytes_per_second: float = 2 * 1024 * 1024
+    get_shard_iterator_per_second: int = 5
+
+
+@dataclass
+class ShardCounters:
+    get_records: int = 0
+    get_shard_iterator: int = 0
+    throttled: int = 0
+    records: int = 0
+    bytes: int = 0
+    first_read: float | None = None
+    last_read: float | None = None
+
+    def rate(self) -> float:
+        """Bytes a second served between the first and the last read."""
+        if self.first_read is None or self.last_read is None or self.last_read <= self.first_read:
+            return 0.0
+        return self.bytes / (self.last_read - self.first_read)
+
+
+@dataclass
+class _Shard:
+    calls: deque[float] = field(default_factory=deque)
+    iterator_calls: deque[float] = field(default_factory=deque)
+    tokens: float = 0.0  # bytes that may still be read; negative after a large read, refilled over time
+    refilled: float = field(default_factory=time.monotonic)
+
+
+class KinesisProxy:
+    def __init__(self, upstream: str, limits: ProxyLimits | None = None, port: int = 0) -> None:
+        target = urlparse(upstream)
+        self.upstream = (target.hostname or "127.0.0.1", target.port or 80)
+        self.limits = limits or ProxyLimits()
+        self.counters: dict[str, ShardCounters] = defaultdict(ShardCounters)
+        # shard id -> the sequence number of its first record left: records below it are gone, as if trimmed
+        self.trim_below: dict[str, int] = {}
+        self._shards: dict[str, _Shard] = defaultdict(lambda: _Shard(tokens=self.limits.bytes_per_second))
+        self._iterators: dict[str, str] = {}
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def start(self) -> KinesisProxy:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def throttled(self) -> int:
+        return sum(c.throttled for c in self.counters.values())
+
+    def report(self) -> str:
+        return "\n".join(
+            f"{sid}: {c.get_records} GetRecords, {c.throttled} throttled, {c.records} records, "
+            f"{c.bytes / 1024:.0f} KiB at {c.rate() / 1024:.0f} KiB/s (limit {self.limits.bytes_per_second / 1024:.0f})"
+            for sid, c in sorted(self.counters.items())
+        )
+
+    # -- limits ----------------------------------------------------------------------------------
+
+    def _admit(self, shard_id: str, operation: str) -> bool:
+        now = time.monotonic()
+        with self._lock:
+            shard = self._shards[shard_id]
+            calls, limit = (
+                (shard.calls, self.limits.get_records_per_second)
+                if operation == "GetRecords"
+                else (shard.iterator_calls, self.limits.get_shard_iterator_per_second)
+            )
+            while calls and now - calls[0] >= 1.0:
+                calls.popleft()
+            if operation == "GetRecords":
+                shard.tokens = min(self.limits.bytes_per_second, shard.tokens + (now - shard.refilled) * self.limits.bytes_per_second)
+                shard.refilled = now
+            if len(calls) >= limit or (operation == "GetRecords" and shard.tokens <= 0):
+                self.counters[shard_id].throttled += 1
+                return False
+            calls.append(now)
+            return True
+
+    def _served(self, shard_id: str, records: list[dict[str, Any]]) -> None:
+        size = sum(len(base64.b64decode(r["Data"])) + len(r["PartitionKey"]) for r in records)
+        now = time.monotonic()
+        with self._lock:
+            self._shards[shard_id].tokens -= size
+            c = self.counters[shard_id]
+            c.get_records += 1
+            c.records += len(records)
+            c.bytes += size
+            c.first_read = c.first_read if c.first_read is not None else now
+            c.last_read = now
+
+    def _trimmed_position(self, shard_id: str, request: dict[str, Any]) -> bytes | None:
+        """As Kinesis does past its trim horizon: a position below it starts at the first record left."""
+        horizon = self.trim_below[shard_id]
+        kind = request["ShardIteratorType"]
+        below = kind == "TRIM_HORIZON" or (
+            kind in ("AT_SEQUENCE_NUMBER", "AFTER_SEQUENCE_NUMBER") and int(request["StartingSequenceNumber"]) < horizon
+        )
+        if not below:
+            return None
+        moved = {**request, "ShardIteratorType": "AT_SEQUENCE_NUMBER", "StartingSequenceNumber": str(horizon)}
+        return json.dumps(moved).encode()
+
+    # -- HTTP ------------------------------------------------------------------------------------
+
+    def _forward(self, method: str, path: str, headers: dict[str, str], body: bytes) -> tuple[int, dict[str, str], bytes]:
+        connection = http.client.HTTPConnection(*self.upstream, timeout=60)
+        try:
+            connection.request(method, path, body=body, headers=headers)
+            response = connection.getresponse()
+            return response.status, dict(response.getheaders()), response.read()
+        finally:
+            connection.close()
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def _reply(self, status: int, headers: dict[str, str], body: bytes) -> None:
+                self.send_response(status)
+                for key, value in headers.items():
+                    if key.lower() not in {"content-length", "connection", "transfer-encoding", "date", "server"}:
+                        self.send_header(key, value)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def _throttle(self, shard_id: str) -> None:
+                body = {"__type": "ProvisionedThroughputExceededException",
+                        "message": f"Rate exceeded for shard {shard_id} (kinesis-replay test proxy)."}  # fmt: skip
+                self._reply(400, {"Content-Type": "application/x-amz-json-1.1"}, json.dumps(body).encode())
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                operation = self.headers.get("X-Amz-Target", "").rsplit(".", 1)[-1]
+                headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
+                request = json.loads(body or b"{}") if operation in ("GetRecords", "GetShardIterator") else {}
+                shard_id = request.get("ShardId") or proxy._iterators.get(request.get("ShardIterator", ""), "unknown")
+                if operation in ("GetRecords", "GetShardIterator") and not proxy._admit(shard_id, operation):
+                    self._throttle(shard_id)
+                    return
+                if operation == "GetShardIterator" and shard_id in proxy.trim_below:
+                    body = proxy._trimmed_position(shard_id, request) or body
+                status, response_headers, payload = proxy._forward("POST", self.path, headers, body)
+                if status == 200 and operation == "GetShardIterator":
+                    proxy.counters[shard_id].get_shard_iterator += 1
+                    proxy._iterators[json.loads(payload)["ShardIterator"]] = shard_id
+                elif status == 200 and operation == "GetRecords":
+                    page = json.loads(payload)
+                    if shard_id in proxy.trim_below:
+                        page["Records"] = [r for r in page["Records"] if int(r["SequenceNumber"]) >= proxy.trim_below[shard_id]]
+                        payload = json.dumps(page).encode()
+                    if page.get("NextShardIterator"):
+                        proxy._iterators[page["NextShardIterator"]] = shard_id
+                    proxy._served(shard_id, page["Records"])
+                self._reply(status, response_headers, payload)
+
+        return Handler
