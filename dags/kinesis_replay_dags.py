@@ -9,11 +9,16 @@ Lands a Kinesis stream in Parquet exactly once, one bounded batch per run.
 2. **replay** runs the Spark job (`spark_jobs/replay_job.py`) on exactly those ranges and overwrites
    the batch's own partition `<output>/batch_id=<id>/`.
 3. **verify** checks the result manifest and the files against the plan.
-4. **commit** advances each shard's checkpoint with a conditional write, then marks the batch committed.
+4. **commit** advances each shard's checkpoint with a conditional write, then marks the batch committed,
+   and emits an event on the pipeline's output Asset (batch id and ranges in its extra).
+5. **check** fails, and so alerts, when a record has waited longer than `max_checkpoint_age_minutes`.
 
 If anything fails nothing moves: the next run replays the same batch, with the same ranges, into the
 same paths. One DAG per pipeline in the pipelines config (`$KINESIS_REPLAY_CONFIG`, else
 `dags/pipelines.yaml`).
+
+**Dry run.** Trigger with `dry_run` to see the plan (shards, ranges, record and byte estimates, the
+GetRecords calls and the time they need at the read limit) without writing or reading anything.
 
 **Lost data.** When records the pipeline has not read yet are gone from the stream (trimmed by
 retention), the run fails and names the shard. To accept the loss and go on, trigger a run with
@@ -26,30 +31,57 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from airflow.sdk import DAG, Param, get_current_context, task
+from airflow.sdk import DAG, Asset, Param, get_current_context, task
 
 import kinesis_replay_tasks as tasks
+from kinesis_replay.backfill import SELECTION_SCHEMA
 from kinesis_replay.config import PipelineConfig, load_config, resolve_config_path
 
 CONFIG_PATH = resolve_config_path(Path(__file__).with_name("pipelines.yaml"))
+START = datetime(2026, 1, 1, tzinfo=UTC)
+
+BACKFILL_DOC = """
+### kinesis-replay backfill: replay stored batches into their own paths
+
+Trigger by hand with `batches`, one of:
+`{"batch_ids": [3, 7]}`, `{"from_batch": 3, "to_batch": 7}` (inclusive), or
+`{"start_time": "2026-11-01T00:00:00Z", "end_time": "2026-11-02T00:00:00Z"}` (every committed batch
+whose records may have arrived in that window). Each chosen batch is replayed from its stored ranges
+into `<output>/batch_id=<id>/` and must come out identical to its first run (same rows, same
+checksum). No checkpoint moves. Refused, before anything is read, while the pipeline's regular batch
+is in flight, for batches that are not committed, and for ranges that have left the stream's retention.
+`dry_run` shows what would be read, and its cost, without reading.
+"""
+
+
+def output_asset(p: PipelineConfig) -> Asset:
+    """The pipeline's output: every committed batch, regular or backfilled, is an event on it."""
+    uri = p.output if "://" in p.output else f"file://{p.output}"
+    return Asset(name=f"kinesis_replay_{p.name}", uri=uri)
+
+
+def default_args(p: PipelineConfig) -> dict[str, Any]:
+    return {
+        "retries": p.retries,
+        "retry_delay": timedelta(seconds=p.retry_delay_seconds),
+        "retry_exponential_backoff": True,
+        "max_retry_delay": timedelta(minutes=30),
+    }
 
 
 def build_dag(p: PipelineConfig) -> DAG:
+    asset = output_asset(p)
     with DAG(
         dag_id=p.dag_id,
         schedule=p.schedule,
-        start_date=datetime(2026, 1, 1, tzinfo=UTC),
+        start_date=START,
         catchup=False,
         max_active_runs=1,  # one regular batch in flight per pipeline; the state table enforces it too
-        default_args={
-            "retries": p.retries,
-            "retry_delay": timedelta(seconds=p.retry_delay_seconds),
-            "retry_exponential_backoff": True,
-            "max_retry_delay": timedelta(minutes=30),
-        },
+        default_args=default_args(p),
         doc_md=__doc__,
         tags=["kinesis-replay", f"stream:{p.stream}"],
         params={
+            "dry_run": Param(False, type="boolean", title="Dry run", description="Show the plan and its cost; write and read nothing."),
             "acknowledge_data_loss": Param(
                 [],
                 type="array",
@@ -75,14 +107,61 @@ def build_dag(p: PipelineConfig) -> DAG:
             context = get_current_context()
             tasks.verify(p, planned, context["params"], context["run_id"])
 
-        @task(task_id="commit")
+        @task(task_id="commit", outlets=[asset])
         def commit(planned: dict[str, Any]) -> dict[str, Any]:
-            return tasks.commit(p, planned)
+            summary = tasks.commit(p, planned)
+            get_current_context()["outlet_events"][asset].extra = summary
+            return summary
+
+        @task(task_id="check", trigger_rule="none_failed", retries=0)
+        def check() -> None:
+            tasks.check(p)
 
         planned = plan()
-        replay(planned) >> verify(planned) >> commit(planned)
+        replay(planned) >> verify(planned) >> commit(planned) >> check()
+    return dag
+
+
+def build_backfill_dag(p: PipelineConfig) -> DAG:
+    asset = output_asset(p)
+    with DAG(
+        dag_id=f"kinesis_replay_backfill_{p.name}",
+        schedule=None,  # by hand only
+        start_date=START,
+        catchup=False,
+        max_active_runs=1,  # two backfills never write the same batch's paths at once
+        default_args={**default_args(p), "retries": 0},
+        doc_md=BACKFILL_DOC,
+        tags=["kinesis-replay", "backfill", f"stream:{p.stream}"],
+        params={
+            "batches": Param(
+                title="Batches to replay",
+                description='{"batch_ids": [3, 7]}, or {"from_batch": 3, "to_batch": 7}, or {"start_time": ISO 8601, "end_time": ISO 8601}',
+                **SELECTION_SCHEMA,
+            ),
+            "dry_run": Param(False, type="boolean", title="Dry run", description="Show what would be read and its cost; read nothing."),
+        },
+    ) as dag:
+
+        @task(task_id="select")
+        def select() -> list[int]:
+            return tasks.select_backfill(p, get_current_context()["params"])
+
+        @task(
+            task_id="replay",
+            outlets=[asset],
+            map_index_template="batch {{ task.op_kwargs['batch_id'] }}",
+            execution_timeout=timedelta(seconds=p.spark.submit_timeout_seconds),
+        )
+        def replay(batch_id: int) -> dict[str, Any]:
+            summary = tasks.backfill_batch(p, batch_id)
+            get_current_context()["outlet_events"][asset].extra = summary
+            return summary
+
+        replay.expand(batch_id=select())
     return dag
 
 
 for _pipeline in load_config(CONFIG_PATH):
     globals()[_pipeline.dag_id] = build_dag(_pipeline)
+    globals()[f"kinesis_replay_backfill_{_pipeline.name}"] = build_backfill_dag(_pipeline)

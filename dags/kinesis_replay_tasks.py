@@ -16,10 +16,11 @@ from typing import Any
 
 from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
 from airflow.providers.amazon.aws.hooks.kinesis import KinesisHook
-from airflow.sdk.exceptions import AirflowSkipException
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+from airflow.sdk.observability import stats
 from botocore.config import Config
 
-from kinesis_replay import batches, kinesis, spark_submit
+from kinesis_replay import backfill, batches, kinesis, output, spark_submit
 from kinesis_replay.config import PipelineConfig
 from kinesis_replay.dynamodb_store import DynamoDBStateStore
 from kinesis_replay.errors import KinesisReplayError
@@ -49,12 +50,20 @@ def acknowledged(params: dict[str, Any]) -> frozenset[str]:
 
 
 def plan(p: PipelineConfig, run_id: str, params: dict[str, Any]) -> dict[str, Any]:
-    """Resume the batch in flight or plan the next one; skip the run when no shard has anything new."""
+    """Resume the batch in flight or plan the next one; skip the run when no shard has anything new.
+
+    With ``dry_run`` it writes nothing and reads no data: it logs the plan and its cost, then skips the run.
+    """
     store = state_store(p)
     store.ensure_table()
-    result = batches.plan_batch(p, kinesis_hook(p).conn, store, run_id, acknowledged=acknowledged(params))
+    dry_run = bool(params.get("dry_run"))
+    result = batches.plan_batch(p, kinesis_hook(p).conn, store, run_id, acknowledged=acknowledged(params), dry_run=dry_run)
+    for shard_id, millis in result.lag_millis.items():
+        stats.gauge(f"kinesis_replay.{p.name}.shard.{shard_id}.millis_behind_latest", millis)
     for child, parents in result.waiting:
         log.info("shard %s waits for its parents %s to be drained", child, ", ".join(parents))
+    if dry_run:
+        raise AirflowSkipException(dry_run_report(p, result))
     if result.batch is None:
         raise AirflowSkipException(f"pipeline {p.name}: no shard of stream {p.stream} has records after its checkpoint")
     batch = result.batch
@@ -63,6 +72,26 @@ def plan(p: PipelineConfig, run_id: str, params: dict[str, Any]) -> dict[str, An
         p.name, "resuming" if result.resumed else "planned", batch.batch_id, batch.status.value, len(batch.ranges),
     )  # fmt: skip
     return {"batch_id": batch.batch_id, "action": result.action, "resumed": result.resumed, "ranges": len(batch.ranges)}
+
+
+def dry_run_report(p: PipelineConfig, result: batches.PlanResult) -> str:
+    """What a run would do, logged and given as the reason the run is skipped."""
+    if result.batch is None:
+        return f"dry run of pipeline {p.name}: no shard of stream {p.stream} has anything new; nothing was written"
+    batch = result.batch
+    if batch.manifest is not None:
+        counts = {s.shard_id: s.records + s.bad_records for s in batch.manifest.shards}
+        sizes = {s.shard_id: s.bytes for s in batch.manifest.shards}
+    elif result.estimates and len(result.estimates) == len(batch.ranges):
+        counts = {sid: e[0] for sid, e in result.estimates.items()}
+        sizes = {sid: e[1] for sid, e in result.estimates.items()}
+    else:
+        counts = sizes = None  # type: ignore[assignment]
+    verb = "would resume" if result.resumed else "would plan"
+    report = f"dry run of pipeline {p.name}: {verb} " + backfill.describe(batch, backfill.estimate(batch.ranges, counts, sizes, p.read))
+    report += "\nrecord and byte counts of new ranges are estimates (the tip search's last window); nothing was written or read"
+    log.info("%s", report)
+    return report
 
 
 def replay(p: PipelineConfig, planned: dict[str, Any], params: dict[str, Any]) -> None:
@@ -125,12 +154,83 @@ def verify(p: PipelineConfig, planned: dict[str, Any], params: dict[str, Any], r
 def commit(p: PipelineConfig, planned: dict[str, Any]) -> dict[str, Any]:
     """Advance every checkpoint of the verified batch, conditionally, then mark it committed."""
     batch = batches.commit_batch(p, state_store(p), planned["batch_id"])
+    summary = batch_summary(p, batch, "regular")
+    log.info("pipeline %s: committed %s", p.name, summary)
+    return summary
+
+
+def batch_summary(p: PipelineConfig, batch: Batch, kind: str) -> dict[str, Any]:
+    """The batch's figures, sent as metrics and carried in the output Asset's event."""
     assert batch.manifest is not None
-    summary = {
+    seconds = (batch.committed_at - batch.created_at).total_seconds() if batch.committed_at else batch.manifest.seconds
+    prefix = f"kinesis_replay.{p.name}.{kind}_batch"
+    stats.gauge(f"{prefix}.records", batch.manifest.records)
+    stats.gauge(f"{prefix}.bytes", batch.manifest.bytes)
+    stats.gauge(f"{prefix}.bad_records", batch.manifest.bad_records)
+    stats.timing(f"{prefix}.duration", seconds * 1000)
+    return {
+        "pipeline": p.name,
+        "kind": kind,
         "batch_id": batch.batch_id,
         "shards": len(batch.ranges),
         "records": batch.manifest.records,
+        "bad_records": batch.manifest.bad_records,
         "bytes": batch.manifest.bytes,
+        "seconds": round(seconds, 3),
+        "path": output.batch_path(p.output, batch.batch_id),
+        "ranges": [r.to_dict() for r in batch.ranges],
     }
-    log.info("pipeline %s: committed %s", p.name, summary)
+
+
+def check(p: PipelineConfig) -> None:
+    """Fail, and so alert through the DAG's callbacks, when a record has waited too long to be committed."""
+    store = state_store(p)
+    head = store.get_head(p.name)
+    batch = store.get_batch(p.name, head.in_flight) if head.in_flight is not None else None
+    age = batches.pending_age(batch, datetime.now(UTC))
+    stats.gauge(f"kinesis_replay.{p.name}.checkpoint_age_seconds", age)
+    limit = p.max_checkpoint_age_minutes * 60
+    if age > limit:
+        assert batch is not None
+        raise AirflowFailException(
+            f"pipeline {p.name} is stuck: batch {batch.batch_id} ({batch.status.value}) holds records that arrived "
+            f"{age / 60:.0f} minutes ago and are not committed (max_checkpoint_age_minutes is {p.max_checkpoint_age_minutes}); "
+            f"last error: {batch.error or 'none'}"
+        )
+    log.info("pipeline %s: oldest uncommitted record waited %.0fs (limit %ds)", p.name, age, limit)
+
+
+def select_backfill(p: PipelineConfig, params: dict[str, Any]) -> list[int]:
+    """The committed batches to replay; refuses while a regular batch is in flight or when ranges left retention."""
+    store = state_store(p)
+    selection = backfill.parse_selection(params["batches"])
+    chosen = backfill.select_batches(p.name, selection, store.list_batches(p.name))
+    head = store.get_head(p.name)
+    if head.in_flight is not None:
+        raise backfill.BackfillError(
+            f"pipeline {p.name}: regular batch {head.in_flight} is in flight; a backfill waits until it is committed "
+            "(the pipeline's next run finishes it), so that the two never compete for the stream's read limits"
+        )
+    retention = kinesis.stream_retention(kinesis_hook(p).conn, p.stream, p.read)
+    now = datetime.now(UTC)
+    for batch in chosen:
+        batches.check_retention(p, batch, retention, now)
+    if params.get("dry_run"):
+        for batch in chosen:
+            counts = {s.shard_id: s.records + s.bad_records for s in batch.manifest.shards} if batch.manifest else None
+            sizes = {s.shard_id: s.bytes for s in batch.manifest.shards} if batch.manifest else None
+            log.info("dry run: would replay %s", backfill.describe(batch, backfill.estimate(batch.ranges, counts, sizes, p.read)))
+        raise AirflowSkipException(f"dry run of a backfill of {selection.describe()} in pipeline {p.name}: nothing was read or written")
+    log.info("pipeline %s: backfilling %s", p.name, ", ".join(str(b.batch_id) for b in chosen))
+    return [b.batch_id for b in chosen]
+
+
+def backfill_batch(p: PipelineConfig, batch_id: int) -> dict[str, Any]:
+    """Replay one committed batch into its own paths and check it holds what it held; never touches a checkpoint."""
+    store = state_store(p)
+    batch = store.get_batch(p.name, batch_id)
+    submit(p, batch)
+    batches.check_backfill(p, batch, output.read_manifest(p.output, batch_id))
+    summary = batch_summary(p, batch, "backfill")
+    log.info("pipeline %s: backfilled %s", p.name, summary)
     return summary

@@ -42,6 +42,7 @@ class RangePartition(InputPartition):  # type: ignore[misc]
     aws: dict[str, Any]
     read: dict[str, Any]
     accept_gap: bool = False  # an operator acknowledged that this range's first records may be gone
+    planned_at: str | None = None
 
 
 class KinesisRangeDataSource(DataSource):  # type: ignore[misc]
@@ -65,7 +66,15 @@ class KinesisRangeReader(DataSourceReader):  # type: ignore[misc]
     def partitions(self) -> list[RangePartition]:
         accepted = set(self.spec.get("accept_gaps", ()))
         return [
-            RangePartition(i, self.spec["stream"], r, self.spec.get("aws", {}), self.spec.get("read", {}), r["shard_id"] in accepted)
+            RangePartition(
+                i,
+                self.spec["stream"],
+                r,
+                self.spec.get("aws", {}),
+                self.spec.get("read", {}),
+                r["shard_id"] in accepted,
+                self.spec.get("planned_at"),
+            )
             for i, r in enumerate(self.spec["ranges"])
         ]
 
@@ -85,13 +94,14 @@ class KinesisRangeReader(DataSourceReader):  # type: ignore[misc]
             config=Config(retries={"mode": "standard", "max_attempts": 3}, connect_timeout=10, read_timeout=60),
         )
         stats = ReadStats()
+        limits = ReadConfig(**partition.read)
         records, started, reported = 0, time.monotonic(), time.monotonic()
-        for page in iterate_range(client, partition.stream, rng, ReadConfig(**partition.read), stats, accept_gap=partition.accept_gap):
+        for page in iterate_range(client, partition.stream, rng, limits, stats, accept_gap=partition.accept_gap):
             records += len(page)
             yield to_record_batch(partition.stream, rng.shard_id, page)
-            if time.monotonic() - reported >= 30:
+            if time.monotonic() - reported >= limits.progress_seconds:
                 reported = time.monotonic()
-                log.warning("%s: %d records read, at %s", rng.describe(), records, page[-1]["SequenceNumber"])
+                log.warning("%s: %d records read, %s", rng.describe(), records, position(rng, page[-1], partition.planned_at))
         seconds = max(time.monotonic() - started, 1e-9)
         log.warning(
             "%s: done, %d records, %.1f KiB in %.1fs (%.0f records/s, %.0f KiB/s); %d GetRecords calls, "
@@ -99,6 +109,19 @@ class KinesisRangeReader(DataSourceReader):  # type: ignore[misc]
             rng.describe(), records, stats.bytes / 1024, seconds, records / seconds, stats.bytes / 1024 / seconds,
             stats.get_records_calls, stats.throttled, stats.throttled_seconds, stats.paced_seconds, stats.expired_iterators,
         )  # fmt: skip
+
+
+def position(rng: Any, record: dict[str, Any], planned_at: str | None) -> str:
+    """Where the reader is: the last record's arrival, and how far that is through the range's time span."""
+    from datetime import datetime
+
+    arrival: datetime = record["ApproximateArrivalTimestamp"]
+    where = f"at {record['SequenceNumber']} (arrived {arrival.isoformat(timespec='seconds')}"
+    if rng.start_arrival is not None and planned_at is not None:
+        span = (datetime.fromisoformat(planned_at) - rng.start_arrival).total_seconds()
+        if span > 0:
+            where += f", {min(100.0, 100 * (arrival - rng.start_arrival).total_seconds() / span):.0f}% of the range's time span"
+    return where + ")"
 
 
 def to_record_batch(stream: str, shard_id: str, page: list[dict[str, Any]]) -> pa.RecordBatch:

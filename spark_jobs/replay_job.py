@@ -20,6 +20,7 @@ import json
 import os
 import sys
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -158,6 +159,8 @@ def summarize(spark: SparkSession, spec: dict[str, Any], seconds: float) -> Mani
             F.min(seq).alias("first"),
             F.max(seq).alias("last"),
             F.sum(row_hash.cast("decimal(38,0)")).alias("hash"),  # decimal: no overflow below 10^19 rows
+            # As microseconds: collect() would turn a timestamp into the driver's local time.
+            F.max(F.unix_micros("approximate_arrival_timestamp")).alias("last_arrival"),
         )
         .collect()
     )
@@ -170,6 +173,7 @@ def summarize(spark: SparkSession, spec: dict[str, Any], seconds: float) -> Mani
             last_sequence_number=int(r["last"]),
             checksum=f"{int(r['hash']) % 2**64:016x}",
             bad_records=int(r["bad"]),
+            last_arrival=datetime.fromtimestamp(r["last_arrival"] / 1e6, UTC) if r["last_arrival"] is not None else None,
         )
         for r in sorted(rows, key=lambda r: r["shard_id"])
     )

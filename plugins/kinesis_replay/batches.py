@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
@@ -25,6 +26,10 @@ class PlanResult:
     batch: Batch | None  # None: no shard has anything new
     resumed: bool
     waiting: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (child shard, parents it waits for)
+    lag_millis: Mapping[str, int] = field(default_factory=dict)  # MillisBehindLatest after each checkpoint
+    # Records and bytes per range, where planning could tell (exact when the tip search read from the start).
+    estimates: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    dry_run: bool = False  # nothing was written
 
     @property
     def action(self) -> str | None:
@@ -54,24 +59,28 @@ def plan_batch(
     run_id: str,
     now: datetime | None = None,
     acknowledged: frozenset[str] = frozenset(),
+    dry_run: bool = False,
 ) -> PlanResult:
     """Resume the batch in flight, or fix the next batch's ranges and store it before anything is read.
 
     ``acknowledged`` names the shards whose lost records (a checkpoint trimmed by retention) an
-    operator has accepted for this run; the loss is then recorded in the batch as a gap.
+    operator has accepted for this run; the loss is then recorded in the batch as a gap. A
+    ``dry_run`` plans the same way and writes nothing: no batch, no new shard, no finished mark.
     """
     now = now or datetime.now(UTC)
     head = store.get_head(pipeline.name)
     if head.in_flight is not None:
         batch = store.get_batch(pipeline.name, head.in_flight)
         log.info("pipeline %s: resuming batch %d (%s), ranges unchanged", pipeline.name, batch.batch_id, batch.status.value)
-        return PlanResult(batch=batch, resumed=True)
+        return PlanResult(batch=batch, resumed=True, dry_run=dry_run)
 
     shards = kinesis.list_shards(kinesis_client, pipeline.stream, pipeline.read)
     states = store.get_shards(pipeline.name)
     finished = {sid: s.finished for sid, s in states.items()}
     ranges: list[SequenceRange] = []
     gaps: list[Gap] = []
+    lag: dict[str, int] = {}
+    estimates: dict[str, tuple[int, int]] = {}
     seen: set[str] = set()
     while True:
         # A closed shard found drained is finished at once, which may free its children in this same plan.
@@ -81,25 +90,33 @@ def plan_batch(
             break
         for shard in ready:
             seen.add(shard.shard_id)
-            state = states.get(shard.shard_id) or store.put_shard_if_absent(
-                pipeline.name,
-                ShardState(shard.shard_id, parent_shard_ids=shard.parent_shard_ids, start_position=resolve_start(pipeline, shard, now)),
-            )
-            planned = _plan_range(pipeline, kinesis_client, store, shard, state, now)
+            state = states.get(shard.shard_id)
+            if state is None:
+                new = ShardState(
+                    shard.shard_id, parent_shard_ids=shard.parent_shard_ids, start_position=resolve_start(pipeline, shard, now)
+                )
+                state = new if dry_run else store.put_shard_if_absent(pipeline.name, new)
+            planned = _plan_range(pipeline, kinesis_client, store, shard, state, now, dry_run)
+            if planned.lag_millis is not None:
+                lag[shard.shard_id] = planned.lag_millis
             if planned.range is not None:
                 if planned.checkpoint_missing:
                     gaps.append(_acknowledged_gap(pipeline, state, planned.range, now, acknowledged, run_id))
                 ranges.append(planned.range)
+                if planned.estimate is not None:
+                    estimates[shard.shard_id] = planned.estimate
             finished[shard.shard_id] = planned.drained
     waiting_ids = tuple((s.shard_id, tuple(parents)) for s, parents in waiting)
     if not ranges:
         log.info("pipeline %s: nothing new on stream %s", pipeline.name, pipeline.stream)
-        return PlanResult(batch=None, resumed=False, waiting=waiting_ids)
+        return PlanResult(batch=None, resumed=False, waiting=waiting_ids, lag_millis=lag, dry_run=dry_run)
 
     batch = Batch(
         pipeline=pipeline.name, batch_id=head.next_batch_id, status=BatchStatus.PLANNED, ranges=tuple(ranges),
-        stream=pipeline.stream, run_id=run_id, created_at=now, gaps=tuple(gaps),
+        stream=pipeline.stream, run_id=run_id, created_at=now, gaps=tuple(gaps), extra={"lag_millis": lag},
     )  # fmt: skip
+    if dry_run:
+        return PlanResult(batch, False, waiting_ids, lag, estimates, dry_run=True)
     try:
         store.create_batch(batch, head)
     except StateConflictError as exc:
@@ -109,16 +126,20 @@ def plan_batch(
         ) from exc
     for rng in ranges:
         log.info("pipeline %s: batch %d plans %s", pipeline.name, batch.batch_id, rng.describe())
-    return PlanResult(batch=batch, resumed=False, waiting=waiting_ids)
+    return PlanResult(batch, False, waiting_ids, lag, estimates)
 
 
 class _ShardPlan(NamedTuple):
     range: SequenceRange | None  # None: nothing new
     drained: bool = False  # closed, read to its end, and now marked finished
     checkpoint_missing: bool = False  # the checkpoint was trimmed: records between it and the range may be lost
+    lag_millis: int | None = None
+    estimate: tuple[int, int] | None = None  # records and bytes in the range, where known
 
 
-def _plan_range(pipeline: PipelineConfig, client: Any, store: StateStore, shard: ShardInfo, state: ShardState, now: datetime) -> _ShardPlan:
+def _plan_range(
+    pipeline: PipelineConfig, client: Any, store: StateStore, shard: ShardInfo, state: ShardState, now: datetime, dry_run: bool
+) -> _ShardPlan:
     following = kinesis.first_record_after(
         client, pipeline.stream, shard.shard_id, state.checkpoint, state.start_position, pipeline.read, closed=shard.is_closed
     )
@@ -128,21 +149,21 @@ def _plan_range(pipeline: PipelineConfig, client: Any, store: StateStore, shard:
                         pipeline.stream, shard.shard_id, state.checkpoint)  # fmt: skip
         elif following.shard_ended and shard.is_closed:
             # Closed, and nothing after the checkpoint: the shard is drained. Like the KCL's SHARD_END.
-            store.mark_finished(pipeline.name, shard.shard_id, state.checkpoint)
+            if not dry_run:
+                store.mark_finished(pipeline.name, shard.shard_id, state.checkpoint)
             log.info("pipeline %s: shard %s is closed and fully read: finished", pipeline.name, shard.shard_id)
             return _ShardPlan(None, drained=True)
-        return _ShardPlan(None)
+        return _ShardPlan(None, lag_millis=following.millis_behind_latest)
     first = following.record
     start = parse_sequence_number(first["SequenceNumber"])
     arrival: datetime = first["ApproximateArrivalTimestamp"]
-    rng: SequenceRange
     if shard.ending_sequence_number is not None:
         # A closed shard takes no more records: "up to SHARD_END" is already a fixed bound.
         rng = SequenceRange(shard.shard_id, start, shard.ending_sequence_number, state.checkpoint, True, arrival)
-    else:
-        end = kinesis.find_tip(client, pipeline.stream, shard.shard_id, first, now, pipeline.read)
-        rng = SequenceRange(shard.shard_id, start, end, state.checkpoint, False, arrival)
-    return _ShardPlan(rng, checkpoint_missing=following.checkpoint_missing)
+        return _ShardPlan(rng, checkpoint_missing=following.checkpoint_missing, lag_millis=following.millis_behind_latest)
+    tip = kinesis.find_tip(client, pipeline.stream, shard.shard_id, first, now, pipeline.read)
+    rng = SequenceRange(shard.shard_id, start, tip.end, state.checkpoint, False, arrival)
+    return _ShardPlan(rng, False, following.checkpoint_missing, following.millis_behind_latest, tip.estimate(arrival))
 
 
 def _acknowledged_gap(
@@ -197,6 +218,16 @@ def verify_batch(
     batch = store.get_batch(pipeline.name, batch_id)
     manifest = output.read_manifest(pipeline.output, batch_id)
     gaps = check_manifest(batch, manifest, acknowledged, run_id)
+    check_files(pipeline, batch_id, manifest)
+    known = {(g.shard_id, g.after) for g in batch.gaps}
+    all_gaps = batch.gaps + tuple(g for g in gaps if (g.shard_id, g.after) not in known)
+    written = batch.with_status(BatchStatus.WRITTEN, manifest=manifest, attempts=batch.attempts + 1, error=None, gaps=all_gaps)
+    store.update_batch(written, expected=batch.status)
+    return written
+
+
+def check_files(pipeline: PipelineConfig, batch_id: int, manifest: Manifest) -> None:
+    """The files under the batch's paths hold the rows the manifest counts, and few enough are bad."""
     where = f"pipeline {pipeline.name!r}, batch {batch_id}"
     for path, expected in (
         (output.batch_path(pipeline.output, batch_id), {s.shard_id: s.records for s in manifest.shards if s.records}),
@@ -214,11 +245,26 @@ def verify_batch(
             f"more than payload.max_bad_share ({pipeline.payload.max_bad_share:.1%}); they are in "
             f"{output.quarantine_path(pipeline.output, batch_id)} with the reason in decode_error"
         )
-    known = {(g.shard_id, g.after) for g in batch.gaps}
-    all_gaps = batch.gaps + tuple(g for g in gaps if (g.shard_id, g.after) not in known)
-    written = batch.with_status(BatchStatus.WRITTEN, manifest=manifest, attempts=batch.attempts + 1, error=None, gaps=all_gaps)
-    store.update_batch(written, expected=batch.status)
-    return written
+
+
+def check_backfill(pipeline: PipelineConfig, batch: Batch, manifest: Manifest) -> None:
+    """A backfilled batch must hold what its first run held: shard by shard, the same rows and checksum."""
+    assert batch.manifest is not None
+    check_files(pipeline, batch.batch_id, manifest)
+    before, after = batch.manifest.by_shard(), manifest.by_shard()
+    changed = sorted(sid for sid in set(before) | set(after) if before.get(sid) != after.get(sid))
+    if changed:
+        raise VerificationError(
+            f"pipeline {pipeline.name!r}, batch {batch.batch_id}: the backfill wrote different rows than the batch's first run "
+            f"for shards {', '.join(changed)} (first run: {[before[s].to_dict() for s in changed if s in before]}; "
+            f"now: {[after[s].to_dict() for s in changed if s in after]})"
+        )
+
+
+def pending_age(batch: Batch | None, now: datetime) -> float:
+    """Seconds the oldest record not yet committed has waited (0 when nothing is pending)."""
+    arrivals = [r.start_arrival for r in (batch.ranges if batch else ()) if r.start_arrival is not None]
+    return max(0.0, (now - min(arrivals)).total_seconds()) if arrivals else 0.0
 
 
 def check_manifest(batch: Batch, manifest: Manifest, acknowledged: frozenset[str] = frozenset(), run_id: str = "") -> list[Gap]:

@@ -32,6 +32,7 @@ class ReadConfig:
     max_throttle_retries: int = 20
     throttle_base_seconds: float = 0.2
     throttle_max_seconds: float = 10.0
+    progress_seconds: float = 30.0  # how often each shard's reader logs its progress
 
 
 PAYLOAD_FORMATS = ("raw", "json")
@@ -73,6 +74,8 @@ class PipelineConfig:
     retry_delay_seconds: int = 60
     read: ReadConfig = field(default_factory=ReadConfig)
     payload: PayloadConfig = field(default_factory=PayloadConfig)
+    # The check task fails (and alerts) when a record has waited longer than this without being committed.
+    max_checkpoint_age_minutes: int = 180
 
     @property
     def dag_id(self) -> str:
@@ -82,13 +85,14 @@ class PipelineConfig:
 _PIPELINE_KEYS = {
     "name", "stream", "output", "schedule", "initial_position", "state_table", "spark",
     "initial_timestamp", "aws_conn_id", "retries", "retry_delay_seconds", "read", "payload",
+    "max_checkpoint_age_minutes",
 }  # fmt: skip
 _REQUIRED_KEYS = ("name", "stream", "output", "schedule", "initial_position", "state_table", "spark")
 _SPARK_KEYS = {"master", "conf", "submit_timeout_seconds"}
 _PAYLOAD_KEYS = {"format", "schema", "max_bad_share"}
 _READ_KEYS = {
     "max_records_per_call", "get_records_per_second", "bytes_per_second", "get_shard_iterator_per_second",
-    "max_throttle_retries", "throttle_base_seconds", "throttle_max_seconds",
+    "max_throttle_retries", "throttle_base_seconds", "throttle_max_seconds", "progress_seconds",
 }  # fmt: skip
 
 
@@ -196,6 +200,7 @@ def _parse_pipeline(source: str, index: int, data: object) -> PipelineConfig:
         max_throttle_retries=read.integer("max_throttle_retries", defaults.max_throttle_retries),
         throttle_base_seconds=read.number("throttle_base_seconds", defaults.throttle_base_seconds),
         throttle_max_seconds=read.number("throttle_max_seconds", defaults.throttle_max_seconds),
+        progress_seconds=read.number("progress_seconds", defaults.progress_seconds),
     )
     if read_config.max_records_per_call > 10_000:
         read.fail("must be at most 10000 (the most GetRecords returns)", "max_records_per_call")
@@ -220,6 +225,7 @@ def _parse_pipeline(source: str, index: int, data: object) -> PipelineConfig:
         retry_delay_seconds=r.integer("retry_delay_seconds", 60, minimum=1),
         read=read_config,
         payload=payload,
+        max_checkpoint_age_minutes=r.integer("max_checkpoint_age_minutes", 180, minimum=1),
     )
 
 

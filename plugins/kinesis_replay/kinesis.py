@@ -188,6 +188,7 @@ class NextRecord:
     shard_ended: bool = False
     # The checkpoint record itself is gone (trimmed): records after it may be gone too.
     checkpoint_missing: bool = False
+    millis_behind_latest: int | None = None  # how far the position after the checkpoint is behind the tip
 
 
 def first_record_after(
@@ -228,16 +229,17 @@ def _next_record(shard: ShardCalls, iterator: str | None, what: str, closed: boo
     while iterator:
         page = shard.get_records(iterator, what, limit=1 if look_for is None else 2)
         records = page["Records"]
+        behind = page.get("MillisBehindLatest")
         if records and look_for is not None:
             if parse_sequence_number(records[0]["SequenceNumber"]) != look_for:
-                return NextRecord(records[0], checkpoint_missing=True)
+                return NextRecord(records[0], checkpoint_missing=True, millis_behind_latest=behind)
             records, look_for = records[1:], None
         if records:
-            return NextRecord(records[0])
+            return NextRecord(records[0], millis_behind_latest=behind)
         iterator = page.get("NextShardIterator")
         if iterator and not closed and page.get("MillisBehindLatest", 0) == 0:
             # At the tip. A checkpoint never seen here is gone, but nothing readable follows it yet.
-            return NextRecord(None, checkpoint_missing=look_for is not None)
+            return NextRecord(None, checkpoint_missing=look_for is not None, millis_behind_latest=0)
     return NextRecord(None, shard_ended=True, checkpoint_missing=look_for is not None)
 
 
@@ -245,6 +247,27 @@ def stream_retention(client: Any, stream: str, limits: ReadConfig | None = None)
     """How long the stream keeps records (24 hours to 365 days)."""
     summary = call(client.describe_stream_summary, f"stream {stream}: DescribeStreamSummary", limits or ReadConfig(), StreamName=stream)
     return timedelta(hours=int(summary["StreamDescriptionSummary"]["RetentionPeriodHours"]))
+
+
+@dataclass(frozen=True)
+class Tip:
+    """An open shard's newest record, and what the last window read on the way (for estimates)."""
+
+    end: int
+    end_arrival: datetime
+    window_records: int  # records read in the last window
+    window_bytes: int
+    window_since: datetime  # where that window began (the range start's arrival if it reached back to it)
+    from_start: bool  # the window began at the range start: its counts are the range's exactly
+
+    def estimate(self, start_arrival: datetime) -> tuple[int, int]:
+        """Records and bytes of the whole range: exact from the start, else the window's rate over the range's span."""
+        if self.from_start:
+            return self.window_records, self.window_bytes
+        span = (self.end_arrival - start_arrival).total_seconds()
+        window = max((self.end_arrival - self.window_since).total_seconds(), 1e-3)
+        scale = max(1.0, span / window)
+        return round(self.window_records * scale), round(self.window_bytes * scale)
 
 
 def find_tip(
@@ -255,7 +278,7 @@ def find_tip(
     now: datetime,
     limits: ReadConfig | None = None,
     window: timedelta = timedelta(seconds=10),
-) -> int:
+) -> Tip:
     """The sequence number of the newest record in an open shard, without reading its backlog.
 
     Reads from AT_TIMESTAMP(now - window) to the tip, doubling the window backwards while it is
@@ -273,23 +296,30 @@ def find_tip(
             position: dict[str, Any] = {"ShardIteratorType": "AT_SEQUENCE_NUMBER", "StartingSequenceNumber": str(start_seq)}
         else:
             position = {"ShardIteratorType": "AT_TIMESTAMP", "Timestamp": since}
+        before = (shard.stats.records, shard.stats.bytes)
         newest = _read_to_tip(shard, position, what)
-        if newest is not None and newest >= start_seq:
-            return newest
+        if newest is not None and newest[0] >= start_seq:
+            from_start = "StartingSequenceNumber" in position
+            return Tip(
+                end=newest[0], end_arrival=newest[1],
+                window_records=shard.stats.records - before[0], window_bytes=shard.stats.bytes - before[1],
+                window_since=start_arrival if from_start else since, from_start=from_start,
+            )  # fmt: skip
         if "StartingSequenceNumber" in position:
             # The start record exists (planning just read it); an empty read from it means it vanished.
             raise RangeReadError(f"{what}: the range start {start_seq} could not be read back")
         window *= 2
 
 
-def _read_to_tip(shard: ShardCalls, position: dict[str, Any], what: str) -> int | None:
+def _read_to_tip(shard: ShardCalls, position: dict[str, Any], what: str) -> tuple[int, datetime] | None:
+    """The newest record's sequence number and arrival, reading from ``position`` to the tip."""
     iterator = shard.iterator(**position)
-    newest: int | None = None
+    newest: tuple[int, datetime] | None = None
     while iterator:
         page = shard.get_records(iterator, what)
         records = page["Records"]
         if records:
-            newest = parse_sequence_number(records[-1]["SequenceNumber"])
+            newest = parse_sequence_number(records[-1]["SequenceNumber"]), records[-1]["ApproximateArrivalTimestamp"]
         elif page.get("MillisBehindLatest", 0) == 0:
             break
         iterator = page.get("NextShardIterator")

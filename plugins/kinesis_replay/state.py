@@ -89,6 +89,7 @@ class ShardResult:
     last_sequence_number: int
     checksum: str
     bad_records: int = 0
+    last_arrival: datetime | None = None  # when the shard's last record in the batch arrived
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -99,6 +100,7 @@ class ShardResult:
             "last_sequence_number": format_sequence_number(self.last_sequence_number),
             "checksum": self.checksum,
             "bad_records": self.bad_records,
+            "last_arrival": None if self.last_arrival is None else self.last_arrival.isoformat(),
         }
 
     @classmethod
@@ -112,6 +114,7 @@ class ShardResult:
             last_sequence_number=parse_sequence_number(data["last_sequence_number"], f"last of {shard_id}"),
             checksum=str(data["checksum"]),
             bad_records=int(data.get("bad_records", 0)),
+            last_arrival=datetime.fromisoformat(data["last_arrival"]) if data.get("last_arrival") else None,
         )
 
 
@@ -235,6 +238,7 @@ class Batch:
             "output": output,
             "ranges": [r.to_dict() for r in self.ranges],
             "accept_gaps": sorted(accept_gaps),
+            "planned_at": self.created_at.isoformat(),  # no record of an open range arrived after this
         }
 
 

@@ -20,17 +20,28 @@ def dagbag(config: Path, monkeypatch: pytest.MonkeyPatch) -> object:
 def test_every_dag_imports_without_errors(monkeypatch: pytest.MonkeyPatch) -> None:
     bag = dagbag(ROOT / "dags" / "pipelines.yaml", monkeypatch)
     assert bag.import_errors == {}  # type: ignore[attr-defined]
-    assert set(bag.dag_ids) == {"kinesis_replay_demo"}  # type: ignore[attr-defined]
+    assert set(bag.dag_ids) == {"kinesis_replay_demo", "kinesis_replay_backfill_demo"}  # type: ignore[attr-defined]
 
 
 def test_each_pipeline_dag_runs_plan_replay_verify_commit_one_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
     dag = dagbag(ROOT / "dags" / "pipelines.yaml", monkeypatch).dags["kinesis_replay_demo"]  # type: ignore[attr-defined]
-    assert [t.task_id for t in dag.topological_sort()] == ["plan", "replay", "verify", "commit"]
+    assert [t.task_id for t in dag.topological_sort()] == ["plan", "replay", "verify", "commit", "check"]
     assert dag.get_task("commit").upstream_task_ids == {"plan", "verify"}
+    assert dag.get_task("check").trigger_rule == "none_failed"  # it runs after a skipped (idle) run too
+    assert [a.name for a in dag.get_task("commit").outlets] == ["kinesis_replay_demo"]
     assert dag.max_active_runs == 1 and dag.catchup is False
     assert dag.doc_md and "plan → replay → verify → commit" in dag.doc_md
     for t in dag.tasks:
-        assert t.retries == 2 and t.retry_exponential_backoff
+        assert t.retries == (0 if t.task_id == "check" else 2) and t.retry_exponential_backoff
+    assert set(dag.params.keys()) == {"dry_run", "acknowledge_data_loss"}
+
+
+def test_each_pipeline_has_a_manual_backfill_dag(monkeypatch: pytest.MonkeyPatch) -> None:
+    dag = dagbag(ROOT / "dags" / "pipelines.yaml", monkeypatch).dags["kinesis_replay_backfill_demo"]  # type: ignore[attr-defined]
+    assert type(dag.timetable).__name__ == "NullTimetable" and dag.max_active_runs == 1  # manual runs only
+    assert [t.task_id for t in dag.topological_sort()] == ["select", "replay"]
+    assert set(dag.params.keys()) == {"batches", "dry_run"}
+    assert [a.name for a in dag.get_task("replay").outlets] == ["kinesis_replay_demo"]
 
 
 def test_one_dag_per_configured_pipeline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -38,7 +49,9 @@ def test_one_dag_per_configured_pipeline(tmp_path: Path, monkeypatch: pytest.Mon
     config = tmp_path / "pipelines.yaml"
     config.write_text(yaml.safe_dump({"pipelines": [shipped, {**shipped, "name": "orders", "schedule": "@hourly"}]}))
     bag = dagbag(config, monkeypatch)
-    assert set(bag.dag_ids) == {"kinesis_replay_demo", "kinesis_replay_orders"}  # type: ignore[attr-defined]
+    assert set(bag.dag_ids) == {  # type: ignore[attr-defined]
+        "kinesis_replay_demo", "kinesis_replay_orders", "kinesis_replay_backfill_demo", "kinesis_replay_backfill_orders",
+    }  # fmt: skip
 
 
 def test_a_malformed_config_is_an_import_error_naming_the_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,10 +10,8 @@ import pytest
 
 from kinesis_replay.dynamodb_store import DynamoDBStateStore
 from kinesis_replay.state import BatchStatus
-from stack.harness import check_exactly_once, load_dags, read_output, run_dag
+from stack.harness import SUCCESS, check_exactly_once, load_dags, read_output, run_dag
 from stack.producer import produce, produce_aggregated, put_raw
-
-SUCCESS = {"plan": "success", "replay": "success", "verify": "success", "commit": "success"}
 
 
 @pytest.fixture

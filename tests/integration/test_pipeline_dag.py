@@ -14,10 +14,8 @@ from kinesis_replay.config import parse_config
 from kinesis_replay.dynamodb_store import DynamoDBStateStore
 from kinesis_replay.errors import StateConflictError
 from kinesis_replay.state import BatchStatus
-from stack.harness import batch_dirs, check_exactly_once, load_dags, pipeline_entry, read_output, run_dag
+from stack.harness import SUCCESS, batch_dirs, check_exactly_once, load_dags, pipeline_entry, read_output, run_dag
 from stack.producer import produce
-
-SUCCESS = {"plan": "success", "replay": "success", "verify": "success", "commit": "success"}
 
 
 @pytest.fixture

@@ -90,8 +90,9 @@ def test_finding_the_tip_does_not_read_the_backlog(kinesis: Any, stream: str) ->
 
     kinesis.get_records = counting
     tip = kinesis_api.find_tip(kinesis, stream, shard, first, datetime.now(UTC), window=timedelta(seconds=1))
-    assert tip == max(int(p.sequence_number) for p in backlog + recent if p.shard_id == shard)
+    assert tip.end == max(int(p.sequence_number) for p in backlog + recent if p.shard_id == shard)
     assert read["records"] <= 8 < sum(1 for p in backlog if p.shard_id == shard)  # the window's records only
+    assert tip.window_records == read["records"] and not tip.from_start
 
 
 def test_latest_starts_at_the_first_plan_and_stays_there(kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any]) -> None:

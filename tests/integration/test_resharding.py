@@ -7,10 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from kinesis_replay.dynamodb_store import DynamoDBStateStore
-from stack.harness import check_exactly_once, load_dags, read_output, run_dag
+from stack.harness import SUCCESS, check_exactly_once, load_dags, read_output, run_dag
 from stack.producer import merge_shards, produce, split_shard
-
-SUCCESS = {"plan": "success", "replay": "success", "verify": "success", "commit": "success"}
 
 
 def children_of(kinesis: Any, stream: str) -> dict[str, tuple[str, ...]]:

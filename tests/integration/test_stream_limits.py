@@ -13,11 +13,9 @@ import pytest
 from kinesis_replay import kinesis as kinesis_api
 from kinesis_replay.dynamodb_store import DynamoDBStateStore, batch_sk, pk
 from kinesis_replay.state import BatchStatus
-from stack.harness import check_exactly_once, load_dags, read_output, run_dag
+from stack.harness import SUCCESS, check_exactly_once, load_dags, read_output, run_dag
 from stack.kinesis_proxy import KinesisProxy, ProxyLimits
 from stack.producer import produce
-
-SUCCESS = {"plan": "success", "replay": "success", "verify": "success", "commit": "success"}
 
 
 @pytest.fixture
@@ -49,12 +47,16 @@ def shard_records(produced: list[Any]) -> tuple[str, list[Any]]:
     return shard, sorted(counts[shard], key=lambda p: int(p.sequence_number))
 
 
-def test_a_throttled_batch_finishes_exactly_once(kinesis: Any, entry: dict[str, Any], proxy: KinesisProxy, dag_for: Any) -> None:
+def test_a_throttled_batch_finishes_exactly_once_and_shows_its_progress(
+    kinesis: Any, entry: dict[str, Any], proxy: KinesisProxy, dag_for: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     produced = produce(kinesis, entry["stream"], 400, payload_bytes=1000)
     # A budget far above what the proxy allows: every limit is hit, and each throttle is waited out.
-    greedy = {"get_records_per_second": 50, "bytes_per_second": 10_000_000, "max_records_per_call": 40}
+    greedy = {"get_records_per_second": 50, "bytes_per_second": 10_000_000, "max_records_per_call": 40, "progress_seconds": 0.5}
     assert run_dag(dag_for({**entry, "aws_conn_id": "aws_proxy", "read": greedy})).tasks == SUCCESS
     assert proxy.throttled() > 0
+    assert "records read, at " in caplog.text and "of the range's time span" in caplog.text  # progress, while reading
+    assert "throttled (" in caplog.text and "KiB/s" in caplog.text  # and the rate each shard achieved
     result = check_exactly_once(produced, read_output(entry["output"]))
     assert result.ok, result
 

@@ -51,7 +51,8 @@ def test_manifest_round_trips_and_sums() -> None:
 
 
 def test_spec_carries_ranges_and_nothing_of_the_state_table() -> None:
-    spec = batch(BatchStatus.PLANNED).spec("/out")
+    planned = batch(BatchStatus.PLANNED)
+    spec = planned.spec("/out")
     assert spec == {
         "pipeline": "p",
         "stream": "stream",
@@ -62,4 +63,5 @@ def test_spec_carries_ranges_and_nothing_of_the_state_table() -> None:
              "start_arrival": None}
         ],
         "accept_gaps": [],
+        "planned_at": planned.created_at.isoformat(),
     }  # fmt: skip

@@ -1,0 +1,127 @@
+"""Operators' controls through the real DAGs: backfill, dry runs, the stuck-pipeline check, Asset events."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_pipeline_dag import rows_of
+
+from kinesis_replay.dynamodb_store import DynamoDBStateStore, batch_sk, pk
+from stack.harness import SUCCESS, batch_dirs, check_exactly_once, load_dags, read_output, run_dag
+from stack.producer import produce
+
+
+@pytest.fixture
+def dags(tmp_path: Path, airflow_db: Path, entry: dict[str, Any]) -> dict[str, Any]:
+    built = load_dags(tmp_path / "pipelines.yaml", entry)
+    return {"regular": built[f"kinesis_replay_{entry['name']}"], "backfill": built[f"kinesis_replay_backfill_{entry['name']}"]}
+
+
+def asset_events(dag_id: str) -> list[dict[str, Any]]:
+    from airflow.models.asset import AssetEvent
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        events = session.scalars(select(AssetEvent).where(AssetEvent.source_dag_id == dag_id).order_by(AssetEvent.id)).all()
+        return [dict(e.extra) for e in events]
+
+
+def test_a_backfill_rewrites_batches_identically_and_moves_no_checkpoint(
+    kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any], dags: dict[str, Any]
+) -> None:
+    produced = produce(kinesis, entry["stream"], 200)
+    assert run_dag(dags["regular"]).tasks == SUCCESS
+    produced += produce(kinesis, entry["stream"], 100, start_index=200)
+    assert run_dag(dags["regular"]).tasks == SUCCESS
+    first = {b: rows_of(Path(entry["output"]), b) for b in ("1", "2")}
+    shards, head = store.get_shards(entry["name"]), store.get_head(entry["name"])
+    shutil.rmtree(Path(entry["output"]) / "batch_id=0000000001")  # a lost partition, to be replayed
+
+    result = run_dag(dags["backfill"], run_conf={"batches": {"from_batch": 1, "to_batch": 2}})
+    assert result.state == "success" and result.tasks == {"select": "success", "replay": "success"}, result
+    assert {b: rows_of(Path(entry["output"]), b) for b in ("1", "2")} == first
+    assert batch_dirs(entry["output"]) == ["batch_id=0000000001", "batch_id=0000000002"]
+    assert check_exactly_once(produced, read_output(entry["output"])).ok
+    assert store.get_shards(entry["name"]) == shards and store.get_head(entry["name"]) == head  # nothing moved
+
+    regular = asset_events(dags["regular"].dag_id)
+    assert [(e["kind"], e["batch_id"]) for e in regular] == [("regular", 1), ("regular", 2)]
+    assert regular[0]["ranges"] == [r.to_dict() for r in store.get_batch(entry["name"], 1).ranges]
+    assert sorted((e["kind"], e["batch_id"]) for e in asset_events(dags["backfill"].dag_id)) == [("backfill", 1), ("backfill", 2)]
+
+
+def test_a_backfill_is_refused_while_a_regular_batch_is_in_flight(
+    kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any], dags: dict[str, Any]
+) -> None:
+    produce(kinesis, entry["stream"], 50)
+    assert run_dag(dags["regular"]).tasks == SUCCESS
+    produce(kinesis, entry["stream"], 50, start_index=50)
+    assert run_dag(dags["regular"].partial_subset(task_ids=["plan"])).tasks == {"plan": "success"}
+    result = run_dag(dags["backfill"], run_conf={"batches": {"batch_ids": [1]}})
+    assert result.tasks["select"] == "failed" and result.tasks["replay"] == "upstream_failed"
+
+
+@pytest.mark.parametrize(
+    "conf",
+    [{"batches": {"from_batch": 1}}, {"batches": {"batch_ids": [1], "from_batch": 1, "to_batch": 2}}, {"batches": {"batch_ids": []}}, {}],
+)
+def test_invalid_backfill_parameters_create_no_run(dags: dict[str, Any], conf: dict[str, Any]) -> None:
+    from airflow.models.dagrun import DagRun
+    from airflow.sdk.exceptions import ParamValidationError
+    from airflow.utils.session import create_session
+    from sqlalchemy import func, select
+
+    with pytest.raises(ParamValidationError):
+        dags["backfill"].test(run_conf=conf)
+    with create_session() as session:
+        assert session.scalar(select(func.count()).select_from(DagRun).where(DagRun.dag_id == dags["backfill"].dag_id)) == 0
+
+
+def test_dry_runs_write_and_read_nothing(
+    kinesis: Any,
+    store: DynamoDBStateStore,
+    entry: dict[str, Any],
+    dags: dict[str, Any],
+    caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
+) -> None:
+    produce(kinesis, entry["stream"], 120)
+    dry = run_dag(dags["regular"], run_conf={"dry_run": True})
+    assert dry.tasks["plan"] == "skipped" and dry.tasks["replay"] == "skipped"
+    assert store.list_batches(entry["name"]) == [] and store.get_shards(entry["name"]) == {}
+    assert not Path(entry["output"]).exists()
+    assert "would plan batch 1 (PLANNED), 4 shard ranges" in caplog.text and "120 records" in caplog.text
+
+    # Airflow 3.3.2 runs dag.test() tasks in this process, and its process_params() sets a run's conf on
+    # the DAG's own Param objects: a later run of the same DAG object would inherit dry_run. Build it anew.
+    fresh = load_dags(tmp_path / "again.yaml", entry)
+    assert run_dag(fresh[f"kinesis_replay_{entry['name']}"]).tasks == SUCCESS
+    caplog.clear()
+    listing = sorted(p.name for p in (Path(entry["output"]) / "batch_id=0000000001").iterdir())
+    dry = run_dag(dags["backfill"], run_conf={"batches": {"batch_ids": [1]}, "dry_run": True})
+    assert dry.tasks == {"select": "skipped", "replay": "skipped"}
+    assert sorted(p.name for p in (Path(entry["output"]) / "batch_id=0000000001").iterdir()) == listing
+    assert "would replay batch 1 (COMMITTED)" in caplog.text and "GetRecords calls" in caplog.text
+
+
+def test_the_check_fails_when_a_record_waits_too_long(
+    kinesis: Any, dynamodb: Any, store: DynamoDBStateStore, entry: dict[str, Any], tmp_path: Path, airflow_db: Path
+) -> None:
+    dag = load_dags(tmp_path / "stuck.yaml", {**entry, "max_checkpoint_age_minutes": 30})[f"kinesis_replay_{entry['name']}"]
+    produce(kinesis, entry["stream"], 20)
+    assert run_dag(dag.partial_subset(task_ids=["plan"])).tasks == {"plan": "success"}
+    batch = store.get_batch(entry["name"], 1)  # the batch has waited in flight for 45 minutes
+    aged = [{**r.to_dict(), "start_arrival": (datetime.now(UTC) - timedelta(minutes=45)).isoformat()} for r in batch.ranges]
+    dynamodb.update_item(
+        TableName=store.table, Key={"pk": {"S": pk(entry["name"])}, "sk": {"S": batch_sk(1)}},
+        UpdateExpression="SET #ranges = :ranges", ExpressionAttributeNames={"#ranges": "ranges"},
+        ExpressionAttributeValues={":ranges": {"S": json.dumps(aged)}},
+    )  # fmt: skip
+    assert run_dag(dag.partial_subset(task_ids=["check"], include_upstream=False)).tasks == {"check": "failed"}
+    assert run_dag(dag).tasks == SUCCESS  # committed: nothing waits any more
