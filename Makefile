@@ -8,15 +8,20 @@ BIN := $(VENV)/bin
 STACK := tests/stack
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help install demo test test-unit test-integration lint typecheck package stack-up stack-down clean
+.PHONY: help install browser demo up down test test-unit test-integration lint typecheck package stack-up stack-down clean
 
 help:
 	@echo "make demo     run the DAG for several cycles on a local stack and check every record landed exactly once"
+	@echo "make up       the local stack, a producer and Airflow with the DAGs scheduled (make down stops them)"
 	@echo "make test     run the whole test suite (unit, DAG and integration)"
 	@echo "make lint     ruff + mypy"
 	@echo "make package  build dist/kinesis_replay.zip, the library for spark-submit --py-files"
 
-install: $(VENV)/.installed $(STACK)/node_modules/.installed
+install: $(VENV)/.installed $(STACK)/node_modules/.installed browser
+
+# The UI test drives Debian's Chromium (never a browser that Playwright downloads).
+browser:
+	@command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
 
 $(VENV)/.installed: requirements.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -30,6 +35,12 @@ $(STACK)/node_modules/.installed: $(STACK)/package.json $(STACK)/package-lock.js
 
 demo: install
 	$(BIN)/python $(STACK)/demo.py
+
+up: install
+	$(BIN)/python $(STACK)/up.py start
+
+down:
+	$(BIN)/python $(STACK)/up.py stop
 
 test: install
 	$(BIN)/python -m pytest
@@ -54,5 +65,5 @@ stack-up: install
 stack-down:
 	$(BIN)/python $(STACK)/local_stack.py stop
 
-clean: stack-down
+clean: down stack-down
 	rm -rf $(VENV) $(STACK)/node_modules dist .stack .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,144 @@
+"""The kinesis-replay page in Airflow's UI, in a real headless Chromium: it needs the Airflow login, and shows the state."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kinesis_replay.dynamodb_store import DynamoDBStateStore
+from stack.harness import ROOT, SUCCESS, load_dags, run_dag
+from stack.local_stack import free_port
+from stack.producer import produce
+
+ARTIFACTS = ROOT / "tests" / "artifacts"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
+]  # fmt: skip
+
+
+@pytest.fixture
+def pipeline(kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any], tmp_path: Path, airflow_db: Path) -> dict[str, Any]:
+    """A pipeline that has committed a batch, and the config file that names it."""
+    config = tmp_path / "pipelines.yaml"
+    produce(kinesis, entry["stream"], 150)
+    assert run_dag(load_dags(config, entry)[f"kinesis_replay_{entry['name']}"]).tasks == SUCCESS
+    return {**entry, "config": config}
+
+
+@pytest.fixture
+def api_server(pipeline: dict[str, Any], airflow_db: Path, tmp_path: Path) -> Iterator[str]:
+    """Airflow's api-server, with the plugin, on a free port of 127.0.0.1; stopped afterwards."""
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    env = {
+        **os.environ,
+        "KINESIS_REPLAY_CONFIG": str(pipeline["config"]),
+        "AIRFLOW__API__BASE_URL": base,
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
+        "AIRFLOW__CORE__LAZY_LOAD_PLUGINS": "False",
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+    }
+    log = (tmp_path / "api-server.log").open("wb")
+    proc = subprocess.Popen(
+        ["airflow", "api-server", "--port", str(port), "--host", "127.0.0.1"], env=env, stdout=log, stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(f"{base}/api/v2/monitor/health", timeout=2):
+                    break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"the api-server did not start: {(tmp_path / 'api-server.log').read_text()[-3000:]}") from None
+                time.sleep(0.5)
+        yield base
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def request(url: str, headers: dict[str, str] | None = None, data: dict[str, Any] | None = None) -> tuple[int, dict[str, str], bytes]:
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args: Any) -> None:
+            return None
+
+    body = json.dumps(data).encode() if data is not None else None
+    req = urllib.request.Request(url, data=body, headers={**(headers or {}), **({"Content-Type": "application/json"} if body else {})})
+    try:
+        with urllib.request.build_opener(NoRedirect).open(req, timeout=30) as response:
+            return response.status, dict(response.headers), response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, dict(error.headers), error.read()
+
+
+def login(base: str, airflow_db: Path) -> str:
+    password = json.loads((airflow_db / "simple_auth_manager_passwords.json.generated").read_text())["admin"]
+    status, _, body = request(f"{base}/auth/token", data={"username": "admin", "password": password})
+    assert status in (200, 201), body
+    return str(json.loads(body)["access_token"])
+
+
+def test_the_page_refuses_anonymous_requests(api_server: str) -> None:
+    status, _, body = request(f"{api_server}/kinesis-replay/api/pipelines", {"Accept": "application/json"})
+    assert status == 401 and b"Not authenticated" in body
+    status, headers, _ = request(f"{api_server}/kinesis-replay/", {"Accept": "text/html"})
+    assert status == 303 and "/auth/login" in headers["location"]  # the login page, which comes back here
+
+
+def test_the_page_shows_shards_checkpoints_lag_and_batches_in_a_browser(
+    api_server: str, pipeline: dict[str, Any], store: DynamoDBStateStore, airflow_db: Path
+) -> None:
+    from playwright.sync_api import sync_playwright
+
+    token = login(api_server, airflow_db)
+    status, _, body = request(f"{api_server}/kinesis-replay/api/pipelines", {"Authorization": f"Bearer {token}"})
+    assert status == 200
+    (view,) = json.loads(body)
+    shards = store.get_shards(pipeline["name"])
+    assert {s["shard_id"]: s["checkpoint"] for s in view["shards"]} == {sid: str(s.checkpoint) for sid, s in shards.items()}
+    assert all(s["millis_behind_latest"] is not None and s["checkpoint_age_seconds"] is not None for s in view["shards"])
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch_persistent_context(
+            str(airflow_db / "chromium-profile"), executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
+        )
+        try:
+            browser.add_cookies([{"name": "_token", "value": token, "url": api_server}])
+            page = browser.new_page()
+            page.goto(f"{api_server}/kinesis-replay/")
+            section = page.locator(f"#pipeline-{pipeline['name']}")
+            text = section.inner_text()
+            assert f"stream {pipeline['stream']}" in text and "no batch in flight" in text
+            for sid, shard in shards.items():
+                assert sid in text and str(shard.checkpoint) in text
+            batch = store.get_batch(pipeline["name"], 1)
+            assert section.locator("tr.status-committed").count() == 1 and f"{batch.manifest.records}" in text  # type: ignore[union-attr]
+            assert section.locator("a.backfill").get_attribute("href") == f"{api_server}/dags/kinesis_replay_backfill_{pipeline['name']}"
+            page.screenshot(path=str(ARTIFACTS / "kinesis-replay-page.png"), full_page=True)
+
+            page.goto(f"{api_server}/plugin/kinesis-replay")  # the same page, inside Airflow's own UI (Browse menu)
+            framed = page.frame_locator("iframe").locator(f"#pipeline-{pipeline['name']}")
+            framed.wait_for(timeout=60_000)
+            assert pipeline["stream"] in framed.inner_text()
+            page.screenshot(path=str(ARTIFACTS / "kinesis-replay-in-airflow.png"), full_page=True)
+        finally:
+            browser.close()

@@ -1,0 +1,133 @@
+"""`make up` / `make down`: the local stack, a producer that keeps writing, and Airflow with the DAGs scheduled.
+
+python tests/stack/up.py start     # prints the UI address and how to log in
+python tests/stack/up.py stop
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+STATE = ROOT / ".stack" / "up"
+sys.path[:0] = [str(ROOT / "plugins"), str(ROOT / "tests")]
+
+from stack import local_stack  # noqa: E402
+from stack.producer import ensure_stream, kinesis_client  # noqa: E402
+
+
+def airflow_env(port: int) -> dict[str, str]:
+    return {
+        **os.environ,
+        "AIRFLOW_HOME": str(STATE / "airflow"),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__PARALLELISM": "4",  # standalone otherwise starts 32 workers
+        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",  # the pipelines run on their schedule at once
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
+        "AIRFLOW__API__PORT": str(port),
+        "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
+        "KINESIS_REPLAY_CONFIG": os.environ.get("KINESIS_REPLAY_CONFIG", str(ROOT / "dags" / "pipelines.yaml")),
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+
+
+def _spawn(name: str, command: list[str], env: dict[str, str]) -> int:
+    log = (STATE / f"{name}.log").open("wb")
+    proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    (STATE / f"{name}.pid").write_text(str(proc.pid))
+    return proc.pid
+
+
+def start(port: int, rate: float) -> None:
+    stop(quiet=True)
+    STATE.mkdir(parents=True, exist_ok=True)
+    stack = local_stack.start(STATE / "stack")
+    os.environ.update(stack.env())
+    ensure_stream(kinesis_client(), "demo", 4)
+    _spawn(
+        "producer",
+        [sys.executable, str(HERE / "producer.py"), "--stream", "demo", "--count", "100000000", "--rate", str(rate)],
+        dict(os.environ),
+    )
+    env = airflow_env(port)
+    subprocess.run(["airflow", "db", "migrate"], env=env, check=True, capture_output=True)
+    _spawn("airflow", ["airflow", "standalone"], env)
+    deadline = time.monotonic() + 180
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v2/monitor/health", timeout=2):
+                break
+        except OSError:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"Airflow did not come up in 3 minutes; see {STATE / 'airflow.log'}") from None
+            time.sleep(1)
+    passwords = STATE / "airflow" / "simple_auth_manager_passwords.json.generated"
+    password = json.loads(passwords.read_text())["admin"] if passwords.exists() else "(see the log)"
+    print(f"""
+kinesis-replay is up.
+  Airflow UI:    http://127.0.0.1:{port}   (user admin, password {password})
+  Pipelines:     kinesis_replay_demo runs every 5 minutes; kinesis_replay_backfill_demo is triggered by hand
+  Status page:   Browse > Kinesis replay
+  Producer:      {rate:g} records/s into the stream "demo"; output in /tmp/kinesis-replay/demo
+  Logs:          {STATE}
+Stop everything with `make down`.""")
+
+
+def _terminate_tree(pid: int) -> None:
+    """SIGTERM a process's children first (standalone's scheduler, api-server, ...), then the process, then SIGKILL."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        return
+    family = [*root.children(recursive=True), root]
+    for proc in family:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.send_signal(signal.SIGTERM)
+    _, alive = psutil.wait_procs(family, timeout=20)
+    for proc in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.kill()
+
+
+def stop(quiet: bool = False) -> None:
+    stopped = []
+    for name in ("airflow", "producer"):
+        pid_file = STATE / f"{name}.pid"
+        if pid_file.exists():
+            _terminate_tree(int(pid_file.read_text()))
+            pid_file.unlink()
+            stopped.append(name)
+    stopped += local_stack.stop(STATE / "stack")
+    if not quiet:
+        print("stopped: " + (", ".join(stopped) or "nothing was running"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("command", choices=["start", "stop"])
+    parser.add_argument("--port", type=int, default=int(os.environ.get("AIRFLOW_PORT", 8080)))
+    parser.add_argument("--rate", type=float, default=20.0, help="records per second the producer writes")
+    args = parser.parse_args(argv)
+    if args.command == "start":
+        start(args.port, args.rate)
+    else:
+        stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
