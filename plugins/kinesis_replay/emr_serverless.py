@@ -1,0 +1,132 @@
+"""The replay job as an EMR Serverless job run: the files to stage on S3 and EmrServerlessStartJobOperator's arguments.
+
+Pure functions of plain values: no boto3, no Airflow. The DAG stages the uploads (with an S3 hook), then hands
+``start_job_kwargs(...)`` to ``EmrServerlessStartJobOperator``. Every file of one batch lives under one prefix,
+
+    <code_prefix>/<pipeline>/batch_id=<id>/replay_job.py, kinesis_source.py, kinesis_replay.zip, batch.json
+
+so a rerun of the batch replaces exactly its own files, as it replaces exactly its own output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kinesis_replay.errors import ConfigError
+from kinesis_replay.output import batch_partition
+
+JOB_FILE = "replay_job.py"
+SOURCE_FILE = "kinesis_source.py"
+LIBRARY_ZIP = "kinesis_replay.zip"
+SPEC_FILE = "batch.json"
+# Like build_command's for spark-submit: Spark's INFO lines would bury the job's own progress in the driver log.
+DEFAULT_CONF = {"spark.log.level": "WARN"}
+# Where EMR Serverless unpacks a --conf spark.archives=<venv.tar.gz>#environment on driver and executors.
+VENV_PYTHON = "./environment/bin/python"
+
+
+@dataclass(frozen=True)
+class Upload:
+    """One file to copy to S3 before the job run starts."""
+
+    local: Path
+    bucket: str
+    key: str
+
+    @property
+    def uri(self) -> str:
+        return f"s3://{self.bucket}/{self.key}"
+
+
+def split_s3_uri(uri: str, what: str = "S3 URI") -> tuple[str, str]:
+    """``s3://bucket/some/prefix/`` -> ``("bucket", "some/prefix")``; anything else is a ConfigError naming ``what``."""
+    if not uri.startswith("s3://"):
+        raise ConfigError(f"{what} must start with s3:// (EMR Serverless reads its code from S3), got {uri!r}")
+    bucket, _, prefix = uri.removeprefix("s3://").partition("/")
+    if not bucket:
+        raise ConfigError(f"{what} names no bucket: {uri!r}")
+    return bucket, prefix.strip("/")
+
+
+def batch_prefix(code_prefix: str, pipeline: str, batch_id: int) -> str:
+    """The S3 URI under which one batch's job files live."""
+    bucket, prefix = split_s3_uri(code_prefix, "code_prefix")
+    key = "/".join(part for part in (prefix, pipeline, f"batch_id={batch_partition(batch_id)}") if part)
+    return f"s3://{bucket}/{key}"
+
+
+def uploads(code_prefix: str, pipeline: str, batch_id: int, spark_jobs: Path, library_zip: Path, spec: Path) -> list[Upload]:
+    """What the job run reads from S3: the job file, its Data Source, the library zip, and the batch spec."""
+    bucket, prefix = split_s3_uri(batch_prefix(code_prefix, pipeline, batch_id), "code_prefix")
+    files = [(spark_jobs / JOB_FILE, JOB_FILE), (spark_jobs / SOURCE_FILE, SOURCE_FILE), (library_zip, LIBRARY_ZIP), (spec, SPEC_FILE)]
+    return [Upload(local=local, bucket=bucket, key=f"{prefix}/{name}") for local, name in files]
+
+
+def spark_submit_parameters(py_files: list[str], conf: Mapping[str, str]) -> str:
+    """``--py-files a,b --conf k=v ...``, sorted like build_command's, so two runs of a batch submit the same text."""
+    for key, value in conf.items():
+        if any(c.isspace() for c in f"{key}{value}"):
+            # EMR Serverless splits sparkSubmitParameters on whitespace; it has no quoting.
+            raise ConfigError(f"spark.conf {key}: EMR Serverless cannot pass a value with whitespace, got {value!r}")
+    parts = ["--py-files", ",".join(py_files)]
+    for key, value in sorted(conf.items()):
+        parts += ["--conf", f"{key}={value}"]
+    return " ".join(parts)
+
+
+def start_job_kwargs(
+    *,
+    application_id: str,
+    execution_role_arn: str,
+    code_prefix: str,
+    pipeline: str,
+    batch_id: int,
+    spark_conf: Mapping[str, str],
+    log_uri: str | None = None,
+    venv_archive: str | None = None,
+    deferrable: bool = True,
+) -> dict[str, Any]:
+    """Keyword arguments for ``EmrServerlessStartJobOperator`` (providers-amazon 9.x) that run one batch.
+
+    ``venv_archive`` is an S3 URI of a packed virtualenv (venv-pack) holding the job's dependencies
+    (boto3, pyarrow, aws-kinesis-agg); without it the release image's Python must have them.
+    ``log_uri`` sends driver and executor logs to that S3 prefix. ``deferrable`` waits in the triggerer
+    (the job can run for hours), which needs aiobotocore on the Airflow side; False waits in a worker slot.
+    """
+    if not application_id:
+        raise ConfigError(f"pipeline {pipeline}: emr_serverless.application_id is required")
+    if not execution_role_arn.startswith("arn:"):
+        raise ConfigError(f"pipeline {pipeline}: emr_serverless.execution_role_arn must be an IAM role ARN, got {execution_role_arn!r}")
+    base = batch_prefix(code_prefix, pipeline, batch_id)
+    conf = {**DEFAULT_CONF, **spark_conf}
+    if venv_archive is not None:
+        split_s3_uri(venv_archive, "venv_archive")
+        conf.update(
+            {
+                "spark.archives": f"{venv_archive}#environment",
+                "spark.emr-serverless.driverEnv.PYSPARK_DRIVER_PYTHON": VENV_PYTHON,
+                "spark.emr-serverless.driverEnv.PYSPARK_PYTHON": VENV_PYTHON,
+                "spark.executorEnv.PYSPARK_PYTHON": VENV_PYTHON,
+            }
+        )
+    kwargs: dict[str, Any] = {
+        "application_id": application_id,
+        "execution_role_arn": execution_role_arn,
+        "job_driver": {
+            "sparkSubmit": {
+                "entryPoint": f"{base}/{JOB_FILE}",
+                "entryPointArguments": ["--spec", f"{base}/{SPEC_FILE}"],
+                "sparkSubmitParameters": spark_submit_parameters([f"{base}/{LIBRARY_ZIP}", f"{base}/{SOURCE_FILE}"], conf),
+            }
+        },
+        "configuration_overrides": None,
+        "name": f"kinesis-replay-{pipeline}-batch-{batch_id}",
+        "deferrable": deferrable,
+    }
+    if log_uri is not None:
+        split_s3_uri(log_uri, "log_uri")
+        kwargs["configuration_overrides"] = {"monitoringConfiguration": {"s3MonitoringConfiguration": {"logUri": log_uri}}}
+    return kwargs

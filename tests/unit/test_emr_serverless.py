@@ -1,0 +1,146 @@
+"""The EMR Serverless job run built from a pipeline: staged files, the job driver field by field, and the real operator accepting it."""
+
+from __future__ import annotations
+
+import shlex
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kinesis_replay import emr_serverless
+from kinesis_replay.config import parse_config
+from kinesis_replay.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+APP = "00fabcdefgh12345"
+ROLE = "arn:aws:iam::123456789012:role/kinesis-replay-orders"
+CODE = "s3://lake-code/kinesis-replay/code"
+BATCH = f"{CODE}/orders/batch_id=0000000042"
+
+
+@pytest.fixture
+def pipeline() -> Any:
+    entry = {
+        "name": "orders",
+        "stream": "orders",
+        "output": "s3a://lake/raw/orders",
+        "schedule": None,
+        "initial_position": "TRIM_HORIZON",
+        "state_table": "kinesis-replay-state",
+        "spark": {"master": "local[2]", "conf": {"spark.executor.memory": "4g", "spark.sql.shuffle.partitions": 8}},
+    }
+    return parse_config({"pipelines": [entry]})[0]
+
+
+@pytest.fixture
+def kwargs(pipeline: Any) -> dict[str, Any]:
+    return emr_serverless.start_job_kwargs(
+        application_id=APP,
+        execution_role_arn=ROLE,
+        code_prefix=CODE,
+        pipeline=pipeline.name,
+        batch_id=42,
+        spark_conf=pipeline.spark.conf,
+        log_uri="s3://lake-logs/emr/",
+    )
+
+
+def submit_parameters(kwargs: dict[str, Any]) -> list[str]:
+    return shlex.split(kwargs["job_driver"]["sparkSubmit"]["sparkSubmitParameters"])
+
+
+def confs(parameters: list[str]) -> dict[str, str]:
+    pairs = [parameters[i + 1] for i, p in enumerate(parameters) if p == "--conf"]
+    return dict(pair.split("=", 1) for pair in pairs)
+
+
+def test_uploads_stage_the_job_its_source_the_library_and_the_spec_under_the_batch_prefix(tmp_path: Path) -> None:
+    zip_path, spec = tmp_path / "kinesis_replay.zip", tmp_path / "batch.json"
+    staged = emr_serverless.uploads(CODE + "/", "orders", 42, ROOT / "spark_jobs", zip_path, spec)
+    assert [(u.local, u.uri) for u in staged] == [
+        (ROOT / "spark_jobs" / "replay_job.py", f"{BATCH}/replay_job.py"),
+        (ROOT / "spark_jobs" / "kinesis_source.py", f"{BATCH}/kinesis_source.py"),
+        (zip_path, f"{BATCH}/kinesis_replay.zip"),
+        (spec, f"{BATCH}/batch.json"),
+    ]
+    assert {u.bucket for u in staged} == {"lake-code"}
+    assert all(u.local.exists() for u in staged[:2]), "the job files the uploads name are not in spark_jobs/"
+
+
+def test_the_job_runs_the_staged_job_file_on_the_staged_spec(kwargs: dict[str, Any]) -> None:
+    driver = kwargs["job_driver"]["sparkSubmit"]
+    assert driver["entryPoint"] == f"{BATCH}/replay_job.py"
+    assert driver["entryPointArguments"] == ["--spec", f"{BATCH}/batch.json"]
+
+
+def test_the_library_and_the_data_source_go_in_py_files(kwargs: dict[str, Any]) -> None:
+    parameters = submit_parameters(kwargs)
+    assert parameters[:2] == ["--py-files", f"{BATCH}/kinesis_replay.zip,{BATCH}/kinesis_source.py"]
+
+
+def test_the_pipelines_spark_conf_is_passed_as_conf_flags(kwargs: dict[str, Any], pipeline: Any) -> None:
+    assert confs(submit_parameters(kwargs)) == {"spark.log.level": "WARN", **pipeline.spark.conf}
+
+
+def test_the_run_is_named_for_the_pipeline_and_batch_and_logs_to_the_log_prefix(kwargs: dict[str, Any]) -> None:
+    assert kwargs["application_id"] == APP and kwargs["execution_role_arn"] == ROLE
+    assert kwargs["name"] == "kinesis-replay-orders-batch-42"
+    assert kwargs["configuration_overrides"] == {
+        "monitoringConfiguration": {"s3MonitoringConfiguration": {"logUri": "s3://lake-logs/emr/"}}
+    }
+    assert kwargs["deferrable"] is True
+
+
+def test_without_a_log_prefix_nothing_is_overridden() -> None:
+    kwargs = emr_serverless.start_job_kwargs(
+        application_id=APP, execution_role_arn=ROLE, code_prefix=CODE, pipeline="orders", batch_id=1, spark_conf={}
+    )
+    assert kwargs["configuration_overrides"] is None
+
+
+def test_a_virtualenv_archive_becomes_the_python_of_driver_and_executors() -> None:
+    kwargs = emr_serverless.start_job_kwargs(
+        application_id=APP, execution_role_arn=ROLE, code_prefix=CODE, pipeline="orders", batch_id=1, spark_conf={},
+        venv_archive="s3://lake-code/venvs/kinesis-replay.tar.gz",
+    )  # fmt: skip
+    conf = confs(submit_parameters(kwargs))
+    assert conf["spark.archives"] == "s3://lake-code/venvs/kinesis-replay.tar.gz#environment"
+    assert conf["spark.emr-serverless.driverEnv.PYSPARK_PYTHON"] == conf["spark.executorEnv.PYSPARK_PYTHON"] == "./environment/bin/python"
+
+
+def test_waiting_in_a_worker_slot_can_be_chosen() -> None:
+    kwargs = emr_serverless.start_job_kwargs(
+        application_id=APP, execution_role_arn=ROLE, code_prefix=CODE, pipeline="orders", batch_id=1, spark_conf={}, deferrable=False
+    )
+    assert kwargs["deferrable"] is False
+
+
+def test_a_code_prefix_outside_s3_is_refused_by_name() -> None:
+    with pytest.raises(ConfigError, match="code_prefix must start with s3://"):
+        emr_serverless.start_job_kwargs(
+            application_id=APP, execution_role_arn=ROLE, code_prefix="/tmp/code", pipeline="orders", batch_id=1, spark_conf={}
+        )
+
+
+def test_a_conf_value_with_whitespace_is_refused_by_key() -> None:
+    with pytest.raises(ConfigError, match=r"spark\.driver\.extraJavaOptions"):
+        emr_serverless.start_job_kwargs(
+            application_id=APP, execution_role_arn=ROLE, code_prefix=CODE, pipeline="orders", batch_id=1,
+            spark_conf={"spark.driver.extraJavaOptions": "-Xss4m -Dfoo=bar"},
+        )  # fmt: skip
+
+
+def test_the_real_operator_accepts_the_arguments_inside_a_dag(kwargs: dict[str, Any]) -> None:
+    from airflow.providers.amazon.aws.operators.emr import EmrServerlessStartJobOperator
+    from airflow.sdk import DAG
+
+    with DAG(dag_id="emr_serverless_kwargs", schedule=None, start_date=datetime(2026, 1, 1, tzinfo=UTC)) as dag:
+        operator = EmrServerlessStartJobOperator(task_id="replay", aws_conn_id="aws_default", **kwargs)
+
+    assert dag.get_task("replay") is operator
+    assert operator.job_driver == kwargs["job_driver"]
+    assert operator.configuration_overrides == kwargs["configuration_overrides"]
+    assert (operator.application_id, operator.execution_role_arn, operator.name) == (APP, ROLE, "kinesis-replay-orders-batch-42")
+    assert operator.deferrable is True

@@ -1,0 +1,166 @@
+"""plugins/kinesis_replay/iam_policy.json grants exactly the Kinesis and DynamoDB calls the code makes, and s3a's S3 actions."""
+
+from __future__ import annotations
+
+import ast
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import botocore.session
+from botocore import xform_name
+
+ROOT = Path(__file__).resolve().parents[2]
+POLICY = ROOT / "plugins" / "kinesis_replay" / "iam_policy.json"
+SOURCE_GLOBS = ("plugins/kinesis_replay/*.py", "spark_jobs/*.py", "dags/*.py")
+SERVICES = ("kinesis", "dynamodb")
+
+# IAM has no TransactWriteItems action: each item of a transaction is authorized as its own action.
+TRANSACT_ITEM_ACTIONS = {"Put": "PutItem", "Update": "UpdateItem", "Delete": "DeleteItem", "ConditionCheck": "ConditionCheckItem"}
+# Kinesis and DynamoDB actions granted although no code calls them. Empty: add one only with the reason beside it.
+ALLOWED_UNCALLED: frozenset[str] = frozenset()
+# The Spark job writes through Hadoop's s3a (write to staging, rename by copy and delete, multipart uploads for
+# large files, which a failed task aborts); the verify step reads the manifest and Parquet files with pyarrow.
+S3_ACTIONS = {
+    "s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:ListBucket",
+    "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts", "s3:ListBucketMultipartUploads",
+}  # fmt: skip
+RESOURCES = {
+    "kinesis": {"arn:aws:kinesis:REGION:ACCOUNT:stream/STREAM"},
+    "dynamodb": {"arn:aws:dynamodb:REGION:ACCOUNT:table/STATE_TABLE"},
+    "s3": {"arn:aws:s3:::BUCKET/PREFIX/*", "arn:aws:s3:::BUCKET"},
+}
+
+
+@dataclass(frozen=True)
+class ApiCall:
+    action: str  # as IAM names it: dynamodb:PutItem
+    where: str  # file:line of the call
+
+
+@cache
+def _operations(service: str) -> dict[str, str]:
+    """snake_case method name -> API operation, from botocore's own service model (no AWS call)."""
+    model = botocore.session.get_session().get_service_model(service)
+    return {xform_name(op): op for op in model.operation_names}
+
+
+@cache
+def _waiters(service: str) -> dict[str, str]:
+    """snake_case waiter name -> the operation it polls (table_exists -> DescribeTable)."""
+    model = botocore.session.get_session().get_waiter_model(service)
+    return {xform_name(name): model.get_waiter(name).operation for name in model.waiter_names}
+
+
+def _action(name: str, table: dict[str, dict[str, str]], where: str) -> str | None:
+    services = [s for s in SERVICES if name in table[s]]
+    if not services:
+        return None
+    assert len(services) == 1, f"{where}: {name} is an operation of both {' and '.join(services)}: say which client it is called on"
+    return f"{services[0]}:{table[services[0]][name]}"
+
+
+def scan(source: str, filename: str) -> set[ApiCall]:
+    """Every Kinesis and DynamoDB API call in a module, as IAM actions.
+
+    Seen: ``client.get_records(...)`` and ``call(client.list_shards, ...)`` (any attribute named like an
+    operation), ``self._call("put_item", ...)`` and ``getattr(client, "query")`` (an operation's name as a
+    string), ``get_waiter("table_exists")`` (the operation the waiter polls), and the items of a
+    ``transact_write_items`` transaction (``{"Put": ...}``, ``{"ConditionCheck": ...}``).
+    """
+    operations = {s: _operations(s) for s in SERVICES}
+    waiters = {s: _waiters(s) for s in SERVICES}
+    found: set[ApiCall] = set()
+    transact: list[str] = []
+    item_kinds: set[str] = set()
+    for node in ast.walk(ast.parse(source, filename)):
+        where = f"{filename}:{getattr(node, 'lineno', 0)}"
+        names: list[str] = []
+        if isinstance(node, ast.Attribute):
+            names.append(node.attr)
+        elif isinstance(node, ast.Call):
+            func = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            literals = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+            if func == "get_waiter" and literals:
+                action = _action(literals[0], waiters, where)
+                assert action is not None, f"{where}: unknown waiter {literals[0]!r}"
+                found.add(ApiCall(action, where))
+            elif func in ("_call", "getattr"):
+                names.extend(literals)
+        elif isinstance(node, ast.Dict):
+            item_kinds.update(k.value for k in node.keys if isinstance(k, ast.Constant) and k.value in TRANSACT_ITEM_ACTIONS)
+        for name in names:
+            action = _action(name, operations, where)
+            if action == "dynamodb:TransactWriteItems":
+                transact.append(where)
+            elif action is not None:
+                found.add(ApiCall(action, where))
+    for where in transact:
+        assert item_kinds, f"{where}: a transaction whose items this scan cannot see"
+        found.update(ApiCall(f"dynamodb:{TRANSACT_ITEM_ACTIONS[kind]}", where) for kind in item_kinds)
+    return found
+
+
+def project_calls() -> set[ApiCall]:
+    paths = sorted(p for pattern in SOURCE_GLOBS for p in ROOT.glob(pattern))
+    return {call for path in paths for call in scan(path.read_text(), str(path.relative_to(ROOT)))}
+
+
+def statements() -> list[dict[str, Any]]:
+    policy = json.loads(POLICY.read_text())
+    assert policy["Version"] == "2012-10-17"
+    return list(policy["Statement"])
+
+
+def _as_list(value: str | Iterable[str]) -> list[str]:
+    return [value] if isinstance(value, str) else list(value)
+
+
+def granted(service: str) -> set[str]:
+    return {a for s in statements() if s["Effect"] == "Allow" for a in _as_list(s["Action"]) if a.startswith(f"{service}:")}
+
+
+def test_the_policy_grants_every_kinesis_and_dynamodb_call_the_code_makes() -> None:
+    calls = project_calls()
+    assert {c.action.split(":")[0] for c in calls} == set(SERVICES), "the scan found no calls of a service: is it broken?"
+    allowed = granted("kinesis") | granted("dynamodb")
+    missing = sorted(f"{c.action} (called at {c.where})" for c in calls if c.action not in allowed)
+    assert not missing, f"{POLICY.relative_to(ROOT)} lacks: " + "; ".join(missing)
+
+
+def test_the_policy_grants_no_kinesis_or_dynamodb_action_the_code_does_not_call() -> None:
+    called = {c.action for c in project_calls()}
+    extra = (granted("kinesis") | granted("dynamodb")) - called - ALLOWED_UNCALLED
+    assert not extra, f"{POLICY.relative_to(ROOT)} grants actions no code calls: {sorted(extra)}"
+
+
+def test_the_policy_grants_exactly_the_s3_actions_s3a_and_pyarrow_need() -> None:
+    assert granted("s3") == S3_ACTIONS
+
+
+def test_each_action_is_granted_only_on_its_own_services_placeholder_resource() -> None:
+    for statement in statements():
+        services = {a.split(":")[0] for a in _as_list(statement["Action"])}
+        assert len(services) == 1, f"statement {statement.get('Sid')} mixes services {sorted(services)}"
+        resources = set(_as_list(statement["Resource"]))
+        assert resources <= RESOURCES[services.pop()], f"statement {statement.get('Sid')} reaches {sorted(resources)}"
+        assert not any("*" in a for a in _as_list(statement["Action"])), f"statement {statement.get('Sid')} has a wildcard action"
+
+
+def test_the_scan_sees_every_form_of_call_the_code_uses() -> None:
+    source = """
+client.get_records(ShardIterator=it)
+call(client.list_shards, "listing", limits, StreamName=s)
+self._call("query", "reading", TableName=t)
+getattr(self.client, "put_item")(Item=i)
+self.client.get_waiter("table_exists").wait(TableName=t)
+self._call("transact_write_items", "planning", TransactItems=[{"Put": put}, {"ConditionCheck": check}])
+log.info("get_item is only a word here")
+"""
+    assert {c.action for c in scan(source, "example.py")} == {
+        "kinesis:GetRecords", "kinesis:ListShards", "dynamodb:Query", "dynamodb:PutItem",
+        "dynamodb:DescribeTable", "dynamodb:ConditionCheckItem",
+    }  # fmt: skip
