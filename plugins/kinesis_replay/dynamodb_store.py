@@ -33,6 +33,13 @@ def _n(value: int) -> dict[str, str]:
     return {"N": str(value)}
 
 
+def _checkpoint_is(checkpoint: int | None) -> tuple[str, dict[str, Any]]:
+    """The condition that a shard item's checkpoint is still ``checkpoint`` (None: never committed)."""
+    if checkpoint is None:
+        return "attribute_not_exists(#checkpoint)", {}
+    return "#checkpoint = :expected", {":expected": _s(format_sequence_number(checkpoint))}
+
+
 def _now() -> str:
     return datetime.now(UTC).isoformat()
 
@@ -180,15 +187,10 @@ class DynamoDBStateStore:
     def advance_checkpoint(self, pipeline: str, shard_id: str, previous: int | None, new: int, batch_id: int, finished: bool) -> None:
         what = f"pipeline {pipeline!r}, shard {shard_id}: advancing the checkpoint from {previous} to {new} (batch {batch_id})"
         names = {"#checkpoint": "checkpoint", "#finished": "finished", "#last": "last_batch_id", "#updated": "updated_at"}
-        values: dict[str, Any] = {
-            ":new": _s(format_sequence_number(new)), ":finished": {"BOOL": finished},
-            ":batch": _n(batch_id), ":now": _s(_now()),
-        }  # fmt: skip
-        if previous is None:
-            condition = "attribute_not_exists(#checkpoint)"
-        else:
-            condition = "#checkpoint = :previous"
-            values[":previous"] = _s(format_sequence_number(previous))
+        condition, values = _checkpoint_is(previous)
+        values.update(
+            {":new": _s(format_sequence_number(new)), ":finished": {"BOOL": finished}, ":batch": _n(batch_id), ":now": _s(_now())}
+        )
         try:
             self._call(
                 "update_item", what, TableName=self.table,
@@ -209,12 +211,8 @@ class DynamoDBStateStore:
 
     def mark_finished(self, pipeline: str, shard_id: str, checkpoint: int | None) -> None:
         what = f"pipeline {pipeline!r}, shard {shard_id}: marking the drained shard finished at checkpoint {checkpoint}"
-        values: dict[str, Any] = {":true": {"BOOL": True}, ":now": _s(_now())}
-        if checkpoint is None:
-            condition = "attribute_not_exists(#checkpoint)"
-        else:
-            condition = "#checkpoint = :checkpoint"
-            values[":checkpoint"] = _s(format_sequence_number(checkpoint))
+        condition, values = _checkpoint_is(checkpoint)
+        values.update({":true": {"BOOL": True}, ":now": _s(_now())})
         try:
             self._call(
                 "update_item", what, TableName=self.table,

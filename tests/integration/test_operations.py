@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import shutil
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from test_pipeline_dag import rows_of
 
-from kinesis_replay.dynamodb_store import DynamoDBStateStore, batch_sk, pk
-from stack.harness import SUCCESS, batch_dirs, check_exactly_once, load_dags, read_output, run_dag
+from kinesis_replay.dynamodb_store import DynamoDBStateStore
+from stack.harness import SUCCESS, age_batch, batch_dirs, check_exactly_once, load_dags, read_output, run_dag
 from stack.producer import produce
 
 
@@ -116,12 +115,6 @@ def test_the_check_fails_when_a_record_waits_too_long(
     dag = load_dags(tmp_path / "stuck.yaml", {**entry, "max_checkpoint_age_minutes": 30})[f"kinesis_replay_{entry['name']}"]
     produce(kinesis, entry["stream"], 20)
     assert run_dag(dag.partial_subset(task_ids=["plan"])).tasks == {"plan": "success"}
-    batch = store.get_batch(entry["name"], 1)  # the batch has waited in flight for 45 minutes
-    aged = [{**r.to_dict(), "start_arrival": (datetime.now(UTC) - timedelta(minutes=45)).isoformat()} for r in batch.ranges]
-    dynamodb.update_item(
-        TableName=store.table, Key={"pk": {"S": pk(entry["name"])}, "sk": {"S": batch_sk(1)}},
-        UpdateExpression="SET #ranges = :ranges", ExpressionAttributeNames={"#ranges": "ranges"},
-        ExpressionAttributeValues={":ranges": {"S": json.dumps(aged)}},
-    )  # fmt: skip
+    age_batch(dynamodb, store.table, entry["name"], 1, timedelta(minutes=45))  # it waited in flight that long
     assert run_dag(dag.partial_subset(task_ids=["check"], include_upstream=False)).tasks == {"check": "failed"}
     assert run_dag(dag).tasks == SUCCESS  # committed: nothing waits any more

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from kinesis_replay import kinesis as kinesis_api
-from kinesis_replay.dynamodb_store import DynamoDBStateStore, batch_sk, pk
+from kinesis_replay.dynamodb_store import DynamoDBStateStore
 from kinesis_replay.state import BatchStatus
-from stack.harness import SUCCESS, check_exactly_once, load_dags, read_output, run_dag
+from stack.harness import SUCCESS, age_batch, check_exactly_once, load_dags, read_output, run_dag
 from stack.kinesis_proxy import KinesisProxy, ProxyLimits
 from stack.producer import produce
 
@@ -118,13 +118,7 @@ def test_a_range_older_than_retention_fails_before_any_read(
     dag = dag_for(entry)
     assert run_dag(dag.partial_subset(task_ids=["plan"])).tasks == {"plan": "success"}
     # The batch waited in flight for 25 hours: age its stored ranges as that time would have.
-    batch = store.get_batch(entry["name"], 1)
-    aged = [{**r.to_dict(), "start_arrival": (datetime.now(UTC) - timedelta(hours=25)).isoformat()} for r in batch.ranges]
-    dynamodb.update_item(
-        TableName=store.table, Key={"pk": {"S": pk(entry["name"])}, "sk": {"S": batch_sk(1)}},
-        UpdateExpression="SET #ranges = :ranges", ExpressionAttributeNames={"#ranges": "ranges"},
-        ExpressionAttributeValues={":ranges": {"S": json.dumps(aged)}},
-    )  # fmt: skip
+    age_batch(dynamodb, store.table, entry["name"], 1, timedelta(hours=25))  # it waited in flight that long
 
     failed = run_dag(dag)
     assert failed.tasks["replay"] == "failed"

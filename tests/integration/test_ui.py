@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -18,7 +17,7 @@ import pytest
 
 from kinesis_replay.dynamodb_store import DynamoDBStateStore
 from stack.harness import ROOT, SUCCESS, load_dags, run_dag
-from stack.local_stack import free_port
+from stack.local_stack import free_port, wait_for_http
 from stack.producer import produce
 
 ARTIFACTS = ROOT / "tests" / "artifacts"
@@ -57,15 +56,7 @@ def api_server(pipeline: dict[str, Any], airflow_db: Path, tmp_path: Path) -> It
         start_new_session=True,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(f"{base}/api/v2/monitor/health", timeout=2):
-                    break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"the api-server did not start: {(tmp_path / 'api-server.log').read_text()[-3000:]}") from None
-                time.sleep(0.5)
+        wait_for_http(f"{base}/api/v2/monitor/health", 120, "Airflow's api-server", proc, tmp_path / "api-server.log")
         yield base
     finally:
         os.killpg(proc.pid, signal.SIGTERM)

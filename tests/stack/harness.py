@@ -63,6 +63,25 @@ def run_dag(dag: Any, **kwargs: Any) -> RunResult:
     return RunResult(state=str(run.state), tasks=tasks, run_id=run.run_id)
 
 
+def age_batch(dynamodb: Any, table: str, pipeline: str, batch_id: int, waited: Any) -> None:
+    """Make a stored batch look as if it had waited in flight for ``waited``: its ranges' starts arrived that long ago.
+
+    Test setup for what only time can do here: kinesalite keeps no records old enough to test retention or age.
+    """
+    import json
+    from datetime import UTC, datetime
+
+    from kinesis_replay.dynamodb_store import DynamoDBStateStore, batch_sk, pk
+
+    batch = DynamoDBStateStore(dynamodb, table).get_batch(pipeline, batch_id)
+    aged = [{**r.to_dict(), "start_arrival": (datetime.now(UTC) - waited).isoformat()} for r in batch.ranges]
+    dynamodb.update_item(
+        TableName=table, Key={"pk": {"S": pk(pipeline)}, "sk": {"S": batch_sk(batch_id)}},
+        UpdateExpression="SET #ranges = :ranges", ExpressionAttributeNames={"#ranges": "ranges"},
+        ExpressionAttributeValues={":ranges": {"S": json.dumps(aged)}},
+    )  # fmt: skip
+
+
 def read_output(output: Path | str, quarantine: bool = False) -> Any:
     """Every row under the output root (or its quarantine), read with pyarrow (not with project code), batch_id from the path."""
     import pyarrow as pa

@@ -66,6 +66,22 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def wait_for_http(url: str, timeout: float, what: str, proc: subprocess.Popen[bytes] | None = None, log: Path | None = None) -> None:
+    """Wait until ``url`` answers; fail early, with the log's tail, if ``proc`` exits first."""
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except OSError:
+            if (proc is not None and proc.poll() is not None) or time.monotonic() > deadline:
+                tail = log.read_text()[-3000:] if log is not None and log.exists() else ""
+                raise RuntimeError(f"{what} did not answer at {url} within {timeout:.0f}s:\n{tail}") from None
+            time.sleep(0.5)
+
+
 def _wait_for_port(port: int, name: str, proc: subprocess.Popen[bytes], log: Path, timeout: float = 30) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -13,8 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -64,15 +62,7 @@ def start(port: int, rate: float) -> None:
     env = airflow_env(port)
     subprocess.run(["airflow", "db", "migrate"], env=env, check=True, capture_output=True)
     _spawn("airflow", ["airflow", "standalone"], env)
-    deadline = time.monotonic() + 180
-    while True:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v2/monitor/health", timeout=2):
-                break
-        except OSError:
-            if time.monotonic() > deadline:
-                raise SystemExit(f"Airflow did not come up in 3 minutes; see {STATE / 'airflow.log'}") from None
-            time.sleep(1)
+    local_stack.wait_for_http(f"http://127.0.0.1:{port}/api/v2/monitor/health", 180, "Airflow", log=STATE / "airflow.log")
     passwords = STATE / "airflow" / "simple_auth_manager_passwords.json.generated"
     password = json.loads(passwords.read_text())["admin"] if passwords.exists() else "(see the log)"
     print(f"""
