@@ -121,7 +121,7 @@ def test_the_check_fails_when_a_record_waits_too_long(
 
 
 def test_a_backfill_refuses_ranges_past_retention_before_reading(
-    kinesis: Any, dynamodb: Any, store: DynamoDBStateStore, entry: dict[str, Any], dags: dict[str, Any], caplog: pytest.LogCaptureFixture
+    kinesis: Any, dynamodb: Any, store: DynamoDBStateStore, entry: dict[str, Any], dags: dict[str, Any], capfd: pytest.CaptureFixture[str]
 ) -> None:
     produce(kinesis, entry["stream"], 30)
     assert run_dag(dags["regular"]).tasks == SUCCESS
@@ -129,5 +129,6 @@ def test_a_backfill_refuses_ranges_past_retention_before_reading(
     age_batch(dynamodb, store.table, entry["name"], 1, timedelta(hours=30))  # batch 1's records are past 24h retention
     result = run_dag(dags["backfill"], run_conf={"batches": {"batch_ids": [1]}})
     assert result.tasks == {"select": "failed", "replay": "upstream_failed"}
-    assert "batch 1, range shardId-" in caplog.text and "more than the stream's retention of 24h" in caplog.text
+    logged = "".join(capfd.readouterr())  # the task's error, as Airflow logged it
+    assert "batch 1, range shardId-" in logged and "more than the stream's retention of 24h" in logged
     assert sorted(p.name for p in (Path(entry["output"]) / "batch_id=0000000001").iterdir()) == listing  # untouched
