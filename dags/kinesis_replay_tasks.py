@@ -79,16 +79,8 @@ def dry_run_report(p: PipelineConfig, result: batches.PlanResult) -> str:
     if result.batch is None:
         return f"dry run of pipeline {p.name}: no shard of stream {p.stream} has anything new; nothing was written"
     batch = result.batch
-    if batch.manifest is not None:
-        counts = {s.shard_id: s.records + s.bad_records for s in batch.manifest.shards}
-        sizes = {s.shard_id: s.bytes for s in batch.manifest.shards}
-    elif result.estimates and len(result.estimates) == len(batch.ranges):
-        counts = {sid: e[0] for sid, e in result.estimates.items()}
-        sizes = {sid: e[1] for sid, e in result.estimates.items()}
-    else:
-        counts = sizes = None  # type: ignore[assignment]
     verb = "would resume" if result.resumed else "would plan"
-    report = f"dry run of pipeline {p.name}: {verb} " + backfill.describe(batch, backfill.estimate(batch.ranges, counts, sizes, p.read))
+    report = f"dry run of pipeline {p.name}: {verb} " + backfill.describe(batch, backfill.estimate_batch(batch, p.read, result.estimates))
     report += "\nrecord and byte counts of new ranges are estimates (the tip search's last window); nothing was written or read"
     log.info("%s", report)
     return report
@@ -217,9 +209,7 @@ def select_backfill(p: PipelineConfig, params: dict[str, Any]) -> list[int]:
         batches.check_retention(p, batch, retention, now)
     if params.get("dry_run"):
         for batch in chosen:
-            counts = {s.shard_id: s.records + s.bad_records for s in batch.manifest.shards} if batch.manifest else None
-            sizes = {s.shard_id: s.bytes for s in batch.manifest.shards} if batch.manifest else None
-            log.info("dry run: would replay %s", backfill.describe(batch, backfill.estimate(batch.ranges, counts, sizes, p.read)))
+            log.info("dry run: would replay %s", backfill.describe(batch, backfill.estimate_batch(batch, p.read)))
         raise AirflowSkipException(f"dry run of a backfill of {selection.describe()} in pipeline {p.name}: nothing was read or written")
     log.info("pipeline %s: backfilling %s", p.name, ", ".join(str(b.batch_id) for b in chosen))
     return [b.batch_id for b in chosen]

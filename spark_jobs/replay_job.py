@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from datetime import UTC, datetime
@@ -129,24 +128,37 @@ class HadoopFS:
     def _path(self, path: str) -> Any:
         return self.jvm.org.apache.hadoop.fs.Path(path)
 
+    def exists(self, path: str) -> bool:
+        return bool(self.fs.exists(self._path(path)))
+
     def delete(self, path: str) -> None:
-        if self.fs.exists(self._path(path)):
+        if self.exists(path):
             self.fs.delete(self._path(path), True)
 
     def swap(self, source: str, target: str) -> None:
         """Replace ``target`` with ``source``; with no ``source``, just remove ``target``."""
         self.delete(target)
-        if self.fs.exists(self._path(source)):
+        if self.exists(source):
             self.fs.mkdirs(self._path(target).getParent())
             if not self.fs.rename(self._path(source), self._path(target)):
                 raise KinesisReplayError(f"could not move {source} to {target}")
+
+    def write_text(self, path: str, text: str) -> None:
+        """Write a small file whole: to a temporary name first, then swapped into place."""
+        tmp = f"{path}.tmp"
+        stream = self.fs.create(self._path(tmp), True)
+        try:
+            stream.write(bytearray(text.encode()))
+        finally:
+            stream.close()
+        self.swap(tmp, path)
 
 
 def summarize(spark: SparkSession, spec: dict[str, Any], seconds: float) -> Manifest:
     """Per-shard rows, bad rows, bytes, first and last sequence numbers and a row checksum, read back from the files."""
     output, batch_id = spec["output"], int(spec["batch_id"])
     fs = HadoopFS(spark, output)
-    paths = [p for p in (batch_path(output, batch_id), quarantine_path(output, batch_id)) if fs.fs.exists(fs._path(p))]
+    paths = [p for p in (batch_path(output, batch_id), quarantine_path(output, batch_id)) if fs.exists(p)]
     written = spark.read.parquet(*paths)
     seq = F.lpad("sequence_number", SEQ_WIDTH, "0")
     row_hash = F.xxhash64("shard_id", "sequence_number", "sub_sequence_number", "partition_key", "data")
@@ -180,26 +192,6 @@ def summarize(spark: SparkSession, spec: dict[str, Any], seconds: float) -> Mani
     return Manifest(pipeline=spec["pipeline"], batch_id=batch_id, shards=shards, seconds=round(seconds, 3))
 
 
-def write_text(spark: SparkSession, path: str, text: str) -> None:
-    """Write a small file atomically: locally by rename, elsewhere through Hadoop's FileSystem."""
-    if "://" not in path or path.startswith("file://"):
-        local = path.removeprefix("file://")
-        os.makedirs(os.path.dirname(local), exist_ok=True)
-        tmp = f"{local}.tmp"
-        with open(tmp, "w") as f:
-            f.write(text)
-        os.replace(tmp, local)
-        return
-    jvm = spark._jvm  # type: ignore[attr-defined]
-    target = jvm.org.apache.hadoop.fs.Path(path)
-    fs = target.getFileSystem(spark._jsc.hadoopConfiguration())  # type: ignore[attr-defined]
-    stream = fs.create(target, True)
-    try:
-        stream.write(bytearray(text.encode()))
-    finally:
-        stream.close()
-
-
 def run(spec: dict[str, Any]) -> Manifest:
     started = time.monotonic()
     spark = build_session(spec)
@@ -207,7 +199,8 @@ def run(spec: dict[str, Any]) -> Manifest:
         rows = decode_payload(read_batch(spark, spec), spec.get("payload", {}), spec["pipeline"])
         write_batch(spark, rows, spec)
         manifest = summarize(spark, spec, time.monotonic() - started)
-        write_text(spark, manifest_path(spec["output"], int(spec["batch_id"])), json.dumps(manifest.to_dict(), indent=2))
+        path = manifest_path(spec["output"], int(spec["batch_id"]))
+        HadoopFS(spark, path).write_text(path, json.dumps(manifest.to_dict(), indent=2))
         return manifest
     finally:
         spark.stop()

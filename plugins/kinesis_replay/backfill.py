@@ -155,6 +155,16 @@ def estimate(
     return Estimate(len(ranges), sum(records.values()), sum(sizes.values()), sum(calls.values()), seconds)
 
 
+def estimate_batch(batch: Batch, limits: ReadConfig, planned: Mapping[str, tuple[int, int]] | None = None) -> Estimate:
+    """A batch's cost: exact from its manifest when it has one, else from planning's per-range estimates."""
+    if batch.manifest is not None:
+        counts = {s.shard_id: s.records + s.bad_records for s in batch.manifest.shards}
+        return estimate(batch.ranges, counts, {s.shard_id: s.bytes for s in batch.manifest.shards}, limits)
+    if planned and len(planned) == len(batch.ranges):
+        return estimate(batch.ranges, {k: v[0] for k, v in planned.items()}, {k: v[1] for k, v in planned.items()}, limits)
+    return estimate(batch.ranges, None, None, limits)
+
+
 def describe(batch: Batch, est: Estimate) -> str:
     """A dry run's account of one batch: its ranges and what replaying them costs."""
     lines = [f"batch {batch.batch_id} ({batch.status.value}), {est.shards} shard ranges:"]

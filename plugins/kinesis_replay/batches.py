@@ -29,7 +29,6 @@ class PlanResult:
     lag_millis: Mapping[str, int] = field(default_factory=dict)  # MillisBehindLatest after each checkpoint
     # Records and bytes per range, where planning could tell (exact when the tip search read from the start).
     estimates: Mapping[str, tuple[int, int]] = field(default_factory=dict)
-    dry_run: bool = False  # nothing was written
 
     @property
     def action(self) -> str | None:
@@ -72,7 +71,7 @@ def plan_batch(
     if head.in_flight is not None:
         batch = store.get_batch(pipeline.name, head.in_flight)
         log.info("pipeline %s: resuming batch %d (%s), ranges unchanged", pipeline.name, batch.batch_id, batch.status.value)
-        return PlanResult(batch=batch, resumed=True, dry_run=dry_run)
+        return PlanResult(batch=batch, resumed=True)
 
     shards = kinesis.list_shards(kinesis_client, pipeline.stream, pipeline.read)
     states = store.get_shards(pipeline.name)
@@ -109,14 +108,14 @@ def plan_batch(
     waiting_ids = tuple((s.shard_id, tuple(parents)) for s, parents in waiting)
     if not ranges:
         log.info("pipeline %s: nothing new on stream %s", pipeline.name, pipeline.stream)
-        return PlanResult(batch=None, resumed=False, waiting=waiting_ids, lag_millis=lag, dry_run=dry_run)
+        return PlanResult(batch=None, resumed=False, waiting=waiting_ids, lag_millis=lag)
 
     batch = Batch(
         pipeline=pipeline.name, batch_id=head.next_batch_id, status=BatchStatus.PLANNED, ranges=tuple(ranges),
         stream=pipeline.stream, run_id=run_id, created_at=now, gaps=tuple(gaps), extra={"lag_millis": lag},
     )  # fmt: skip
     if dry_run:
-        return PlanResult(batch, False, waiting_ids, lag, estimates, dry_run=True)
+        return PlanResult(batch, False, waiting_ids, lag, estimates)
     try:
         store.create_batch(batch, head)
     except StateConflictError as exc:

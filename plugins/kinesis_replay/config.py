@@ -287,10 +287,3 @@ def load_config(path: str | os.PathLike[str]) -> tuple[PipelineConfig, ...]:
     except yaml.YAMLError as exc:
         raise ConfigError(f"{config_path}: not valid YAML: {exc}") from exc
     return parse_config(data, source=str(config_path))
-
-
-def get_pipeline(pipelines: tuple[PipelineConfig, ...], name: str) -> PipelineConfig:
-    for p in pipelines:
-        if p.name == name:
-            return p
-    raise ConfigError(f"no pipeline named {name!r}; configured: {', '.join(p.name for p in pipelines)}")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
@@ -216,12 +216,6 @@ class Batch:
     gaps: tuple[Gap, ...] = ()
     extra: Mapping[str, Any] = field(default_factory=dict)
 
-    def range_of(self, shard_id: str) -> SequenceRange:
-        for r in self.ranges:
-            if r.shard_id == shard_id:
-                return r
-        raise KeyError(f"pipeline {self.pipeline!r}: batch {self.batch_id} has no range for {shard_id}")
-
     def with_status(self, status: BatchStatus, **changes: Any) -> Batch:
         check_transition(self.pipeline, self.batch_id, self.status, status)
         return replace(self, status=status, **changes)
@@ -278,12 +272,3 @@ class StateStore(Protocol):
     def mark_finished(self, pipeline: str, shard_id: str, checkpoint: int | None) -> None:
         """Mark a closed, drained shard finished, conditioned on its checkpoint still being ``checkpoint``."""
         ...
-
-
-def require_in_flight(head: Head, pipeline: str, batch_id: int) -> None:
-    if head.in_flight != batch_id:
-        raise StateCorruptError(f"pipeline {pipeline!r}: batch {batch_id} is not the batch in flight ({head.in_flight})")
-
-
-def ranges_by_shard(ranges: Sequence[SequenceRange]) -> dict[str, SequenceRange]:
-    return {r.shard_id: r for r in ranges}
