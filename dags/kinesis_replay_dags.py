@@ -7,7 +7,8 @@ Lands a Kinesis stream in Parquet exactly once, one bounded batch per run.
    after the committed checkpoint to the newest record now) and stores it in the state table. Nothing
    new: the run is skipped.
 2. **replay** runs the Spark job (`spark_jobs/replay_job.py`) on exactly those ranges and overwrites
-   the batch's own partition `<output>/batch_id=<id>/`.
+   the batch's own partition `<output>/batch_id=<id>/`. With `spark.emr_serverless` configured, a
+   **stage** task first uploads the job and the batch spec to S3, and replay is an EMR Serverless job run.
 3. **verify** checks the result manifest and the files against the plan.
 4. **commit** advances each shard's checkpoint with a conditional write, then marks the batch committed,
    and emits an event on the pipeline's output Asset (batch id and ranges in its extra).
@@ -34,8 +35,10 @@ from typing import Any
 from airflow.sdk import DAG, Asset, Param, get_current_context, task
 
 import kinesis_replay_tasks as tasks
+from kinesis_replay import emr_serverless
 from kinesis_replay.backfill import SELECTION_SCHEMA
 from kinesis_replay.config import PipelineConfig, load_config, resolve_config_path
+from kinesis_replay.errors import ConfigError
 
 CONFIG_PATH = resolve_config_path(Path(__file__).with_name("pipelines.yaml"))
 START = datetime(2026, 1, 1, tzinfo=UTC)
@@ -67,6 +70,30 @@ def default_args(p: PipelineConfig) -> dict[str, Any]:
         "retry_exponential_backoff": True,
         "max_retry_delay": timedelta(minutes=30),
     }
+
+
+def emr_replay(p: PipelineConfig, staged: Any) -> Any:
+    """EMR Serverless runs the replay job: one job run per dict of kwargs that a stage task returned."""
+    from airflow.providers.amazon.aws.operators.emr import EmrServerlessStartJobOperator
+
+    emr = p.spark.emr_serverless
+    assert emr is not None
+    if emr.deferrable:
+        try:
+            import aiobotocore  # noqa: F401
+        except ImportError:
+            raise ConfigError(
+                f"pipeline {p.name}: spark.emr_serverless.deferrable needs aiobotocore in Airflow's environment "
+                "(pip install 'apache-airflow-providers-amazon[aiobotocore]'), or set deferrable: false"
+            ) from None
+    fixed = {k: v for k, v in emr_serverless.job_run_kwargs(p, 0).items() if k in tasks.OPERATOR_FIXED}
+    return EmrServerlessStartJobOperator.partial(
+        task_id="replay",
+        aws_conn_id=p.aws_conn_id,
+        execution_timeout=timedelta(seconds=p.spark.submit_timeout_seconds),
+        map_index_template="{{ task.name }}",
+        **fixed,
+    ).expand_kwargs(staged)
 
 
 def build_dag(p: PipelineConfig) -> DAG:
@@ -102,7 +129,12 @@ def build_dag(p: PipelineConfig) -> DAG:
         def replay(planned: dict[str, Any]) -> None:
             tasks.replay(p, planned, get_current_context()["params"])
 
-        @task(task_id="verify")
+        @task(task_id="stage")
+        def stage(planned: dict[str, Any]) -> list[dict[str, Any]]:
+            return tasks.stage(p, planned, get_current_context()["params"])
+
+        # With EMR Serverless, replay is a job run per staged batch; none when a verified batch only needs its commit.
+        @task(task_id="verify", trigger_rule="none_failed_min_one_success" if p.spark.emr_serverless else "all_success")
         def verify(planned: dict[str, Any]) -> None:
             context = get_current_context()
             tasks.verify(p, planned, context["params"], context["run_id"])
@@ -118,7 +150,8 @@ def build_dag(p: PipelineConfig) -> DAG:
             tasks.check(p)
 
         planned = plan()
-        replay(planned) >> verify(planned) >> commit(planned) >> check()
+        replayed = replay(planned) if p.spark.emr_serverless is None else emr_replay(p, stage(planned))
+        replayed >> verify(planned) >> commit(planned) >> check()
     return dag
 
 
@@ -158,7 +191,21 @@ def build_backfill_dag(p: PipelineConfig) -> DAG:
             get_current_context()["outlet_events"][asset].extra = summary
             return summary
 
-        replay.expand(batch_id=select())
+        @task(task_id="stage", map_index_template="batch {{ task.op_kwargs['batch_id'] }}")
+        def stage(batch_id: int) -> dict[str, Any]:
+            return tasks.stage_backfill(p, batch_id)
+
+        @task(task_id="check", outlets=[asset], map_index_template="batch {{ task.op_kwargs['batch_id'] }}")
+        def check(batch_id: int) -> dict[str, Any]:
+            summary = tasks.check_backfill(p, batch_id)
+            get_current_context()["outlet_events"][asset].extra = summary
+            return summary
+
+        chosen = select()
+        if p.spark.emr_serverless is None:
+            replay.expand(batch_id=chosen)
+        else:
+            emr_replay(p, stage.expand(batch_id=chosen)) >> check.expand(batch_id=chosen)
     return dag
 
 

@@ -16,11 +16,12 @@ from typing import Any
 
 from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
 from airflow.providers.amazon.aws.hooks.kinesis import KinesisHook
+from airflow.providers.amazon.aws.hooks.s3 import S3Hook
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 from airflow.sdk.observability import stats
 from botocore.config import Config
 
-from kinesis_replay import backfill, batches, kinesis, output, spark_submit
+from kinesis_replay import backfill, batches, emr_serverless, kinesis, output, spark_submit
 from kinesis_replay.config import PipelineConfig
 from kinesis_replay.dynamodb_store import DynamoDBStateStore
 from kinesis_replay.errors import KinesisReplayError
@@ -29,6 +30,8 @@ from kinesis_replay.state import Batch
 log = logging.getLogger(__name__)
 # The replay job and its Data Source, shipped to Spark beside the library zip.
 SPARK_JOBS = Path(__file__).resolve().parents[1] / "spark_jobs"
+# EmrServerlessStartJobOperator's arguments that are the pipeline's, not the batch's: given to partial().
+OPERATOR_FIXED = ("application_id", "execution_role_arn", "deferrable", "waiter_delay", "waiter_max_attempts")
 # Transient faults (5xx, dropped connections) are retried by botocore; Kinesis throttling by kinesis_replay.kinesis.
 _RETRIES = Config(retries={"mode": "standard", "max_attempts": 5}, connect_timeout=10, read_timeout=60)
 
@@ -103,13 +106,19 @@ def replay(p: PipelineConfig, planned: dict[str, Any], params: dict[str, Any]) -
         raise
 
 
-def submit(p: PipelineConfig, batch: Batch, accept_gaps: frozenset[str] = frozenset()) -> None:
-    """spark-submit the replay job with the batch's spec; endpoint and credentials come from the hook."""
+def job_spec(p: PipelineConfig, batch: Batch, accept_gaps: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """The replay job's input: the batch's ranges, and the hook's Kinesis endpoint and region."""
     hook = kinesis_hook(p)
     spec = batch.spec(p.output, accept_gaps)
     spec["aws"] = {"region_name": hook.conn_region_name, "endpoint_url": hook.conn_config.get_service_endpoint_url("kinesis")}
     spec["read"] = asdict(p.read)
     spec["payload"] = {"format": p.payload.format, "schema": p.payload.schema}
+    return spec
+
+
+def submit(p: PipelineConfig, batch: Batch, accept_gaps: frozenset[str] = frozenset()) -> None:
+    """spark-submit the replay job with the batch's spec; endpoint and credentials come from the hook."""
+    hook = kinesis_hook(p)
     credentials = hook.get_credentials()
     env = {"AWS_ACCESS_KEY_ID": credentials.access_key, "AWS_SECRET_ACCESS_KEY": credentials.secret_key}
     if credentials.token:
@@ -119,7 +128,7 @@ def submit(p: PipelineConfig, batch: Batch, accept_gaps: frozenset[str] = frozen
     work = Path(tempfile.mkdtemp(prefix=f"kinesis-replay-{p.name}-{batch.batch_id}-"))
     try:
         spec_path = work / "batch.json"
-        spec_path.write_text(json.dumps(spec))
+        spec_path.write_text(json.dumps(job_spec(p, batch, accept_gaps)))
         library = spark_submit.package_library(work / "kinesis_replay.zip")
         command = spark_submit.build_command(
             p, batch.batch_id, spec_path, SPARK_JOBS / "replay_job.py", [library, SPARK_JOBS / "kinesis_source.py"]
@@ -127,6 +136,47 @@ def submit(p: PipelineConfig, batch: Batch, accept_gaps: frozenset[str] = frozen
         spark_submit.run(command, spark_submit.submit_env(p.spark.master, env), f"pipeline {p.name}, batch {batch.batch_id}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def stage_emr(p: PipelineConfig, batch: Batch, accept_gaps: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """Upload the job, its Data Source, the library zip and the batch spec for EMR Serverless; return the job run's kwargs.
+
+    Every file goes under the batch's own prefix, replaced on each run, so a rerun submits the same job.
+    """
+    s3 = S3Hook(aws_conn_id=p.aws_conn_id)
+    work = Path(tempfile.mkdtemp(prefix=f"kinesis-replay-{p.name}-{batch.batch_id}-"))
+    try:
+        spec_path = work / emr_serverless.SPEC_FILE
+        spec = job_spec(p, batch, accept_gaps)
+        spec["aws"]["endpoint_url"] = None  # the job runs in AWS: never an endpoint that only Airflow can reach
+        spec_path.write_text(json.dumps(spec))
+        library = spark_submit.package_library(work / emr_serverless.LIBRARY_ZIP)
+        assert p.spark.emr_serverless is not None
+        for upload in emr_serverless.uploads(p.spark.emr_serverless.code_prefix, p.name, batch.batch_id, SPARK_JOBS, library, spec_path):
+            s3.load_file(str(upload.local), key=upload.key, bucket_name=upload.bucket, replace=True)
+            log.info("staged %s", upload.uri)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    kwargs = emr_serverless.job_run_kwargs(p, batch.batch_id)
+    for key in OPERATOR_FIXED:
+        kwargs.pop(key)  # set once on the operator's partial(), not per mapped run
+    return kwargs
+
+
+def stage(p: PipelineConfig, planned: dict[str, Any], params: dict[str, Any]) -> list[dict[str, Any]]:
+    """The EMR Serverless counterpart of replay(): check retention, stage the batch; [] when there is nothing to run."""
+    if planned["action"] == batches.FINISH_COMMIT:
+        log.info("batch %d was verified and is being committed: finishing the commit, not replaying", planned["batch_id"])
+        return []
+    store = state_store(p)
+    batch = store.get_batch(p.name, planned["batch_id"])
+    try:
+        retention = kinesis.stream_retention(kinesis_hook(p).conn, p.stream, p.read)
+        batches.check_retention(p, batch, retention, datetime.now(UTC), acknowledged(params))
+        return [stage_emr(p, batch, acknowledged(params))]
+    except KinesisReplayError as exc:
+        batches.record_failure(p, store, batch.batch_id, str(exc))
+        raise
 
 
 def verify(p: PipelineConfig, planned: dict[str, Any], params: dict[str, Any], run_id: str) -> None:
@@ -217,9 +267,18 @@ def select_backfill(p: PipelineConfig, params: dict[str, Any]) -> list[int]:
 
 def backfill_batch(p: PipelineConfig, batch_id: int) -> dict[str, Any]:
     """Replay one committed batch into its own paths and check it holds what it held; never touches a checkpoint."""
-    store = state_store(p)
-    batch = store.get_batch(p.name, batch_id)
-    submit(p, batch)
+    submit(p, state_store(p).get_batch(p.name, batch_id))
+    return check_backfill(p, batch_id)
+
+
+def stage_backfill(p: PipelineConfig, batch_id: int) -> dict[str, Any]:
+    """Stage one committed batch for an EMR Serverless replay (the backfill DAG's counterpart of stage())."""
+    return stage_emr(p, state_store(p).get_batch(p.name, batch_id))
+
+
+def check_backfill(p: PipelineConfig, batch_id: int) -> dict[str, Any]:
+    """A backfilled batch must hold what its first run held: same shards, same counts, same checksums."""
+    batch = state_store(p).get_batch(p.name, batch_id)
     batches.check_backfill(p, batch, output.read_manifest(p.output, batch_id))
     summary = batch_summary(p, batch, "backfill")
     log.info("pipeline %s: backfilled %s", p.name, summary)

@@ -39,15 +39,26 @@ CORRUPT = "_corrupt_record"
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--spec", required=True, help="path of the batch spec (JSON)")
+    parser.add_argument("--spec", required=True, help="path or s3:// URI of the batch spec (JSON)")
     return parser.parse_args(argv)
+
+
+def read_spec_text(path: str) -> str:
+    """A local file, or an ``s3://`` object (EMR Serverless stages the spec there): read with boto3, like the stream."""
+    if not path.startswith("s3://"):
+        with open(path) as f:
+            return f.read()
+    import boto3  # only here: a local run needs no S3 client
+
+    bucket, _, key = path.removeprefix("s3://").partition("/")
+    body = boto3.client("s3").get_object(Bucket=bucket, Key=key)["Body"]
+    return str(body.read().decode("utf-8"))
 
 
 def load_spec(path: str) -> dict[str, Any]:
     try:
-        with open(path) as f:
-            spec: dict[str, Any] = json.load(f)
-    except (OSError, ValueError) as exc:
+        spec: dict[str, Any] = json.loads(read_spec_text(path))
+    except Exception as exc:  # OSError, bad JSON, or any botocore error (missing object, no credentials, no endpoint)
         raise KinesisReplayError(f"cannot read the batch spec {path}: {exc}") from exc
     missing = [k for k in ("pipeline", "stream", "batch_id", "output", "ranges") if k not in spec]
     if missing:

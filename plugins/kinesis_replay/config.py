@@ -53,10 +53,28 @@ class PayloadConfig:
 
 
 @dataclass(frozen=True)
+class EmrServerlessConfig:
+    """Run the replay job as an EMR Serverless job run instead of through spark-submit.
+
+    The job file, its Data Source, the library zip and the batch spec are uploaded under
+    ``code_prefix`` (``s3://bucket/prefix``), one folder per batch.
+    """
+
+    application_id: str
+    execution_role_arn: str
+    code_prefix: str
+    log_uri: str | None = None  # S3 prefix for driver and executor logs
+    venv_archive: str | None = None  # S3 URI of a venv-pack archive holding the job's dependencies
+    deferrable: bool = False  # wait in the triggerer; needs aiobotocore on Airflow's side
+    poll_seconds: int = 30  # how often the job run's state is polled
+
+
+@dataclass(frozen=True)
 class SparkConfig:
     master: str = "local[*]"  # local mode unless the pipeline names a master
     conf: Mapping[str, str] = field(default_factory=dict)
     submit_timeout_seconds: int = 6 * 3600
+    emr_serverless: EmrServerlessConfig | None = None  # set: EMR Serverless runs the job, not spark-submit
 
 
 @dataclass(frozen=True)
@@ -88,7 +106,8 @@ _PIPELINE_KEYS = {
     "max_checkpoint_age_minutes",
 }  # fmt: skip
 _REQUIRED_KEYS = ("name", "stream", "output", "schedule", "initial_position", "state_table", "spark")
-_SPARK_KEYS = {"master", "conf", "submit_timeout_seconds"}
+_SPARK_KEYS = {"master", "conf", "submit_timeout_seconds", "emr_serverless"}
+_EMR_KEYS = {"application_id", "execution_role_arn", "code_prefix", "log_uri", "venv_archive", "deferrable", "poll_seconds"}
 _PAYLOAD_KEYS = {"format", "schema", "max_bad_share"}
 _READ_KEYS = {
     "max_records_per_call", "get_records_per_second", "bytes_per_second", "get_shard_iterator_per_second",
@@ -190,6 +209,12 @@ def _parse_pipeline(source: str, index: int, data: object) -> PipelineConfig:
         if isinstance(v, (Mapping, list)) or v is None:
             spark.fail(f"{k} must be a scalar, got {v!r}", "conf")
 
+    emr = None
+    if spark.has("emr_serverless"):
+        if spark.has("master"):
+            spark.fail("give either master (spark-submit) or emr_serverless, not both", "emr_serverless")
+        emr = _parse_emr(_Reader(source, f"{spark.path}.emr_serverless", spark.data["emr_serverless"], _EMR_KEYS))
+
     read = _Reader(source, f"{r.path}.read", r.data.get("read") or {}, _READ_KEYS)
     defaults = ReadConfig()
     read_config = ReadConfig(
@@ -219,6 +244,7 @@ def _parse_pipeline(source: str, index: int, data: object) -> PipelineConfig:
             master=spark.text("master", default="local[*]"),
             conf={k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in conf.items()},
             submit_timeout_seconds=spark.integer("submit_timeout_seconds", 6 * 3600, minimum=1),
+            emr_serverless=emr,
         ),
         aws_conn_id=r.text("aws_conn_id", default="aws_default"),
         retries=r.integer("retries", 2),
@@ -226,6 +252,33 @@ def _parse_pipeline(source: str, index: int, data: object) -> PipelineConfig:
         read=read_config,
         payload=payload,
         max_checkpoint_age_minutes=r.integer("max_checkpoint_age_minutes", 180, minimum=1),
+    )
+
+
+def _parse_emr(e: _Reader) -> EmrServerlessConfig:
+    def s3_uri(key: str, required: bool) -> str | None:
+        if not e.has(key) and not required:
+            return None
+        uri = e.text(key)
+        bucket = uri.removeprefix("s3://").partition("/")[0]
+        if not uri.startswith("s3://") or not bucket:
+            e.fail(f"must be an S3 URI such as s3://bucket/prefix (EMR Serverless reads from S3), got {uri!r}", key)
+        return uri.rstrip("/")
+
+    role = e.text("execution_role_arn")
+    if not re.match(r"^arn:aws[a-z-]*:iam::\d{12}:role/", role):
+        e.fail(f"must be an IAM role ARN (arn:aws:iam::<account>:role/<name>), got {role!r}", "execution_role_arn")
+    deferrable = e.data.get("deferrable", False)
+    if not isinstance(deferrable, bool):
+        e.fail(f"must be true or false, got {deferrable!r}", "deferrable")
+    return EmrServerlessConfig(
+        application_id=e.text("application_id"),
+        execution_role_arn=role,
+        code_prefix=s3_uri("code_prefix", required=True),  # type: ignore[arg-type]
+        log_uri=s3_uri("log_uri", required=False),
+        venv_archive=s3_uri("venv_archive", required=False),
+        deferrable=deferrable,
+        poll_seconds=e.integer("poll_seconds", 30, minimum=1),
     )
 
 

@@ -1,7 +1,7 @@
 """The replay job as an EMR Serverless job run: the files to stage on S3 and EmrServerlessStartJobOperator's arguments.
 
 Pure functions of plain values: no boto3, no Airflow. The DAG stages the uploads (with an S3 hook), then hands
-``start_job_kwargs(...)`` to ``EmrServerlessStartJobOperator``. Every file of one batch lives under one prefix,
+``job_run_kwargs(pipeline, batch_id)`` to ``EmrServerlessStartJobOperator``. Every file of one batch lives under one prefix,
 
     <code_prefix>/<pipeline>/batch_id=<id>/replay_job.py, kinesis_source.py, kinesis_replay.zip, batch.json
 
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kinesis_replay.config import PipelineConfig
 from kinesis_replay.errors import ConfigError
 from kinesis_replay.output import batch_partition
 
@@ -129,4 +130,29 @@ def start_job_kwargs(
     if log_uri is not None:
         split_s3_uri(log_uri, "log_uri")
         kwargs["configuration_overrides"] = {"monitoringConfiguration": {"s3MonitoringConfiguration": {"logUri": log_uri}}}
+    return kwargs
+
+
+def job_run_kwargs(p: PipelineConfig, batch_id: int) -> dict[str, Any]:
+    """The operator's arguments for one batch of a pipeline configured with ``spark.emr_serverless``.
+
+    The run is polled every ``poll_seconds`` for at most ``submit_timeout_seconds``, the limit a
+    spark-submit replay has too.
+    """
+    emr = p.spark.emr_serverless
+    if emr is None:
+        raise ConfigError(f"pipeline {p.name}: spark.emr_serverless is not configured")
+    kwargs = start_job_kwargs(
+        application_id=emr.application_id,
+        execution_role_arn=emr.execution_role_arn,
+        code_prefix=emr.code_prefix,
+        pipeline=p.name,
+        batch_id=batch_id,
+        spark_conf=p.spark.conf,
+        log_uri=emr.log_uri,
+        venv_archive=emr.venv_archive,
+        deferrable=emr.deferrable,
+    )
+    kwargs["waiter_delay"] = emr.poll_seconds
+    kwargs["waiter_max_attempts"] = max(1, -(-p.spark.submit_timeout_seconds // emr.poll_seconds))
     return kwargs

@@ -44,6 +44,7 @@ class Stack:
                     "kinesis": {"endpoint_url": self.kinesis_url},
                     "dynamodb": {"endpoint_url": self.moto_url},
                     "s3": {"endpoint_url": self.moto_url},
+                    "emr-serverless": {"endpoint_url": self.moto_url},
                 },
             },
         }
@@ -56,6 +57,7 @@ class Stack:
             "AWS_ENDPOINT_URL_KINESIS": self.kinesis_url,
             "AWS_ENDPOINT_URL_DYNAMODB": self.moto_url,
             "AWS_ENDPOINT_URL_S3": self.moto_url,
+            "AWS_ENDPOINT_URL_EMR_SERVERLESS": self.moto_url,
             "AIRFLOW_CONN_AWS_DEFAULT": json.dumps(self.connection()),
         }
 

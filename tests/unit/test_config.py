@@ -153,3 +153,54 @@ def test_a_json_schema_may_not_reuse_record_columns() -> None:
 def test_the_bad_record_threshold_is_a_share(share: object) -> None:
     with pytest.raises(ConfigError, match=r"payload\.max_bad_share: must be a number from 0 to 1"):
         parse_config(config(payload={"max_bad_share": share}))
+
+
+EMR = {
+    "application_id": "00fabcdefgh12345",
+    "execution_role_arn": "arn:aws:iam::123456789012:role/kinesis-replay-orders",
+    "code_prefix": "s3://lake-code/kinesis-replay/",
+}
+
+
+def emr_config(**emr: Any) -> dict[str, Any]:
+    return config(spark={"conf": {"spark.executor.memory": "4g"}, "emr_serverless": {**EMR, **emr}})
+
+
+def test_emr_serverless_runs_the_job_when_configured_and_waits_in_a_worker_slot_by_default() -> None:
+    (p,) = parse_config(emr_config(log_uri="s3://lake-logs/emr/"))
+    emr = p.spark.emr_serverless
+    assert emr is not None
+    assert (emr.application_id, emr.execution_role_arn) == (EMR["application_id"], EMR["execution_role_arn"])
+    assert (emr.code_prefix, emr.log_uri, emr.venv_archive) == ("s3://lake-code/kinesis-replay", "s3://lake-logs/emr", None)
+    assert emr.deferrable is False and emr.poll_seconds == 30
+    assert parse_config(VALID)[0].spark.emr_serverless is None
+
+
+def test_emr_serverless_and_a_master_are_exclusive() -> None:
+    data = emr_config()
+    data["pipelines"][0]["spark"]["master"] = "spark://host:7077"
+    with pytest.raises(ConfigError, match=r"spark\.emr_serverless: give either master .* or emr_serverless, not both"):
+        parse_config(data)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"code_prefix": "/tmp/code"}, r"emr_serverless\.code_prefix: must be an S3 URI"),
+        ({"log_uri": "s3://"}, r"emr_serverless\.log_uri: must be an S3 URI"),
+        ({"execution_role_arn": "kinesis-replay"}, r"emr_serverless\.execution_role_arn: must be an IAM role ARN"),
+        ({"deferrable": "yes"}, r"emr_serverless\.deferrable: must be true or false"),
+        ({"poll_seconds": 0}, r"emr_serverless\.poll_seconds: must be an integer >= 1"),
+        ({"application": "x"}, r"emr_serverless: unknown key\(s\) application"),
+    ],
+)
+def test_a_bad_emr_serverless_setting_is_named(change: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_config(emr_config(**change))
+
+
+def test_emr_serverless_requires_an_application() -> None:
+    data = emr_config()
+    del data["pipelines"][0]["spark"]["emr_serverless"]["application_id"]
+    with pytest.raises(ConfigError, match=r"emr_serverless\.application_id: is required"):
+        parse_config(data)

@@ -29,22 +29,22 @@ def pipeline() -> Any:
         "schedule": None,
         "initial_position": "TRIM_HORIZON",
         "state_table": "kinesis-replay-state",
-        "spark": {"master": "local[2]", "conf": {"spark.executor.memory": "4g", "spark.sql.shuffle.partitions": 8}},
-    }
+        "spark": {
+            "conf": {"spark.executor.memory": "4g", "spark.sql.shuffle.partitions": 8},
+            "submit_timeout_seconds": 3600,
+            "emr_serverless": {
+                "application_id": APP, "execution_role_arn": ROLE, "code_prefix": CODE + "/",
+                "log_uri": "s3://lake-logs/emr/", "poll_seconds": 45,
+            },
+        },
+    }  # fmt: skip
     return parse_config({"pipelines": [entry]})[0]
 
 
 @pytest.fixture
 def kwargs(pipeline: Any) -> dict[str, Any]:
-    return emr_serverless.start_job_kwargs(
-        application_id=APP,
-        execution_role_arn=ROLE,
-        code_prefix=CODE,
-        pipeline=pipeline.name,
-        batch_id=42,
-        spark_conf=pipeline.spark.conf,
-        log_uri="s3://lake-logs/emr/",
-    )
+    """What the DAG gives the operator for batch 42, built from the pipeline's config alone."""
+    return emr_serverless.job_run_kwargs(pipeline, 42)
 
 
 def submit_parameters(kwargs: dict[str, Any]) -> list[str]:
@@ -87,10 +87,27 @@ def test_the_pipelines_spark_conf_is_passed_as_conf_flags(kwargs: dict[str, Any]
 def test_the_run_is_named_for_the_pipeline_and_batch_and_logs_to_the_log_prefix(kwargs: dict[str, Any]) -> None:
     assert kwargs["application_id"] == APP and kwargs["execution_role_arn"] == ROLE
     assert kwargs["name"] == "kinesis-replay-orders-batch-42"
-    assert kwargs["configuration_overrides"] == {
-        "monitoringConfiguration": {"s3MonitoringConfiguration": {"logUri": "s3://lake-logs/emr/"}}
+    assert kwargs["configuration_overrides"] == {"monitoringConfiguration": {"s3MonitoringConfiguration": {"logUri": "s3://lake-logs/emr"}}}
+    assert kwargs["deferrable"] is False  # the config's default: deferring needs aiobotocore
+
+
+def test_the_run_is_polled_for_as_long_as_a_spark_submit_replay_may_take(kwargs: dict[str, Any]) -> None:
+    assert kwargs["waiter_delay"] == 45
+    assert kwargs["waiter_max_attempts"] == 80  # 3600 s / 45 s
+
+
+def test_a_pipeline_without_emr_serverless_has_no_job_run() -> None:
+    entry = {
+        "name": "local",
+        "stream": "s",
+        "output": "/tmp/o",
+        "schedule": None,
+        "initial_position": "LATEST",
+        "state_table": "t",
+        "spark": {},
     }
-    assert kwargs["deferrable"] is True
+    with pytest.raises(ConfigError, match=r"pipeline local: spark\.emr_serverless is not configured"):
+        emr_serverless.job_run_kwargs(parse_config({"pipelines": [entry]})[0], 1)
 
 
 def test_without_a_log_prefix_nothing_is_overridden() -> None:
@@ -143,4 +160,5 @@ def test_the_real_operator_accepts_the_arguments_inside_a_dag(kwargs: dict[str, 
     assert operator.job_driver == kwargs["job_driver"]
     assert operator.configuration_overrides == kwargs["configuration_overrides"]
     assert (operator.application_id, operator.execution_role_arn, operator.name) == (APP, ROLE, "kinesis-replay-orders-batch-42")
-    assert operator.deferrable is True
+    assert operator.deferrable is False
+    assert (operator.waiter_delay, operator.waiter_max_attempts) == (45, 80)

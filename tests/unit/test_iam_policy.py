@@ -164,3 +164,33 @@ log.info("get_item is only a word here")
         "kinesis:GetRecords", "kinesis:ListShards", "dynamodb:Query", "dynamodb:PutItem",
         "dynamodb:DescribeTable", "dynamodb:ConditionCheckItem",
     }  # fmt: skip
+
+
+EMR_POLICY = ROOT / "plugins" / "kinesis_replay" / "iam_policy_emr_serverless.json"
+
+
+def operator_calls() -> set[str]:
+    """The EMR Serverless API calls EmrServerlessStartJobOperator makes: on its client, and through its waiters."""
+    import inspect
+    import re
+
+    import airflow.providers.amazon.aws as provider
+    from airflow.providers.amazon.aws.operators.emr import EmrServerlessStartJobOperator
+
+    source = inspect.getsource(EmrServerlessStartJobOperator)
+    operations = _operations("emr-serverless")
+    waiters = json.loads((Path(provider.__path__[0]) / "waiters" / "emr-serverless.json").read_text())["waiters"]
+    calls = {operations[name] for name in re.findall(r"conn\.(\w+)\(", source)}
+    calls |= {waiters[name]["operation"] for name in re.findall(r"get_waiter\(\"(\w+)\"", source)}
+    return {f"emr-serverless:{op}" for op in calls}
+
+
+def test_the_emr_serverless_policy_grants_exactly_what_the_operator_calls_and_the_staging_upload() -> None:
+    policy = json.loads(EMR_POLICY.read_text())
+    actions = {a for s in policy["Statement"] if s["Effect"] == "Allow" for a in _as_list(s["Action"])}
+    calls = operator_calls()
+    assert "emr-serverless:StartJobRun" in calls, "the scan of the operator found no StartJobRun: is it broken?"
+    assert {a for a in actions if a.startswith("emr-serverless:")} == calls
+    assert actions - calls == {"iam:PassRole", "s3:PutObject"}  # the execution role, and S3Hook.load_file staging the job
+    (pass_role,) = [s for s in policy["Statement"] if s["Action"] == "iam:PassRole"]
+    assert pass_role["Condition"] == {"StringEquals": {"iam:PassedToService": "emr-serverless.amazonaws.com"}}
