@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -26,10 +27,17 @@ START_TIMEOUT = 90
 
 
 @dataclass(frozen=True)
+class Worker:
+    proc: subprocess.Popen[bytes]
+    webui_url: str
+    work_dir: Path  # one per worker: each executor's stdout and stderr land under <work_dir>/<app id>/<executor id>/
+
+
+@dataclass(frozen=True)
 class Cluster:
     master_url: str
     webui_url: str
-    work_dir: Path
+    workers: tuple[Worker, ...]
 
     def state(self) -> dict[str, Any]:
         """The master's view of the cluster: workers, running and completed applications."""
@@ -43,17 +51,19 @@ def _spawn(command: list[str], env: dict[str, str], log: Path) -> subprocess.Pop
     return subprocess.Popen(command, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is not None:
-        return
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
-    except ProcessLookupError:
-        pass
+def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM every process group at once, then wait: JVMs take seconds each to shut down."""
+    for proc in procs:
+        with contextlib.suppress(ProcessLookupError):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
 
 
 def _wait_for(what: str, ready: Any, procs: dict[str, tuple[subprocess.Popen[bytes], Path]]) -> None:
@@ -75,13 +85,15 @@ def _wait_for(what: str, ready: Any, procs: dict[str, tuple[subprocess.Popen[byt
 
 
 @pytest.fixture
-def cluster(stack: local_stack.Stack, tmp_path: Path) -> Iterator[Cluster]:
-    """A standalone master and one 1-core worker; the worker's environment carries the local stack's AWS settings.
+def cluster(request: pytest.FixtureRequest, stack: local_stack.Stack, tmp_path: Path) -> Iterator[Cluster]:
+    """A standalone master and 1-core workers (one, or as many as the test's indirect parameter says).
 
-    Executors started by a standalone worker inherit the worker's environment, not spark-submit's: on a
-    real cluster they would use their instance role, here they use the local stack's keys.
+    The workers' environment carries the local stack's AWS settings: executors started by a standalone
+    worker inherit the worker's environment, not spark-submit's. On a real cluster they would use their
+    instance role; here they use the local stack's keys.
     """
-    port, webui, worker_webui = (local_stack.free_port() for _ in range(3))
+    count: int = getattr(request, "param", 1)
+    port, webui = local_stack.free_port(), local_stack.free_port()
     env = {
         **os.environ,
         **stack.env(),
@@ -89,30 +101,33 @@ def cluster(stack: local_stack.Stack, tmp_path: Path) -> Iterator[Cluster]:
         "SPARK_LOCAL_IP": "127.0.0.1",  # else Spark may bind to an unroutable address
         "PYSPARK_PYTHON": sys.executable,
     }
-    work_dir = tmp_path / "spark-work"
-    work_dir.mkdir()
-    master_log, worker_log = tmp_path / "spark-master.log", tmp_path / "spark-worker.log"
+    master_log = tmp_path / "spark-master.log"
     master = _spawn(
         [str(BIN / "spark-class"), "org.apache.spark.deploy.master.Master",
          "--host", "127.0.0.1", "--port", str(port), "--webui-port", str(webui)],
         env, master_log,
     )  # fmt: skip
     procs = {"master": (master, master_log)}
-    running = Cluster(master_url=f"spark://127.0.0.1:{port}", webui_url=f"http://127.0.0.1:{webui}", work_dir=work_dir)
+    master_url, webui_url = f"spark://127.0.0.1:{port}", f"http://127.0.0.1:{webui}"
+    workers: list[Worker] = []
     try:
-        _wait_for("master", lambda: running.state().get("status") == "ALIVE", procs)
-        worker = _spawn(
-            [str(BIN / "spark-class"), "org.apache.spark.deploy.worker.Worker", running.master_url,
-             "--host", "127.0.0.1", "--cores", "1", "--memory", "1g", "--webui-port", str(worker_webui),
-             "--work-dir", str(work_dir)],
-            env, worker_log,
-        )  # fmt: skip
-        procs["worker"] = (worker, worker_log)
-        _wait_for("registered worker", lambda: running.state().get("aliveworkers", 0) >= 1, procs)
+        _wait_for("master", lambda: Cluster(master_url, webui_url, ()).state().get("status") == "ALIVE", procs)
+        for i in range(count):  # started together: N workers take no longer to register than one
+            work_dir, worker_log, worker_webui = tmp_path / f"spark-work-{i}", tmp_path / f"spark-worker-{i}.log", local_stack.free_port()
+            work_dir.mkdir()
+            worker = _spawn(
+                [str(BIN / "spark-class"), "org.apache.spark.deploy.worker.Worker", master_url,
+                 "--host", "127.0.0.1", "--cores", "1", "--memory", "1g", "--webui-port", str(worker_webui),
+                 "--work-dir", str(work_dir)],
+                env, worker_log,
+            )  # fmt: skip
+            procs[f"worker {i}"] = (worker, worker_log)
+            workers.append(Worker(worker, f"http://127.0.0.1:{worker_webui}", work_dir))
+        running = Cluster(master_url, webui_url, tuple(workers))
+        _wait_for(f"{count} registered workers", lambda: running.state().get("aliveworkers", 0) >= count, procs)
         yield running
     finally:
-        for proc, _ in reversed(procs.values()):
-            _stop(proc)
+        _stop([proc for proc, _ in reversed(procs.values())])
 
 
 def test_a_cycle_replays_on_a_standalone_cluster_exactly_once(
@@ -139,5 +154,5 @@ def test_a_cycle_replays_on_a_standalone_cluster_exactly_once(
     apps = cluster.state()["completedapps"]
     ours = [a for a in apps if a["name"].startswith("kinesis-replay") and pipeline["name"] in a["name"]]
     assert [a["state"] for a in ours] == ["FINISHED"], apps
-    executor_logs = list(cluster.work_dir.glob("app-*/*/stderr"))
-    assert executor_logs, f"no executor ran on the worker (nothing under {cluster.work_dir})"
+    work_dir = cluster.workers[0].work_dir
+    assert list(work_dir.glob("app-*/*/stderr")), f"no executor ran on the worker (nothing under {work_dir})"
