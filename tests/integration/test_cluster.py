@@ -1,4 +1,4 @@
-"""A DAG cycle on a real Spark standalone cluster: a master and one worker on 127.0.0.1, started from the venv's pyspark."""
+"""DAG cycles on a real Spark standalone cluster on 127.0.0.1, started from the venv's pyspark: one worker, or two and one killed."""
 
 from __future__ import annotations
 
@@ -181,7 +181,8 @@ def _descendants(root: int) -> set[int]:
         with contextlib.suppress(OSError):
             ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])  # the command name may hold spaces
             children.setdefault(ppid, []).append(int(stat.parent.name))
-    found, todo = set(), [root]
+    found: set[int] = set()
+    todo = [root]
     while todo:
         for child in children.get(todo.pop(), []):
             found.add(child)
@@ -230,7 +231,8 @@ class Reads:
 
     def reading(self) -> dict[str, set[str]]:
         """Per executor, the ranges it has begun and not finished: tasks in progress."""
-        return {e: ranges - self.done.get(e, set()) for e, ranges in self.begun.items() if ranges - self.done.get(e, set())}
+        reading = {executor: ranges - self.done.get(executor, set()) for executor, ranges in self.begun.items()}
+        return {executor: ranges for executor, ranges in reading.items() if ranges}
 
 
 @dataclass(frozen=True)
@@ -324,7 +326,7 @@ def test_a_worker_killed_mid_read_is_survived_through_task_retry_exactly_once(
         e for e in task_ends
         if e["Task End Reason"]["Reason"] == "ExecutorLostFailure" and e["Task Info"]["Executor ID"] == kill.executor
     ]  # fmt: skip
-    assert lost, f"no task was lost with executor {kill.executor}: the worker was killed after its tasks ended"
+    assert lost, f"no task was lost with executor {kill.executor}: the worker was killed after its tasks ended ({kill})"
     for e in lost:
         retried_on = [
             t["Task Info"]["Executor ID"] for t in task_ends
