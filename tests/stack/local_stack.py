@@ -170,6 +170,15 @@ def load(state: Path = DEFAULT_STATE) -> Stack:
     return Stack(**json.loads(path.read_text()))
 
 
+def _reaped(pid: int) -> bool:
+    """Reap ``pid`` if it is our child and has exited: an unreaped child still answers kill(pid, 0)."""
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return False  # not our child (started by another process): kill(pid, 0) tells
+    return done == pid
+
+
 def stop(state: Path = DEFAULT_STATE) -> list[str]:
     """Stop what start() started from this state dir; returns the names it stopped."""
     stopped = []
@@ -178,9 +187,12 @@ def stop(state: Path = DEFAULT_STATE) -> list[str]:
         try:
             os.killpg(pid, signal.SIGTERM)
             for _ in range(50):
+                if _reaped(pid):
+                    break
                 os.kill(pid, 0)
                 time.sleep(0.1)
-            os.killpg(pid, signal.SIGKILL)
+            else:
+                os.killpg(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
         pid_file.unlink()
