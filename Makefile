@@ -8,12 +8,13 @@ BIN := $(VENV)/bin
 STACK := tests/stack
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help install browser demo up down test test-unit test-integration lint typecheck package stack-up stack-down clean
+.PHONY: help install browser demo up down test test-unit test-integration chaos lint typecheck package stack-up stack-down clean
 
 help:
 	@echo "make demo     run the DAG for several cycles on a local stack and check every record landed exactly once"
 	@echo "make up       the local stack, a producer and Airflow with the DAGs scheduled (make down stops them)"
 	@echo "make test     run the whole test suite (unit, DAG and integration)"
+	@echo "make chaos    SCHEDULES=N random fault schedules (default 100); writes BENCHMARKS.md's reliability table"
 	@echo "make lint     ruff + mypy"
 	@echo "make package  build dist/kinesis_replay.zip, the library for spark-submit --py-files"
 
@@ -50,6 +51,11 @@ test-unit: install
 
 test-integration: install
 	$(BIN)/python -m pytest tests/integration
+
+SCHEDULES ?= 100
+CHAOS_STEPS ?= 4
+chaos: install
+	$(BIN)/python $(STACK)/chaos.py --schedules $(SCHEDULES) --steps $(CHAOS_STEPS)
 
 lint: install
 	$(BIN)/ruff check dags plugins spark_jobs tests bench

@@ -1,0 +1,656 @@
+"""Randomized fault schedules over one pipeline, and a checker of exactly once that reads the output with pyarrow.
+
+A schedule is a seeded list of steps: produce records (plain or KPL-aggregated, on random partition
+keys), run a regular cycle (with or without a fault), backfill stored batches, split or merge a shard.
+The faults: SIGKILL to the Spark job while it reads, while it writes or after it wrote; the state table
+unreachable from some write on, or one write applied with its answer lost; two cycles at once; the
+run stopped after one of its tasks (as when the Airflow task process dies between steps); reads
+throttled. Every step drives the real DAGs with dag.test() and the real spark-submit job.
+
+After the steps, clean cycles drain the stream, and the checker compares the output with what
+Kinesis acknowledged. The same seed gives the same schedule.
+
+    python tests/stack/chaos.py --schedules 100          # random seeds; make chaos SCHEDULES=100
+    python tests/stack/chaos.py --seed 1234              # one schedule again
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import platform
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+for path in (ROOT / "plugins", ROOT / "dags", ROOT / "spark_jobs", ROOT / "tests"):  # as pyproject.toml gives pytest
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
+
+CYCLE_FAULTS = (
+    "none", "kill_spark_read", "kill_spark_write", "kill_spark_after_write", "state_unreachable", "state_lost_ack",
+    "concurrent", "stop_after_plan", "stop_after_replay", "stop_after_verify", "throttle",
+)  # fmt: skip
+SHARDS = 2
+DRAIN_CYCLES = 4  # clean cycles after the steps; a drained stream makes the last one idle
+
+
+@dataclass(frozen=True)
+class Step:
+    kind: str  # produce | produce_aggregated | cycle | backfill | split | merge
+    fault: str = "none"  # a cycle's fault, one of CYCLE_FAULTS
+    n: int = 0  # records or aggregates to produce; the write a state fault hits
+
+    def __str__(self) -> str:
+        if self.kind.startswith("produce"):
+            return f"{self.kind} {self.n}"
+        if self.kind == "cycle":
+            return f"cycle fault={self.fault}" + (f" write={self.n}" if self.fault.startswith("state_") else "")
+        return self.kind
+
+
+def generate(seed: int, steps: int, spark_steps_max: int = 2) -> list[Step]:
+    """A schedule: records first, then ``steps`` random steps, of which at most ``spark_steps_max`` run a Spark job.
+
+    A Spark job is most of a step's cost (its start-up alone is seconds), so a schedule is cheap by
+    having few of them, not by having few faults: a cycle killed early or failing at commit is cheap.
+    """
+    rng = random.Random(seed)
+    schedule = [Step("produce", n=rng.randint(50, 400))]
+    spark_steps = 0
+    while len(schedule) < steps + 1:
+        kind = rng.choices(["produce", "produce_aggregated", "cycle", "backfill", "split", "merge"], [3, 2, 6, 1, 1, 1])[0]
+        if kind == "backfill" and not any(s.kind == "cycle" for s in schedule):
+            continue  # nothing committed to backfill yet
+        if kind in ("cycle", "backfill"):
+            if spark_steps >= spark_steps_max:
+                continue
+            spark_steps += 1
+        if kind == "cycle":
+            fault = rng.choice(CYCLE_FAULTS)
+            schedule.append(Step("cycle", fault, rng.randint(1, 8) if fault.startswith("state_") else 0))
+        elif kind == "produce":
+            schedule.append(Step("produce", n=rng.randint(10, 300)))
+        elif kind == "produce_aggregated":
+            schedule.append(Step("produce_aggregated", n=rng.randint(1, 8)))
+        else:
+            schedule.append(Step(kind))
+    return schedule
+
+
+@dataclass
+class Outcome:
+    seed: int
+    steps: list[Step]
+    history: list[str] = field(default_factory=list)
+    records: int = 0
+    lost: int = 0
+    duplicated: int = 0
+    violations: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**vars(self), "steps": [vars(step) for step in self.steps]}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Outcome:
+        return cls(**{**data, "steps": [Step(**step) for step in data["steps"]]})
+
+    def report(self) -> str:
+        lines = [f"seed {self.seed}: {'ok' if self.ok else 'FAILED'} in {self.seconds:.0f}s, {self.records} records"]
+        lines += [f"  {line}" for line in self.history]
+        lines += [f"  VIOLATION: {v}" for v in self.violations]
+        if not self.ok:
+            lines.append(f"  reproduce: python tests/stack/chaos.py --seed {self.seed} --steps {len(self.steps) - 1} (same --spark-steps)")
+        return "\n".join(lines)
+
+
+class Schedule:
+    """One schedule's pipeline on the running local stack: its stream, state table, output and proxies."""
+
+    def __init__(self, seed: int, steps: list[Step], stack: Any, work: Path) -> None:
+        import boto3
+
+        from kinesis_replay.dynamodb_store import DynamoDBStateStore
+        from stack.faults import StateTableProxy
+        from stack.harness import TEST_SPARK_CONF, pipeline_entry
+        from stack.kinesis_proxy import KinesisProxy, ProxyLimits
+        from stack.producer import ensure_stream, kinesis_client
+
+        self.seed, self.steps, self.stack, self.work = seed, steps, stack, work
+        self.rng = random.Random(seed ^ 0x5EED)
+        self.outcome = Outcome(seed, steps)
+        self.name = f"chaos{seed % 10**8:08d}{uuid.uuid4().hex[:4]}"
+        self.kinesis = kinesis_client(stack.kinesis_url)
+        ensure_stream(self.kinesis, self.name, SHARDS)
+        self.dynamodb = boto3.client("dynamodb", endpoint_url=stack.moto_url)
+        self.store = DynamoDBStateStore(self.dynamodb, f"kr-{self.name}")
+        self.store.ensure_table()
+        self.unlimited = ProxyLimits(get_records_per_second=1000, bytes_per_second=1e12, get_shard_iterator_per_second=1000)
+        self.kinesis_proxy = KinesisProxy(stack.kinesis_url, self.unlimited).start()
+        self.state_proxy = StateTableProxy(stack.moto_url).start()
+        self.output = work / "out"
+        self.entry = pipeline_entry(self.name, self.name, self.output, f"kr-{self.name}")
+        # Spark's start-up is most of a cycle: one local core, no UI and a JVM for short jobs keep it cheap.
+        self.entry["spark"] = {"master": "local[1]", "conf": {**TEST_SPARK_CONF, "spark.sql.shuffle.partitions": "1"}}
+        self.produced: list[Any] = []
+        self.index = 0
+
+    # -- environment ------------------------------------------------------------------------------
+
+    def connection(self) -> dict[str, Any]:
+        """aws_default for the tasks: Kinesis and DynamoDB through this schedule's proxies."""
+        conn = self.stack.connection()
+        conn["extra"]["service_config"]["kinesis"]["endpoint_url"] = self.kinesis_proxy.url
+        conn["extra"]["service_config"]["dynamodb"]["endpoint_url"] = self.state_proxy.url
+        return conn
+
+    def dags(self) -> dict[str, Any]:
+        """Fresh DAG objects each run (Airflow 3.3.2 keeps a run's conf on its DAG's Params in-process)."""
+        from stack.harness import load_dags
+
+        os.environ["AIRFLOW_CONN_AWS_DEFAULT"] = json.dumps(self.connection())
+        return load_dags(self.work / "pipelines.yaml", self.entry)
+
+    def log(self, line: str) -> None:
+        self.outcome.history.append(line)
+
+    def close(self) -> None:
+        self.kinesis_proxy.stop()
+        self.state_proxy.stop()
+
+    # -- steps ------------------------------------------------------------------------------------
+
+    def run(self) -> Outcome:
+        started = time.monotonic()
+        try:
+            for step in self.steps:
+                getattr(self, f"step_{step.kind}")(step)
+            self.drain()
+            self.check()
+        except Exception:
+            self.outcome.violations.append("the harness failed:\n" + traceback.format_exc())
+        finally:
+            self.close()
+            self.outcome.seconds = time.monotonic() - started
+        return self.outcome
+
+    def _key(self) -> str:
+        return f"key-{self.rng.randrange(10**6)}"
+
+    def step_produce(self, step: Step) -> None:
+        from stack.producer import Produced
+
+        records = []
+        for _ in range(step.n):
+            self.index += 1
+            records.append((self._key(), json.dumps({"i": self.index, "seed": self.seed}).encode()))
+        for start in range(0, len(records), 500):
+            chunk = records[start : start + 500]
+            pending = list(chunk)
+            while pending:
+                response = self.kinesis.put_records(StreamName=self.name, Records=[{"PartitionKey": k, "Data": d} for k, d in pending])
+                retry = []
+                for (key, data), result in zip(pending, response["Records"], strict=True):
+                    if "SequenceNumber" in result:
+                        self.produced.append(Produced(result["ShardId"], result["SequenceNumber"], key, data))
+                    else:
+                        retry.append((key, data))
+                pending = retry
+        self.log(f"{step}: {step.n} records")
+
+    def step_produce_aggregated(self, step: Step) -> None:
+        from aws_kinesis_agg.aggregator import RecordAggregator
+
+        from stack.producer import Produced
+
+        users = 0
+        for _ in range(step.n):
+            aggregator = RecordAggregator()
+            batch = []
+            for _ in range(self.rng.randint(2, 20)):
+                self.index += 1
+                key, data = self._key(), json.dumps({"i": self.index, "seed": self.seed, "agg": True}).encode()
+                aggregator.add_user_record(key, data)
+                batch.append((key, data))
+            key, explicit_hash_key, blob = aggregator.clear_and_get().get_contents()
+            extra = {"ExplicitHashKey": explicit_hash_key} if explicit_hash_key else {}
+            result = self.kinesis.put_record(StreamName=self.name, PartitionKey=key, Data=blob, **extra)
+            self.produced += [Produced(result["ShardId"], result["SequenceNumber"], k, d, sub) for sub, (k, d) in enumerate(batch)]
+            users += len(batch)
+        self.log(f"{step}: {users} user records")
+
+    def open_shards(self) -> list[dict[str, Any]]:
+        shards = self.kinesis.list_shards(StreamName=self.name)["Shards"]
+        return [s for s in shards if "EndingSequenceNumber" not in s.get("SequenceNumberRange", {})]
+
+    def step_split(self, step: Step) -> None:
+        from stack.producer import split_shard
+
+        shard = self.rng.choice(self.open_shards())["ShardId"]
+        split_shard(self.kinesis, self.name, shard)
+        self.log(f"split {shard}")
+
+    def step_merge(self, step: Step) -> None:
+        from stack.producer import merge_shards
+
+        shards = sorted(self.open_shards(), key=lambda s: int(s["HashKeyRange"]["StartingHashKey"]))
+        pairs = [
+            (a, b)
+            for a, b in itertools.pairwise(shards)
+            if int(a["HashKeyRange"]["EndingHashKey"]) + 1 == int(b["HashKeyRange"]["StartingHashKey"])
+        ]
+        if not pairs:
+            self.log("merge: no adjacent open shards")
+            return
+        a, b = self.rng.choice(pairs)
+        merge_shards(self.kinesis, self.name, a["ShardId"], b["ShardId"])
+        self.log(f"merge {a['ShardId']} + {b['ShardId']}")
+
+    def step_backfill(self, step: Step) -> None:
+        from kinesis_replay.state import BatchStatus
+        from stack.harness import run_dag
+
+        committed = [b.batch_id for b in self.store.list_batches(self.name) if b.status == BatchStatus.COMMITTED]
+        if not committed:
+            self.log("backfill: no committed batch yet")
+            return
+        chosen = sorted(self.rng.sample(committed, k=self.rng.randint(1, min(2, len(committed)))))
+        dag = self.dags()[f"kinesis_replay_backfill_{self.name}"]
+        result = run_dag(dag, run_conf={"batches": {"batch_ids": chosen}})
+        self.log(f"backfill {chosen}: {result.state} {compact(result.tasks)}")
+
+    def step_cycle(self, step: Step) -> None:
+        from stack.faults import SparkKiller, StateFault
+        from stack.harness import run_dag
+
+        fault, killer = step.fault, None
+        dag = self.dags()[f"kinesis_replay_{self.name}"]
+        if fault == "concurrent":
+            self.concurrent_cycles()
+            return
+        if fault.startswith("stop_after_"):
+            dag = dag.partial_subset(task_ids=[fault.removeprefix("stop_after_")], include_upstream=True, include_downstream=False)
+        if fault.startswith("state_"):
+            self.state_proxy.arm(StateFault(fault.removeprefix("state_"), step.n))
+        if fault == "throttle":
+            from stack.kinesis_proxy import ProxyLimits
+
+            self.kinesis_proxy.limits = ProxyLimits(get_records_per_second=2, bytes_per_second=20_000, get_shard_iterator_per_second=2)
+        if fault.startswith("kill_spark_"):
+            killer = SparkKiller(self.name, self.kill_moment(fault.removeprefix("kill_spark_")))
+            killer.start()
+        try:
+            result = run_dag(dag)
+        finally:
+            if killer is not None:
+                killer.cancel()
+                killer.join()
+            fired = killer.fired if killer is not None else self.state_proxy.fired
+            self.state_proxy.arm(None)
+            self.kinesis_proxy.limits = self.unlimited
+        what = f"; fault: {fired or 'did not fire'}" if fault not in ("none", "throttle") and not fault.startswith("stop_") else ""
+        if fault == "throttle":
+            what = f"; throttled {self.kinesis_proxy.throttled()} calls so far"
+        self.log(f"{step}: {result.state} {compact(result.tasks)}{what}")
+
+    def kill_moment(self, moment: str) -> Any:
+        """When to kill: once the job has read (GetRecords served after it started), is writing, or has written."""
+        from kinesis_replay.output import MANIFESTS_DIR, STAGING_DIR
+
+        baseline: list[int] = []  # GetRecords served when the job was first seen: the plan's tip search reads too
+
+        def ready(started_at: float | None) -> bool:
+            if moment == "read":
+                served = sum(c.get_records for c in self.kinesis_proxy.counters.values())
+                if not baseline:
+                    baseline.append(served)
+                return served > baseline[0]
+            if moment == "write":
+                staging = self.output / STAGING_DIR
+                return staging.exists() and any(staging.rglob("*.parquet*"))
+            manifests = self.output / MANIFESTS_DIR
+            return manifests.exists() and any(p.stat().st_mtime >= (started_at or 0) for p in manifests.glob("*.json"))
+
+        return ready
+
+    def concurrent_cycles(self) -> None:
+        """Two `airflow dags test` processes of the same pipeline at once, each with an Airflow database of its own."""
+        airflow = Path(sys.executable).parent / "airflow"
+        template = Path(os.environ["AIRFLOW_HOME"]) / "airflow.db"
+        self.dags()  # writes the config the two processes read
+        procs = []
+        for i in range(2):
+            home = self.work / f"airflow-{i}-{uuid.uuid4().hex[:6]}"
+            home.mkdir()
+            shutil.copy(template, home / "airflow.db")
+            env = {**os.environ, "AIRFLOW_HOME": str(home), "KINESIS_REPLAY_CONFIG": str(self.work / "pipelines.yaml")}
+            env.pop("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", None)
+            log = (home / "dags-test.log").open("wb")
+            cmd = [str(airflow), "dags", "test", f"kinesis_replay_{self.name}"]
+            procs.append((subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT), home))
+        states = []
+        for proc, home in procs:
+            proc.wait(timeout=600)
+            text = (home / "dags-test.log").read_text(errors="replace")
+            finished = re.findall(r"DagRun Finished: .*? state=(\w+)", text)
+            tasks = dict(re.findall(r"starting task_id=(\w+)[\s\S]*?new_state=(\w+)", text))
+            states.append(f"{finished[-1] if finished else 'no run'} {compact(tasks)}")
+        self.log(f"cycle fault=concurrent: two runs at once: {', '.join(states)}")
+
+    def drain(self) -> None:
+        from stack.harness import run_dag
+
+        for n in range(DRAIN_CYCLES):
+            result = run_dag(self.dags()[f"kinesis_replay_{self.name}"])
+            self.log(f"drain {n + 1}: {result.state} {compact(result.tasks)}")
+            if result.skipped:
+                return
+        self.outcome.violations.append(f"the stream was not drained after {DRAIN_CYCLES} clean cycles")
+
+    # -- the checker ------------------------------------------------------------------------------
+
+    def check(self) -> None:
+        violations = self.outcome.violations
+        keys, payloads = read_rows(self.output)
+        expected = {(p.shard_id, p.sequence_number, p.sub_sequence_number): p.data for p in self.produced}
+        counts = Counter(keys)
+        self.outcome.records = len(expected)
+        self.outcome.lost = sum(1 for k in expected if k not in counts)
+        self.outcome.duplicated = sum(c - 1 for c in counts.values() if c > 1)
+        unexpected = [k for k in counts if k not in expected]
+        mismatched = [k for k, data in zip(keys, payloads, strict=True) if k in expected and data != expected[k]]
+        if self.outcome.lost:
+            violations.append(f"lost {self.outcome.lost} records, e.g. {sorted(k for k in expected if k not in counts)[:3]}")
+        if self.outcome.duplicated:
+            violations.append(f"duplicated {self.outcome.duplicated} records, e.g. {[k for k, c in counts.items() if c > 1][:3]}")
+        if unexpected:
+            violations.append(f"{len(unexpected)} rows Kinesis never acknowledged, e.g. {unexpected[:3]}")
+        if mismatched:
+            violations.append(f"{len(mismatched)} rows whose payload differs from what was put, e.g. {mismatched[:3]}")
+        violations += self.check_state() + check_manifests(self.output, self.committed()) + check_files(self.output, self.committed())
+
+    def committed(self) -> list[int]:
+        from kinesis_replay.state import BatchStatus
+
+        return [b.batch_id for b in self.store.list_batches(self.name) if b.status == BatchStatus.COMMITTED]
+
+    def check_state(self) -> list[str]:
+        """Nothing in flight after the drain, and each shard's checkpoint is the end of its last committed range."""
+        from kinesis_replay.state import BatchStatus
+
+        problems = []
+        head = self.store.get_head(self.name)
+        if head.in_flight is not None:
+            problems.append(f"batch {head.in_flight} is still in flight after the drain")
+        ends: dict[str, int] = {}
+        for batch in self.store.list_batches(self.name):
+            if batch.status != BatchStatus.COMMITTED:
+                problems.append(f"batch {batch.batch_id} is {batch.status.value} after the drain")
+                continue
+            assert batch.manifest is not None
+            results = batch.manifest.by_shard()
+            for r in batch.ranges:
+                ends[r.shard_id] = results[r.shard_id].last_sequence_number if r.to_shard_end else r.end
+        for shard_id, state in self.store.get_shards(self.name).items():
+            if shard_id in ends and state.checkpoint != ends[shard_id]:
+                problems.append(f"shard {shard_id}: checkpoint {state.checkpoint}, but its last committed range ends at {ends[shard_id]}")
+        return problems
+
+
+def compact(tasks: dict[str, str]) -> str:
+    return "[" + " ".join(f"{task}={state}" for task, state in tasks.items()) + "]"
+
+
+def read_rows(output: Path) -> tuple[list[tuple[str, str, int]], list[bytes]]:
+    """Every data row's key (shard, sequence number, sub-sequence number), repeats kept, and its payload; pyarrow alone."""
+    table = _table(output)
+    columns = ("shard_id", "sequence_number", "sub_sequence_number")
+    keys = list(zip(*(table.column(c).to_pylist() for c in columns), strict=True))
+    return keys, table.column("data").to_pylist()
+
+
+def _table(root: Path) -> Any:
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+
+    if not root.exists():
+        return pa.table({"shard_id": [], "sequence_number": [], "sub_sequence_number": [], "data": [], "batch_id": []})
+    return ds.dataset(str(root), format="parquet", partitioning="hive").to_table()
+
+
+def check_manifests(output: Path, committed: list[int]) -> list[str]:
+    """Each committed batch's manifest (read as JSON) agrees with its files (read with pyarrow), shard by shard."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    problems = []
+    for batch_id in committed:
+        manifest_file = output / "_manifests" / f"batch_id={batch_id:010d}.json"
+        if not manifest_file.exists():
+            problems.append(f"batch {batch_id}: no manifest at {manifest_file}")
+            continue
+        manifest = json.loads(manifest_file.read_text())
+        data_dir = output / f"batch_id={batch_id:010d}"
+        table = pq.read_table(data_dir) if data_dir.exists() else None
+        for shard in manifest["shards"]:
+            if table is None:
+                problems.append(f"batch {batch_id}: manifest lists shard {shard['shard_id']}, but {data_dir} is missing")
+                continue
+            rows = table.filter(pc.equal(table.column("shard_id"), shard["shard_id"]))
+            seqs = [int(s) for s in rows.column("sequence_number").to_pylist()]
+            if len(seqs) != shard["records"] or (
+                seqs and (min(seqs), max(seqs)) != (int(shard["first_sequence_number"]), int(shard["last_sequence_number"]))
+            ):
+                problems.append(
+                    f"batch {batch_id}, shard {shard['shard_id']}: manifest says {shard['records']} records "
+                    f"{shard['first_sequence_number']}..{shard['last_sequence_number']}, files hold {len(seqs)}"
+                )
+    return problems
+
+
+def check_files(output: Path, committed: list[int]) -> list[str]:
+    """No file outside a committed batch's paths (after the drain nothing is in flight)."""
+    allowed = {f"batch_id={b:010d}" for b in committed}
+    problems = []
+    if not output.exists():
+        return problems
+    for path in output.rglob("*"):
+        if path.is_dir():
+            continue
+        parts = path.relative_to(output).parts
+        if parts[0] in allowed or (parts[0] == "_quarantine" and parts[1] in allowed):
+            continue
+        if parts[0] == "_manifests" and path.name.lstrip(".").removesuffix(".crc").removesuffix(".json") in allowed:
+            continue
+        problems.append(f"{path.relative_to(output)} lies outside every committed batch's paths")
+    return problems
+
+
+# -- running many ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Totals:
+    schedules: int = 0
+    records: int = 0
+    lost: int = 0
+    duplicated: int = 0
+    failed: list[int] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def add(self, outcome: Outcome) -> None:
+        self.schedules += 1
+        self.records += outcome.records
+        self.lost += outcome.lost
+        self.duplicated += outcome.duplicated
+        if not outcome.ok:
+            self.failed.append(outcome.seed)
+
+    def summary(self) -> str:
+        return f"schedules: {self.schedules}, records: {self.records}, lost: {self.lost}, duplicated: {self.duplicated}"
+
+
+def run_one(seed: int, steps: int, spark_steps: int, stack: Any, work: Path) -> Outcome:
+    """One schedule in this process; AIRFLOW_HOME must hold a migrated Airflow database."""
+    directory = work / f"seed-{seed}"
+    directory.mkdir(parents=True, exist_ok=True)
+    return Schedule(seed, generate(seed, steps, spark_steps), stack, directory).run()
+
+
+def run_schedules(
+    seeds: list[int], steps: int, spark_steps: int, stack: Any, work: Path, workers: int, echo: Any = print
+) -> tuple[Totals, list[Outcome]]:
+    """Run the schedules in ``workers`` processes at once, each with an Airflow database of its own, on one local stack.
+
+    Each schedule has a stream, state table and output of its own, so they share nothing but the endpoints.
+    """
+    template = Path(os.environ["AIRFLOW_HOME"]) / "airflow.db"
+    env = {**os.environ, **stack.env()}
+    pending = list(seeds)
+    running: dict[int, tuple[subprocess.Popen[bytes], Path]] = {}
+    totals, outcomes = Totals(), []
+    started = time.monotonic()
+    try:
+        while pending or running:
+            while pending and len(running) < workers:
+                seed = pending.pop(0)
+                home = work / f"seed-{seed}" / "airflow"
+                home.mkdir(parents=True, exist_ok=True)
+                shutil.copy(template, home / "airflow.db")
+                command = [sys.executable, str(Path(__file__)), "--worker", "--seed", str(seed), "--work", str(work)]
+                command += ["--steps", str(steps), "--spark-steps", str(spark_steps)]
+                with (work / f"seed-{seed}" / "worker.log").open("wb") as log:
+                    proc = subprocess.Popen(command, env={**env, "AIRFLOW_HOME": str(home)}, stdout=log, stderr=subprocess.STDOUT)
+                running[seed] = (proc, work / f"seed-{seed}" / "outcome.json")
+            time.sleep(0.5)
+            for seed, (proc, result) in list(running.items()):
+                if proc.poll() is None:
+                    continue
+                del running[seed]
+                if result.exists():
+                    outcome = Outcome.from_dict(json.loads(result.read_text()))
+                else:
+                    tail = (work / f"seed-{seed}" / "worker.log").read_text(errors="replace")[-4000:]
+                    crashed = f"the worker exited with {proc.returncode}:\n{tail}"
+                    outcome = Outcome(seed, generate(seed, steps, spark_steps), violations=[crashed])
+                totals.add(outcome)
+                outcomes.append(outcome)
+                echo(outcome.report())
+    finally:
+        for proc, _ in running.values():  # interrupted (a timeout, ^C): leave no schedule running
+            proc.kill()
+            proc.wait()
+    totals.seconds = time.monotonic() - started
+    return totals, sorted(outcomes, key=lambda o: seeds.index(o.seed))
+
+
+RELIABILITY_START, RELIABILITY_END = "<!-- reliability:start -->", "<!-- reliability:end -->"
+
+
+def write_reliability(path: Path, totals: Totals, seeds: list[int], steps: int, command: str) -> None:
+    """Replace BENCHMARKS.md's reliability block (the rest of the file is bench/'s)."""
+    block = "\n".join(
+        [
+            RELIABILITY_START,
+            "## Reliability (make chaos)",
+            "",
+            f"Randomized fault schedules (`tests/stack/chaos.py`), written by `{command}` on "
+            f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.node() or 'this machine'}, {os.cpu_count()} cores.",
+            "",
+            "| schedules | steps each | records | lost | duplicated | failed schedules | time |",
+            "|---:|---:|---:|---:|---:|---|---:|",
+            f"| {totals.schedules} | {steps} + drain | {totals.records} | {totals.lost} | {totals.duplicated} | "
+            f"{', '.join(map(str, totals.failed)) or 'none'} | {totals.seconds / 60:.1f} min |",
+            "",
+            f"Seeds: {', '.join(map(str, seeds))}.",
+            "",
+            f"`{totals.summary()}`",
+            RELIABILITY_END,
+        ]
+    )
+    text = path.read_text() if path.exists() else "# Benchmarks\n"
+    if RELIABILITY_START in text and RELIABILITY_END in text:
+        before, _, rest = text.partition(RELIABILITY_START)
+        _, _, after = rest.partition(RELIABILITY_END)
+        text = before + block + after
+    else:
+        text = text.rstrip("\n") + "\n\n" + block + "\n"
+    path.write_text(text)
+
+
+def setup_airflow_home(home: Path) -> None:
+    """A scratch Airflow home with a migrated database, for a run outside pytest."""
+    home.mkdir(parents=True, exist_ok=True)
+    os.environ.update(
+        {
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+            "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
+        }
+    )
+    subprocess.run([str(Path(sys.executable).parent / "airflow"), "db", "migrate"], check=True, capture_output=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--schedules", type=int, default=100, help="how many schedules, with random seeds")
+    parser.add_argument("--seed", type=int, action="append", help="run this seed (repeatable) instead of random ones")
+    parser.add_argument("--steps", type=int, default=4, help="random steps per schedule, before the drain")
+    parser.add_argument("--spark-steps", type=int, default=2, help="at most this many steps run a Spark job, besides the drain")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 2, help="schedules run at once")
+    parser.add_argument("--benchmarks", type=Path, default=ROOT / "BENCHMARKS.md", help="where to write the reliability table")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # one schedule, on the stack in the environment
+    parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    from stack import local_stack
+
+    if args.worker:
+        stack = local_stack.Stack(os.environ["AWS_ENDPOINT_URL_KINESIS"], os.environ["AWS_ENDPOINT_URL_DYNAMODB"])
+        (seed,) = args.seed
+        outcome = run_one(seed, args.steps, args.spark_steps, stack, args.work)
+        (args.work / f"seed-{seed}" / "outcome.json").write_text(json.dumps(outcome.to_dict()))
+        return 0
+
+    seeds = args.seed or [random.SystemRandom().randrange(10**9) for _ in range(args.schedules)]
+    work = Path(tempfile.mkdtemp(prefix="kinesis-replay-chaos-"))
+    setup_airflow_home(work / "airflow")
+    stack = local_stack.start(work / "stack", local_stack.free_port(), local_stack.free_port())
+    print(f"{len(seeds)} schedules of {args.steps} steps, {args.workers} at once; logs in {work}", flush=True)
+    try:
+        totals, _ = run_schedules(seeds, args.steps, args.spark_steps, stack, work, args.workers, echo=lambda line: print(line, flush=True))
+    finally:
+        local_stack.stop(work / "stack")
+    print(totals.summary())
+    if not args.seed:
+        write_reliability(args.benchmarks, totals, seeds, args.steps, f"make chaos SCHEDULES={args.schedules} CHAOS_STEPS={args.steps}")
+        print(f"wrote the reliability table to {args.benchmarks}")
+    if totals.failed:
+        print(
+            f"failed seeds: {', '.join(map(str, totals.failed))}; rerun one with: python tests/stack/chaos.py --seed N --steps {args.steps}"
+        )
+    return 1 if totals.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,172 @@
+"""Faults for the chaos schedules: a state-table proxy that goes dark or loses an answer, and a Spark job killer.
+
+Both act from outside the code under test, as the faults they stand for do: the proxy sits between the
+Airflow tasks and DynamoDB on the wire, and the killer sends SIGKILL to the spark-submit process group.
+
+    proxy = StateTableProxy("http://127.0.0.1:5000").start()
+    proxy.arm(StateFault("lost_ack", write=3))  # the 3rd write is applied, and its answer never arrives
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+# DynamoDB operations that change the table; the faults count these.
+WRITES = ("TransactWriteItems", "UpdateItem", "PutItem", "DeleteItem")
+
+
+@dataclass(frozen=True)
+class StateFault:
+    """``unreachable``: from the ``write``-th write on, nothing is answered (nor forwarded) until disarmed.
+    ``lost_ack``: the ``write``-th write is applied upstream, and its connection closed without an answer."""
+
+    kind: str
+    write: int
+
+
+class StateTableProxy:
+    """An HTTP proxy in front of the DynamoDB endpoint that injects one StateFault when armed."""
+
+    def __init__(self, upstream: str) -> None:
+        target = urlparse(upstream)
+        self.upstream = (target.hostname or "127.0.0.1", target.port or 80)
+        self.fault: StateFault | None = None
+        self.fired: str | None = None  # what the armed fault did, for the schedule's history
+        self._writes = 0
+        self._dark = False
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def start(self) -> StateTableProxy:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def arm(self, fault: StateFault | None) -> None:
+        with self._lock:
+            self.fault, self.fired, self._writes, self._dark = fault, None, 0, False
+
+    def _decide(self, operation: str) -> str:
+        """forward, drop (no answer, not forwarded) or lose (forwarded, no answer)."""
+        with self._lock:
+            if self._dark:
+                return "drop"
+            if self.fault is None or operation not in WRITES:
+                return "forward"
+            self._writes += 1
+            if self._writes != self.fault.write:
+                return "forward"
+            self.fired = f"{self.fault.kind} at write {self._writes} ({operation})"
+            if self.fault.kind == "unreachable":
+                self._dark = True
+                return "drop"
+            return "lose"
+
+    def _forward(self, path: str, headers: dict[str, str], body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
+        connection = http.client.HTTPConnection(*self.upstream, timeout=60)
+        try:
+            connection.request("POST", path, body=body, headers=headers)
+            response = connection.getresponse()
+            return response.status, response.getheaders(), response.read()
+        finally:
+            connection.close()
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                operation = self.headers.get("X-Amz-Target", "").rpartition(".")[2]
+                decision = proxy._decide(operation)
+                if decision == "drop":
+                    self.close_connection = True
+                    return
+                status, headers, payload = proxy._forward(self.path, dict(self.headers), body)
+                if decision == "lose":
+                    self.close_connection = True
+                    return
+                self.send_response(status)
+                for key, value in headers:
+                    if key.lower() not in ("content-length", "connection", "transfer-encoding", "server", "date"):
+                        self.send_header(key, value)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        return Handler
+
+
+def spark_jobs(pipeline: str) -> list[int]:
+    """Process ids of the spark-submit JVMs running a batch of this pipeline (named kinesis-replay-<pipeline>-batch-<id>)."""
+    marker = f"kinesis-replay-{pipeline}-batch-".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if marker in cmdline and b"replay_job.py" in cmdline and b"org.apache.spark.deploy.SparkSubmit" in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+class SparkKiller(threading.Thread):
+    """Wait for a replay job of the pipeline to start, then SIGKILL its process group once ``ready()`` says so.
+
+    The group holds the JVM and its Python workers (spark_submit.run starts it in a session of its own).
+    """
+
+    def __init__(self, pipeline: str, ready: Any, timeout: float = 300) -> None:
+        super().__init__(daemon=True)
+        self.pipeline, self.ready, self.timeout = pipeline, ready, timeout
+        self.fired: str | None = None
+        self.started_at: float | None = None
+        self._cancelled = threading.Event()
+
+    def cancel(self) -> None:
+        self._cancelled.set()
+
+    def run(self) -> None:
+        deadline = time.monotonic() + self.timeout
+        pid = None
+        while not self._cancelled.is_set() and time.monotonic() < deadline:
+            if pid is None:
+                jobs = spark_jobs(self.pipeline)
+                if jobs:
+                    pid, self.started_at = jobs[0], time.time()
+            elif not Path(f"/proc/{pid}").exists():
+                return  # the job ended before the moment came: the fault did not fire
+            elif self.ready(self.started_at):
+                try:
+                    os.killpg(os.getpgid(pid), signal.SIGKILL)
+                    self.fired = f"SIGKILL to spark-submit {pid} after {time.time() - (self.started_at or 0):.1f}s"
+                except ProcessLookupError:
+                    pass
+                return
+            time.sleep(0.02)

@@ -1,0 +1,94 @@
+"""The chaos suite's checker and generator: each check fails on the damage it exists to find."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from stack import chaos
+
+
+def write_batch(output: Path, batch_id: int, rows: list[tuple[str, str, int]], manifest: bool = True) -> None:
+    directory = output / f"batch_id={batch_id:010d}"
+    directory.mkdir(parents=True)
+    table = pa.table(
+        {
+            "shard_id": [r[0] for r in rows],
+            "sequence_number": [r[1] for r in rows],
+            "sub_sequence_number": [r[2] for r in rows],
+            "data": [f"{r}".encode() for r in rows],
+        }
+    )
+    pq.write_table(table, directory / "part-00000.parquet")
+    if manifest:
+        shards = sorted({r[0] for r in rows})
+        entries = []
+        for shard in shards:
+            seqs = [int(r[1]) for r in rows if r[0] == shard]
+            entries.append(
+                {"shard_id": shard, "records": len(seqs), "first_sequence_number": str(min(seqs)), "last_sequence_number": str(max(seqs))}
+            )
+        (output / "_manifests").mkdir(exist_ok=True)
+        (output / "_manifests" / f"batch_id={batch_id:010d}.json").write_text(json.dumps({"batch_id": batch_id, "shards": entries}))
+
+
+def test_rows_are_read_with_their_repeats(tmp_path: Path) -> None:
+    write_batch(tmp_path, 1, [("shardId-0", "10", 0), ("shardId-0", "11", 0)])
+    write_batch(tmp_path, 2, [("shardId-0", "11", 0)], manifest=False)  # the same record in a second batch
+    keys, payloads = chaos.read_rows(tmp_path)
+    assert sorted(keys) == [("shardId-0", "10", 0), ("shardId-0", "11", 0), ("shardId-0", "11", 0)]
+    assert len(payloads) == 3
+
+
+def test_a_manifest_that_disagrees_with_its_files_is_named(tmp_path: Path) -> None:
+    write_batch(tmp_path, 1, [("shardId-0", "10", 0), ("shardId-0", "11", 0)])
+    assert chaos.check_manifests(tmp_path, [1]) == []
+    (tmp_path / "batch_id=0000000001" / "part-00000.parquet").unlink()
+    pq.write_table(
+        pa.table({"shard_id": ["shardId-0"], "sequence_number": ["10"], "sub_sequence_number": [0], "data": [b"x"]}),
+        tmp_path / "batch_id=0000000001" / "part-00001.parquet",
+    )
+    (problem,) = chaos.check_manifests(tmp_path, [1])
+    assert "batch 1, shard shardId-0: manifest says 2 records" in problem and "files hold 1" in problem
+
+
+def test_a_committed_batch_without_a_manifest_is_named(tmp_path: Path) -> None:
+    write_batch(tmp_path, 3, [("shardId-0", "10", 0)], manifest=False)
+    assert chaos.check_manifests(tmp_path, [3]) == [f"batch 3: no manifest at {tmp_path}/_manifests/batch_id=0000000003.json"]
+
+
+def test_files_outside_committed_batches_are_named(tmp_path: Path) -> None:
+    write_batch(tmp_path, 1, [("shardId-0", "10", 0)])
+    (tmp_path / "_manifests" / ".batch_id=0000000001.json.crc").write_text("crc")
+    (tmp_path / "_quarantine" / "batch_id=0000000001").mkdir(parents=True)
+    (tmp_path / "_quarantine" / "batch_id=0000000001" / "part-0.parquet").write_text("q")
+    assert chaos.check_files(tmp_path, [1]) == []
+
+    write_batch(tmp_path, 2, [("shardId-0", "11", 0)])  # never committed
+    (tmp_path / "_staging" / "batch_id=0000000002").mkdir(parents=True)
+    (tmp_path / "_staging" / "batch_id=0000000002" / "part-0.parquet").write_text("left behind")
+    assert sorted(chaos.check_files(tmp_path, [1])) == [
+        "_manifests/batch_id=0000000002.json lies outside every committed batch's paths",
+        "_staging/batch_id=0000000002/part-0.parquet lies outside every committed batch's paths",
+        "batch_id=0000000002/part-00000.parquet lies outside every committed batch's paths",
+    ]
+
+
+def test_the_same_seed_gives_the_same_schedule_and_spark_steps_are_capped() -> None:
+    assert chaos.generate(1234, 6) == chaos.generate(1234, 6)
+    for seed in range(50):
+        schedule = chaos.generate(seed, 6, spark_steps_max=1)
+        assert sum(1 for s in schedule if s.kind in ("cycle", "backfill")) <= 1
+        assert schedule[0].kind == "produce"
+        backfills = [i for i, s in enumerate(schedule) if s.kind == "backfill"]
+        cycles = [i for i, s in enumerate(schedule) if s.kind == "cycle"]
+        assert all(cycles and cycles[0] < i for i in backfills), "a backfill before any cycle has nothing to replay"
+
+
+def test_an_outcome_survives_the_trip_from_a_worker_process() -> None:
+    outcome = chaos.Outcome(7, chaos.generate(7, 3), history=["produce 10: 10 records"], records=10, violations=["lost 1"])
+    again = chaos.Outcome.from_dict(json.loads(json.dumps(outcome.to_dict())))
+    assert again == outcome and not again.ok and "reproduce: python tests/stack/chaos.py --seed 7 --steps 3" in again.report()
