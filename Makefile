@@ -43,14 +43,18 @@ up: install
 down:
 	$(BIN)/python $(STACK)/up.py stop
 
+# Two pytest-xdist workers, one per core, stealing work from each other (the schedules are long, and next to each
+# other in collection order): the suite waits mostly on spark-submit start-ups, which each keep
+# about one core busy. Each worker has its own local stack and Airflow database.
+TEST_WORKERS ?= 2
 test: install
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal
 
 test-unit: install
 	$(BIN)/python -m pytest tests/unit tests/dags
 
 test-integration: install
-	$(BIN)/python -m pytest tests/integration
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal tests/integration
 
 SCHEDULES ?= 100
 CHAOS_STEPS ?= 4

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -9,6 +10,7 @@ import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -68,3 +70,21 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "integration" in item.path.parts:
             item.add_marker(pytest.mark.integration)
+
+
+# The fault-schedule tests (tests/integration/test_chaos.py) each record their totals as a user property; the
+# session ends with one line over all of them. User properties travel from pytest-xdist's workers to here.
+_CHAOS_TOTALS: list[dict[str, int]] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when == "call":
+        _CHAOS_TOTALS.extend(json.loads(value) for name, value in report.user_properties if name == "chaos")
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if _CHAOS_TOTALS:
+        totals = {key: sum(t[key] for t in _CHAOS_TOTALS) for key in ("records", "lost", "duplicated")}
+        terminalreporter.write_line(
+            f"schedules: {len(_CHAOS_TOTALS)}, records: {totals['records']}, lost: {totals['lost']}, duplicated: {totals['duplicated']}"
+        )
