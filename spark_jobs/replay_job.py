@@ -193,14 +193,25 @@ def summarize(spark: SparkSession, spec: dict[str, Any], seconds: float) -> Mani
 
 
 def run(spec: dict[str, Any]) -> Manifest:
-    started = time.monotonic()
+    started, started_at = time.monotonic(), time.time()
+    phases: dict[str, float] = {}
+
+    def lap(name: str) -> None:
+        phases[name] = time.monotonic() - started - sum(phases.values())
+
     spark = build_session(spec)
+    lap("session")
     try:
         rows = decode_payload(read_batch(spark, spec), spec.get("payload", {}), spec["pipeline"])
         write_batch(spark, rows, spec)
+        lap("read_write")
         manifest = summarize(spark, spec, time.monotonic() - started)
+        lap("summary")
         path = manifest_path(spec["output"], int(spec["batch_id"]))
         HadoopFS(spark, path).write_text(path, json.dumps(manifest.to_dict(), indent=2))
+        lap("manifest")
+        # Where a run's time goes (the session's start-up is a fixed cost; reading and writing are one pass).
+        print(f"kinesis-replay: phases: {json.dumps({'started_at': started_at, **phases})}", flush=True)
         return manifest
     finally:
         spark.stop()
