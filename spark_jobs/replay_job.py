@@ -30,7 +30,7 @@ from kinesis_replay.errors import KinesisReplayError
 from kinesis_replay.output import batch_path, manifest_path, quarantine_path, staging_path
 from kinesis_replay.ranges import SequenceRange
 from kinesis_replay.state import Manifest, ShardResult
-from kinesis_source import KinesisRangeDataSource
+from kinesis_source import read_ranges
 
 SEQ_WIDTH = 130  # sequence numbers have at most 129 digits: left-padded, they order as text as they do as numbers
 PART = "kinesis_replay_part"  # the staging partition column: data or quarantine
@@ -69,12 +69,11 @@ def build_session(spec: dict[str, Any]) -> SparkSession:
         .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
         .getOrCreate()
     )
-    spark.dataSource.register(KinesisRangeDataSource)
     return spark
 
 
 def read_batch(spark: SparkSession, spec: dict[str, Any]) -> DataFrame:
-    return spark.read.format(KinesisRangeDataSource.name()).option("spec", json.dumps(spec)).load()
+    return read_ranges(spark, spec)
 
 
 def decode_payload(rows: DataFrame, payload: dict[str, Any], pipeline: str) -> DataFrame:
