@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STACK := tests/stack
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help install browser demo up down test test-unit test-integration lint typecheck package stack-up stack-down clean
+.PHONY: help install browser demo up down test test-unit test-integration lint typecheck package stack-up stack-down clean bench
 
 help:
 	@echo "make demo     run the DAG for several cycles on a local stack and check every record landed exactly once"
@@ -16,6 +16,7 @@ help:
 	@echo "make test     run the whole test suite (unit, DAG and integration)"
 	@echo "make lint     ruff + mypy"
 	@echo "make package  build dist/kinesis_replay.zip, the library for spark-submit --py-files"
+	@echo "make bench    measure replay speed against bare reads and a naive exporter; writes BENCHMARKS.md (SIZES=... RUNS=...)"
 
 install: $(VENV)/.installed $(STACK)/node_modules/.installed browser
 
@@ -58,6 +59,12 @@ lint: install
 
 package: install
 	PYTHONPATH=plugins $(BIN)/python -c "from pathlib import Path; from kinesis_replay.spark_submit import package_library as p; print(p(Path('dist/kinesis_replay.zip')))" 
+
+# Sizes (records per 4-shard stream) and runs per figure; about 20 minutes with these defaults on 2 cores.
+SIZES ?= 2000,20000,200000
+RUNS ?= 3
+bench: install
+	$(BIN)/python bench/run.py --sizes $(SIZES) --runs $(RUNS)
 
 stack-up: install
 	$(BIN)/python $(STACK)/local_stack.py start
