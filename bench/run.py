@@ -207,6 +207,7 @@ class Bench:
         submitted = time.time()
         done = run_tracked(command, env)
         emulator = self.emulator_cpu() - emulator
+        (self.work / f"replay-job-{stream.records}.log").write_text(done.output)  # the last run's, for its per-shard lines
         if done.code != 0:
             raise RuntimeError(f"the replay job failed:\n{done.output[-3000:]}")
         manifest = read_manifest(str(output), 1)
