@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STACK := tests/stack
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help install browser demo up down test test-unit test-integration chaos lint typecheck package stack-up stack-down clean
+.PHONY: help install browser demo up down test test-unit test-integration chaos bench lint typecheck package stack-up stack-down clean
 
 help:
 	@echo "make demo     run the DAG for several cycles on a local stack and check every record landed exactly once"
@@ -17,6 +17,7 @@ help:
 	@echo "make chaos    SCHEDULES=N random fault schedules (default 100); writes BENCHMARKS.md's reliability table"
 	@echo "make lint     ruff + mypy"
 	@echo "make package  build dist/kinesis_replay.zip, the library for spark-submit --py-files"
+	@echo "make bench    measure replay speed against bare reads and a naive exporter; writes BENCHMARKS.md (SIZES=... RUNS=...)"
 
 install: $(VENV)/.installed $(STACK)/node_modules/.installed browser
 
@@ -68,6 +69,12 @@ lint: install
 
 package: install
 	PYTHONPATH=plugins $(BIN)/python -c "from pathlib import Path; from kinesis_replay.spark_submit import package_library as p; print(p(Path('dist/kinesis_replay.zip')))" 
+
+# Sizes (records per 4-shard stream) and runs per figure; about 20 minutes with these defaults on 2 cores.
+SIZES ?= 2000,20000,200000
+RUNS ?= 3
+bench: install
+	$(BIN)/python bench/run.py --sizes $(SIZES) --runs $(RUNS)
 
 stack-up: install
 	$(BIN)/python $(STACK)/local_stack.py start

@@ -1,0 +1,129 @@
+"""Measuring processes: CPU time from /proc and wait4, peak memory of Spark's Python workers by sampling RSS."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import psutil
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds a running process has used so far (its own, not its children's)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def is_python_worker(cmdline: Sequence[str]) -> bool:
+    """Spark's Python workers: the pyspark.daemon and the workers it forks (they keep its command line)."""
+    return any("pyspark.daemon" in part or "pyspark/daemon.py" in part or "pyspark.worker" in part for part in cmdline)
+
+
+@dataclass(eq=False)  # a Thread must stay hashable
+class TreeSampler(threading.Thread):
+    """Samples a process tree every ``interval`` seconds: the largest RSS of any Python worker, and of all of them together."""
+
+    root: int
+    interval: float = 0.05
+    worker_peak: int = 0  # bytes: the largest single Python worker seen
+    workers_peak: int = 0  # bytes: all Python workers together, at the worst sample
+    tree_peak: int = 0  # bytes: the whole tree (JVM, driver, workers)
+    stop_event: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
+        super().__init__(daemon=True)
+
+    def run(self) -> None:
+        try:
+            root = psutil.Process(self.root)
+        except psutil.NoSuchProcess:
+            return
+        while not self.stop_event.is_set():
+            workers = tree = 0
+            try:
+                procs = [root, *root.children(recursive=True)]
+            except psutil.NoSuchProcess:
+                return
+            for proc in procs:
+                try:
+                    rss = proc.memory_info().rss
+                    tree += rss
+                    if is_python_worker(proc.cmdline()):
+                        workers += rss
+                        self.worker_peak = max(self.worker_peak, rss)
+                except psutil.Error:
+                    continue
+            self.workers_peak = max(self.workers_peak, workers)
+            self.tree_peak = max(self.tree_peak, tree)
+            self.stop_event.wait(self.interval)
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.join()
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A process run to its end: exit code, output, wall seconds, CPU seconds of it and every descendant it reaped."""
+
+    code: int
+    output: str
+    seconds: float
+    cpu: float
+    worker_peak: int
+    workers_peak: int
+    tree_peak: int
+
+
+def children_cpu() -> float:
+    """CPU seconds of every child this process has reaped, with the descendants each of them reaped."""
+    usage = os.times()
+    return usage.children_user + usage.children_system
+
+
+def run_tracked(command: list[str], env: Mapping[str, str], stdin: str | None = None) -> Finished:
+    """Run a command to its end; its CPU is what wait4 reports for it, which counts every descendant that was waited for."""
+    cpu_before, started = children_cpu(), time.monotonic()
+    proc = subprocess.Popen(
+        command, env=dict(env), stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )  # fmt: skip
+    sampler = TreeSampler(proc.pid)
+    sampler.start()
+    output, _ = proc.communicate(stdin)
+    seconds = time.monotonic() - started
+    sampler.stop()
+    cpu = children_cpu() - cpu_before  # runs are sequential: nothing else was reaped meanwhile
+    return Finished(proc.returncode, output, seconds, cpu, sampler.worker_peak, sampler.workers_peak, sampler.tree_peak)
+
+
+@dataclass(frozen=True)
+class Spread:
+    """min / median / max of one figure over the runs."""
+
+    values: tuple[float, ...]
+
+    @property
+    def min(self) -> float:
+        return min(self.values)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.values)
+
+    @property
+    def max(self) -> float:
+        return max(self.values)
+
+    def fmt(self, spec: str = ".1f") -> str:
+        if not self.values:
+            return "n/a"
+        return f"{self.median:{spec}} ({self.min:{spec}} to {self.max:{spec}})"

@@ -1,0 +1,253 @@
+"""The generated block of BENCHMARKS.md: tables of min/median/max over the runs, the targets as measured ratios, real-Kinesis arithmetic."""
+
+# Markdown table rows are long lines, and the prose uses typographic signs (times, divide) on purpose.
+# ruff: noqa: E501, RUF001
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+from measure import Spread
+
+MIB = 2**20
+KINESIS_READ_MIB_S = 2.0  # per shard, as GetRecords allows
+TASKS = ("plan", "replay", "verify", "commit", "check")
+
+
+def spread(runs: list[dict[str, Any]], f: Any) -> Spread:
+    return Spread(tuple(f(r) for r in runs))
+
+
+def per_s(n: float) -> Any:
+    return lambda r: n / r["seconds"]
+
+
+def verdict(ok: bool) -> str:
+    return "**met**" if ok else "**missed**"
+
+
+def render_figures(results: dict[str, Any]) -> str:
+    sizes = sorted(results["sizes"], key=int)
+    smallest, largest = sizes[0], sizes[-1]
+    S = results["sizes"]
+    m = results["machine"]
+    out: list[str] = []
+    w = out.append
+    w("## Figures (written by `make bench`; do not edit this block by hand)\n")
+    w(f"Finished {results['finished']}; `make bench` took {results['wall_seconds'] / 60:.1f} minutes: `{results['command']}`.  ")
+    w(f"Each figure is the median over {results['runs']} runs, with (min to max). All ways read the same closed ranges of the same "
+      f"stream, one after another in each run, so their ratios are measured side by side.\n")  # fmt: skip
+    w(f"- Machine: {m['cpu']}, {m['memory']}, {m['os']}; shared with other jobs, so absolute times are noisy.")
+    w(f"- Versions: Python {m['python']}, {m['java']}, node {m['node']}, {m['versions']}.")
+    w(f"- Streams: {results['shards']} shards on kinesalite (in memory), records of {results['record_bytes']} bytes "
+      "(a JSON event padded to that size), sizes " + ", ".join(f"{int(s):,}" for s in sizes) + " records.")  # fmt: skip
+    if all("load" in S[s] for s in sizes):
+        w(f"- Load: other jobs ran too. The 1-minute load average on these {os.cpu_count()} cores, before and after each size's runs: "
+          + ", ".join(f"{int(s):,} records {S[s]['load'][0]:.1f} → {S[s]['load'][1]:.1f}" for s in sizes) + ".")  # fmt: skip
+    w("- The replay job runs `local[2]` (one task per shard range, two at a time) with no per-shard read budget: the emulator "
+      "enforces none, so the job is measured, not its pacing.\n")  # fmt: skip
+
+    L = S[largest]["runs"]
+    Ls = S[smallest]["runs"]
+    n_large = S[largest]["records"]
+    ceiling = spread(L["bare_parallel"], per_s(n_large))
+    rw = spread(L["replay_job"], lambda r: n_large / r["read_write"])
+    naive_e2e, replay_e2e = spread(L["naive"], lambda r: r["seconds"]), spread(L["replay_job"], lambda r: r["seconds"])
+    cpu_naive = spread(L["naive"], lambda r: r["cpu"] / n_large * 1e6)
+    cpu_replay = spread(L["replay_job"], lambda r: r["cpu"] / n_large * 1e6)
+    plan_small, plan_large = spread(Ls["plan"], lambda r: r["seconds"]), spread(L["plan"], lambda r: r["seconds"])
+    mem_small = spread(Ls["replay_job"], lambda r: r["worker_peak"] / MIB)
+    mem_large = spread(L["replay_job"], lambda r: r["worker_peak"] / MIB)
+    # The crossover, from figures measured side by side: each way's fixed cost plus its cost per record. The
+    # replay job's fixed cost is its end-to-end time on one record; its cost per record is what the largest
+    # size adds to that. The naive exporter's fixed cost is its start-up (end to end minus its loop).
+    one = results.get("single", {}).get("runs", {}).get("replay_job") or L["replay_job"]
+    fixed_r = spread(one, lambda r: r["seconds"]).median
+    per_r = max(replay_e2e.median - fixed_r, 0.0) / n_large
+    fixed_n = spread(L["naive"], lambda r: r["seconds"] - r["loop_seconds"]).median
+    per_n = spread(L["naive"], lambda r: r["loop_seconds"]).median / n_large
+    crossover = (fixed_r - fixed_n) / (per_n - per_r) if per_n > per_r else math.inf
+    faster_from = next(
+        (s for s in sizes if spread(S[s]["runs"]["replay_job"], lambda r: r["seconds"]).median
+         < spread(S[s]["runs"]["naive"], lambda r: r["seconds"]).median), None,
+    )  # fmt: skip
+    cpu_one = spread(one, lambda r: r["cpu"]).median
+    marginal_cpu = (spread(L["replay_job"], lambda r: r["cpu"]).median - cpu_one) / n_large * 1e6
+    rw_one = spread(one, lambda r: r["read_write"]).median
+
+    w("### Targets\n")
+    w("| target | measured (medians) | ratio | |")
+    w("|---|---|---|---|")
+    r1 = rw.median / ceiling.median
+    w(
+        f"| replay job read-and-write ≥ 0.8 × parallel bare read, {int(largest):,} records | {rw.median:,.0f} vs {ceiling.median:,.0f} records/s | {r1:.2f} | {verdict(r1 >= 0.8)} |"
+    )
+    r2 = naive_e2e.median / replay_e2e.median
+    w(
+        f"| replay job end to end ≥ 1.3 × naive exporter, {int(largest):,} records | {replay_e2e.median:.1f}s vs {naive_e2e.median:.1f}s | {r2:.2f} | {verdict(r2 >= 1.3)} |"
+    )
+    r3 = cpu_replay.median / cpu_naive.median
+    w(
+        f"| CPU-seconds per million records ≤ naive's (emulator's apart) | {cpu_replay.median:.1f} vs {cpu_naive.median:.1f} | {r3:.2f} | {verdict(r3 <= 1.0)} |"
+    )
+    cross = (
+        "never (the replay job is slower per record)" if math.isinf(crossover) else f"about {max(crossover, 0):,.0f} records (model below)"
+    )
+    measured = f"faster from {int(faster_from):,} records measured" if faster_from else "slower at every size measured"
+    w(f"| crossover ≤ 100,000 records | {cross}; {measured} | | {verdict(crossover <= 100_000)} |")
+    r4 = plan_large.median / plan_small.median
+    w(
+        f"| planning at {int(largest):,} ≤ 1.2 × at {int(smallest):,} records | {plan_large.median:.3f}s vs {plan_small.median:.3f}s | {r4:.2f} | {verdict(r4 <= 1.2)} |"
+    )
+    r5 = mem_large.median / mem_small.median
+    w(
+        f"| peak Python worker memory at {int(largest):,} ≤ 1.2 × at {int(smallest):,} records | {mem_large.median:.0f} vs {mem_small.median:.0f} MiB | {r5:.2f} | {verdict(r5 <= 1.2)} |"
+    )
+    w("")
+
+    w("### 1. The limit here: bare boto3 reads (GetShardIterator + GetRecords, 10,000 a call), no Spark, no writes\n")
+    w(
+        "Timed from the first call to the last, after imports and connecting. CPU: the readers' own; the emulator's (kinesalite, one node process) beside it.\n"
+    )
+    w("| records | way | seconds | records/s | MB/s | readers' CPU s | emulator CPU s |")
+    w("|---|---|---|---|---|---|---|")
+    for s in sizes:
+        n, b = S[s]["records"], S[s]["bytes"]
+        for key, name in (("bare_sequential", "shard after shard, 1 process"), ("bare_parallel", "1 process per shard, up to the cores")):
+            runs = S[s]["runs"][key]
+            w(f"| {n:,} | {name} | {spread(runs, lambda r: r['seconds']).fmt('.2f')} | {spread(runs, per_s(n)).fmt(',.0f')} | "
+              f"{spread(runs, lambda r, b=b: b / 1e6 / r['seconds']).fmt('.1f')} | {spread(runs, lambda r: r['cpu']).fmt('.2f')} | "
+              f"{spread(runs, lambda r: r['emulator_cpu']).fmt('.2f')} |")  # fmt: skip
+    w("")
+
+    w("### 2 and 3. End to end: the naive exporter (boto3 + pyarrow, one process) and the replay job (spark-submit to result manifest)\n")
+    w(
+        "Both timed from process start to exit, start-up included. CPU: the process and every descendant it reaped (wait4); the emulator's apart.\n"
+    )
+    w(
+        "| records | naive s | naive records/s | replay job s | replay job records/s | naive ÷ replay | CPU s per M records: naive | replay job | emulator (naive / replay) |"
+    )
+    w("|---|---|---|---|---|---|---|---|---|")
+    for s in sizes:
+        n, R = S[s]["records"], S[s]["runs"]
+        nv, rp = spread(R["naive"], lambda r: r["seconds"]), spread(R["replay_job"], lambda r: r["seconds"])
+        w(f"| {n:,} | {nv.fmt()} | {spread(R['naive'], per_s(n)).fmt(',.0f')} | {rp.fmt()} | {spread(R['replay_job'], per_s(n)).fmt(',.0f')} | "
+          f"{nv.median / rp.median:.2f} | {spread(R['naive'], lambda r, n=n: r['cpu'] / n * 1e6).fmt(',.0f')} | "
+          f"{spread(R['replay_job'], lambda r, n=n: r['cpu'] / n * 1e6).fmt(',.0f')} | "
+          f"{spread(R['naive'], lambda r: r['emulator_cpu']).median:.1f} / {spread(R['replay_job'], lambda r: r['emulator_cpu']).median:.1f} |")  # fmt: skip
+    w(f"\nThe crossover model, from the run above: the replay job costs {fixed_r:.1f}s fixed (its end-to-end time on one record) "
+      f"plus {per_r * 1e6:.1f}s per million records (what {n_large:,} records add to that); the naive exporter {fixed_n:.1f}s "
+      f"(start-up) plus {per_n * 1e6:.1f}s per million (its loop). "
+      + ("On these figures the replay job is never the faster one: it also costs more per record. "
+         if math.isinf(crossover) else f"The replay job is the faster one from about {max(crossover, 0):,.0f} records. ")
+      + "Sizes ran minutes apart under different loads "
+      "(listed above), so this uses one size's side-by-side figures, not a fit across sizes.\n")  # fmt: skip
+    w(f"CPU beyond the fixed cost: the replay job used {cpu_one:.1f} CPU-seconds on one record (JVM start, Spark, Python workers) and "
+      f"{marginal_cpu:.1f} CPU-seconds per million records beyond it at {n_large:,} records; the naive exporter "
+      f"{cpu_naive.median:.1f} per million, start-up included.\n")  # fmt: skip
+
+    w("Where the replay job's time goes (from the job's own `phases` line; launch is spark-submit to the driver's first line):\n")
+    w("| records | launch | session | read and write | summary (read-back) | manifest | read-and-write records/s | ÷ parallel bare read |")
+    w("|---|---|---|---|---|---|---|---|")
+    for s in sizes + (["1"] if "single" in results else []):
+        block = results["single"] if s == "1" else S[s]
+        n, R = block["records"], block["runs"]["replay_job"]
+        bare = block["runs"].get("bare_parallel")
+        ratio = f"{spread(R, lambda r, n=n: n / r['read_write']).median / spread(bare, per_s(n)).median:.2f}" if bare else ""
+        w(f"| {n:,} | {spread(R, lambda r: r['launch']).fmt()} | {spread(R, lambda r: r['session']).fmt()} | {spread(R, lambda r: r['read_write']).fmt()} | "
+          f"{spread(R, lambda r: r['summary']).fmt()} | {spread(R, lambda r: r['manifest']).fmt('.2f')} | "
+          f"{spread(R, lambda r, n=n: n / r['read_write']).fmt(',.0f')} | {ratio} |")  # fmt: skip
+    w(f"\nOn one record the read-and-write phase alone takes {rw_one:.1f}s: Spark's job start and the Python workers' start-up "
+      "(interpreter, imports of pyspark, pyarrow, boto3 and the library), before the first GetRecords.\n")  # fmt: skip
+
+    w("### Planning and memory\n")
+    w("Planning: a dry run of the planner on the whole stream (4 shards, no checkpoints), just after a tail of 10 records per shard "
+      "arrived, as on a live stream: it reads each shard's first record and the last 10-second window to the tip.  ")  # fmt: skip
+    w("Memory: the spark-submit process tree sampled every 50 ms; a Python worker is `pyspark.daemon` or a worker it forked. "
+      "The target figure is the largest single worker (one task reads one shard range); RSS, so forked workers' shared pages count in each.\n")  # fmt: skip
+    w("| records | planning s | emulator CPU s while planning | largest Python worker MiB | all Python workers MiB | whole job tree MiB |")
+    w("|---|---|---|---|---|---|")
+    for s in sizes:
+        n, R = S[s]["records"], S[s]["runs"]
+        w(f"| {n:,} | {spread(R['plan'], lambda r: r['seconds']).fmt('.3f')} | "
+          f"{spread(R['plan'], lambda r: r['emulator_cpu']).fmt('.2f')} | {spread(R['replay_job'], lambda r: r['worker_peak'] / MIB).fmt('.0f')} | "
+          f"{spread(R['replay_job'], lambda r: r['workers_peak'] / MIB).fmt('.0f')} | {spread(R['replay_job'], lambda r: r['tree_peak'] / MIB).fmt('.0f')} |")  # fmt: skip
+    w("")
+
+    w("### The full DAG cycle (dag.test in one warm process: plan → replay → verify → commit, then check)\n")
+    w(
+        "Each run is a new pipeline that plans the whole stream (backlog and planning tails) as one batch; its output is checked to hold every record once.\n"
+    )
+    w("| records | cycle s | plan | replay | verify | commit | check | Airflow between tasks |")
+    w("|---|---|---|---|---|---|---|---|")
+    for s in [*sizes, "1"]:
+        block = results["single"] if s == "1" else S[s]
+        R = block["runs"].get("dag_cycle")
+        if not R:
+            continue
+        gap = spread(R, lambda r: r["seconds"] - sum(r.get(f"task_{t}", 0.0) for t in TASKS))
+        w(f"| {block['records']:,} | {spread(R, lambda r: r['seconds']).fmt()} | "
+          + " | ".join(spread(R, lambda r, t=t: r.get(f"task_{t}", 0.0)).fmt() for t in TASKS) + f" | {gap.fmt()} |")  # fmt: skip
+    w("")
+    if "single" in results and results["single"]["runs"].get("dag_cycle"):
+        one = results["single"]["runs"]
+        job = one["replay_job"]
+        cyc = one["dag_cycle"]
+        w("### The fixed cost of one DAG cycle carrying a single record\n")
+        med = lambda runs, f: spread(runs, f).median  # noqa: E731
+        total = med(cyc, lambda r: r["seconds"])
+        replay_task = med(cyc, lambda r: r.get("task_replay", 0.0))
+        parts = [
+            (
+                "plan task (list shards, first record and tip of each shard, one DynamoDB transaction)",
+                med(cyc, lambda r: r.get("task_plan", 0.0)),
+            ),
+            ("Spark start: spark-submit, JVM, Python driver (launch)", med(job, lambda r: r["launch"])),
+            ("Spark start: SparkSession (session)", med(job, lambda r: r["session"])),
+            (
+                "read and write: Spark job start, Python worker start-up and imports, one GetRecords, Parquet",
+                med(job, lambda r: r["read_write"]),
+            ),
+            ("summary read-back and manifest", med(job, lambda r: r["summary"] + r["manifest"])),
+            ("verify task", med(cyc, lambda r: r.get("task_verify", 0.0))),
+            ("commit task", med(cyc, lambda r: r.get("task_commit", 0.0))),
+            ("check task", med(cyc, lambda r: r.get("task_check", 0.0))),
+        ]
+        job_total = med(job, lambda r: r["seconds"])
+        in_job = sum(p[1] for p in parts[1:5])
+        parts.insert(5, ("Spark stop, and the job's time outside its phases", max(0.0, job_total - in_job)))
+        parts.insert(6, ("the replay task beyond the job run alone: another moment's load, the retention check, packaging",
+                         max(0.0, replay_task - job_total)))  # fmt: skip
+        w(
+            f"Median DAG cycle: {total:.1f}s; its replay task {replay_task:.1f}s; the replay job alone, run by itself on the same record, {job_total:.1f}s.\n"
+        )
+        w("| part | seconds | share of the cycle |")
+        w("|---|---|---|")
+        for name, sec in sorted(parts, key=lambda p: -p[1]):
+            w(f"| {name} | {sec:.1f} | {sec / total:.0%} |")
+        w(f"| Airflow between tasks (dag.test) | {max(0.0, total - sum(p[1] for p in parts)):.1f} | |")
+        w("")
+
+    per_task = rw.median * results["record_bytes"] / MIB / 2  # two tasks at once here
+    w("### What the figures mean on real Kinesis\n")
+    w(f"Here one replay task processed about {per_task:.1f} MiB/s (the largest size's read-and-write rate over its two concurrent tasks, "
+      "on cores it shared with the emulator). Real Kinesis serves each shard at most 2 MiB/s, so a task is bound by "
+      f"{'the shard limit' if per_task >= KINESIS_READ_MIB_S else 'its own processing'} at {min(per_task, KINESIS_READ_MIB_S):.1f} MiB/s.\n")  # fmt: skip
+    per_shard_day = 86_400 * 1.0  # MiB: a shard written at 1 MiB/s for a day
+    rate = min(per_task, KINESIS_READ_MIB_S)
+    day = per_shard_day / rate
+    w(f"- One day of a shard written at 1 MiB/s is {per_shard_day / 1024:.1f} GiB. At 2 MiB/s it reads in 12.0 hours at best; "
+      f"at the rate measured here, {day / 3600:.1f} hours on one core.")  # fmt: skip
+    w("- One task reads one shard range, so shards run in parallel up to the executor cores, then in waves: "
+      "time ≈ ⌈shards ÷ cores⌉ × (one shard's time) + the fixed cost of a cycle. More cores than shards gain nothing.\n")  # fmt: skip
+    w("| shards | executor cores | waves | a day of 1 MiB/s per shard takes |")
+    w("|---|---|---|---|")
+    for shards, cores in ((1, 1), (4, 4), (16, 4), (16, 16), (64, 16), (64, 64)):
+        waves = math.ceil(shards / cores)
+        w(f"| {shards} | {cores} | {waves} | {waves * day / 3600:.1f} h |")
+    w("\nRegular cycles keep up when each one finishes within its interval: a cycle of T seconds on shards written at 1 MiB/s reads "
+      f"T MiB per shard, about T ÷ {rate:.1f} seconds, plus the fixed cost, so the interval must exceed the fixed cost ÷ "
+      f"(1 − 1 ÷ {rate:.1f}).")  # fmt: skip
+    return "\n".join(out) + "\n"
