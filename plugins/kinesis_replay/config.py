@@ -257,12 +257,15 @@ def _parse_pipeline(source: str, index: int, data: object) -> PipelineConfig:
 
 def _parse_emr(e: _Reader) -> EmrServerlessConfig:
     def s3_uri(key: str, required: bool) -> str | None:
+        from kinesis_replay.emr_serverless import split_s3_uri
+
         if not e.has(key) and not required:
             return None
         uri = e.text(key)
-        bucket = uri.removeprefix("s3://").partition("/")[0]
-        if not uri.startswith("s3://") or not bucket:
-            e.fail(f"must be an S3 URI such as s3://bucket/prefix (EMR Serverless reads from S3), got {uri!r}", key)
+        try:
+            split_s3_uri(uri, "the value")
+        except ConfigError as exc:
+            e.fail(str(exc), key)
         return uri.rstrip("/")
 
     role = e.text("execution_role_arn")

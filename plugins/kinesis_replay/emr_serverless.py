@@ -13,11 +13,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kinesis_replay.config import PipelineConfig
 from kinesis_replay.errors import ConfigError
 from kinesis_replay.output import batch_partition
+
+if TYPE_CHECKING:  # config imports split_s3_uri from here
+    from kinesis_replay.config import PipelineConfig
 
 JOB_FILE = "replay_job.py"
 SOURCE_FILE = "kinesis_source.py"

@@ -30,7 +30,6 @@ import tempfile
 import time
 import traceback
 import uuid
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -369,24 +368,15 @@ class Schedule:
     # -- the checker ------------------------------------------------------------------------------
 
     def check(self) -> None:
-        violations = self.outcome.violations
-        keys, payloads = read_rows(self.output)
-        expected = {(p.shard_id, p.sequence_number, p.sub_sequence_number): p.data for p in self.produced}
-        counts = Counter(keys)
-        self.outcome.records = len(expected)
-        self.outcome.lost = sum(1 for k in expected if k not in counts)
-        self.outcome.duplicated = sum(c - 1 for c in counts.values() if c > 1)
-        unexpected = [k for k in counts if k not in expected]
-        mismatched = [k for k, data in zip(keys, payloads, strict=True) if k in expected and data != expected[k]]
-        if self.outcome.lost:
-            violations.append(f"lost {self.outcome.lost} records, e.g. {sorted(k for k in expected if k not in counts)[:3]}")
-        if self.outcome.duplicated:
-            violations.append(f"duplicated {self.outcome.duplicated} records, e.g. {[k for k, c in counts.items() if c > 1][:3]}")
-        if unexpected:
-            violations.append(f"{len(unexpected)} rows Kinesis never acknowledged, e.g. {unexpected[:3]}")
-        if mismatched:
-            violations.append(f"{len(mismatched)} rows whose payload differs from what was put, e.g. {mismatched[:3]}")
-        violations += self.check_state() + check_manifests(self.output, self.committed()) + check_files(self.output, self.committed())
+        """The output (read with pyarrow by the shared harness) against what Kinesis acknowledged, then state and files."""
+        from stack.harness import check_exactly_once, read_output
+
+        result = check_exactly_once(self.produced, read_output(self.output))
+        self.outcome.records, self.outcome.lost, self.outcome.duplicated = result.expected, result.lost, result.duplicated
+        if not result.ok:
+            self.outcome.violations.append(f"not exactly once: {result}")
+        committed = self.committed()
+        self.outcome.violations += self.check_state() + check_manifests(self.output, committed) + check_files(self.output, committed)
 
     def committed(self) -> list[int]:
         from kinesis_replay.state import BatchStatus
@@ -418,23 +408,6 @@ class Schedule:
 
 def compact(tasks: dict[str, str]) -> str:
     return "[" + " ".join(f"{task}={state}" for task, state in tasks.items()) + "]"
-
-
-def read_rows(output: Path) -> tuple[list[tuple[str, str, int]], list[bytes]]:
-    """Every data row's key (shard, sequence number, sub-sequence number), repeats kept, and its payload; pyarrow alone."""
-    table = _table(output)
-    columns = ("shard_id", "sequence_number", "sub_sequence_number")
-    keys = list(zip(*(table.column(c).to_pylist() for c in columns), strict=True))
-    return keys, table.column("data").to_pylist()
-
-
-def _table(root: Path) -> Any:
-    import pyarrow as pa
-    import pyarrow.dataset as ds
-
-    if not root.exists():
-        return pa.table({"shard_id": [], "sequence_number": [], "sub_sequence_number": [], "data": [], "batch_id": []})
-    return ds.dataset(str(root), format="parquet", partitioning="hive").to_table()
 
 
 def check_manifests(output: Path, committed: list[int]) -> list[str]:

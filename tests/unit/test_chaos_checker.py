@@ -35,14 +35,6 @@ def write_batch(output: Path, batch_id: int, rows: list[tuple[str, str, int]], m
         (output / "_manifests" / f"batch_id={batch_id:010d}.json").write_text(json.dumps({"batch_id": batch_id, "shards": entries}))
 
 
-def test_rows_are_read_with_their_repeats(tmp_path: Path) -> None:
-    write_batch(tmp_path, 1, [("shardId-0", "10", 0), ("shardId-0", "11", 0)])
-    write_batch(tmp_path, 2, [("shardId-0", "11", 0)], manifest=False)  # the same record in a second batch
-    keys, payloads = chaos.read_rows(tmp_path)
-    assert sorted(keys) == [("shardId-0", "10", 0), ("shardId-0", "11", 0), ("shardId-0", "11", 0)]
-    assert len(payloads) == 3
-
-
 def test_a_manifest_that_disagrees_with_its_files_is_named(tmp_path: Path) -> None:
     write_batch(tmp_path, 1, [("shardId-0", "10", 0), ("shardId-0", "11", 0)])
     assert chaos.check_manifests(tmp_path, [1]) == []
@@ -92,3 +84,14 @@ def test_an_outcome_survives_the_trip_from_a_worker_process() -> None:
     outcome = chaos.Outcome(7, chaos.generate(7, 3), history=["produce 10: 10 records"], records=10, violations=["lost 1"])
     again = chaos.Outcome.from_dict(json.loads(json.dumps(outcome.to_dict())))
     assert again == outcome and not again.ok and "reproduce: python tests/stack/chaos.py --seed 7 --steps 3" in again.report()
+
+
+def test_the_checker_counts_a_record_written_by_two_batches_as_duplicated(tmp_path: Path) -> None:
+    from stack.harness import check_exactly_once, read_output
+    from stack.producer import Produced
+
+    write_batch(tmp_path, 1, [("shardId-0", "10", 0), ("shardId-0", "11", 0)])
+    write_batch(tmp_path, 2, [("shardId-0", "11", 0)], manifest=False)
+    produced = [Produced("shardId-0", seq, "k", f"{('shardId-0', seq, 0)}".encode()) for seq in ("10", "11", "12")]
+    result = check_exactly_once(produced, read_output(tmp_path))
+    assert (result.rows, result.lost, result.duplicated, result.payload_mismatches) == (3, 1, 1, 0)

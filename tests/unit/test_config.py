@@ -186,8 +186,8 @@ def test_emr_serverless_and_a_master_are_exclusive() -> None:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"code_prefix": "/tmp/code"}, r"emr_serverless\.code_prefix: must be an S3 URI"),
-        ({"log_uri": "s3://"}, r"emr_serverless\.log_uri: must be an S3 URI"),
+        ({"code_prefix": "/tmp/code"}, r"emr_serverless\.code_prefix: the value must start with s3://"),
+        ({"log_uri": "s3://"}, r"emr_serverless\.log_uri: the value names no bucket"),
         ({"execution_role_arn": "kinesis-replay"}, r"emr_serverless\.execution_role_arn: must be an IAM role ARN"),
         ({"deferrable": "yes"}, r"emr_serverless\.deferrable: must be true or false"),
         ({"poll_seconds": 0}, r"emr_serverless\.poll_seconds: must be an integer >= 1"),
