@@ -23,9 +23,17 @@ class ReadConfig:
 
     Kinesis allows each shard 5 GetRecords calls and 2 MB of reads a second, and 5 GetShardIterator
     calls a second; GetRecords returns at most 10,000 records (10 MB) a call.
+
+    GetRecords takes a count of records, not of bytes, so a range's reader asks each call for as
+    many records as fill about ``page_bytes`` at the mean record size of its last page (at most
+    ``max_records_per_call``; the first call asks for ``first_page_records``). That bounds a
+    reader's memory by one page, whatever the range's length or the records' size. The default,
+    2 MiB, is one second of a shard's read budget: at 5 calls a second no page needs to be larger.
     """
 
     max_records_per_call: int = 10_000
+    page_bytes: int = 2 * 1024 * 1024
+    first_page_records: int = 1_000
     get_records_per_second: float = 5.0
     bytes_per_second: float = 2 * 1024 * 1024
     get_shard_iterator_per_second: float = 5.0
@@ -110,7 +118,8 @@ _SPARK_KEYS = {"master", "conf", "submit_timeout_seconds", "emr_serverless"}
 _EMR_KEYS = {"application_id", "execution_role_arn", "code_prefix", "log_uri", "venv_archive", "deferrable", "poll_seconds"}
 _PAYLOAD_KEYS = {"format", "schema", "max_bad_share"}
 _READ_KEYS = {
-    "max_records_per_call", "get_records_per_second", "bytes_per_second", "get_shard_iterator_per_second",
+    "max_records_per_call", "page_bytes", "first_page_records", "get_records_per_second", "bytes_per_second",
+    "get_shard_iterator_per_second",
     "max_throttle_retries", "throttle_base_seconds", "throttle_max_seconds", "progress_seconds",
 }  # fmt: skip
 
@@ -219,6 +228,8 @@ def _parse_pipeline(source: str, index: int, data: object) -> PipelineConfig:
     defaults = ReadConfig()
     read_config = ReadConfig(
         max_records_per_call=read.integer("max_records_per_call", defaults.max_records_per_call, minimum=1),
+        page_bytes=read.integer("page_bytes", defaults.page_bytes, minimum=1),
+        first_page_records=read.integer("first_page_records", defaults.first_page_records, minimum=1),
         get_records_per_second=read.number("get_records_per_second", defaults.get_records_per_second),
         bytes_per_second=read.number("bytes_per_second", defaults.bytes_per_second),
         get_shard_iterator_per_second=read.number("get_shard_iterator_per_second", defaults.get_shard_iterator_per_second),

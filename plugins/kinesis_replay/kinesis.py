@@ -326,6 +326,12 @@ def _read_to_tip(shard: ShardCalls, position: dict[str, Any], what: str) -> tupl
     return newest
 
 
+def page_limit(records: list[Record], limits: ReadConfig) -> int:
+    """The next GetRecords Limit: as many records as fill ``limits.page_bytes`` at this page's mean size."""
+    mean = max(1.0, sum(len(r["Data"]) for r in records) / len(records))
+    return max(1, min(limits.max_records_per_call, int(limits.page_bytes / mean)))
+
+
 def iterate_range(
     client: Any,
     stream: str,
@@ -349,6 +355,7 @@ def iterate_range(
     iterator = shard.iterator(ShardIteratorType="AT_SEQUENCE_NUMBER", StartingSequenceNumber=str(rng.start))
     last: int | None = None
     empty_at_tip = 0
+    limit = min(shard.limits.first_page_records, shard.limits.max_records_per_call)
     while True:
         if iterator is None:
             if rng.to_shard_end:
@@ -357,7 +364,7 @@ def iterate_range(
                 return
             raise RangeReadError(f"{what}: could not read until the end sequence number of the range: the shard ended after {last}")
         try:
-            page = shard.get_records(iterator, f"{what}: GetRecords")
+            page = shard.get_records(iterator, f"{what}: GetRecords", limit=limit)
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") != "ExpiredIteratorException":
                 raise RangeReadError(f"{what}: GetRecords failed: {exc}") from exc
@@ -371,9 +378,10 @@ def iterate_range(
             iterator = shard.iterator(**position)
             continue
         records: list[Record] = page["Records"]
-        iterator = page.get("NextShardIterator")
+        iterator, at_tip = page.get("NextShardIterator"), page.get("MillisBehindLatest", 0) == 0
+        del page  # no page is held while the next one is fetched: a reader holds one page at a time
         if not records:
-            if page.get("MillisBehindLatest", 0) == 0 and iterator is not None and not rng.to_shard_end:
+            if at_tip and iterator is not None and not rng.to_shard_end:
                 empty_at_tip += 1
                 if empty_at_tip >= _EMPTY_AT_TIP:
                     raise RangeReadError(
@@ -391,10 +399,12 @@ def iterate_range(
                         "records between them are gone (trimmed by retention?)"
                     )
                 log.warning("%s: acknowledged gap: records from %d up to %d are gone", what, rng.start, first)
+        limit = page_limit(records, shard.limits)
         tail = parse_sequence_number(records[-1]["SequenceNumber"])
         if tail <= rng.end:
             last = tail
             yield records
+            del records
             if tail == rng.end and not rng.to_shard_end:
                 return
             continue

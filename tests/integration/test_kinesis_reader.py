@@ -31,12 +31,14 @@ class FaultyKinesis:
 
     def __init__(self, client: Any, errors: dict[int, str] | None = None, drop_first_record: bool = False) -> None:
         self.client, self.errors, self.drop_first_record, self.calls = client, errors or {}, drop_first_record, 0
+        self.limits: list[int] = []  # the Limit of each GetRecords call
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.client, name)
 
     def get_records(self, **kwargs: Any) -> Any:
         self.calls += 1
+        self.limits.append(kwargs["Limit"])
         code = self.errors.get(self.calls)
         if code:
             raise ClientError({"Error": {"Code": code, "Message": f"injected {code}"}}, "GetRecords")
@@ -64,6 +66,21 @@ def test_reading_stops_at_the_end_without_fetching_more(kinesis: Any, stream: st
     counting = FaultyKinesis(kinesis)
     read(counting, stream, SequenceRange(shard, seqs[0], seqs[19]), ReadConfig(max_records_per_call=10))
     assert counting.calls == 2  # 2 pages of 10: the second ends exactly at the end, and reading stops there
+
+
+def test_each_call_asks_for_about_page_bytes_of_records_so_a_reader_holds_one_small_page(kinesis: Any, stream: str) -> None:
+    produced = produce(kinesis, stream, 200, payload_bytes=1000)
+    shard, _ = Counter(p.shard_id for p in produced).most_common(1)[0]
+    seqs = sorted(int(p.sequence_number) for p in produced if p.shard_id == shard)
+    counting = FaultyKinesis(kinesis)
+    limits = ReadConfig(page_bytes=10_000, first_page_records=3)
+    pages = list(iterate_range(counting, stream, SequenceRange(shard, seqs[0], seqs[-1]), limits, sleep=lambda s: None))
+    assert [int(r["SequenceNumber"]) for page in pages for r in page] == seqs
+    # The first call asks for first_page_records; each later one for page_bytes at the last page's mean size.
+    assert counting.limits[0] == 3 and len(counting.limits) == len(pages)
+    for page, limit in zip(pages, counting.limits[1:], strict=False):
+        assert limit == int(10_000 / (sum(len(r["Data"]) for r in page) / len(page))) in (9, 10)  # records of about 1 KB
+    assert max(len(page) for page in pages) <= 10
 
 
 def test_an_expired_iterator_is_reopened_after_the_last_record_read(kinesis: Any, stream: str) -> None:
