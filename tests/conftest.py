@@ -28,6 +28,8 @@ os.environ.update(
         "KINESIS_REPLAY_CONFIG": str(ROOT / "dags" / "pipelines.yaml"),
     }
 )
+# The replay job's class-data-sharing archive: the first local job records it, the rest map it; kept in the scratch folder.
+os.environ.setdefault("KINESIS_REPLAY_JVM_CACHE", str(ROOT / ".stack" / "jvm"))
 
 
 @pytest.fixture(scope="session")

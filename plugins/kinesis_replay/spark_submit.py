@@ -14,6 +14,7 @@ from collections import deque
 from collections.abc import Mapping
 from pathlib import Path
 
+from kinesis_replay import jvm_archive
 from kinesis_replay.config import PipelineConfig
 from kinesis_replay.errors import KinesisReplayError
 
@@ -46,10 +47,30 @@ def spark_submit_binary() -> str:
     return found
 
 
+# In local mode the driver's JVM runs the tasks too. A replay job is short and moves bytes (Arrow in,
+# Parquet out); C2, the JVM's optimizing compiler, spent more CPU compiling than its code saved: on 200,000
+# records of 1 KB its JVM used 25 CPU-seconds against 15 with C1 alone, and the job ran faster (BENCHMARKS.md).
+LOCAL_DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
+def default_conf(master: str) -> dict[str, str]:
+    """What every job gets unless the pipeline's spark.conf says otherwise.
+
+    A local job's JVM also gets the class-data-sharing archive (``jvm_archive``), unless the pipeline
+    sets ``spark.driver.extraJavaOptions`` itself.
+    """
+    # Spark's INFO lines (hundreds a run) would bury the job's own progress in the task log.
+    conf = {"spark.log.level": "WARN"}
+    if master.startswith("local"):
+        archive = jvm_archive.for_spark(LOCAL_DRIVER_JAVA_OPTIONS)
+        options = [LOCAL_DRIVER_JAVA_OPTIONS, *([archive.java_option()] if archive else [])]
+        conf["spark.driver.extraJavaOptions"] = " ".join(options)
+    return conf
+
+
 def build_command(pipeline: PipelineConfig, batch_id: int, spec_path: Path, job: Path, py_files: list[Path]) -> list[str]:
     command = [spark_submit_binary(), "--master", pipeline.spark.master, "--name", f"kinesis-replay-{pipeline.name}-batch-{batch_id}"]
-    # Spark's INFO lines (hundreds a run) would bury the job's own progress in the task log.
-    conf = {"spark.log.level": "WARN", **pipeline.spark.conf}
+    conf = {**default_conf(pipeline.spark.master), **pipeline.spark.conf}
     for key, value in sorted(conf.items()):
         command += ["--conf", f"{key}={value}"]
     command += ["--py-files", ",".join(str(p) for p in py_files), str(job), "--spec", str(spec_path)]
@@ -72,19 +93,27 @@ def run(command: list[str], env: Mapping[str, str], what: str) -> None:
     """Run spark-submit, logging its output as it comes; kill it (and its JVM) if this task is stopped or times out."""
     log.info("%s: %s", what, " ".join(command))
     tail: deque[str] = deque(maxlen=40)
+    own: deque[str] = deque(maxlen=10)  # the job's own lines: its error may come before many of Spark's or the JVM's
+    crash: list[str] = []
     proc = subprocess.Popen(command, env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         assert proc.stdout is not None
         for line in proc.stdout:
             line = line.rstrip()
             tail.append(line)
+            if line.startswith("kinesis-replay:"):
+                own.append(line)
+            if jvm_archive.JVM_CRASH in line:
+                crash.append(line)
             log.info("%s", line)
         code = proc.wait()
     except BaseException:
         _stop(proc)
+        jvm_archive.settle(command, False, crash)
         raise
+    jvm_archive.settle(command, code == 0, crash)
     if code != 0:
-        reasons = [line for line in tail if line.startswith("kinesis-replay:")] or list(tail)[-8:]
+        reasons = list(own) or list(tail)[-8:]
         raise SparkSubmitError(f"{what}: spark-submit exited with {code}: " + " | ".join(reasons))
 
 

@@ -52,3 +52,21 @@ def test_the_pipeline_may_raise_spark_log_level(tmp_path: Path) -> None:
     chatty = parse_config({"pipelines": [{**ENTRY, "spark": {"master": "local[1]", "conf": {"spark.log.level": "INFO"}}}]})[0]
     command = spark_submit.build_command(chatty, 1, tmp_path / "b.json", Path("job.py"), [])
     assert "spark.log.level=INFO" in command and "spark.log.level=WARN" not in command
+
+
+def test_local_jobs_run_their_jvm_with_c1_only_unless_the_pipeline_says_otherwise(tmp_path: Path) -> None:
+    local = parse_config({"pipelines": [{**ENTRY, "spark": {"master": "local[2]"}}]})[0]
+    command = spark_submit.build_command(local, 1, tmp_path / "b.json", Path("job.py"), [])
+    assert any(c.startswith(f"spark.driver.extraJavaOptions={spark_submit.LOCAL_DRIVER_JAVA_OPTIONS}") for c in command)
+    assert "-XX:TieredStopAtLevel=1" in spark_submit.LOCAL_DRIVER_JAVA_OPTIONS
+    own = parse_config({"pipelines": [{**ENTRY, "spark": {"master": "local[2]", "conf": {"spark.driver.extraJavaOptions": "-Xss4m"}}}]})[0]
+    command = spark_submit.build_command(own, 1, tmp_path / "b.json", Path("job.py"), [])
+    assert [c for c in command if "extraJavaOptions" in c] == ["spark.driver.extraJavaOptions=-Xss4m"]
+    # On a cluster the tasks run in executors' JVMs, which the job does not tune.
+    assert not any("extraJavaOptions" in c for c in spark_submit.build_command(PIPELINE, 1, tmp_path / "b.json", Path("job.py"), []))
+
+
+def test_the_jobs_error_line_is_reported_even_when_the_jvm_prints_pages_after_it() -> None:
+    script = "import sys; print('kinesis-replay: range s0 is gone'); [print(f'[warning][cds] noise {i}') for i in range(200)]; sys.exit(2)"
+    with pytest.raises(spark_submit.SparkSubmitError, match=r"exited with 2: kinesis-replay: range s0 is gone$"):
+        spark_submit.run([sys.executable, "-c", script], {}, "pipeline p, batch 9")
