@@ -36,6 +36,7 @@ class TreeSampler(threading.Thread):
     worker_peak: int = 0  # bytes: the largest single Python worker seen
     workers_peak: int = 0  # bytes: all Python workers together, at the worst sample
     tree_peak: int = 0  # bytes: the whole tree (JVM, driver, workers)
+    cpu: dict[int, tuple[str, float]] = field(default_factory=dict)  # pid: (kind, CPU seconds at its last sample)
     stop_event: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
@@ -54,11 +55,12 @@ class TreeSampler(threading.Thread):
                 return
             for proc in procs:
                 try:
-                    rss = proc.memory_info().rss
+                    rss, cmdline, times = proc.memory_info().rss, proc.cmdline(), proc.cpu_times()
                     tree += rss
-                    if is_python_worker(proc.cmdline()):
+                    if is_python_worker(cmdline):
                         workers += rss
                         self.worker_peak = max(self.worker_peak, rss)
+                    self.cpu[proc.pid] = (process_kind(cmdline), times.user + times.system)
                 except psutil.Error:
                     continue
             self.workers_peak = max(self.workers_peak, workers)
@@ -68,6 +70,24 @@ class TreeSampler(threading.Thread):
     def stop(self) -> None:
         self.stop_event.set()
         self.join()
+
+    def cpu_by_kind(self) -> dict[str, float]:
+        """CPU seconds by kind of process, as last sampled (a process's last 50 ms before it exits are missed)."""
+        total: dict[str, float] = {}
+        for kind, seconds in self.cpu.values():
+            total[kind] = total.get(kind, 0.0) + seconds
+        return total
+
+
+def process_kind(cmdline: Sequence[str]) -> str:
+    """jvm (the driver and, in local mode, the executors), python_workers, python_driver, or other."""
+    if is_python_worker(cmdline):
+        return "python_workers"
+    if cmdline and cmdline[0].endswith("java"):
+        return "jvm"
+    if any(part.endswith(".py") for part in cmdline[:2]) or (cmdline and "python" in cmdline[0]):
+        return "python_driver"
+    return "other"
 
 
 @dataclass(frozen=True)
@@ -81,6 +101,7 @@ class Finished:
     worker_peak: int
     workers_peak: int
     tree_peak: int
+    cpu_by_kind: dict[str, float] = field(default_factory=dict)
 
 
 def children_cpu() -> float:
@@ -102,7 +123,8 @@ def run_tracked(command: list[str], env: Mapping[str, str], stdin: str | None = 
     seconds = time.monotonic() - started
     sampler.stop()
     cpu = children_cpu() - cpu_before  # runs are sequential: nothing else was reaped meanwhile
-    return Finished(proc.returncode, output, seconds, cpu, sampler.worker_peak, sampler.workers_peak, sampler.tree_peak)
+    peaks = (sampler.worker_peak, sampler.workers_peak, sampler.tree_peak)
+    return Finished(proc.returncode, output, seconds, cpu, *peaks, sampler.cpu_by_kind())
 
 
 @dataclass(frozen=True)

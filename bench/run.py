@@ -34,6 +34,7 @@ sys.path[:0] = [str(ROOT / "plugins"), str(ROOT / "dags"), str(ROOT / "tests"), 
 
 from measure import Finished, cpu_seconds, run_tracked  # noqa: E402
 
+from kinesis_replay import jvm_archive  # noqa: E402
 from stack import local_stack  # noqa: E402
 
 WORK = ROOT / ".stack" / "bench"
@@ -42,6 +43,13 @@ TAIL_PER_SHARD = 10  # records produced just before each plan, as a live stream 
 # The emulator enforces no read limits; the replay job is given no budget either, so that it is measured, not its pacing.
 UNLIMITED = {"get_records_per_second": 1e6, "bytes_per_second": 1e12, "get_shard_iterator_per_second": 1e6}
 SPARK_CONF = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4"}
+# The job's JVM options for local masters (C1 only, the class-data-sharing archive) against two alternatives, in the
+# same runs: without the archive (a pipeline that sets its own options gets none), and the JVM's own defaults here
+# (tiered C1 then C2, G1).
+JVM_VARIANTS = {
+    "replay_job_no_archive": {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"},
+    "replay_job_jvm_defaults": {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=4 -XX:+UseG1GC"},
+}
 
 
 def say(message: str) -> None:
@@ -179,7 +187,7 @@ class Bench:
         entry["spark"]["conf"] = dict(SPARK_CONF)
         return entry
 
-    def replay_job(self, stream: Stream) -> dict[str, Any]:
+    def replay_job(self, stream: Stream, conf: dict[str, str] | None = None) -> dict[str, Any]:
         """spark-submit the replay job on the stream's ranges, exactly as the replay task does; time it to its exit."""
         from kinesis_replay import spark_submit
         from kinesis_replay.config import ReadConfig, parse_config
@@ -189,6 +197,7 @@ class Bench:
         output = self.work / "replay"
         shutil.rmtree(output, ignore_errors=True)
         entry = self.pipeline_entry(stream, output, "unused")
+        entry["spark"]["conf"].update(conf or {})
         pipeline = parse_config({"pipelines": [entry]})[0]
         from dataclasses import asdict
 
@@ -207,6 +216,7 @@ class Bench:
         submitted = time.time()
         done = run_tracked(command, env)
         emulator = self.emulator_cpu() - emulator
+        jvm_archive.settle(command, done.code == 0, done.output.splitlines())  # as spark_submit.run does
         (self.work / f"replay-job-{stream.records}.log").write_text(done.output)  # the last run's, for its per-shard lines
         if done.code != 0:
             raise RuntimeError(f"the replay job failed:\n{done.output[-3000:]}")
@@ -219,8 +229,18 @@ class Bench:
         return {
             "seconds": done.seconds, "cpu": done.cpu, "emulator_cpu": emulator,
             "worker_peak": done.worker_peak, "workers_peak": done.workers_peak, "tree_peak": done.tree_peak,
+            **{f"cpu_{kind}": seconds for kind, seconds in done.cpu_by_kind.items()},
             "launch": phases.pop("started_at") - submitted, **phases,
         }  # fmt: skip
+
+    def record_archive(self) -> dict[str, Any]:
+        """The one run that records the class-data-sharing archive (a stream of one record); later runs map it."""
+        stream, _ = self.make_stream(1)
+        recorded = self.replay_job(stream)
+        if not any(p.name.endswith(".jsa") for p in Path(os.environ[jvm_archive.CACHE_ENV]).iterdir()):
+            raise RuntimeError("the first replay job recorded no class-data-sharing archive")
+        self.delete_stream(stream)
+        return recorded
 
     def plan(self, stream: Stream) -> dict[str, Any]:
         """A dry run of the planner on the whole stream (no checkpoints yet), just after a small live tail arrives."""
@@ -236,14 +256,25 @@ class Bench:
         store.ensure_table()
         pipeline = parse_config({"pipelines": [self.pipeline_entry(stream, self.work / "plan", table)]})[0]
         stream.produced += produce(self.kinesis, stream.name, TAIL_PER_SHARD * SHARDS, payload_bytes=self.record_bytes)
-        emulator = self.emulator_cpu()
+        calls: dict[str, int] = defaultdict(int)
+
+        def count(event_name: str, parsed: dict[str, Any], **_: Any) -> None:
+            calls[event_name.split(".")[-1]] += 1
+            calls["records read"] += len(parsed.get("Records", ()))
+
+        self.kinesis.meta.events.register("after-call.kinesis", count)
+        emulator, cpu = self.emulator_cpu(), time.process_time()
         started = time.monotonic()
-        result = batches.plan_batch(pipeline, self.kinesis, store, "bench-plan", dry_run=True)
+        try:
+            result = batches.plan_batch(pipeline, self.kinesis, store, "bench-plan", dry_run=True)
+        finally:
+            self.kinesis.meta.events.unregister("after-call.kinesis", count)
         seconds = time.monotonic() - started
-        emulator = self.emulator_cpu() - emulator
+        cpu, emulator = time.process_time() - cpu, self.emulator_cpu() - emulator
         if result.batch is None or len(result.batch.ranges) != SHARDS:
             raise RuntimeError(f"the planner found {result.batch}, expected {SHARDS} ranges")
-        return {"seconds": seconds, "emulator_cpu": emulator}
+        # The planner's own CPU (this process: the planner and its boto3 clients) and the Kinesis calls it made.
+        return {"seconds": seconds, "emulator_cpu": emulator, "cpu": cpu, "calls": dict(calls)}
 
     def dag_cycle(self, stream: Stream) -> dict[str, Any]:
         """One regular DAG run with dag.test() on a new pipeline: plan, replay, verify and commit the whole stream."""
@@ -364,6 +395,7 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(WORK, ignore_errors=True)
     WORK.mkdir(parents=True)
     airflow_env(WORK)
+    os.environ[jvm_archive.CACHE_ENV] = str(WORK / "jvm")  # a new archive each bench run: its recording is measured
     state = WORK / "stack"
     stack = local_stack.start(state, local_stack.free_port(), local_stack.free_port())
     results: dict[str, Any] = {"sizes": {}, "runs": args.runs, "record_bytes": args.record_bytes, "shards": SHARDS}
@@ -371,10 +403,12 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.update(stack.env())
         bench = Bench(stack, int((state / "kinesalite.pid").read_text()), WORK, args.runs, args.record_bytes)
         results["machine"] = machine()
+        say("the first local job on a machine records the JVM's class-data-sharing archive: once, before the measured runs")
+        results["archive"] = bench.record_archive()
         for size in sizes:
-            results["sizes"][str(size)] = measure_size(bench, size, args.skip_dag)
+            results["sizes"][str(size)] = measure_size(bench, size, args.skip_dag, jvm_variants=size == sizes[-1])
         say("fixed cost: a stream holding one record")
-        results["single"] = measure_size(bench, 1, args.skip_dag, baselines=False)
+        results["single"] = measure_size(bench, 1, args.skip_dag, baselines=False, jvm_variants=True)
     finally:
         local_stack.stop(state)
     results["wall_seconds"] = time.monotonic() - started
@@ -389,7 +423,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def measure_size(bench: Bench, size: int, skip_dag: bool, baselines: bool = True) -> dict[str, Any]:
+def measure_size(bench: Bench, size: int, skip_dag: bool, baselines: bool = True, jvm_variants: bool = False) -> dict[str, Any]:
     load_before = Path("/proc/loadavg").read_text().split()[0]
     stream, produce_seconds = bench.make_stream(size)
     produced_at = time.monotonic()
@@ -404,6 +438,8 @@ def measure_size(bench: Bench, size: int, skip_dag: bool, baselines: bool = True
             runs["bare_parallel"].append(bench.bare(stream, min(cores, len(stream.ranges))))
             runs["naive"].append(bench.naive(stream))
         runs["replay_job"].append(bench.replay_job(stream))
+        for name, conf in JVM_VARIANTS.items() if jvm_variants else ():
+            runs[name].append(bench.replay_job(stream, conf))
         say(f"{size}: run {n + 1}: " + ", ".join(f"{k} {v[-1]['seconds']:.1f}s" for k, v in runs.items()))
     time.sleep(max(0.0, 11 - (time.monotonic() - produced_at)))  # the backlog is older than the planner's first window
     for _ in range(bench.runs):

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+from pyspark.accumulators import Accumulator, AccumulatorParam
 from pyspark.sql import DataFrame, SparkSession
 
 SCHEMA_DDL = (
@@ -52,7 +54,22 @@ def partitions(spec: dict[str, Any]) -> list[RangePartition]:
     ]
 
 
-def read_ranges(spark: SparkSession, spec: dict[str, Any]) -> DataFrame:
+class Earliest(AccumulatorParam[float]):
+    """Merges wall-clock times into the earliest: when the first of a job's tasks made its first Kinesis call."""
+
+    def zero(self, value: float) -> float:
+        return math.inf
+
+    def addInPlace(self, value1: float, value2: float) -> float:  # PySpark's name
+        return min(value1, value2)
+
+
+def first_call_accumulator(spark: SparkSession) -> Accumulator[float]:
+    """Tasks add the time of their first call; the driver reads the earliest once the job is done."""
+    return spark.sparkContext.accumulator(math.inf, Earliest())
+
+
+def read_ranges(spark: SparkSession, spec: dict[str, Any], first_call: Accumulator[float] | None = None) -> DataFrame:
     """Exactly the spec's ranges as rows: one Spark partition, so one task, per range.
 
     ``spark.range`` gives one row (the partition's index) to each of n partitions, and ``mapInArrow``
@@ -65,13 +82,16 @@ def read_ranges(spark: SparkSession, spec: dict[str, Any]) -> DataFrame:
     def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for index in batch.column(0).to_pylist():
-                yield from read_partition(planned[index])
+                yield from read_partition(planned[index], first_call)
 
     return spark.range(0, len(planned), 1, len(planned)).mapInArrow(read, SCHEMA_DDL)
 
 
-def read_partition(partition: RangePartition) -> Iterator[pa.RecordBatch]:
-    """In the task: open a client, read the range page by page, yield each page as an Arrow batch."""
+def read_partition(partition: RangePartition, first_call: Accumulator[float] | None = None) -> Iterator[pa.RecordBatch]:
+    """In the task: open a client, read the range page by page, yield each page as an Arrow batch.
+
+    Only one page is held at a time: each is converted and let go before the next is fetched.
+    """
     import boto3
     from botocore.config import Config
 
@@ -88,13 +108,18 @@ def read_partition(partition: RangePartition) -> Iterator[pa.RecordBatch]:
     )
     stats = ReadStats()
     limits = ReadConfig(**partition.read)
+    if first_call is not None:
+        first_call.add(time.time())
     records, started, reported = 0, time.monotonic(), time.monotonic()
     for page in iterate_range(client, partition.stream, rng, limits, stats, accept_gap=partition.accept_gap):
         records += len(page)
-        yield to_record_batch(partition.stream, rng.shard_id, page)
+        newest, batch = page[-1], to_record_batch(partition.stream, rng.shard_id, page)
+        del page
+        yield batch
+        del batch
         if time.monotonic() - reported >= limits.progress_seconds:
             reported = time.monotonic()
-            log.warning("%s: %d records read, %s", rng.describe(), records, position(rng, page[-1], partition.planned_at))
+            log.warning("%s: %d records read, %s", rng.describe(), records, position(rng, newest, partition.planned_at))
     seconds = max(time.monotonic() - started, 1e-9)
     log.warning(
         "%s: done, %d records, %.1f KiB in %.1fs (%.0f records/s, %.0f KiB/s); %d GetRecords calls, "
