@@ -71,7 +71,7 @@ package: install
 	PYTHONPATH=plugins $(BIN)/python -c "from pathlib import Path; from kinesis_replay.spark_submit import package_library as p; print(p(Path('dist/kinesis_replay.zip')))" 
 
 # Sizes (records per 4-shard stream) and runs per figure; about 20 minutes with these defaults on 2 cores.
-SIZES ?= 2000,20000,200000
+SIZES ?= 4000,40000,400000
 RUNS ?= 3
 bench: install
 	$(BIN)/python bench/run.py --sizes $(SIZES) --runs $(RUNS)

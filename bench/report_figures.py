@@ -56,7 +56,7 @@ def render_figures(results: dict[str, Any]) -> str:
     w(f"- Streams: {results['shards']} shards on kinesalite (in memory), records of {results['record_bytes']} bytes "
       "(a JSON event padded to that size), sizes " + ", ".join(f"{int(s):,}" for s in sizes) + " records.")  # fmt: skip
     if all("load" in S[s] for s in sizes):
-        w(f"- Load: other jobs ran too. The 1-minute load average on these {os.cpu_count()} cores, before and after each size's runs: "
+        w(f"- Load: the 1-minute load average on these {os.cpu_count()} cores (the bench's own processes count), before and after each size's runs: "
           + ", ".join(f"{int(s):,} records {S[s]['load'][0]:.1f} → {S[s]['load'][1]:.1f}" for s in sizes) + ".")  # fmt: skip
     w("- The replay job runs `local[2]` (one task per shard range, two at a time) with no per-shard read budget: the emulator "
       "enforces none, so the job is measured, not its pacing.\n")  # fmt: skip
