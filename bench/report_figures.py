@@ -51,7 +51,7 @@ def render_figures(results: dict[str, Any]) -> str:
     w(f"Finished {results['finished']}; `make bench` took {results['wall_seconds'] / 60:.1f} minutes: `{results['command']}`.  ")
     w(f"Each figure is the median over {results['runs']} runs, with (min to max). All ways read the same closed ranges of the same "
       f"stream, one after another in each run, so their ratios are measured side by side.\n")  # fmt: skip
-    w(f"- Machine: {m['cpu']}, {m['memory']}, {m['os']}; shared with other jobs, so absolute times are noisy.")
+    w(f"- Machine: {m['cpu']}, {m['memory']}, {m['os']}; a shared machine, so the load before and after each size is listed below.")
     w(f"- Versions: Python {m['python']}, {m['java']}, node {m['node']}, {m['versions']}.")
     w(f"- Streams: {results['shards']} shards on kinesalite (in memory), records of {results['record_bytes']} bytes "
       "(a JSON event padded to that size), sizes " + ", ".join(f"{int(s):,}" for s in sizes) + " records.")  # fmt: skip
@@ -197,7 +197,7 @@ def render_figures(results: dict[str, Any]) -> str:
     w("")
     w("The JVM's options, side by side in the same runs. The job's default for local masters is the C1 compiler only and the serial "
       "collector (`-XX:TieredStopAtLevel=1 -XX:+UseSerialGC`) with the class-data-sharing archive; a pipeline that sets "
-      "`spark.driver.extraJavaOptions` gets neither. The JVM's own defaults here are C1 then C2, and G1:\n")  # fmt: skip
+      "`spark.driver.defaultJavaOptions` replaces both. The JVM's own defaults here are C1 then C2, and G1:\n")  # fmt: skip
     w("| records | options | end to end s | CPU s | JVM CPU s | from the first call s |")
     w("|---|---|---|---|---|---|")
     variants = (("replay_job", "C1 only, serial GC, archive (default)"), ("replay_job_no_archive", "C1 only, serial GC, no archive"),
@@ -209,8 +209,8 @@ def render_figures(results: dict[str, Any]) -> str:
               f"{spread(R, lambda r: r.get('cpu_jvm', 0.0)).fmt()} | {spread(R, steady).fmt('.2f')} |")  # fmt: skip
     if "archive" in results:
         a = results["archive"]
-        w(f"\nRecording the archive, once per machine (and again after an upgrade of Java or Spark): the first local job, on one "
-          f"record, took {a['seconds']:.1f}s and {a['cpu']:.1f} CPU-seconds.")  # fmt: skip
+        w(f"\nRecording the archive, once per machine (and again after an upgrade of Java or Spark): the warm-up job that the first "
+          f"replay task runs before its replay took {a['seconds']:.1f}s and {a['cpu']:.1f} CPU-seconds.")  # fmt: skip
     w("")
 
     w("### Planning and memory\n")

@@ -32,7 +32,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path[:0] = [str(ROOT / "plugins"), str(ROOT / "dags"), str(ROOT / "tests"), str(HERE)]
 
-from measure import Finished, cpu_seconds, run_tracked  # noqa: E402
+from measure import Finished, children_cpu, cpu_seconds, run_tracked  # noqa: E402
 
 from kinesis_replay import jvm_archive  # noqa: E402
 from stack import local_stack  # noqa: E402
@@ -44,11 +44,11 @@ TAIL_PER_SHARD = 10  # records produced just before each plan, as a live stream 
 UNLIMITED = {"get_records_per_second": 1e6, "bytes_per_second": 1e12, "get_shard_iterator_per_second": 1e6}
 SPARK_CONF = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4"}
 # The job's JVM options for local masters (C1 only, the class-data-sharing archive) against two alternatives, in the
-# same runs: without the archive (a pipeline that sets its own options gets none), and the JVM's own defaults here
-# (tiered C1 then C2, G1).
+# same runs: without the archive (a pipeline that sets spark.driver.defaultJavaOptions itself gets none), and the
+# JVM's own defaults here (tiered C1 then C2, G1).
 JVM_VARIANTS = {
-    "replay_job_no_archive": {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"},
-    "replay_job_jvm_defaults": {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=4 -XX:+UseG1GC"},
+    "replay_job_no_archive": {"spark.driver.defaultJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"},
+    "replay_job_jvm_defaults": {"spark.driver.defaultJavaOptions": "-XX:TieredStopAtLevel=4 -XX:+UseG1GC"},
 }
 
 
@@ -216,7 +216,6 @@ class Bench:
         submitted = time.time()
         done = run_tracked(command, env)
         emulator = self.emulator_cpu() - emulator
-        jvm_archive.settle(command, done.code == 0, done.output.splitlines())  # as spark_submit.run does
         (self.work / f"replay-job-{stream.records}.log").write_text(done.output)  # the last run's, for its per-shard lines
         if done.code != 0:
             raise RuntimeError(f"the replay job failed:\n{done.output[-3000:]}")
@@ -234,13 +233,19 @@ class Bench:
         }  # fmt: skip
 
     def record_archive(self) -> dict[str, Any]:
-        """The one run that records the class-data-sharing archive (a stream of one record); later runs map it."""
-        stream, _ = self.make_stream(1)
-        recorded = self.replay_job(stream)
-        if not any(p.name.endswith(".jsa") for p in Path(os.environ[jvm_archive.CACHE_ENV]).iterdir()):
-            raise RuntimeError("the first replay job recorded no class-data-sharing archive")
-        self.delete_stream(stream)
-        return recorded
+        """The warm-up job that records the class-data-sharing archive, as the first replay task on a machine runs it."""
+        from kinesis_replay import spark_submit
+        from kinesis_replay.config import parse_config
+
+        pipeline = parse_config({"pipelines": [self.pipeline_entry(Stream("unused", [], [], 0), self.work / "warm-up", "unused")]})[0]
+        jobs = ROOT / "spark_jobs"
+        cpu, started = children_cpu(), time.monotonic()
+        spark_submit.warm_up(pipeline, jobs / "replay_job.py", [self.library, jobs / "kinesis_source.py"], self.env)
+        seconds, cpu = time.monotonic() - started, children_cpu() - cpu
+        archive = jvm_archive.for_spark(spark_submit.LOCAL_DRIVER_JAVA_OPTIONS)
+        if archive is None or not archive.ready():
+            raise RuntimeError(f"the warm-up job recorded no class-data-sharing archive: {archive and archive.disabled()}")
+        return {"seconds": seconds, "cpu": cpu}
 
     def plan(self, stream: Stream) -> dict[str, Any]:
         """A dry run of the planner on the whole stream (no checkpoints yet), just after a small live tail arrives."""
@@ -403,7 +408,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.update(stack.env())
         bench = Bench(stack, int((state / "kinesalite.pid").read_text()), WORK, args.runs, args.record_bytes)
         results["machine"] = machine()
-        say("the first local job on a machine records the JVM's class-data-sharing archive: once, before the measured runs")
+        say("the first replay task on a machine records the JVM's class-data-sharing archive with a warm-up job: once, first")
         results["archive"] = bench.record_archive()
         for size in sizes:
             results["sizes"][str(size)] = measure_size(bench, size, args.skip_dag, jvm_variants=size == sizes[-1])

@@ -130,9 +130,9 @@ def submit(p: PipelineConfig, batch: Batch, accept_gaps: frozenset[str] = frozen
         spec_path = work / "batch.json"
         spec_path.write_text(json.dumps(job_spec(p, batch, accept_gaps)))
         library = spark_submit.package_library(work / "kinesis_replay.zip")
-        command = spark_submit.build_command(
-            p, batch.batch_id, spec_path, SPARK_JOBS / "replay_job.py", [library, SPARK_JOBS / "kinesis_source.py"]
-        )
+        job, py_files = SPARK_JOBS / "replay_job.py", [library, SPARK_JOBS / "kinesis_source.py"]
+        spark_submit.warm_up(p, job, py_files, spark_submit.submit_env(p.spark.master, {}))  # once per machine
+        command = spark_submit.build_command(p, batch.batch_id, spec_path, job, py_files)
         spark_submit.run(command, spark_submit.submit_env(p.spark.master, env), f"pipeline {p.name}, batch {batch.batch_id}")
     finally:
         shutil.rmtree(work, ignore_errors=True)

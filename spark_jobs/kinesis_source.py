@@ -87,6 +87,32 @@ def read_ranges(spark: SparkSession, spec: dict[str, Any], first_call: Accumulat
     return spark.range(0, len(planned), 1, len(planned)).mapInArrow(read, SCHEMA_DDL)
 
 
+def sample_ranges(spark: SparkSession, spec: dict[str, Any], first_call: Accumulator[float] | None = None) -> DataFrame:
+    """Made-up records, two shards of them, through the same path as ``read_ranges`` but without Kinesis.
+
+    For the JVM's warm-up job: its JVM then loads the classes a replay loads (the Python runner,
+    Arrow, the Parquet writer), which the class-data-sharing archive records.
+    """
+    shards = len(spec["ranges"])
+
+    def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from datetime import UTC, datetime
+
+        for batch in batches:
+            for index in batch.column(0).to_pylist():
+                if first_call is not None:
+                    first_call.add(time.time())
+                now = datetime.now(UTC)
+                page = [
+                    {"SequenceNumber": str(10**55 + n), "ApproximateArrivalTimestamp": now, "PartitionKey": str(n),
+                     "Data": b'{"n": %d}' % n if n else b"not JSON"}  # one bad record: the quarantine is written too
+                    for n in range(10)
+                ]  # fmt: skip
+                yield to_record_batch(spec["stream"], f"shardId-{index:012d}", page)
+
+    return spark.range(0, shards, 1, shards).mapInArrow(read, SCHEMA_DDL)
+
+
 def read_partition(partition: RangePartition, first_call: Accumulator[float] | None = None) -> Iterator[pa.RecordBatch]:
     """In the task: open a client, read the range page by page, yield each page as an Arrow batch.
 

@@ -20,6 +20,7 @@ import json
 import math
 import sys
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -31,7 +32,7 @@ from kinesis_replay.errors import KinesisReplayError
 from kinesis_replay.output import batch_path, manifest_path, quarantine_path, staging_path
 from kinesis_replay.ranges import SequenceRange
 from kinesis_replay.state import Manifest, ShardResult
-from kinesis_source import first_call_accumulator, read_ranges
+from kinesis_source import first_call_accumulator, read_ranges, sample_ranges
 
 SEQ_WIDTH = 130  # sequence numbers have at most 129 digits: left-padded, they order as text as they do as numbers
 PART = "kinesis_replay_part"  # the staging partition column: data or quarantine
@@ -40,8 +41,17 @@ CORRUPT = "_corrupt_record"
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--spec", required=True, help="path or s3:// URI of the batch spec (JSON)")
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--spec", help="path or s3:// URI of the batch spec (JSON)")
+    what.add_argument("--warm-up", metavar="DIR", help="replay made-up records into DIR, without Kinesis: the JVM's warm-up run")
     return parser.parse_args(argv)
+
+
+def warm_up_spec(output: str) -> dict[str, Any]:
+    """A batch of two shards of made-up JSON records, one of them bad: the code paths of a replay, none of Kinesis."""
+    ranges = [SequenceRange(f"shardId-{i:012d}", 10**55, 10**55 + 9).to_dict() for i in range(2)]
+    return {"pipeline": "warm-up", "stream": "warm-up", "batch_id": 1, "output": output, "ranges": ranges,
+            "payload": {"format": "json", "schema": "n INT"}}  # fmt: skip
 
 
 def read_spec_text(path: str) -> str:
@@ -199,7 +209,7 @@ def summarize(spark: SparkSession, spec: dict[str, Any], seconds: float) -> Mani
     return Manifest(pipeline=spec["pipeline"], batch_id=batch_id, shards=shards, seconds=round(seconds, 3))
 
 
-def run(spec: dict[str, Any]) -> Manifest:
+def run(spec: dict[str, Any], source: Callable[..., DataFrame] = read_ranges) -> Manifest:
     started, started_at = time.monotonic(), time.time()
     phases: dict[str, float] = {}
 
@@ -210,7 +220,7 @@ def run(spec: dict[str, Any]) -> Manifest:
     lap("session")
     try:
         first_call = first_call_accumulator(spark)
-        rows = decode_payload(read_ranges(spark, spec, first_call), spec.get("payload", {}), spec["pipeline"])
+        rows = decode_payload(source(spark, spec, first_call), spec.get("payload", {}), spec["pipeline"])
         write_batch(spark, rows, spec)
         lap("read_write")
         # Of that phase, the part from the first Kinesis call on: before it, the tasks start (Python workers, imports).
@@ -238,8 +248,7 @@ def _domain_error(exc: BaseException) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        spec = load_spec(args.spec)
-        manifest = run(spec)
+        manifest = run(warm_up_spec(args.warm_up), source=sample_ranges) if args.warm_up else run(load_spec(args.spec))
     except KinesisReplayError as exc:
         print(f"kinesis-replay: {exc}", file=sys.stderr)
         return 2

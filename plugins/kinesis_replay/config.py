@@ -27,7 +27,8 @@ class ReadConfig:
     GetRecords takes a count of records, not of bytes, so a range's reader asks each call for as
     many records as fill about ``page_bytes`` at the mean record size of its last page (at most
     ``max_records_per_call``; the first call asks for ``first_page_records``). That bounds a
-    reader's memory by one page, whatever the range's length or the records' size. The default,
+    reader's memory by about one such page, whatever the range's length, while record sizes stay
+    alike (a sudden jump in size can bring one larger page, at most Kinesis's 10 MB). The default,
     2 MiB, is one second of a shard's read budget: at 5 calls a second no page needs to be larger.
     """
 

@@ -3,14 +3,17 @@
 A local replay job's JVM loads tens of thousands of classes from about 250 jars, and on a one-record
 batch that was most of its CPU (a JFR profile put the top samples in ``ZipFile`` lookups). Java's
 dynamic AppCDS records the classes a run loaded (``-XX:ArchiveClassesAtExit``), and later runs map
-them (``-XX:SharedArchiveFile``): a one-record job went from 11.6 to 7.6 seconds and from 12 to 7
+them (``-XX:SharedArchiveFile``): a one-record job went from 12.0 to 7.7 seconds and from 12.5 to 7.7
 CPU-seconds here (BENCHMARKS.md).
 
-The first job on a machine records the archive, which costs it about 15 seconds once. The archive is
-written to a temporary name and moved into place only after that job succeeded, with its size beside
-it: the JVM crashes on a truncated archive. Its name is a hash of the java binary, Spark's jars and
-the JVM options, so an upgrade of any of them makes a new one. A job whose JVM still crashes with an
-archive removes it, and its retry runs without one.
+The archive is recorded by a warm-up job of its own (``spark_submit.warm_up``), never by a replay: a
+JVM that cannot write its archive exits 1 after the work is done, for example when a non-empty folder
+(such as Spark's conf folder) is on its class path. A warm-up that fails leaves a ``.disabled`` file
+with the reason, and jobs run without an archive until it is deleted. The archive is written to a
+temporary name and moved into place with its size beside it only after the warm-up succeeded: the JVM
+crashes on a truncated archive. Its name is a hash of the java binary, Spark's jars and the JVM
+options, so an upgrade of any of them makes a new one. A job whose JVM crashes while it maps one of
+these archives removes it, so the retry runs without it.
 """
 
 from __future__ import annotations
@@ -32,9 +35,11 @@ log = logging.getLogger(__name__)
 
 CACHE_ENV = "KINESIS_REPLAY_JVM_CACHE"
 USE, RECORD = "-XX:SharedArchiveFile=", "-XX:ArchiveClassesAtExit="
+# Recording warns of every class it skips (hundreds of lines, all expected): not into the task log.
+QUIET = "-Xlog:cds*=off"
 STALE_SECONDS = 24 * 3600  # a recording takes seconds: a temporary archive this old belongs to a killed run
 JVM_CRASH = "A fatal error has been detected by the Java Runtime Environment"
-_OPTION = re.compile(f"(?:{re.escape(USE)}|{re.escape(RECORD)})\\S+")
+_MAPPED = re.compile(f"{re.escape(USE)}(\\S+)")
 
 
 @dataclass(frozen=True)
@@ -45,6 +50,10 @@ class ClassArchive:
     def size_file(self) -> Path:
         return self.path.with_suffix(".size")
 
+    @property
+    def disabled_file(self) -> Path:
+        return self.path.with_suffix(".disabled")
+
     def ready(self) -> bool:
         """A whole archive is in place: it exists, and has the size its recording run left beside it."""
         try:
@@ -52,12 +61,32 @@ class ClassArchive:
         except (OSError, ValueError):
             return False
 
-    def java_option(self) -> str:
-        """Map the archive if it is ready; else record one, to a name of this run's own."""
-        if self.ready():
-            return f"{USE}{self.path}"
-        # Recording warns of every class it skips (hundreds of lines, all expected): not into the job's log.
-        return f"{RECORD}{self.path}.{uuid.uuid4().hex}.tmp -Xlog:cds*=off"
+    def disabled(self) -> str | None:
+        """Why recording failed here, if it did: then no job records or maps an archive until the file is deleted."""
+        try:
+            return self.disabled_file.read_text()
+        except OSError:
+            return None
+
+    def use_option(self) -> str:
+        return f"{USE}{self.path}"
+
+    def recording(self) -> tuple[str, Path]:
+        """The JVM options that record an archive, and the temporary file they write it to."""
+        tmp = self.path.with_name(f"{self.path.name}.{uuid.uuid4().hex}.tmp")
+        return f"{RECORD}{tmp} {QUIET}", tmp
+
+    def keep(self, tmp: Path) -> bool:
+        """Put a recorded archive in place, its size beside it; False if the recording wrote nothing."""
+        if not tmp.exists():
+            return False
+        self.size_file.write_text(str(tmp.stat().st_size))
+        tmp.replace(self.path)
+        return True
+
+    def disable(self, reason: str) -> None:
+        with contextlib.suppress(OSError):
+            self.disabled_file.write_text(reason + "\n")
 
 
 def cache_dir(env: Mapping[str, str]) -> Path:
@@ -71,15 +100,17 @@ def for_spark(java_options: str, env: Mapping[str, str] | None = None) -> ClassA
     env = os.environ if env is None else env
     java = Path(env["JAVA_HOME"]) / "bin" / "java" if env.get("JAVA_HOME") else shutil.which("java", path=env.get("PATH"))
     spark_home = env.get("SPARK_HOME") or _pyspark_dir()
-    if java is None or spark_home is None:
-        return None
+    directory = cache_dir(env)
+    if java is None or spark_home is None or re.search(r"\s", str(directory)):
+        return None  # spark-submit splits JVM options at whitespace: a cache path with a space can't be passed
     digest = hashlib.sha256(java_options.encode())
     try:
         for path in [Path(java).resolve(), *sorted((Path(spark_home) / "jars").glob("*.jar"))]:
             stat = path.stat()
             digest.update(f"{path}:{stat.st_size}:{stat.st_mtime_ns}\n".encode())
-        directory = cache_dir(env)
         directory.mkdir(parents=True, exist_ok=True)
+        if not os.access(directory, os.W_OK):
+            raise PermissionError(f"{directory} is not writable")
         _prune(directory)
     except OSError as exc:
         log.warning("no class-data-sharing archive for the replay job's JVM: %s", exc)
@@ -100,22 +131,15 @@ def _pyspark_dir() -> str | None:
     return spec.submodule_search_locations[0] if spec and spec.submodule_search_locations else None
 
 
-def settle(command: Sequence[str], succeeded: bool, output: Sequence[str]) -> None:
-    """After a job: keep an archive it recorded if it succeeded, else drop it; drop an archive its JVM crashed on."""
-    for option in (option for arg in command for option in _OPTION.findall(arg)):
-        if option.startswith(RECORD):
-            recorded = Path(option.removeprefix(RECORD))
-            final = ClassArchive(recorded.with_suffix("").with_suffix(""))  # name.jsa.<run>.tmp -> name.jsa
-            if succeeded and recorded.exists():
-                final.size_file.write_text(str(recorded.stat().st_size))
-                recorded.replace(final.path)
-                log.info("recorded the JVM's class-data-sharing archive %s; later jobs start faster", final.path)
-            else:
-                with contextlib.suppress(FileNotFoundError):
-                    recorded.unlink()
-        elif not succeeded and any(JVM_CRASH in line for line in output):
-            archive = ClassArchive(Path(option.removeprefix(USE)))
-            log.warning("the JVM crashed with the class-data-sharing archive %s: removed, the retry runs without it", archive.path)
+def forget_after_crash(command: Sequence[str], output: Sequence[str], env: Mapping[str, str] | None = None) -> None:
+    """After a JVM crash, remove the archives of ours that the command mapped (never one a pipeline passed itself)."""
+    if not any(JVM_CRASH in line for line in output):
+        return
+    ours = cache_dir(os.environ if env is None else env).resolve()
+    for mapped in (Path(m) for arg in command for m in _MAPPED.findall(arg)):
+        if mapped.parent.resolve() == ours and mapped.name.startswith("spark-") and mapped.suffix == ".jsa":
+            archive = ClassArchive(mapped)
+            log.warning("the JVM crashed mapping the class-data-sharing archive %s: removed, the retry runs without it", mapped)
             for path in (archive.size_file, archive.path):
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()

@@ -5,10 +5,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import zipfile
 from collections import deque
 from collections.abc import Mapping
@@ -21,6 +23,10 @@ from kinesis_replay.errors import KinesisReplayError
 log = logging.getLogger(__name__)
 
 PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+# The job's lines that report progress or success rather than an error.
+_PROGRESS = re.compile(r"^kinesis-replay: (phases: |batch \d+ of )")
 
 
 class SparkSubmitError(KinesisReplayError):
@@ -48,24 +54,60 @@ def spark_submit_binary() -> str:
 
 
 # In local mode the driver's JVM runs the tasks too. A replay job is short and moves bytes (Arrow in,
-# Parquet out); C2, the JVM's optimizing compiler, spent more CPU compiling than its code saved: on 200,000
-# records of 1 KB its JVM used 25 CPU-seconds against 15 with C1 alone, and the job ran faster (BENCHMARKS.md).
+# Parquet out); C2, the JVM's optimizing compiler, spent more CPU compiling than its code saved: on 400,000
+# records of 1 KB the JVM used 30 CPU-seconds with the JVM's defaults and 20 with C1 alone (BENCHMARKS.md).
 LOCAL_DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+# Set as the driver's default options: Spark puts spark.driver.extraJavaOptions (the pipeline's, or a site's
+# spark-defaults.conf) after them, so those still apply, and a later -XX flag wins over an earlier one.
+DEFAULT_JAVA_OPTIONS = "spark.driver.defaultJavaOptions"
 
 
 def default_conf(master: str) -> dict[str, str]:
     """What every job gets unless the pipeline's spark.conf says otherwise.
 
-    A local job's JVM also gets the class-data-sharing archive (``jvm_archive``), unless the pipeline
-    sets ``spark.driver.extraJavaOptions`` itself.
+    A local job's JVM gets the C1-only options, and maps the class-data-sharing archive that ``warm_up``
+    recorded, if there is one.
     """
     # Spark's INFO lines (hundreds a run) would bury the job's own progress in the task log.
     conf = {"spark.log.level": "WARN"}
     if master.startswith("local"):
         archive = jvm_archive.for_spark(LOCAL_DRIVER_JAVA_OPTIONS)
-        options = [LOCAL_DRIVER_JAVA_OPTIONS, *([archive.java_option()] if archive else [])]
-        conf["spark.driver.extraJavaOptions"] = " ".join(options)
+        mapped = [archive.use_option()] if archive is not None and archive.ready() and not archive.disabled() else []
+        conf[DEFAULT_JAVA_OPTIONS] = " ".join([LOCAL_DRIVER_JAVA_OPTIONS, *mapped])
     return conf
+
+
+def warm_up(pipeline: PipelineConfig, job: Path, py_files: list[Path], env: Mapping[str, str]) -> None:
+    """Record the JVM's class-data-sharing archive with a warm-up job, once per machine; never fails the caller.
+
+    Only for local masters whose pipeline leaves the driver's default options to us. The warm-up runs the
+    replay job on made-up records (no Kinesis), so its JVM loads the classes a replay loads. If it fails,
+    the archive is disabled with the reason, and every job runs as it would without one.
+    """
+    if not pipeline.spark.master.startswith("local") or DEFAULT_JAVA_OPTIONS in pipeline.spark.conf:
+        return
+    archive = jvm_archive.for_spark(LOCAL_DRIVER_JAVA_OPTIONS)
+    if archive is None or archive.ready() or archive.disabled():
+        return
+    options, tmp = archive.recording()
+    output = Path(tempfile.mkdtemp(prefix="kinesis-replay-warm-up-"))
+    conf = {**pipeline.spark.conf, "spark.log.level": "WARN", DEFAULT_JAVA_OPTIONS: f"{LOCAL_DRIVER_JAVA_OPTIONS} {options}"}
+    command = [spark_submit_binary(), "--master", pipeline.spark.master, "--name", "kinesis-replay-jvm-warm-up"]
+    for key, value in sorted(conf.items()):
+        command += ["--conf", f"{key}={value}"]
+    command += ["--py-files", ",".join(str(p) for p in py_files), str(job), "--warm-up", str(output)]
+    log.info("recording the JVM's class-data-sharing archive %s with a warm-up job (once; later jobs start faster)", archive.path)
+    try:
+        run(command, env, "the JVM's warm-up job")
+        if not archive.keep(tmp):
+            raise SparkSubmitError(f"the warm-up job wrote no archive to {tmp}")
+    except (SparkSubmitError, OSError) as exc:
+        archive.disable(f"the warm-up job failed, so replay jobs run without an archive (delete this file to try again): {exc}")
+        log.warning("no class-data-sharing archive for the replay job's JVM: %s", exc)
+    finally:
+        shutil.rmtree(output, ignore_errors=True)
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
 
 
 def build_command(pipeline: PipelineConfig, batch_id: int, spec_path: Path, job: Path, py_files: list[Path]) -> list[str]:
@@ -109,11 +151,11 @@ def run(command: list[str], env: Mapping[str, str], what: str) -> None:
         code = proc.wait()
     except BaseException:
         _stop(proc)
-        jvm_archive.settle(command, False, crash)
         raise
-    jvm_archive.settle(command, code == 0, crash)
     if code != 0:
-        reasons = list(own) or list(tail)[-8:]
+        jvm_archive.forget_after_crash(command, crash)
+        # The job's own error lines if it printed any; else (a JVM or Spark failure) the last lines of the log.
+        reasons = [line for line in own if not _PROGRESS.match(line)] or list(tail)[-8:]
         raise SparkSubmitError(f"{what}: spark-submit exited with {code}: " + " | ".join(reasons))
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,36 +43,65 @@ def test_an_unreachable_range_end_fails_the_job_naming_stream_shard_and_range(
     assert not (Path(entry["output"]) / "_manifests").exists()
 
 
-def test_the_first_local_job_records_the_jvm_class_archive_and_the_next_one_maps_it(
+def test_the_warm_up_records_the_jvm_class_archive_and_the_replay_job_maps_it(
     kinesis: Any, entry: dict[str, Any], tmp_path: Path, stack: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(jvm_archive.CACHE_ENV, str(tmp_path / "jvm"))
-    produced = produce(kinesis, entry["stream"], 20)
-    shard = produced[0].shard_id
-    seqs = sorted(int(p.sequence_number) for p in produced if p.shard_id == shard)
-    pipeline = parse_config({"pipelines": [entry]})[0]
-    jobs = ROOT / "spark_jobs"
-    library = spark_submit.package_library(tmp_path / "lib.zip")
-
-    def replay(batch_id: int, env: dict[str, str]) -> None:
-        spec = {
-            "pipeline": entry["name"], "stream": entry["stream"], "batch_id": batch_id, "output": entry["output"],
-            "ranges": [SequenceRange(shard, seqs[0], seqs[-1]).to_dict()],
-            "aws": {"region_name": "us-east-1", "endpoint_url": stack.kinesis_url}, "read": {},
-        }  # fmt: skip
-        (tmp_path / f"{batch_id}.json").write_text(json.dumps(spec))
-        command = spark_submit.build_command(
-            pipeline, batch_id, tmp_path / f"{batch_id}.json", jobs / "replay_job.py", [library, jobs / "kinesis_source.py"]
-        )
-        spark_submit.run(command, spark_submit.submit_env(pipeline.spark.master, env), f"pipeline p, batch {batch_id}")
-        manifest = json.loads((Path(entry["output"]) / "_manifests" / f"batch_id={batch_id:010d}.json").read_text())
-        assert [s["records"] for s in manifest["shards"]] == [len(seqs)]
-
-    replay(1, {})
-    (recorded,) = (tmp_path / "jvm").glob("*.jsa")
-    assert jvm_archive.ClassArchive(recorded).ready()
+    replay = one_record_replay(kinesis, entry, tmp_path, stack)
+    spark_submit.warm_up(replay.pipeline, replay.job, replay.py_files, spark_submit.submit_env("local[2]", {}))
+    archive = jvm_archive.for_spark(spark_submit.LOCAL_DRIVER_JAVA_OPTIONS)
+    assert archive is not None and archive.ready() and archive.disabled() is None
     # The JVM's own account of where each class came from: Spark's, from the archive, not from its jar.
     classes = tmp_path / "classes.log"
-    replay(2, {"JAVA_TOOL_OPTIONS": f"-Xlog:class+load=info:file={classes}"})
+    replay.run({"JAVA_TOOL_OPTIONS": f"-Xlog:class+load=info:file={classes}"})
     assert "org.apache.spark.SparkContext source: shared objects file (top)" in classes.read_text()
-    assert list((tmp_path / "jvm").glob("*.jsa")) == [recorded]
+    assert sorted(p.name for p in (tmp_path / "jvm").iterdir()) == [archive.path.name, archive.size_file.name]
+
+
+def test_a_warm_up_the_jvm_cannot_record_disables_the_archive_and_replays_run_as_before(
+    kinesis: Any, entry: dict[str, Any], tmp_path: Path, stack: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A Spark distribution's conf folder holds templates, and the launcher puts it first on the class path: the
+    # JVM then does the whole job and exits 1, unable to record ("Cannot have non-empty directory in paths").
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "spark-env.sh.template").write_text("# a template, as Spark ships them\n")
+    monkeypatch.setenv(jvm_archive.CACHE_ENV, str(tmp_path / "jvm"))
+    monkeypatch.setenv("SPARK_CONF_DIR", str(conf))
+    replay = one_record_replay(kinesis, entry, tmp_path, stack)
+    spark_submit.warm_up(replay.pipeline, replay.job, replay.py_files, spark_submit.submit_env("local[2]", {}))
+    archive = jvm_archive.for_spark(spark_submit.LOCAL_DRIVER_JAVA_OPTIONS)
+    assert archive is not None and not archive.ready()
+    assert "Cannot have non-empty directory in paths" in (archive.disabled() or "")
+    replay.run({})  # without an archive, and without failing
+
+
+@dataclass
+class OneRecordReplay:
+    pipeline: Any
+    job: Path
+    py_files: list[Path]
+    spec: Path
+    output: Path
+
+    def run(self, env: dict[str, str]) -> None:
+        command = spark_submit.build_command(self.pipeline, 1, self.spec, self.job, self.py_files)
+        spark_submit.run(command, spark_submit.submit_env(self.pipeline.spark.master, env), "pipeline p, batch 1")
+        manifest = json.loads((self.output / "_manifests" / "batch_id=0000000001.json").read_text())
+        assert [s["records"] for s in manifest["shards"]] == [1]
+
+
+def one_record_replay(kinesis: Any, entry: dict[str, Any], tmp_path: Path, stack: Any) -> OneRecordReplay:
+    """A batch of one record, and what spark-submit needs to replay it."""
+    (produced,) = produce(kinesis, entry["stream"], 1)
+    seq = int(produced.sequence_number)
+    spec = {
+        "pipeline": entry["name"], "stream": entry["stream"], "batch_id": 1, "output": entry["output"],
+        "ranges": [SequenceRange(produced.shard_id, seq, seq).to_dict()],
+        "aws": {"region_name": "us-east-1", "endpoint_url": stack.kinesis_url}, "read": {},
+    }  # fmt: skip
+    (tmp_path / "batch.json").write_text(json.dumps(spec))
+    jobs = ROOT / "spark_jobs"
+    py_files = [spark_submit.package_library(tmp_path / "lib.zip"), jobs / "kinesis_source.py"]
+    pipeline = parse_config({"pipelines": [entry]})[0]
+    return OneRecordReplay(pipeline, jobs / "replay_job.py", py_files, tmp_path / "batch.json", Path(entry["output"]))

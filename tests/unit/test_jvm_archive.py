@@ -1,8 +1,10 @@
-"""The JVM's class-data-sharing archive: named by what it depends on, kept only whole, dropped when the JVM crashes on it."""
+"""The JVM's class-data-sharing archive: named by what it depends on, recorded by a warm-up that may fail, kept only whole."""
 
 from __future__ import annotations
 
 import os
+import stat
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,102 +13,152 @@ from kinesis_replay import jvm_archive, spark_submit
 from kinesis_replay.config import parse_config
 
 OPTIONS = "-XX:TieredStopAtLevel=1"
+ENTRY = {"name": "p", "stream": "s", "output": "/o", "schedule": None, "initial_position": "LATEST", "state_table": "t"}
 
 
 @pytest.fixture
-def env(tmp_path: Path) -> dict[str, str]:
-    """A java binary, a Spark home with two jars, and a cache folder, all under tmp_path."""
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """A java binary, a Spark home with two jars, and a cache folder, all under tmp_path (and in os.environ)."""
     (tmp_path / "jdk" / "bin").mkdir(parents=True)
     (tmp_path / "jdk" / "bin" / "java").write_text("#!/bin/sh\n")
     (tmp_path / "spark" / "jars").mkdir(parents=True)
     for jar in ("spark-core.jar", "spark-sql.jar"):
         (tmp_path / "spark" / "jars" / jar).write_bytes(b"jar")
-    return {"JAVA_HOME": str(tmp_path / "jdk"), "SPARK_HOME": str(tmp_path / "spark"), jvm_archive.CACHE_ENV: str(tmp_path / "cache")}
+    values = {"JAVA_HOME": str(tmp_path / "jdk"), "SPARK_HOME": str(tmp_path / "spark"), jvm_archive.CACHE_ENV: str(tmp_path / "cache")}
+    for key, value in values.items():
+        monkeypatch.setenv(key, value)
+    return values
 
 
-def recorded(archive: jvm_archive.ClassArchive, size: int = 100) -> str:
-    """What a recording run leaves: its option, and its archive under the temporary name."""
-    option = archive.java_option()
-    assert option.startswith(jvm_archive.RECORD)
-    Path(option.split()[0].removeprefix(jvm_archive.RECORD)).write_bytes(b"x" * size)
-    return option
+def archive(env: dict[str, str], options: str = OPTIONS) -> jvm_archive.ClassArchive:
+    found = jvm_archive.for_spark(options, env)
+    assert found is not None
+    return found
+
+
+def record(found: jvm_archive.ClassArchive, size: int = 100) -> Path:
+    """What a warm-up's JVM leaves: the archive under its temporary name."""
+    options, tmp = found.recording()
+    assert options == f"{jvm_archive.RECORD}{tmp} {jvm_archive.QUIET}"
+    tmp.write_bytes(b"x" * size)
+    return tmp
 
 
 def test_the_archive_is_named_by_the_java_binary_the_spark_jars_and_the_options(env: dict[str, str], tmp_path: Path) -> None:
-    first = jvm_archive.for_spark(OPTIONS, env)
-    assert first is not None and first.path.parent == tmp_path / "cache"
-    assert jvm_archive.for_spark(OPTIONS, env) == first
-    assert jvm_archive.for_spark("-XX:+UseSerialGC", env) != first
+    first = archive(env)
+    assert first.path.parent == tmp_path / "cache" and archive(env) == first
+    assert archive(env, "-XX:+UseSerialGC") != first
     (tmp_path / "spark" / "jars" / "spark-sql.jar").write_bytes(b"a newer jar")
-    upgraded = jvm_archive.for_spark(OPTIONS, env)
-    assert upgraded is not None and upgraded != first
+    upgraded = archive(env)
+    assert upgraded != first
     os.utime(tmp_path / "jdk" / "bin" / "java", ns=(1, 1))
-    assert jvm_archive.for_spark(OPTIONS, env) not in (first, upgraded)
+    assert archive(env) not in (first, upgraded)
 
 
-def test_with_no_java_or_no_writable_cache_there_is_no_archive(env: dict[str, str], tmp_path: Path) -> None:
+def test_no_archive_without_java_a_writable_cache_or_a_cache_path_without_spaces(env: dict[str, str], tmp_path: Path) -> None:
     assert jvm_archive.for_spark(OPTIONS, {**env, "JAVA_HOME": str(tmp_path / "nowhere")}) is None
     (tmp_path / "file").write_text("")
     assert jvm_archive.for_spark(OPTIONS, {**env, jvm_archive.CACHE_ENV: str(tmp_path / "file" / "cache")}) is None
+    (tmp_path / "read-only").mkdir(mode=stat.S_IRUSR | stat.S_IXUSR)
+    if os.access(tmp_path / "read-only", os.W_OK):
+        pytest.skip("running as a user who may write anywhere")
+    assert jvm_archive.for_spark(OPTIONS, {**env, jvm_archive.CACHE_ENV: str(tmp_path / "read-only")}) is None
 
 
-def test_a_successful_recording_run_puts_the_archive_in_place_and_later_runs_map_it(env: dict[str, str]) -> None:
-    archive = jvm_archive.for_spark(OPTIONS, env)
-    assert archive is not None and not archive.ready()
-    option = recorded(archive)
-    jvm_archive.settle(["spark-submit", "--conf", f"spark.driver.extraJavaOptions={OPTIONS} {option}"], True, [])
-    assert archive.ready() and archive.path.stat().st_size == 100
-    assert archive.java_option() == f"{jvm_archive.USE}{archive.path}"
-    assert list(archive.path.parent.glob("*.tmp")) == []
+def test_a_cache_path_with_a_space_gets_no_archive_spark_submit_would_split_the_option(env: dict[str, str], tmp_path: Path) -> None:
+    assert jvm_archive.for_spark(OPTIONS, {**env, jvm_archive.CACHE_ENV: str(tmp_path / "my cache")}) is None
 
 
-def test_a_failed_recording_run_leaves_no_archive(env: dict[str, str]) -> None:
-    archive = jvm_archive.for_spark(OPTIONS, env)
-    assert archive is not None
-    option = recorded(archive)
-    jvm_archive.settle(["--conf", f"spark.driver.extraJavaOptions={option}"], False, [])
-    assert not archive.path.exists() and list(archive.path.parent.iterdir()) == []
+def test_a_recorded_archive_is_kept_with_its_size_and_a_truncated_one_is_not_ready(env: dict[str, str]) -> None:
+    found = archive(env)
+    assert not found.ready()
+    tmp = record(found)
+    assert found.keep(tmp) and found.ready() and not tmp.exists()
+    assert found.use_option() == f"{jvm_archive.USE}{found.path}"
+    found.path.write_bytes(b"x" * 10)  # cut short after it was kept: the JVM would die on it
+    assert not found.ready()
+    assert not found.keep(found.path.with_name("never-written.tmp"))
 
 
-def test_a_truncated_archive_is_not_used_the_jvm_would_crash_on_it(env: dict[str, str]) -> None:
-    archive = jvm_archive.for_spark(OPTIONS, env)
-    assert archive is not None
-    jvm_archive.settle([f"spark.driver.extraJavaOptions={recorded(archive)}"], True, [])
-    archive.path.write_bytes(b"x" * 10)  # cut short after it was kept
-    assert not archive.ready()
-    assert archive.java_option().startswith(jvm_archive.RECORD)
+def test_a_disabled_archive_says_why(env: dict[str, str]) -> None:
+    found = archive(env)
+    assert found.disabled() is None
+    found.disable("Cannot have non-empty directory in paths")
+    assert "non-empty directory" in (found.disabled() or "")
 
 
-def test_an_archive_the_jvm_crashed_on_is_removed_and_a_plain_failure_keeps_it(env: dict[str, str]) -> None:
-    archive = jvm_archive.for_spark(OPTIONS, env)
-    assert archive is not None
-    jvm_archive.settle([f"spark.driver.extraJavaOptions={recorded(archive)}"], True, [])
-    using = [f"spark.driver.extraJavaOptions={OPTIONS} {archive.java_option()}"]
-    jvm_archive.settle(using, False, ["kinesis-replay: range gone"])
-    assert archive.ready()
-    jvm_archive.settle(using, False, [f"# {jvm_archive.JVM_CRASH}:"])
-    assert not archive.path.exists() and not archive.size_file.exists()
+def test_after_a_jvm_crash_only_our_mapped_archive_is_removed(env: dict[str, str], tmp_path: Path) -> None:
+    found = archive(env)
+    found.keep(record(found))
+    theirs = tmp_path / "theirs.jsa"
+    theirs.write_bytes(b"a pipeline's own archive")
+    command = ["--conf", f"spark.driver.defaultJavaOptions={OPTIONS} {found.use_option()}", "--conf",
+               f"spark.driver.extraJavaOptions={jvm_archive.USE}{theirs}"]  # fmt: skip
+    jvm_archive.forget_after_crash(command, ["kinesis-replay: replay failed: range gone"])
+    assert found.ready()
+    jvm_archive.forget_after_crash(command, [f"# {jvm_archive.JVM_CRASH}:"])
+    assert not found.path.exists() and not found.size_file.exists() and theirs.exists()
 
 
-def test_local_jobs_get_the_archive_and_a_pipeline_with_its_own_jvm_options_does_not(
-    env: dict[str, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    entry = {"name": "p", "stream": "s", "output": "/o", "schedule": None, "initial_position": "LATEST", "state_table": "t"}
-    local = parse_config({"pipelines": [{**entry, "spark": {"master": "local[2]"}}]})[0]
-    (option,) = [c for c in spark_submit.build_command(local, 1, tmp_path / "b.json", Path("job.py"), []) if "extraJavaOptions" in c]
-    assert option.startswith(
-        f"spark.driver.extraJavaOptions={spark_submit.LOCAL_DRIVER_JAVA_OPTIONS} {jvm_archive.RECORD}{tmp_path}/cache/"
-    )
-    own = parse_config({"pipelines": [{**entry, "spark": {"master": "local[2]", "conf": {"spark.driver.extraJavaOptions": "-Xss4m"}}}]})[0]
-    assert "spark.driver.extraJavaOptions=-Xss4m" in spark_submit.build_command(own, 1, tmp_path / "b.json", Path("job.py"), [])
-
-
-def test_what_a_killed_recording_run_left_is_removed_once_it_is_stale(env: dict[str, str]) -> None:
-    archive = jvm_archive.for_spark(OPTIONS, env)
-    assert archive is not None
-    stale, fresh = (Path(recorded(archive).split()[0].removeprefix(jvm_archive.RECORD)) for _ in range(2))
+def test_what_a_killed_recording_left_is_removed_once_it_is_stale(env: dict[str, str]) -> None:
+    found = archive(env)
+    stale, fresh = record(found), record(found)
     os.utime(stale, (0, 0))
-    jvm_archive.for_spark(OPTIONS, env)
-    assert not stale.exists() and fresh.exists()  # a run still recording is left alone
+    archive(env)
+    assert not stale.exists() and fresh.exists()  # a warm-up still recording is left alone
+
+
+def fake_spark_submit(tmp_path: Path, body: str) -> Path:
+    """A stand-in for spark-submit: Python that sees the command line the warm-up passes."""
+    script = tmp_path / "spark-submit"
+    script.write_text(f"#!{sys.executable}\nimport re, sys\nargs = ' '.join(sys.argv)\n{body}\n")
+    script.chmod(0o755)
+    return script
+
+
+WRITES_ARCHIVE = "open(re.search(r'ArchiveClassesAtExit=(\\S+)', args).group(1), 'wb').write(b'archive' * 100)"
+
+
+def test_the_warm_up_records_the_archive_and_later_jobs_map_it(
+    env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(
+        spark_submit, "spark_submit_binary", lambda: str(fake_spark_submit(tmp_path, f"assert '--warm-up' in args\n{WRITES_ARCHIVE}"))
+    )
+    local = parse_config({"pipelines": [{**ENTRY, "spark": {"master": "local[2]"}}]})[0]
+    spark_submit.warm_up(local, Path("job.py"), [], dict(os.environ))
+    found = archive(env, spark_submit.LOCAL_DRIVER_JAVA_OPTIONS)
+    assert found.ready() and found.path.stat().st_size == 700
+    command = spark_submit.build_command(local, 1, tmp_path / "b.json", Path("job.py"), [])
+    expected = f"{spark_submit.DEFAULT_JAVA_OPTIONS}={spark_submit.LOCAL_DRIVER_JAVA_OPTIONS} {found.use_option()}"
+    assert expected in command
+
+
+def test_a_failed_warm_up_disables_the_archive_and_jobs_run_without_one(
+    env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What the JVM does when a non-empty folder (Spark's conf folder, say) is on its class path: the work done, exit 1.
+    failing = fake_spark_submit(tmp_path, f"{WRITES_ARCHIVE}\nprint('Cannot have non-empty directory in paths'); sys.exit(1)")
+    monkeypatch.setattr(spark_submit, "spark_submit_binary", lambda: str(failing))
+    local = parse_config({"pipelines": [{**ENTRY, "spark": {"master": "local[2]"}}]})[0]
+    spark_submit.warm_up(local, Path("job.py"), [], dict(os.environ))  # does not raise
+    found = archive(env, spark_submit.LOCAL_DRIVER_JAVA_OPTIONS)
+    assert not found.ready() and "Cannot have non-empty directory in paths" in (found.disabled() or "")
+    assert list(found.path.parent.glob("*.tmp")) == []
+    command = spark_submit.build_command(local, 1, tmp_path / "b.json", Path("job.py"), [])
+    assert f"{spark_submit.DEFAULT_JAVA_OPTIONS}={spark_submit.LOCAL_DRIVER_JAVA_OPTIONS}" in command
+    monkeypatch.setattr(spark_submit, "spark_submit_binary", lambda: pytest.fail("a disabled archive is not recorded again"))
+    spark_submit.warm_up(local, Path("job.py"), [], dict(os.environ))
+
+
+def test_no_warm_up_for_cluster_masters_or_pipelines_that_set_the_drivers_default_options(
+    env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(spark_submit, "spark_submit_binary", lambda: pytest.fail("no warm-up expected"))
+    cluster = parse_config({"pipelines": [{**ENTRY, "spark": {"master": "spark://host:7077"}}]})[0]
+    own = parse_config({"pipelines": [{**ENTRY, "spark": {"master": "local[2]", "conf": {spark_submit.DEFAULT_JAVA_OPTIONS: "-Xss4m"}}}]})[
+        0
+    ]
+    for pipeline in (cluster, own):
+        spark_submit.warm_up(pipeline, Path("job.py"), [], dict(os.environ))
+    assert list((tmp_path / "cache").glob("*")) == []

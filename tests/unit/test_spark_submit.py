@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 import zipfile
 from pathlib import Path
@@ -54,16 +55,34 @@ def test_the_pipeline_may_raise_spark_log_level(tmp_path: Path) -> None:
     assert "spark.log.level=INFO" in command and "spark.log.level=WARN" not in command
 
 
-def test_local_jobs_run_their_jvm_with_c1_only_unless_the_pipeline_says_otherwise(tmp_path: Path) -> None:
-    local = parse_config({"pipelines": [{**ENTRY, "spark": {"master": "local[2]"}}]})[0]
-    command = spark_submit.build_command(local, 1, tmp_path / "b.json", Path("job.py"), [])
-    assert any(c.startswith(f"spark.driver.extraJavaOptions={spark_submit.LOCAL_DRIVER_JAVA_OPTIONS}") for c in command)
+def test_local_jobs_run_their_jvm_with_c1_only_and_the_pipelines_own_options_still_apply(tmp_path: Path) -> None:
+    def java_options(spark: dict[str, object]) -> list[str]:
+        pipeline = parse_config({"pipelines": [{**ENTRY, "spark": spark}]})[0]
+        return [c for c in spark_submit.build_command(pipeline, 1, tmp_path / "b.json", Path("job.py"), []) if "JavaOptions" in c]
+
+    (default,) = java_options({"master": "local[2]"})
+    assert default.startswith(f"spark.driver.defaultJavaOptions={spark_submit.LOCAL_DRIVER_JAVA_OPTIONS}")
     assert "-XX:TieredStopAtLevel=1" in spark_submit.LOCAL_DRIVER_JAVA_OPTIONS
-    own = parse_config({"pipelines": [{**ENTRY, "spark": {"master": "local[2]", "conf": {"spark.driver.extraJavaOptions": "-Xss4m"}}}]})[0]
-    command = spark_submit.build_command(own, 1, tmp_path / "b.json", Path("job.py"), [])
-    assert [c for c in command if "extraJavaOptions" in c] == ["spark.driver.extraJavaOptions=-Xss4m"]
+    # Spark puts extraJavaOptions after the default ones: a pipeline's (or spark-defaults.conf's) still apply.
+    assert java_options({"master": "local[2]", "conf": {"spark.driver.extraJavaOptions": "-Xss4m"}}) == [
+        default,
+        "spark.driver.extraJavaOptions=-Xss4m",
+    ]
+    assert java_options({"master": "local[2]", "conf": {"spark.driver.defaultJavaOptions": "-Xss4m"}}) == [
+        "spark.driver.defaultJavaOptions=-Xss4m"
+    ]
     # On a cluster the tasks run in executors' JVMs, which the job does not tune.
-    assert not any("extraJavaOptions" in c for c in spark_submit.build_command(PIPELINE, 1, tmp_path / "b.json", Path("job.py"), []))
+    assert java_options({"master": "spark://host:7077"}) == []
+
+
+def test_a_jvm_failure_after_the_jobs_success_line_reports_the_jvms_lines() -> None:
+    script = (
+        "import sys; print('kinesis-replay: batch 3 of p: 9 records'); print('Error occurred during initialization of VM'); sys.exit(1)"
+    )
+    with pytest.raises(
+        spark_submit.SparkSubmitError, match=re.escape("batch 3 of p: 9 records | Error occurred during initialization of VM")
+    ):
+        spark_submit.run([sys.executable, "-c", script], {}, "pipeline p, batch 9")
 
 
 def test_the_jobs_error_line_is_reported_even_when_the_jvm_prints_pages_after_it() -> None:
