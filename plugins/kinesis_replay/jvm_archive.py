@@ -3,7 +3,7 @@
 A local replay job's JVM loads tens of thousands of classes from about 250 jars, and on a one-record
 batch that was most of its CPU (a JFR profile put the top samples in ``ZipFile`` lookups). Java's
 dynamic AppCDS records the classes a run loaded (``-XX:ArchiveClassesAtExit``), and later runs map
-them (``-XX:SharedArchiveFile``): a one-record job went from 12.0 to 7.7 seconds and from 12.5 to 7.7
+them (``-XX:SharedArchiveFile``): a one-record job went from 12.8 to 8.1 seconds and from 13.6 to 8.1
 CPU-seconds here (BENCHMARKS.md).
 
 The archive is recorded by a warm-up job of its own (``spark_submit.warm_up``), never by a replay: a
