@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -28,8 +29,11 @@ os.environ.update(
         "KINESIS_REPLAY_CONFIG": str(ROOT / "dags" / "pipelines.yaml"),
     }
 )
-# The replay job's class-data-sharing archive: the first local job records it, the rest map it; kept in the scratch folder.
+# The replay job's class-data-sharing archive: the first replay task records it, the rest map it; kept in the scratch folder.
 os.environ.setdefault("KINESIS_REPLAY_JVM_CACHE", str(ROOT / ".stack" / "jvm"))
+# Importing Airflow replaces the root logger's handlers. Done here, before any test, so that it never removes the
+# handler pytest's caplog adds for a test (a test that first imported Airflow would capture nothing).
+import airflow.sdk  # noqa: E402, F401
 
 
 @pytest.fixture(scope="session")
@@ -59,13 +63,21 @@ def airflow_db() -> Path:
 
 
 @pytest.fixture
-def stream(stack: object) -> str:
-    """A fresh 4-shard stream of its own for each test."""
+def stream(stack: object) -> Iterator[str]:
+    """A fresh 4-shard stream of its own for each test, deleted after it.
+
+    kinesalite, like an account, allows 200 open shards; a worker's tests would use them up.
+    """
+    from botocore.exceptions import ClientError
+
     from stack.producer import ensure_stream, kinesis_client
 
+    client = kinesis_client()
     name = f"test-{uuid.uuid4().hex[:10]}"
-    ensure_stream(kinesis_client(), name, 4)
-    return name
+    ensure_stream(client, name, 4)
+    yield name
+    with contextlib.suppress(ClientError):  # a test may have deleted it itself
+        client.delete_stream(StreamName=name, EnforceConsumerDeletion=True)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
