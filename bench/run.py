@@ -180,10 +180,10 @@ class Bench:
 
     # -- kinesis-replay -------------------------------------------------------------------------------
 
-    def pipeline_entry(self, stream: Stream, output: Path, table: str) -> dict[str, Any]:
+    def pipeline_entry(self, stream: str, output: Path, table: str) -> dict[str, Any]:
         from stack.harness import pipeline_entry
 
-        entry = pipeline_entry(f"b{uuid.uuid4().hex[:8]}", stream.name, output, table, read=dict(UNLIMITED))
+        entry = pipeline_entry(f"b{uuid.uuid4().hex[:8]}", stream, output, table, read=dict(UNLIMITED))
         entry["spark"]["conf"] = dict(SPARK_CONF)
         return entry
 
@@ -196,7 +196,7 @@ class Bench:
 
         output = self.work / "replay"
         shutil.rmtree(output, ignore_errors=True)
-        entry = self.pipeline_entry(stream, output, "unused")
+        entry = self.pipeline_entry(stream.name, output, "unused")
         entry["spark"]["conf"].update(conf or {})
         pipeline = parse_config({"pipelines": [entry]})[0]
         from dataclasses import asdict
@@ -237,7 +237,7 @@ class Bench:
         from kinesis_replay import spark_submit
         from kinesis_replay.config import parse_config
 
-        pipeline = parse_config({"pipelines": [self.pipeline_entry(Stream("unused", [], [], 0), self.work / "warm-up", "unused")]})[0]
+        pipeline = parse_config({"pipelines": [self.pipeline_entry("unused", self.work / "warm-up", "unused")]})[0]
         jobs = ROOT / "spark_jobs"
         cpu, started = children_cpu(), time.monotonic()
         spark_submit.warm_up(pipeline, jobs / "replay_job.py", [self.library, jobs / "kinesis_source.py"], self.env)
@@ -259,7 +259,7 @@ class Bench:
         table = f"bench-{uuid.uuid4().hex[:8]}"
         store = DynamoDBStateStore(boto3.client("dynamodb"), table)
         store.ensure_table()
-        pipeline = parse_config({"pipelines": [self.pipeline_entry(stream, self.work / "plan", table)]})[0]
+        pipeline = parse_config({"pipelines": [self.pipeline_entry(stream.name, self.work / "plan", table)]})[0]
         stream.produced += produce(self.kinesis, stream.name, TAIL_PER_SHARD * SHARDS, payload_bytes=self.record_bytes)
         calls: dict[str, int] = defaultdict(int)
 
@@ -288,7 +288,7 @@ class Bench:
         # A new pipeline each run, with an output root of its own: each root is the URI of the pipeline's Asset.
         name = f"b{uuid.uuid4().hex[:8]}"
         output = self.work / "dag" / name
-        entry = {**self.pipeline_entry(stream, output, f"bench-{name}"), "name": name}
+        entry = {**self.pipeline_entry(stream.name, output, f"bench-{name}"), "name": name}
         dag = load_dags(self.work / "pipelines.yaml", entry)[f"kinesis_replay_{entry['name']}"]
         emulator = self.emulator_cpu()
         started = time.monotonic()

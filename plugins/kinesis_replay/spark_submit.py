@@ -98,7 +98,7 @@ def warm_up(pipeline: PipelineConfig, job: Path, py_files: list[Path], env: Mapp
     command += ["--py-files", ",".join(str(p) for p in py_files), str(job), "--warm-up", str(output)]
     log.info("recording the JVM's class-data-sharing archive %s with a warm-up job (once; later jobs start faster)", archive.path)
     try:
-        run(command, env, "the JVM's warm-up job")
+        run(command, env, f"pipeline {pipeline.name}: the JVM's warm-up job")
         if not archive.keep(tmp):
             raise SparkSubmitError(f"the warm-up job wrote no archive to {tmp}")
     except (SparkSubmitError, OSError) as exc:

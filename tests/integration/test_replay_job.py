@@ -44,7 +44,7 @@ def test_an_unreachable_range_end_fails_the_job_naming_stream_shard_and_range(
 
 
 def test_the_warm_up_records_the_jvm_class_archive_and_the_replay_job_maps_it(
-    kinesis: Any, entry: dict[str, Any], tmp_path: Path, stack: Any, monkeypatch: pytest.MonkeyPatch
+    kinesis: Any, entry: dict[str, Any], tmp_path: Path, stack: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setenv(jvm_archive.CACHE_ENV, str(tmp_path / "jvm"))
     replay = one_record_replay(kinesis, entry, tmp_path, stack)
@@ -56,6 +56,10 @@ def test_the_warm_up_records_the_jvm_class_archive_and_the_replay_job_maps_it(
     replay.run({"JAVA_TOOL_OPTIONS": f"-Xlog:class+load=info:file={classes}"})
     assert "org.apache.spark.SparkContext source: shared objects file (top)" in classes.read_text()
     assert sorted(p.name for p in (tmp_path / "jvm").iterdir()) == [archive.path.name, archive.size_file.name]
+    # The job's phases: the read and write from the first Kinesis call on, a part of the whole phase (tasks start first).
+    (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("kinesis-replay: phases: ")][-1:]
+    phases = json.loads(line.split(": ", 2)[2])
+    assert 0 < phases["from_first_call"] < phases["read_write"]
 
 
 def test_a_warm_up_the_jvm_cannot_record_disables_the_archive_and_replays_run_as_before(
@@ -72,6 +76,7 @@ def test_a_warm_up_the_jvm_cannot_record_disables_the_archive_and_replays_run_as
     spark_submit.warm_up(replay.pipeline, replay.job, replay.py_files, spark_submit.submit_env("local[2]", {}))
     archive = jvm_archive.for_spark(spark_submit.LOCAL_DRIVER_JAVA_OPTIONS)
     assert archive is not None and not archive.ready()
+    assert f"pipeline {entry['name']}: the JVM's warm-up job" in (archive.disabled() or "")
     assert "Cannot have non-empty directory in paths" in (archive.disabled() or "")
     replay.run({})  # without an archive, and without failing
 

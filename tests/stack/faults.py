@@ -15,10 +15,12 @@ import signal
 import threading
 import time
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
+
+from stack.kinesis_proxy import LocalServer
 
 # DynamoDB operations that change the table; the faults count these.
 WRITES = ("TransactWriteItems", "UpdateItem", "PutItem", "DeleteItem")
@@ -33,7 +35,7 @@ class StateFault:
     write: int
 
 
-class StateTableProxy:
+class StateTableProxy(LocalServer):
     """An HTTP proxy in front of the DynamoDB endpoint that injects one StateFault when armed."""
 
     def __init__(self, upstream: str) -> None:
@@ -44,21 +46,7 @@ class StateTableProxy:
         self._writes = 0
         self._dark = False
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    def start(self) -> StateTableProxy:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._listen(self._handler())
 
     def arm(self, fault: StateFault | None) -> None:
         with self._lock:

@@ -19,7 +19,7 @@ import time
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Self
 from urllib.parse import urlparse
 
 
@@ -57,7 +57,28 @@ class _Shard:
     refilled: float = field(default_factory=time.monotonic)
 
 
-class KinesisProxy:
+class LocalServer:
+    """An HTTP server on 127.0.0.1 in a daemon thread: what this proxy and the fault proxies share."""
+
+    def _listen(self, handler: type[BaseHTTPRequestHandler], port: int = 0) -> None:
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def start(self) -> Self:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+class KinesisProxy(LocalServer):
     def __init__(self, upstream: str, limits: ProxyLimits | None = None, port: int = 0) -> None:
         target = urlparse(upstream)
         self.upstream = (target.hostname or "127.0.0.1", target.port or 80)
@@ -68,20 +89,7 @@ class KinesisProxy:
         self._shards: dict[str, _Shard] = defaultdict(lambda: _Shard(tokens=self.limits.bytes_per_second))
         self._iterators: dict[str, str] = {}
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    def start(self) -> KinesisProxy:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._listen(self._handler(), port)
 
     def throttled(self) -> int:
         return sum(c.throttled for c in self.counters.values())
