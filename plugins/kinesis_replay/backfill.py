@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import reprlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -10,12 +11,41 @@ from typing import Any
 
 from kinesis_replay.config import ReadConfig
 from kinesis_replay.errors import KinesisReplayError
+from kinesis_replay.output import BATCH_DIGITS
 from kinesis_replay.ranges import SequenceRange
 from kinesis_replay.state import Batch, BatchStatus
 
 
 class BackfillError(KinesisReplayError):
     """The backfill's parameters select nothing that can be replayed; the message says which and why."""
+
+
+# The most batches one backfill run replays. Each chosen batch becomes one mapped replay task and one Spark
+# job (an EMR Serverless job run), so this bounds what a run asks of the scheduler and the cluster. Airflow
+# refuses a mapping longer than [core] max_map_length (1024 by default), but only after the select task
+# has run; 100 regular batches are about 8 hours of the stream at a 5-minute schedule. A larger backfill
+# is split into several runs (max_active_runs=1 queues them one after the other).
+MAX_BATCHES_PER_RUN = 100
+# Batch ids are zero-padded to BATCH_DIGITS digits in the output paths, so no id is larger than this.
+MAX_BATCH_ID = 10**BATCH_DIGITS - 1
+# An ISO 8601 timestamp is at most about 35 characters ("2026-11-01T00:00:00.123456789+00:00").
+MAX_TIMESTAMP_LENGTH = 64
+# A refusal names this many ids, then says how many more there are.
+LISTED_IDS = 5
+# The regular DAG's acknowledge_data_loss parameter names at most this many shards: more than any stream
+# we expect has, open and closed (Kinesis's default shard quota is a few hundred per account and region),
+# and it bounds what a run's conf holds and the plan task reads (at most about 640 KB). A shard id is
+# "shardId-" and 12 digits, 20 characters.
+MAX_ACKNOWLEDGED_SHARDS = 10_000
+MAX_SHARD_ID_LENGTH = 64
+
+# The JSON schema of the regular DAG's `acknowledge_data_loss` trigger parameter: unique shard ids, bounded.
+ACKNOWLEDGE_DATA_LOSS_SCHEMA: dict[str, Any] = {
+    "type": "array",
+    "items": {"type": "string", "pattern": "^shardId-[0-9]+$", "maxLength": MAX_SHARD_ID_LENGTH},
+    "uniqueItems": True,
+    "maxItems": MAX_ACKNOWLEDGED_SHARDS,
+}
 
 
 _ONLY = {
@@ -26,16 +56,20 @@ _ONLY = {
 
 # The JSON schema of the backfill's `batches` trigger parameter: exactly one of three ways to choose.
 # Airflow validates each parameter on its own, so the choice lives in one object parameter, and an
-# invalid one is refused by the trigger form (and the REST API) before any run is created.
+# invalid one is refused by the trigger form (and the REST API) before any run is created. Its sizes are
+# bounded here; what JSON schema cannot say (the width of an id range, the batches a window selects) is
+# checked by parse_selection and select_batches.
+_BATCH_ID: dict[str, Any] = {"type": "integer", "minimum": 1, "maximum": MAX_BATCH_ID}
+_TIMESTAMP: dict[str, Any] = {"type": "string", "format": "date-time", "maxLength": MAX_TIMESTAMP_LENGTH}
 SELECTION_SCHEMA: dict[str, Any] = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
-        "batch_ids": {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1, "uniqueItems": True},
-        "from_batch": {"type": "integer", "minimum": 1},
-        "to_batch": {"type": "integer", "minimum": 1},
-        "start_time": {"type": "string", "format": "date-time"},
-        "end_time": {"type": "string", "format": "date-time"},
+        "batch_ids": {"type": "array", "items": _BATCH_ID, "minItems": 1, "maxItems": MAX_BATCHES_PER_RUN, "uniqueItems": True},
+        "from_batch": _BATCH_ID,
+        "to_batch": _BATCH_ID,
+        "start_time": _TIMESTAMP,
+        "end_time": _TIMESTAMP,
     },
     "oneOf": [
         {"required": ["batch_ids"], "not": {"anyOf": [{"required": [k]} for k in _ONLY["batch_ids"]]}},
@@ -57,20 +91,28 @@ class Selection:
 
     def describe(self) -> str:
         if self.batch_ids:
-            return f"batches {', '.join(map(str, self.batch_ids))}"
+            return f"batches {listed(self.batch_ids)}"
         if self.from_batch is not None:
             return f"batches {self.from_batch} to {self.to_batch}"
         return f"batches covering {self.start_time} .. {self.end_time}"
 
 
 def parse_selection(value: Mapping[str, Any]) -> Selection:
-    """The selection from the trigger parameter, with the checks a JSON schema cannot express (order of bounds)."""
+    """The selection from the trigger parameter, with the checks a JSON schema cannot express (order of bounds,
+    width of a range). Sizes are checked before anything proportional to them is built."""
     if "batch_ids" in value:
-        return Selection(batch_ids=tuple(int(i) for i in value["batch_ids"]))
+        ids = value["batch_ids"]
+        if not isinstance(ids, list | tuple) or not ids:
+            raise BackfillError(f"batch_ids is not a list of batch ids: {_shown(ids)}")
+        if len(ids) > MAX_BATCHES_PER_RUN:
+            raise BackfillError(
+                f"batch_ids names {len(ids)} batches, more than the {MAX_BATCHES_PER_RUN} one backfill run replays; "
+                "split the backfill into several runs"
+            )
+        return Selection(batch_ids=tuple(_batch_id(i, "batch_ids") for i in ids))
     if "from_batch" in value:
-        low, high = int(value["from_batch"]), int(value["to_batch"])
-        if low > high:
-            raise BackfillError(f"from_batch {low} is after to_batch {high}")
+        low, high = _batch_id(value["from_batch"], "from_batch"), _batch_id(value["to_batch"], "to_batch")
+        _check_range(low, high)
         return Selection(from_batch=low, to_batch=high)
     start, end = (_timestamp(value, key) for key in ("start_time", "end_time"))
     if start >= end:
@@ -78,14 +120,50 @@ def parse_selection(value: Mapping[str, Any]) -> Selection:
     return Selection(start_time=start, end_time=end)
 
 
+def listed(ids: Sequence[object], limit: int = LISTED_IDS) -> str:
+    """At most ``limit`` ids, then how many more: ``7, 8, 9, 10, 11 and 95 more``."""
+    shown = ", ".join(str(i) for i in ids[:limit])
+    return shown if len(ids) <= limit else f"{shown} and {len(ids) - limit} more"
+
+
+_SHORT = reprlib.Repr()
+_SHORT.maxstring = _SHORT.maxother = _SHORT.maxlong = MAX_TIMESTAMP_LENGTH
+
+
+def _shown(value: object) -> str:
+    """A parameter's value for an error message, cut short: a parameter of any size is never echoed whole."""
+    return _SHORT.repr(value)
+
+
+def _batch_id(value: object, key: str) -> int:
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # JSON schema counts 3.0 as an integer
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_BATCH_ID:
+        raise BackfillError(f"{key}: {_shown(value)} is not a batch id (an integer from 1 to {MAX_BATCH_ID})")
+    return value
+
+
+def _check_range(low: int, high: int) -> None:
+    if low > high:
+        raise BackfillError(f"from_batch {low} is after to_batch {high}")
+    if high - low + 1 > MAX_BATCHES_PER_RUN:
+        raise BackfillError(
+            f"from_batch {low} to to_batch {high} is {high - low + 1} batches, more than the {MAX_BATCHES_PER_RUN} "
+            f"one backfill run replays; split the backfill into runs of at most {MAX_BATCHES_PER_RUN} batches "
+            f"(the first: from_batch {low}, to_batch {low + MAX_BATCHES_PER_RUN - 1})"
+        )
+
+
 def _timestamp(value: Mapping[str, Any], key: str) -> datetime:
-    text = str(value[key]).replace("Z", "+00:00")
+    raw = value[key]
+    if not isinstance(raw, str) or len(raw) > MAX_TIMESTAMP_LENGTH:
+        raise BackfillError(f"{key} is not an ISO 8601 timestamp of at most {MAX_TIMESTAMP_LENGTH} characters: {_shown(raw)}")
     try:
-        ts = datetime.fromisoformat(text)
+        ts = datetime.fromisoformat(raw.replace("Z", "+00:00"))
     except ValueError as exc:
-        raise BackfillError(f"{key} is not an ISO 8601 timestamp: {value[key]!r}") from exc
+        raise BackfillError(f"{key} is not an ISO 8601 timestamp: {_shown(raw)}") from exc
     if ts.tzinfo is None:
-        raise BackfillError(f"{key} needs a time zone: {value[key]!r}")
+        raise BackfillError(f"{key} needs a time zone: {_shown(raw)}")
     return ts
 
 
@@ -98,27 +176,35 @@ def select_batches(pipeline: str, selection: Selection, ledger: Iterable[Batch])
     by_id = {b.batch_id: b for b in ledger}
     if selection.start_time is not None and selection.end_time is not None:
         start, end = selection.start_time, selection.end_time
-        chosen = [
-            b for b in by_id.values()
-            if b.status == BatchStatus.COMMITTED and _earliest(b) <= end and b.created_at >= start
-        ]  # fmt: skip
+        chosen = sorted(
+            (b for b in by_id.values() if b.status == BatchStatus.COMMITTED and _earliest(b) <= end and b.created_at >= start),
+            key=lambda b: b.batch_id,
+        )  # as long as the ledger at most, whatever the window
         if not chosen:
             raise BackfillError(f"pipeline {pipeline!r}: no committed batch holds records from {start.isoformat()} to {end.isoformat()}")
-        return sorted(chosen, key=lambda b: b.batch_id)
+        if len(chosen) > MAX_BATCHES_PER_RUN:
+            raise BackfillError(
+                f"pipeline {pipeline!r}: the window {start.isoformat()} to {end.isoformat()} selects {len(chosen)} committed batches "
+                f"({chosen[0].batch_id} to {chosen[-1].batch_id}), more than the {MAX_BATCHES_PER_RUN} one backfill run replays; "
+                f"give a narrower window, or from_batch and to_batch at most {MAX_BATCHES_PER_RUN} apart, in several runs"
+            )
+        return chosen
+    wanted: Sequence[int]
     if selection.batch_ids:
-        wanted: Sequence[int] = sorted(selection.batch_ids)
+        if len(selection.batch_ids) > MAX_BATCHES_PER_RUN:
+            raise BackfillError(f"{len(selection.batch_ids)} batch ids, more than the {MAX_BATCHES_PER_RUN} one backfill run replays")
+        wanted = sorted(selection.batch_ids)
     else:
         assert selection.from_batch is not None and selection.to_batch is not None
+        _check_range(selection.from_batch, selection.to_batch)  # before the range is built
         wanted = range(selection.from_batch, selection.to_batch + 1)
     missing = [i for i in wanted if i not in by_id]
     if missing:
-        raise BackfillError(
-            f"pipeline {pipeline!r}: no batch {', '.join(map(str, missing))} in the ledger (it holds 1 to {max(by_id, default=0)})"
-        )
+        raise BackfillError(f"pipeline {pipeline!r}: no batch {listed(missing)} in the ledger (it holds 1 to {max(by_id, default=0)})")
     open_ = [f"{i} ({by_id[i].status.value})" for i in wanted if by_id[i].status != BatchStatus.COMMITTED]
     if open_:
         raise BackfillError(
-            f"pipeline {pipeline!r}: only committed batches can be backfilled; not committed: {', '.join(open_)}. "
+            f"pipeline {pipeline!r}: only committed batches can be backfilled; not committed: {listed(open_)}. "
             "A batch in flight is finished by the pipeline's own next run."
         )
     return [by_id[i] for i in wanted]

@@ -68,7 +68,15 @@ def test_a_backfill_is_refused_while_a_regular_batch_is_in_flight(
 
 @pytest.mark.parametrize(
     "conf",
-    [{"batches": {"from_batch": 1}}, {"batches": {"batch_ids": [1], "from_batch": 1, "to_batch": 2}}, {"batches": {"batch_ids": []}}, {}],
+    [
+        {"batches": {"from_batch": 1}},
+        {"batches": {"batch_ids": [1], "from_batch": 1, "to_batch": 2}},
+        {"batches": {"batch_ids": []}},
+        {},
+        {"batches": {"batch_ids": list(range(1, 102))}},  # more than MAX_BATCHES_PER_RUN
+        {"batches": {"from_batch": 1, "to_batch": 10_000_000_000}},  # an id past the 10 digits of the paths
+        {"batches": {"start_time": "2026-11-01T00:00:00." + "0" * 1_000_000 + "Z", "end_time": "2026-11-01T01:00:00Z"}},  # 1 MB
+    ],
 )
 def test_invalid_backfill_parameters_create_no_run(dags: dict[str, Any], conf: dict[str, Any]) -> None:
     from airflow.models.dagrun import DagRun

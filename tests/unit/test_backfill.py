@@ -2,14 +2,30 @@
 
 from __future__ import annotations
 
+import tracemalloc
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import jsonschema
 import pytest
 
-from kinesis_replay.backfill import SELECTION_SCHEMA, BackfillError, estimate, parse_selection, select_batches
+from kinesis_replay.backfill import (
+    ACKNOWLEDGE_DATA_LOSS_SCHEMA,
+    MAX_ACKNOWLEDGED_SHARDS,
+    MAX_BATCH_ID,
+    MAX_BATCHES_PER_RUN,
+    SELECTION_SCHEMA,
+    BackfillError,
+    Selection,
+    estimate,
+    listed,
+    parse_selection,
+    select_batches,
+)
 from kinesis_replay.config import ReadConfig
+from kinesis_replay.output import batch_partition
 from kinesis_replay.ranges import SequenceRange
 from kinesis_replay.state import Batch, BatchStatus
 
@@ -76,6 +92,133 @@ def test_a_window_selects_the_batches_whose_records_may_have_arrived_in_it() -> 
     empty = {"start_time": "2026-10-01T00:00:00+00:00", "end_time": "2026-10-02T00:00:00+00:00"}
     with pytest.raises(BackfillError, match="no committed batch holds records from 2026-10-01"):
         select_batches("orders", parse_selection(empty), LEDGER)
+
+
+HUGE = 1_000_000  # characters or items: a parameter far past every cap
+TIME = "2026-11-01T00:00:00Z"
+
+
+@contextmanager
+def allocations() -> Iterator[list[int]]:
+    """The most memory Python allocated inside the block, in bytes (read after it): a refusal must not build what it refuses."""
+    peak: list[int] = []
+    tracemalloc.start()
+    try:
+        yield peak
+    finally:
+        peak.append(tracemalloc.get_traced_memory()[1])
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize(
+    ("value", "keyword"),
+    [
+        ({"batch_ids": list(range(1, MAX_BATCHES_PER_RUN + 2))}, "maxItems"),
+        ({"batch_ids": [MAX_BATCH_ID + 1]}, "maximum"),
+        ({"from_batch": 1, "to_batch": MAX_BATCH_ID + 1}, "maximum"),
+        ({"from_batch": 10**400, "to_batch": 10**400}, "maximum"),
+        ({"start_time": "2026-11-01T00:00:00." + "0" * 100 + "Z", "end_time": TIME}, "maxLength"),  # a valid RFC 3339 time
+        ({"start_time": TIME, "end_time": "9" * HUGE}, "maxLength"),
+    ],
+)
+def test_oversized_choices_are_refused_by_the_schema(value: dict[str, Any], keyword: str) -> None:
+    errors = list(jsonschema.Draft202012Validator(SELECTION_SCHEMA, format_checker=jsonschema.FormatChecker()).iter_errors(value))
+    assert keyword in {e.validator for e in errors}
+
+
+def test_the_largest_choices_the_schema_takes() -> None:
+    checker = jsonschema.FormatChecker()
+    jsonschema.validate({"batch_ids": list(range(1, MAX_BATCHES_PER_RUN + 1))}, SELECTION_SCHEMA, format_checker=checker)
+    jsonschema.validate({"from_batch": MAX_BATCH_ID, "to_batch": MAX_BATCH_ID}, SELECTION_SCHEMA, format_checker=checker)
+    assert len(batch_partition(MAX_BATCH_ID)) == len(batch_partition(1))  # the largest id still fits the padded paths
+
+
+def test_a_range_wider_than_one_run_is_refused_before_it_is_built() -> None:
+    with allocations() as peak, pytest.raises(BackfillError) as refused:
+        parse_selection({"from_batch": 1, "to_batch": MAX_BATCH_ID})
+    message = str(refused.value)
+    assert f"from_batch 1 to to_batch {MAX_BATCH_ID} is {MAX_BATCH_ID} batches, more than the {MAX_BATCHES_PER_RUN}" in message
+    assert f"split the backfill into runs of at most {MAX_BATCHES_PER_RUN} batches (the first: from_batch 1, to_batch 100)" in message
+    with allocations() as peak_too, pytest.raises(BackfillError, match=f"is {MAX_BATCH_ID} batches"):  # a Selection made by hand too
+        select_batches("orders", Selection(from_batch=1, to_batch=MAX_BATCH_ID), LEDGER)
+    assert peak[0] < 100_000 and peak_too[0] < 100_000
+
+
+def test_a_range_of_exactly_one_run_is_taken() -> None:
+    assert parse_selection({"from_batch": 5, "to_batch": 5 + MAX_BATCHES_PER_RUN - 1}) == Selection(from_batch=5, to_batch=104)
+    with pytest.raises(BackfillError, match=f"is {MAX_BATCHES_PER_RUN + 1} batches"):
+        parse_selection({"from_batch": 5, "to_batch": 5 + MAX_BATCHES_PER_RUN})
+
+
+def test_more_ids_than_one_run_are_refused_before_they_are_copied() -> None:
+    ids = list(range(1, HUGE + 1))  # the parameter itself, about 36 MB; the refusal must add nothing like it
+    with (
+        allocations() as peak,
+        pytest.raises(BackfillError, match=f"batch_ids names {HUGE} batches, more than the {MAX_BATCHES_PER_RUN} one"),
+    ):
+        parse_selection({"batch_ids": ids})
+    assert peak[0] < 100_000
+    with pytest.raises(BackfillError, match=f"{MAX_BATCHES_PER_RUN + 1} batch ids, more than the {MAX_BATCHES_PER_RUN}"):
+        select_batches("orders", Selection(batch_ids=tuple(range(1, MAX_BATCHES_PER_RUN + 2))), LEDGER)
+
+
+def test_a_window_selecting_more_than_one_run_is_refused_with_its_count_and_ends() -> None:
+    ledger = [batch(i, hour=i) for i in range(1, 151)]
+    wide = {"start_time": T0.isoformat(), "end_time": (T0 + timedelta(hours=150)).isoformat()}
+    with pytest.raises(BackfillError) as refused:
+        select_batches("orders", parse_selection(wide), ledger)
+    message = str(refused.value)
+    assert f"selects 150 committed batches (1 to 150), more than the {MAX_BATCHES_PER_RUN} one backfill run replays" in message
+    assert "give a narrower window, or from_batch and to_batch" in message
+    exactly = {"start_time": (T0 + timedelta(hours=1)).isoformat(), "end_time": (T0 + timedelta(hours=100)).isoformat()}
+    assert [b.batch_id for b in select_batches("orders", parse_selection(exactly), ledger)] == list(range(1, 101))
+
+
+def test_a_refusal_lists_a_few_ids_then_a_count() -> None:
+    with pytest.raises(BackfillError, match=r"no batch 7, 8, 9, 10, 11 and 95 more in the ledger \(it holds 1 to 4\)$"):
+        select_batches("orders", parse_selection({"from_batch": 7, "to_batch": 106}), LEDGER)
+    planned = [batch(i, BatchStatus.PLANNED) for i in range(1, 11)]
+    with pytest.raises(BackfillError, match=r"not committed: 1 \(PLANNED\), 2 .*, 5 \(PLANNED\) and 5 more\. A batch"):
+        select_batches("orders", parse_selection({"from_batch": 1, "to_batch": 10}), planned)
+    assert listed([1, 2, 3, 4, 5]) == "1, 2, 3, 4, 5"
+    assert listed(range(1, 7)) == "1, 2, 3, 4, 5 and 1 more"
+    assert Selection(batch_ids=tuple(range(1, 101))).describe() == "batches 1, 2, 3, 4, 5 and 95 more"
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"start_time": "x" * HUGE, "end_time": TIME},  # too long
+        {"start_time": TIME, "end_time": ["2026"] * HUGE},  # not a string
+        {"from_batch": "9" * HUGE, "to_batch": 1},  # not an integer
+        {"from_batch": 1, "to_batch": 10**4000},  # past the largest id
+        {"batch_ids": [1, "y" * HUGE]},
+    ],
+)
+def test_a_value_echoed_in_a_refusal_is_cut_short(value: dict[str, Any]) -> None:
+    with pytest.raises(BackfillError) as refused:
+        parse_selection(value)
+    assert len(str(refused.value)) < 300, str(refused.value)[:300]
+
+
+@pytest.mark.parametrize(
+    "value", [[], ["shardId-000000000000", "shardId-000000000001"], [f"shardId-{i:012d}" for i in range(MAX_ACKNOWLEDGED_SHARDS)]]
+)
+def test_acknowledged_shards_within_bounds_are_valid(value: list[str]) -> None:
+    jsonschema.validate(value, ACKNOWLEDGE_DATA_LOSS_SCHEMA)
+
+
+@pytest.mark.parametrize(
+    ("value", "keyword"),
+    [
+        ([f"shardId-{i:012d}" for i in range(MAX_ACKNOWLEDGED_SHARDS + 1)], "maxItems"),
+        (["shardId-" + "0" * HUGE], "maxLength"),
+        (["shardId-000000000000", "shardId-000000000000"], "uniqueItems"),
+        (["shard-1"], "pattern"),
+    ],
+)
+def test_acknowledged_shards_past_the_bounds_are_refused(value: list[str], keyword: str) -> None:
+    assert keyword in {e.validator for e in jsonschema.Draft202012Validator(ACKNOWLEDGE_DATA_LOSS_SCHEMA).iter_errors(value)}
 
 
 def test_an_estimate_counts_calls_and_time_at_the_read_limit() -> None:
