@@ -24,11 +24,16 @@ GetRecords calls and the time they need at the read limit) without writing or re
 **Lost data.** When records the pipeline has not read yet are gone from the stream (trimmed by
 retention), the run fails and names the shard. To accept the loss and go on, trigger a run with
 `acknowledge_data_loss` listing those shards: the gap is recorded in the batch ledger.
+
+**Lost state.** The output root records its owner (pipeline, stream, state table) and a commit record
+for every batch. A run whose state table is missing, emptied, renamed or behind the output stops before
+planning. Trigger a run with `recover_from_output` (first with `dry_run`) to rebuild the state from the
+output; the pipeline then goes on exactly where the lost table stood.
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -36,12 +41,12 @@ from airflow.sdk import DAG, Asset, Param, get_current_context, task
 
 import kinesis_replay_tasks as tasks
 from kinesis_replay import emr_serverless
-from kinesis_replay.backfill import SELECTION_SCHEMA
-from kinesis_replay.config import PipelineConfig, load_config, resolve_config_path
-from kinesis_replay.errors import ConfigError
+from kinesis_replay.backfill import ACKNOWLEDGE_DATA_LOSS_SCHEMA, SELECTION_SCHEMA
+from kinesis_replay.config import PipelineConfig, resolve_config_path
+from kinesis_replay.guards import RECOVER_PARAM
 
 CONFIG_PATH = resolve_config_path(Path(__file__).with_name("pipelines.yaml"))
-START = datetime(2026, 1, 1, tzinfo=UTC)
+START = tasks.START
 
 BACKFILL_DOC = """
 ### kinesis-replay backfill: replay stored batches into their own paths
@@ -76,16 +81,6 @@ def emr_replay(p: PipelineConfig, staged: Any) -> Any:
     """EMR Serverless runs the replay job: one job run per dict of kwargs that a stage task returned."""
     from airflow.providers.amazon.aws.operators.emr import EmrServerlessStartJobOperator
 
-    emr = p.spark.emr_serverless
-    assert emr is not None
-    if emr.deferrable:
-        try:
-            import aiobotocore  # noqa: F401
-        except ImportError:
-            raise ConfigError(
-                f"pipeline {p.name}: spark.emr_serverless.deferrable needs aiobotocore in Airflow's environment "
-                "(pip install 'apache-airflow-providers-amazon[aiobotocore]'), or set deferrable: false"
-            ) from None
     fixed = {k: v for k, v in emr_serverless.job_run_kwargs(p, 0).items() if k in tasks.OPERATOR_FIXED}
     return EmrServerlessStartJobOperator.partial(
         task_id="replay",
@@ -111,11 +106,15 @@ def build_dag(p: PipelineConfig) -> DAG:
             "dry_run": Param(False, type="boolean", title="Dry run", description="Show the plan and its cost; write and read nothing."),
             "acknowledge_data_loss": Param(
                 [],
-                type="array",
-                items={"type": "string", "pattern": "^shardId-[0-9]+$"},
-                uniqueItems=True,
                 title="Acknowledge data loss on these shards",
                 description="Shard ids whose records, gone from the stream, may be skipped; each gap is recorded in the ledger.",
+                **ACKNOWLEDGE_DATA_LOSS_SCHEMA,
+            ),
+            RECOVER_PARAM: Param(
+                False,
+                type="boolean",
+                title="Recover the state from the output",
+                description="Rebuild a lost state table's checkpoints and ledger from the output's commit records, then go on.",
             ),
         },
     ) as dag:
@@ -158,7 +157,7 @@ def build_dag(p: PipelineConfig) -> DAG:
 def build_backfill_dag(p: PipelineConfig) -> DAG:
     asset = output_asset(p)
     with DAG(
-        dag_id=f"kinesis_replay_backfill_{p.name}",
+        dag_id=p.backfill_dag_id,
         schedule=None,  # by hand only
         start_date=START,
         catchup=False,
@@ -209,6 +208,8 @@ def build_backfill_dag(p: PipelineConfig) -> DAG:
     return dag
 
 
-for _pipeline in load_config(CONFIG_PATH):
+# Only the valid pipelines: an invalid one is reported by kinesis_replay_config_check.py, as an import error of
+# that file. An import error here would mark every pipeline's DAGs stale, and the scheduler would stop them all.
+for _pipeline in tasks.load_pipelines(CONFIG_PATH).pipelines:
     globals()[_pipeline.dag_id] = build_dag(_pipeline)
-    globals()[f"kinesis_replay_backfill_{_pipeline.name}"] = build_backfill_dag(_pipeline)
+    globals()[_pipeline.backfill_dag_id] = build_backfill_dag(_pipeline)

@@ -5,24 +5,29 @@ Not a DAG file (see .airflowignore): the factory in kinesis_replay_dags.py impor
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import json
 import logging
+import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
 from airflow.providers.amazon.aws.hooks.kinesis import KinesisHook
 from airflow.providers.amazon.aws.hooks.s3 import S3Hook
+from airflow.sdk import DAG
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 from airflow.sdk.observability import stats
 from botocore.config import Config
 
-from kinesis_replay import backfill, batches, emr_serverless, kinesis, output, spark_submit
-from kinesis_replay.config import PipelineConfig
+from kinesis_replay import backfill, batches, config, emr_serverless, guards, kinesis, output, recovery, spark_submit
+from kinesis_replay.config import LoadedConfig, PipelineConfig, PipelineError
 from kinesis_replay.dynamodb_store import DynamoDBStateStore
 from kinesis_replay.errors import KinesisReplayError
 from kinesis_replay.state import Batch
@@ -34,6 +39,55 @@ SPARK_JOBS = Path(__file__).resolve().parents[1] / "spark_jobs"
 OPERATOR_FIXED = ("application_id", "execution_role_arn", "deferrable", "waiter_delay", "waiter_max_attempts")
 # Transient faults (5xx, dropped connections) are retried by botocore; Kinesis throttling by kinesis_replay.kinesis.
 _RETRIES = Config(retries={"mode": "standard", "max_attempts": 5}, connect_timeout=10, read_timeout=60)
+START = datetime(2026, 1, 1, tzinfo=UTC)
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def load_pipelines(path: str | os.PathLike[str]) -> LoadedConfig:
+    """The config's valid pipelines and an error for each invalid one, with the checks only Airflow can make.
+
+    One bad entry must stop only its own pipeline. An invalid cron expression shows only when Airflow
+    validates the DAG's timetable, so it is checked here, on a DAG that is never registered.
+    """
+    loaded = config.load_pipelines(path)
+    valid, errors = [], list(loaded.errors)
+    for p in loaded.pipelines:
+        problem = _airflow_problem(p)
+        if problem is None:
+            valid.append(p)
+        else:
+            errors.append(PipelineError(-1, p.name, f"{path}: pipeline {p.name}: {problem}"))
+    return LoadedConfig(tuple(valid), tuple(errors))
+
+
+def _airflow_problem(p: PipelineConfig) -> str | None:
+    try:
+        DAG(dag_id=f"{p.dag_id}_schedule_check", schedule=p.schedule, start_date=START).timetable.validate()
+    except Exception as exc:  # Airflow raises several kinds for a bad schedule
+        return f"schedule: {p.schedule!r} is not a valid schedule: {exc}"
+    if p.spark.emr_serverless is not None and p.spark.emr_serverless.deferrable and importlib.util.find_spec("aiobotocore") is None:
+        return (
+            "spark.emr_serverless.deferrable needs aiobotocore in Airflow's environment "
+            "(pip install 'apache-airflow-providers-amazon[aiobotocore]'), or set deferrable: false"
+        )
+    return None
+
+
+def fail_fast(step: Callable[_P, _R]) -> Callable[_P, _R]:
+    """Fail the task at once, without waiting out its retries, on an error that running it again cannot fix."""
+
+    @functools.wraps(step)
+    def run(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return step(*args, **kwargs)
+        except KinesisReplayError as exc:
+            if exc.retryable:
+                raise
+            raise AirflowFailException(f"{exc} [not retried: a retry cannot succeed until this is fixed]") from exc
+
+    return run
 
 
 def kinesis_hook(p: PipelineConfig) -> KinesisHook:
@@ -52,14 +106,21 @@ def acknowledged(params: dict[str, Any]) -> frozenset[str]:
     return frozenset(params.get("acknowledge_data_loss") or ())
 
 
+@fail_fast
 def plan(p: PipelineConfig, run_id: str, params: dict[str, Any]) -> dict[str, Any]:
     """Resume the batch in flight or plan the next one; skip the run when no shard has anything new.
 
     With ``dry_run`` it writes nothing and reads no data: it logs the plan and its cost, then skips the run.
+    With ``recover_from_output`` it first rebuilds the pipeline's lost state from the output's commit records
+    (with ``dry_run``, it says what it would write and skips the run).
     """
     store = state_store(p)
     store.ensure_table()
     dry_run = bool(params.get("dry_run"))
+    if params.get(guards.RECOVER_PARAM):
+        rebuilt = recovery.recover(p, kinesis_hook(p).conn, store, datetime.now(UTC), dry_run)
+        if dry_run:
+            raise AirflowSkipException(f"dry run: nothing was written; would {rebuilt.describe()}")
     result = batches.plan_batch(p, kinesis_hook(p).conn, store, run_id, acknowledged=acknowledged(params), dry_run=dry_run)
     for shard_id, millis in result.lag_millis.items():
         stats.gauge(f"kinesis_replay.{p.name}.shard.{shard_id}.millis_behind_latest", millis)
@@ -89,6 +150,7 @@ def dry_run_report(p: PipelineConfig, result: batches.PlanResult) -> str:
     return report
 
 
+@fail_fast
 def replay(p: PipelineConfig, planned: dict[str, Any], params: dict[str, Any]) -> None:
     """Run the replay job on the batch's stored ranges; a failure is noted on the batch, which stays in flight."""
     if planned["action"] == batches.FINISH_COMMIT:
@@ -97,6 +159,7 @@ def replay(p: PipelineConfig, planned: dict[str, Any], params: dict[str, Any]) -
     store = state_store(p)
     batch = store.get_batch(p.name, planned["batch_id"])
     try:
+        guards.require_owner(p)
         hook = kinesis_hook(p)
         retention = kinesis.stream_retention(hook.conn, p.stream, p.read)
         batches.check_retention(p, batch, retention, datetime.now(UTC), acknowledged(params))
@@ -163,6 +226,7 @@ def stage_emr(p: PipelineConfig, batch: Batch, accept_gaps: frozenset[str] = fro
     return kwargs
 
 
+@fail_fast
 def stage(p: PipelineConfig, planned: dict[str, Any], params: dict[str, Any]) -> list[dict[str, Any]]:
     """The EMR Serverless counterpart of replay(): check retention, stage the batch; [] when there is nothing to run."""
     if planned["action"] == batches.FINISH_COMMIT:
@@ -171,6 +235,7 @@ def stage(p: PipelineConfig, planned: dict[str, Any], params: dict[str, Any]) ->
     store = state_store(p)
     batch = store.get_batch(p.name, planned["batch_id"])
     try:
+        guards.require_owner(p)
         retention = kinesis.stream_retention(kinesis_hook(p).conn, p.stream, p.read)
         batches.check_retention(p, batch, retention, datetime.now(UTC), acknowledged(params))
         return [stage_emr(p, batch, acknowledged(params))]
@@ -179,6 +244,7 @@ def stage(p: PipelineConfig, planned: dict[str, Any], params: dict[str, Any]) ->
         raise
 
 
+@fail_fast
 def verify(p: PipelineConfig, planned: dict[str, Any], params: dict[str, Any], run_id: str) -> None:
     """Check the output and manifest against the plan; a mismatch fails the run and moves nothing."""
     if planned["action"] == batches.FINISH_COMMIT:
@@ -193,6 +259,7 @@ def verify(p: PipelineConfig, planned: dict[str, Any], params: dict[str, Any], r
     log.info("batch %d verified: %d records, %d bytes", batch.batch_id, batch.manifest.records, batch.manifest.bytes)
 
 
+@fail_fast
 def commit(p: PipelineConfig, planned: dict[str, Any]) -> dict[str, Any]:
     """Advance every checkpoint of the verified batch, conditionally, then mark it committed."""
     batch = batches.commit_batch(p, state_store(p), planned["batch_id"])
@@ -242,8 +309,10 @@ def check(p: PipelineConfig) -> None:
     log.info("pipeline %s: oldest uncommitted record waited %.0fs (limit %ds)", p.name, age, limit)
 
 
+@fail_fast
 def select_backfill(p: PipelineConfig, params: dict[str, Any]) -> list[int]:
     """The committed batches to replay; refuses while a regular batch is in flight or when ranges left retention."""
+    guards.require_owner(p)
     store = state_store(p)
     selection = backfill.parse_selection(params["batches"])
     chosen = backfill.select_batches(p.name, selection, store.list_batches(p.name))
@@ -265,17 +334,22 @@ def select_backfill(p: PipelineConfig, params: dict[str, Any]) -> list[int]:
     return [b.batch_id for b in chosen]
 
 
+@fail_fast
 def backfill_batch(p: PipelineConfig, batch_id: int) -> dict[str, Any]:
     """Replay one committed batch into its own paths and check it holds what it held; never touches a checkpoint."""
+    guards.require_owner(p)
     submit(p, state_store(p).get_batch(p.name, batch_id))
     return check_backfill(p, batch_id)
 
 
+@fail_fast
 def stage_backfill(p: PipelineConfig, batch_id: int) -> dict[str, Any]:
     """Stage one committed batch for an EMR Serverless replay (the backfill DAG's counterpart of stage())."""
+    guards.require_owner(p)
     return stage_emr(p, state_store(p).get_batch(p.name, batch_id))
 
 
+@fail_fast
 def check_backfill(p: PipelineConfig, batch_id: int) -> dict[str, Any]:
     """A backfilled batch must hold what its first run held: same shards, same counts, same checksums."""
     batch = state_store(p).get_batch(p.name, batch_id)

@@ -19,6 +19,8 @@ from kinesis_replay.state import Batch, BatchStatus
 class BackfillError(KinesisReplayError):
     """The backfill's parameters select nothing that can be replayed; the message says which and why."""
 
+    retryable = False
+
 
 # The most batches one backfill run replays. Each chosen batch becomes one mapped replay task and one Spark
 # job (an EMR Serverless job run), so this bounds what a run asks of the scheduler and the cluster. Airflow

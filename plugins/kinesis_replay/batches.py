@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
-from kinesis_replay import kinesis, output
+from kinesis_replay import guards, kinesis, output
 from kinesis_replay.config import PipelineConfig
 from kinesis_replay.errors import DataLossError, StateConflictError, VerificationError
 from kinesis_replay.ranges import SequenceRange, ShardInfo, parse_sequence_number, shards_to_plan
@@ -68,12 +68,15 @@ def plan_batch(
     """
     now = now or datetime.now(UTC)
     head = store.get_head(pipeline.name)
+    guards.check_before_plan(pipeline, head)  # before anything is written, the output and the table agree
     if head.in_flight is not None:
         batch = store.get_batch(pipeline.name, head.in_flight)
         log.info("pipeline %s: resuming batch %d (%s), ranges unchanged", pipeline.name, batch.batch_id, batch.status.value)
         return PlanResult(batch=batch, resumed=True)
 
     shards = kinesis.list_shards(kinesis_client, pipeline.stream, pipeline.read)
+    if not dry_run:
+        guards.claim_output(pipeline, now)  # before the first write; a start resolved from now is never before the claim
     states = store.get_shards(pipeline.name)
     finished = {sid: s.finished for sid, s in states.items()}
     ranges: list[SequenceRange] = []
@@ -296,10 +299,12 @@ def commit_batch(pipeline: PipelineConfig, store: StateStore, batch_id: int, now
     """Advance every checkpoint of a verified batch, then mark it COMMITTED; resumable and idempotent.
 
     1. WRITTEN -> COMMITTING, conditioned on the batch being in flight and still WRITTEN;
-    2. each shard's checkpoint from the range's previous checkpoint to its end, conditionally;
-    3. COMMITTED and the head's in-flight id cleared, in one transaction.
-    A run that finds the batch COMMITTING resumes at step 2.
+    2. the batch's commit record into the output (rewritten by a resumed commit);
+    3. each shard's checkpoint from the range's previous checkpoint to its end, conditionally;
+    4. COMMITTED and the head's in-flight id cleared, in one transaction.
+    A run that finds the batch COMMITTING resumes at step 2. The output must be this pipeline's (its owner record).
     """
+    guards.require_owner(pipeline)
     batch = store.get_batch(pipeline.name, batch_id)
     where = f"pipeline {pipeline.name!r}, batch {batch_id}"
     if batch.status == BatchStatus.WRITTEN:
@@ -313,17 +318,20 @@ def commit_batch(pipeline: PipelineConfig, store: StateStore, batch_id: int, now
         raise StateConflictError(f"{where}: cannot commit a batch that is {batch.status.value}; it must be verified (WRITTEN) first")
     if batch.manifest is None:
         raise VerificationError(f"{where}: no verified manifest is stored with the batch")
+    committed_at = now or datetime.now(UTC)
+    committed = replace(batch, status=BatchStatus.COMMITTED, committed_at=committed_at)
+    # The output's copy of the ledger entry, before any checkpoint moves: a lost state table is rebuilt from these.
+    output.write_commit_record(pipeline.output, committed)
     results = batch.manifest.by_shard()
     for rng in batch.ranges:
         # A closed shard read to SHARD_END: its checkpoint is the last record read, and it is finished.
         end = results[rng.shard_id].last_sequence_number if rng.to_shard_end else rng.end
         store.advance_checkpoint(pipeline.name, rng.shard_id, rng.previous_checkpoint, end, batch_id, finished=rng.to_shard_end)
-    committed_at = now or datetime.now(UTC)
     try:
         store.complete_batch(batch, committed_at)
     except StateConflictError as exc:
         raise StateConflictError(f"{where}: another run completed this commit first ({exc})") from exc
-    return replace(batch, status=BatchStatus.COMMITTED, committed_at=committed_at)
+    return committed
 
 
 def record_failure(pipeline: PipelineConfig, store: StateStore, batch_id: int, error: str) -> None:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+import posixpath
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from kinesis_replay.errors import ConfigError
 
@@ -106,7 +107,16 @@ class PipelineConfig:
 
     @property
     def dag_id(self) -> str:
-        return f"kinesis_replay_{self.name}"
+        return dag_ids(self.name)[0]
+
+    @property
+    def backfill_dag_id(self) -> str:
+        return dag_ids(self.name)[1]
+
+
+def dag_ids(pipeline: str) -> tuple[str, str]:
+    """The DAGs the factory builds for a pipeline: its regular runs and its backfills."""
+    return f"kinesis_replay_{pipeline}", f"kinesis_replay_backfill_{pipeline}"
 
 
 _PIPELINE_KEYS = {
@@ -132,12 +142,12 @@ class _Reader:
         self.source, self.path = source, path
         if not isinstance(data, Mapping):
             self.fail(f"must be a mapping, got {type(data).__name__}")
-        self.data: Mapping[str, Any] = data  # type: ignore[assignment]
+        self.data: Mapping[str, Any] = data
         unknown = sorted(str(k) for k in self.data if k not in allowed)
         if unknown:
             self.fail(f"unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
 
-    def fail(self, message: str, key: str | None = None) -> None:
+    def fail(self, message: str, key: str | None = None) -> NoReturn:
         where = f"{self.path}.{key}" if key else self.path
         raise ConfigError(f"{self.source}: {where}: {message}")
 
@@ -165,6 +175,190 @@ class _Reader:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
             self.fail(f"must be a positive number, got {value!r}", key)
         return float(value)
+
+
+# Roots no pipeline may own: the file system's root, and the system's own folders (or anything under the ones
+# marked True). A pipeline's output root is replaced batch by batch and carries an owner record.
+_FORBIDDEN_ROOTS = {
+    "/": False, "/bin": True, "/boot": True, "/dev": True, "/etc": True, "/lib": True, "/lib64": True, "/proc": True,
+    "/sbin": True, "/sys": True, "/usr": True, "/run": True, "/home": False, "/root": False, "/tmp": False, "/var": False,
+    "/opt": False, "/mnt": False, "/srv": False,
+}  # fmt: skip
+_URI = re.compile(r"^(?P<scheme>[a-z][a-z0-9+.-]*)://(?P<authority>[^/]*)(?P<path>/.*)?$", re.IGNORECASE)
+# Hadoop's names for S3 are S3: s3a://bucket/x and s3://bucket/x are one place.
+_SAME_SCHEME = {"s3a": "s3", "s3n": "s3"}
+
+
+def normalize_output(value: str) -> str:
+    """An output root in one spelling: ``.``, ``..``, doubled and trailing slashes resolved, ``file://`` dropped.
+
+    Raises ValueError, with the reason, for a root no pipeline should own: a relative path, ``/``, a system
+    folder, a bucket with no prefix.
+    """
+    text = value.strip()
+    if text.lower().startswith("file:"):
+        # file:///x (a URI) and file:/x (Hadoop's spelling) are the local path /x; file://host/x is another machine's.
+        rest = text[len("file:") :]
+        if rest.startswith("//") and not rest.startswith("///"):
+            raise ValueError(f"{value!r} names a file on another host; give a local path such as /data/lake/orders")
+        text = "/" + rest.lstrip("/")
+    match = _URI.match(text)
+    if match:
+        path = posixpath.normpath(match["path"] or "/")
+        path = "/" + path.lstrip("/")
+        if not match["authority"]:
+            raise ValueError(f"{value!r} has no bucket or host after {match['scheme']}://")
+        if path == "/":
+            raise ValueError(
+                f"{value!r} is a whole bucket; give a prefix of its own, such as {match['scheme']}://{match['authority']}/orders"
+            )
+        return f"{match['scheme'].lower()}://{match['authority']}{path}"
+    if "://" in text:
+        raise ValueError(f"{value!r} is not a URI (scheme://bucket/prefix) nor an absolute path")
+    if not text.startswith("/"):
+        raise ValueError(f"{value!r} is relative: it would land wherever the worker happens to run; give an absolute path")
+    path = "/" + posixpath.normpath(text).lstrip("/")
+    for root, below in _FORBIDDEN_ROOTS.items():
+        if path == root or (below and path.startswith(root + "/")):
+            raise ValueError(f"{value!r} is {'the file system root' if path == '/' else 'a system folder'}; no pipeline may own it")
+    return path
+
+
+def output_key(output: str) -> str:
+    """What two outputs are compared by: the normalized root, with S3's Hadoop schemes as s3."""
+    match = _URI.match(output)
+    if not match:
+        return output
+    scheme = match["scheme"].lower()
+    return f"{_SAME_SCHEME.get(scheme, scheme)}://{match['authority']}{match['path']}"
+
+
+def outputs_overlap(a: str, b: str) -> bool:
+    """The same root, or one inside the other (each pipeline replaces what is under its own root)."""
+    ka, kb = output_key(a), output_key(b)
+    return ka == kb or ka.startswith(kb + "/") or kb.startswith(ka + "/")
+
+
+# Spark's DDL types by name, with how many integer parameters each takes in parentheses (at most).
+_DDL_TYPES = {
+    "boolean": 0, "tinyint": 0, "byte": 0, "smallint": 0, "short": 0, "int": 0, "integer": 0,
+    "bigint": 0, "long": 0, "float": 0, "real": 0, "double": 0, "date": 0, "timestamp": 0, "timestamp_ntz": 0,
+    "timestamp_ltz": 0, "string": 0, "binary": 0, "void": 0, "variant": 0, "char": 1, "character": 1, "varchar": 1,
+    "decimal": 2, "dec": 2, "numeric": 2, "time": 1,
+}  # fmt: skip
+# INTERVAL's fields, in order within each of its two families: YEAR TO MONTH, DAY TO SECOND and the like.
+_INTERVAL_FAMILIES = (("year", "month"), ("day", "hour", "minute", "second"))
+_DDL_TOKEN = re.compile(r"\s*(?:(`(?:[^`]|``)+`)|([A-Za-z_][A-Za-z0-9_]*)|(\d+)|('(?:[^'\\]|\\.)*')|([<>(),:]))")
+
+
+class _Ddl:
+    """A recursive-descent reader of Spark's DDL schema strings (``name TYPE [NOT NULL] [COMMENT '...'], ...``).
+
+    pyspark parses DDL only inside a JVM; this checks a pipeline's payload.schema when the config is read,
+    so a schema that cannot work is refused before any batch is planned, not when the replay job starts.
+    """
+
+    def __init__(self, text: str) -> None:
+        self.tokens: list[str] = []
+        pos = 0
+        while pos < len(text.rstrip()):
+            match = _DDL_TOKEN.match(text, pos)
+            if not match or match.end() == pos:
+                raise ValueError(f"unexpected {text[pos:].strip()[:20]!r}")
+            self.tokens.append(next(g for g in match.groups() if g is not None))
+            pos = match.end()
+        self.i = 0
+
+    def peek(self) -> str:
+        return self.tokens[self.i] if self.i < len(self.tokens) else ""
+
+    def take(self, expected: str | None = None) -> str:
+        token = self.peek()
+        if not token or (expected is not None and token.lower() != expected):
+            raise ValueError(f"expected {expected or 'more'}, found {token or 'the end'!r}")
+        self.i += 1
+        return token
+
+    def name(self) -> str:
+        token = self.take()
+        if token.startswith("`"):
+            return token[1:-1].replace("``", "`")
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", token):
+            raise ValueError(f"expected a column name, found {token!r}")
+        return token
+
+    def data_type(self) -> None:
+        kind = self.take().lower()
+        if kind in ("array", "map", "struct"):
+            self.take("<")
+            if kind == "array":
+                self.data_type()
+            elif kind == "map":
+                self.data_type()
+                self.take(",")
+                self.data_type()
+            elif self.peek() != ">":
+                self.fields(closing=">")
+            self.take(">")
+        elif kind == "interval":
+            start = self.take().lower()
+            family = next((f for f in _INTERVAL_FAMILIES if start in f), None)
+            if family is None:
+                raise ValueError(f"INTERVAL takes YEAR, MONTH, DAY, HOUR, MINUTE or SECOND, not {start!r}")
+            if self.peek().lower() == "to":
+                self.take("to")
+                end = self.take().lower()
+                if end not in family or family.index(end) <= family.index(start):
+                    raise ValueError(f"INTERVAL {start.upper()} TO {end.upper()} is not an interval type")
+        elif kind in _DDL_TYPES:
+            if self.peek() == "(":
+                self.take("(")
+                for n in range(_DDL_TYPES[kind]):
+                    if n:
+                        if self.peek() != ",":
+                            break
+                        self.take(",")
+                    if not self.take().isdigit():
+                        raise ValueError(f"{kind} takes whole numbers in parentheses")
+                self.take(")")
+            if kind in ("string", "char", "character", "varchar") and self.peek().lower() == "collate":
+                self.take("collate")
+                self.name()
+        else:
+            raise ValueError(f"unknown type {kind!r}")
+
+    def fields(self, closing: str = "") -> list[str]:
+        names = []
+        while True:
+            names.append(self.name())
+            if self.peek() == ":":
+                self.take(":")
+            self.data_type()
+            if self.peek().lower() == "not":
+                self.take("not")
+                self.take("null")
+            if self.peek().lower() == "comment":
+                self.take("comment")
+                if not self.take().startswith("'"):
+                    raise ValueError("COMMENT takes a quoted string")
+            if self.peek() != ",":
+                break
+            self.take(",")
+        if self.peek() != closing:
+            raise ValueError(f"unexpected {self.peek()!r} after column {names[-1]!r}")
+        return names
+
+
+def ddl_column_names(schema: str) -> list[str]:
+    """The top-level column names of a Spark DDL schema; ValueError says what is wrong with it.
+
+    Stricter than Spark in one way: a name twice is refused, as the batch's Parquet files could not hold it.
+    """
+    names = _Ddl(schema).fields()
+    repeated = sorted({n for n in names if [m.lower() for m in names].count(n.lower()) > 1})
+    if repeated:
+        raise ValueError(f"column(s) {', '.join(repeated)} appear more than once")
+    return names
 
 
 def _parse_timestamp(r: _Reader, key: str) -> datetime:
@@ -243,11 +437,15 @@ def _parse_pipeline(source: str, index: int, data: object) -> PipelineConfig:
         read.fail("must be at most 10000 (the most GetRecords returns)", "max_records_per_call")
 
     payload = _parse_payload(_Reader(source, f"{r.path}.payload", r.data.get("payload") or {}, _PAYLOAD_KEYS))
+    try:
+        output = normalize_output(r.text("output"))
+    except ValueError as exc:
+        r.fail(str(exc), "output")
 
     return PipelineConfig(
         name=name,
         stream=r.text("stream"),
-        output=r.text("output").rstrip("/"),
+        output=output,
         schedule=schedule.strip() if isinstance(schedule, str) else None,
         initial_position=position,
         initial_timestamp=timestamp,
@@ -307,7 +505,10 @@ def _parse_payload(p: _Reader) -> PayloadConfig:
     if fmt == "raw" and schema is not None:
         p.fail("is only allowed with format json", "schema")
     if schema is not None:
-        names = [column.strip().split()[0].strip("`").lower() for column in schema.split(",") if column.strip()]
+        try:
+            names = [name.lower() for name in ddl_column_names(schema)]
+        except ValueError as exc:
+            p.fail(f"is not a Spark DDL schema ({exc}), such as 'user STRING, amount DOUBLE, tags ARRAY<STRING>'", "schema")
         clashes = sorted(set(names) & set(RECORD_COLUMNS))
         if clashes:
             p.fail(f"names column(s) {', '.join(clashes)}, which every row already carries", "schema")
@@ -317,8 +518,40 @@ def _parse_payload(p: _Reader) -> PayloadConfig:
     return PayloadConfig(format=fmt, schema=schema, max_bad_share=float(share))
 
 
-def parse_config(data: object, source: str = "<config>") -> tuple[PipelineConfig, ...]:
-    """Validate a loaded config document; ``source`` names it in errors."""
+@dataclass(frozen=True)
+class PipelineError:
+    """One pipeline entry that is invalid: the others in the file still run."""
+
+    index: int
+    name: str | None  # None when the entry has no usable name
+    message: str  # names the file and the key path, as every ConfigError does
+
+
+@dataclass(frozen=True)
+class LoadedConfig:
+    """The valid pipelines of a config file, and an error for each invalid one."""
+
+    pipelines: tuple[PipelineConfig, ...]
+    errors: tuple[PipelineError, ...] = ()
+
+    def error_for(self, name: str) -> str | None:
+        return next((e.message for e in self.errors if e.name == name), None)
+
+    def strict(self) -> tuple[PipelineConfig, ...]:
+        """The pipelines, or a ConfigError naming every invalid one."""
+        if self.errors:
+            raise ConfigError("\n".join(e.message for e in self.errors))
+        return self.pipelines
+
+
+def parse_pipelines(data: object, source: str = "<config>") -> LoadedConfig:
+    """Validate a loaded config document entry by entry; ``source`` names it in errors.
+
+    What concerns the whole document (not a mapping, no ``pipelines`` list) raises ConfigError. An
+    invalid entry is reported on its own, and so is a later entry that repeats an earlier one's name or
+    whose output is the same root as an earlier one's, or inside it (or around it): the earlier one keeps
+    running. Two pipelines must never replace each other's batches.
+    """
     if not isinstance(data, Mapping) or "pipelines" not in data:
         raise ConfigError(f"{source}: the top level must be a mapping with a 'pipelines' list")
     unknown = sorted(str(k) for k in data if k != "pipelines")
@@ -327,13 +560,37 @@ def parse_config(data: object, source: str = "<config>") -> tuple[PipelineConfig
     entries = data["pipelines"]
     if not isinstance(entries, list) or not entries:
         raise ConfigError(f"{source}: pipelines must be a non-empty list of mappings")
-    pipelines = tuple(_parse_pipeline(source, i, entry) for i, entry in enumerate(entries))
-    seen: dict[str, int] = {}
-    for i, p in enumerate(pipelines):
-        if p.name in seen:
-            raise ConfigError(f"{source}: pipelines[{i}].name: duplicate name {p.name!r} (also pipelines[{seen[p.name]}])")
-        seen[p.name] = i
-    return pipelines
+    valid: dict[int, PipelineConfig] = {}
+    errors: list[PipelineError] = []
+    for i, entry in enumerate(entries):
+        name = entry.get("name") if isinstance(entry, Mapping) and isinstance(entry.get("name"), str) else None
+        try:
+            pipeline = _parse_pipeline(source, i, entry)
+        except ConfigError as exc:
+            errors.append(PipelineError(i, name, str(exc)))
+            continue
+        clash = next((j for j, other in valid.items() if other.name == pipeline.name), None)
+        if clash is not None:
+            message = f"{source}: pipelines[{i}].name: duplicate name {pipeline.name!r} (also pipelines[{clash}])"
+            errors.append(PipelineError(i, None, message))
+            continue
+        shared = next((j for j, other in valid.items() if outputs_overlap(other.output, pipeline.output)), None)
+        if shared is not None:
+            other = valid[shared]
+            same = output_key(other.output) == output_key(pipeline.output)
+            errors.append(PipelineError(i, pipeline.name, (
+                f"{source}: pipelines[{i}] ({pipeline.name}).output: {pipeline.output} is "
+                f"{'the same root as' if same else 'inside, or around,'} the output {other.output} of pipeline "
+                f"{other.name!r} (pipelines[{shared}]); each pipeline needs a root of its own, or their batches replace each other's"
+            )))  # fmt: skip
+            continue
+        valid[i] = pipeline
+    return LoadedConfig(tuple(valid.values()), tuple(errors))
+
+
+def parse_config(data: object, source: str = "<config>") -> tuple[PipelineConfig, ...]:
+    """Validate a loaded config document; any invalid entry is a ConfigError (see parse_pipelines for the lenient form)."""
+    return parse_pipelines(data, source).strict()
 
 
 def resolve_config_path(default: str | os.PathLike[str]) -> Path:
@@ -342,7 +599,15 @@ def resolve_config_path(default: str | os.PathLike[str]) -> Path:
 
 
 def load_config(path: str | os.PathLike[str]) -> tuple[PipelineConfig, ...]:
-    """Read and validate a YAML pipelines config."""
+    """Read and validate a YAML pipelines config; any invalid entry is a ConfigError."""
+    return load_pipelines(path).strict()
+
+
+def load_pipelines(path: str | os.PathLike[str]) -> LoadedConfig:
+    """Read a YAML pipelines config: the valid pipelines, and an error for each invalid one.
+
+    An unreadable file, or one that is not YAML, raises ConfigError: it concerns every pipeline.
+    """
     import yaml  # PyYAML comes with Airflow; imported here so the pure parser needs nothing
 
     config_path = Path(path)
@@ -354,4 +619,4 @@ def load_config(path: str | os.PathLike[str]) -> tuple[PipelineConfig, ...]:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{config_path}: not valid YAML: {exc}") from exc
-    return parse_config(data, source=str(config_path))
+    return parse_pipelines(data, source=str(config_path))

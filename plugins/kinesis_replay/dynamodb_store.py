@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -147,16 +147,7 @@ class DynamoDBStateStore:
         return {s.shard_id: s for s in shards}
 
     def put_shard_if_absent(self, pipeline: str, shard: ShardState) -> ShardState:
-        item: dict[str, Any] = {
-            "pk": _s(pk(pipeline)),
-            "sk": _s(f"shard#{shard.shard_id}"),
-            "shard_id": _s(shard.shard_id),
-            "finished": {"BOOL": False},
-            "parents": {"L": [_s(p) for p in shard.parent_shard_ids]},
-            "updated_at": _s(_now()),
-        }
-        if shard.start_position is not None:
-            item["start_position"] = _s(json.dumps(shard.start_position.to_dict()))
+        item = self._shard_item(pipeline, shard)
         try:
             self._call(
                 "put_item", f"storing shard {shard.shard_id} of pipeline {pipeline!r}",
@@ -322,6 +313,45 @@ class DynamoDBStateStore:
             ],
         )  # fmt: skip
 
+    # -- recovery -----------------------------------------------------------------------------
+
+    # DynamoDB transactions hold at most 100 items: each of ours is the head's absence and 99 puts.
+    RESTORE_CHUNK = 99
+
+    def restore(self, pipeline: str, head: Head, shards: Sequence[ShardState], batches: Sequence[Batch]) -> None:
+        key = {"pk": _s(pk(pipeline)), "sk": _s("head")}
+        no_head = {"ConditionCheck": {
+            "TableName": self.table, "Key": key, "ConditionExpression": "attribute_not_exists(#pk)",
+            "ExpressionAttributeNames": {"#pk": "pk"},
+        }}  # fmt: skip
+        puts = [self._batch_item(b) for b in batches] + [self._shard_item(pipeline, s) for s in shards]
+        for i in range(0, len(puts), self.RESTORE_CHUNK):
+            chunk = [{"Put": {"TableName": self.table, "Item": item}} for item in puts[i : i + self.RESTORE_CHUNK]]
+            self._transact(f"pipeline {pipeline!r}: restoring its state (items {i + 1} to {i + len(chunk)})", [no_head, *chunk])
+        self._transact(f"pipeline {pipeline!r}: restoring its head", [{"Put": {
+            "TableName": self.table,
+            "Item": {**key, "next_batch_id": _n(head.next_batch_id), "version": _n(1), "updated_at": _s(_now()),
+                     **({"in_flight": _n(head.in_flight)} if head.in_flight is not None else {})},
+            "ConditionExpression": "attribute_not_exists(#pk)", "ExpressionAttributeNames": {"#pk": "pk"},
+        }}])  # fmt: skip
+
+    def _shard_item(self, pipeline: str, shard: ShardState) -> dict[str, Any]:
+        item: dict[str, Any] = {
+            "pk": _s(pk(pipeline)),
+            "sk": _s(f"shard#{shard.shard_id}"),
+            "shard_id": _s(shard.shard_id),
+            "finished": {"BOOL": shard.finished},
+            "parents": {"L": [_s(p) for p in shard.parent_shard_ids]},
+            "updated_at": _s(_now()),
+        }
+        if shard.start_position is not None:
+            item["start_position"] = _s(json.dumps(shard.start_position.to_dict()))
+        if shard.checkpoint is not None:
+            item["checkpoint"] = _s(format_sequence_number(shard.checkpoint))
+        if shard.last_batch_id is not None:
+            item["last_batch_id"] = _n(shard.last_batch_id)
+        return item
+
     def _batch_item(self, batch: Batch) -> dict[str, Any]:
         item: dict[str, Any] = {
             "pk": _s(pk(batch.pipeline)),
@@ -339,6 +369,10 @@ class DynamoDBStateStore:
             item["gaps"] = _s(json.dumps([g.to_dict() for g in batch.gaps]))
         if batch.extra:
             item["extra"] = _s(json.dumps(dict(batch.extra)))
+        if batch.manifest is not None:
+            item["manifest"] = _s(json.dumps(batch.manifest.to_dict()))
+        if batch.committed_at is not None:
+            item["committed_at"] = _s(batch.committed_at.isoformat())
         return item
 
     def _batch_from_item(self, item: dict[str, Any]) -> Batch:

@@ -1,19 +1,27 @@
-"""Where a batch's output and result manifest live, and reading them back (pyarrow, imported on use)."""
+"""Where a batch's output, result manifest and commit record live, who owns the output, and reading them back.
+
+Through pyarrow's file systems (imported on use), so the same code serves local disk and S3.
+"""
 
 from __future__ import annotations
 
 import json
 import os
 from collections import Counter
+from dataclasses import asdict, dataclass
 from typing import Any
 
-from kinesis_replay.errors import VerificationError
-from kinesis_replay.state import Manifest
+from kinesis_replay.errors import KinesisReplayError, VerificationError
+from kinesis_replay.state import Batch, Manifest
 
 BATCH_DIGITS = 10  # zero-padded so that batch directories list in order
 MANIFESTS_DIR = "_manifests"  # a leading underscore: Spark and pyarrow readers skip it
 QUARANTINE_DIR = "_quarantine"  # records that could not be decoded, with the reason, per batch
 STAGING_DIR = "_staging"  # where the replay job writes a batch before swapping it into place
+# One JSON file per batch whose commit began: the output's own copy of the ledger, from which a lost state
+# table is rebuilt. Written after the batch is COMMITTING and before any checkpoint moves.
+COMMITS_DIR = "_commits"
+OWNER_FILE = "_kinesis_replay_owner.json"  # who owns this output root: one pipeline, one stream, one state table
 
 
 def batch_partition(batch_id: int) -> str:
@@ -39,6 +47,14 @@ def manifest_path(output: str, batch_id: int) -> str:
     return f"{output.rstrip('/')}/{MANIFESTS_DIR}/batch_id={batch_partition(batch_id)}.json"
 
 
+def commit_record_path(output: str, batch_id: int) -> str:
+    return f"{output.rstrip('/')}/{COMMITS_DIR}/batch_id={batch_partition(batch_id)}.json"
+
+
+def owner_path(output: str) -> str:
+    return f"{output.rstrip('/')}/{OWNER_FILE}"
+
+
 def _filesystem(path: str) -> tuple[Any, str]:
     from pyarrow import fs
 
@@ -49,19 +65,30 @@ def _filesystem(path: str) -> tuple[Any, str]:
     return fs.FileSystem.from_uri(path)  # type: ignore[no-any-return]
 
 
-def read_manifest(output: str, batch_id: int) -> Manifest:
-    """The result manifest the replay job wrote for a batch; missing or unreadable is a VerificationError."""
+def _is_file(path: str) -> bool:
     from pyarrow import fs
 
-    path = manifest_path(output, batch_id)
     filesystem, local = _filesystem(path)
-    if filesystem.get_file_info(local).type != fs.FileType.File:
+    return bool(filesystem.get_file_info(local).type == fs.FileType.File)
+
+
+def has_manifest(output: str, batch_id: int) -> bool:
+    return _is_file(manifest_path(output, batch_id))
+
+
+def read_manifest(output: str, batch_id: int) -> Manifest:
+    """The result manifest the replay job wrote for a batch; missing or unreadable is a VerificationError."""
+    path = manifest_path(output, batch_id)
+    try:
+        data = _read_json(path)
+    except KinesisReplayError as exc:
+        raise VerificationError(f"batch {batch_id}: unreadable result manifest {path}: {exc}") from exc
+    if data is None:
         raise VerificationError(f"batch {batch_id}: no result manifest at {path}: the replay job did not finish")
-    with filesystem.open_input_stream(local) as stream:
-        try:
-            return Manifest.from_dict(json.loads(stream.read()))
-        except (ValueError, KeyError) as exc:
-            raise VerificationError(f"batch {batch_id}: unreadable result manifest {path}: {exc!r}") from exc
+    try:
+        return Manifest.from_dict(data)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise VerificationError(f"batch {batch_id}: unreadable result manifest {path}: {exc!r}") from exc
 
 
 def count_rows_by_shard(path: str) -> Counter[str]:
@@ -76,3 +103,140 @@ def count_rows_by_shard(path: str) -> Counter[str]:
     dataset = ds.dataset(local, filesystem=filesystem, format="parquet")
     shard_ids = dataset.to_table(columns=["shard_id"]).column("shard_id")
     return Counter({row["values"]: row["counts"] for row in pc.value_counts(shard_ids).to_pylist()})
+
+
+def _read_json(path: str) -> Any | None:
+    """A small JSON file's content, or None when there is no file at ``path``."""
+    if not _is_file(path):
+        return None
+    filesystem, local = _filesystem(path)
+    with filesystem.open_input_stream(local) as stream:
+        try:
+            return json.loads(stream.read())
+        except ValueError as exc:
+            raise KinesisReplayError(f"{path} is not valid JSON ({exc}); it was not written by kinesis-replay, or was cut short") from exc
+
+
+def _write_json(path: str, data: Any) -> None:
+    """Write a small JSON file whole (one PUT on S3; on local disk a temporary file renamed into place)."""
+    filesystem, local = _filesystem(path)
+    filesystem.create_dir(local.rsplit("/", 1)[0], recursive=True)
+    body = json.dumps(data, indent=2, sort_keys=True).encode()
+    if "://" in path:
+        with filesystem.open_output_stream(local) as stream:
+            stream.write(body)
+        return
+    tmp = f"{local}.tmp-{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(body)
+    os.replace(tmp, local)
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The record at the output root of who writes there. Every plan, replay, backfill and commit checks it first."""
+
+    pipeline: str
+    stream: str
+    state_table: str
+    created_at: str  # ISO 8601; when the pipeline first claimed the root
+    # The highest batch whose results the root held when it was claimed: written by a version of kinesis-replay that
+    # kept no commit records. 0 for a new root, whose commit records are then complete: no record, no commit.
+    adopted: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def read_owner(output: str) -> Owner | None:
+    data = _read_json(owner_path(output))
+    if data is None:
+        return None
+    try:
+        return Owner(
+            str(data["pipeline"]), str(data["stream"]), str(data["state_table"]), str(data["created_at"]), int(data.get("adopted", 0))
+        )
+    except (KeyError, TypeError) as exc:
+        raise KinesisReplayError(f"{owner_path(output)}: not an owner record (missing {exc})") from exc
+
+
+def write_owner(output: str, owner: Owner, replace: bool = False) -> Owner:
+    """Claim the root for ``owner`` and return whoever holds it afterwards.
+
+    On local disk the first claim wins outright (the file is created exclusively). On S3 a claim is a
+    PUT followed by a read: two pipelines claiming one new root at the same instant could both write,
+    and the later one wins; each then sees the winner, and the loser stops at its next check.
+    """
+    path = owner_path(output)
+    if "://" not in path and not replace:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            pass
+        else:
+            with os.fdopen(fd, "w") as f:
+                json.dump(owner.to_dict(), f, indent=2, sort_keys=True)
+    elif replace or read_owner(output) is None:
+        _write_json(path, owner.to_dict())
+    found = read_owner(output)
+    if found is None:
+        raise KinesisReplayError(f"the owner record {path} vanished right after it was written")
+    return found
+
+
+def write_commit_record(output: str, batch: Batch) -> None:
+    """The output's copy of a committing batch's ledger entry: its ranges, manifest and gaps."""
+    _write_json(commit_record_path(output, batch.batch_id), {"format": 1, "batch": batch.to_dict()})
+
+
+def has_commit_record(output: str, batch_id: int) -> bool:
+    return _is_file(commit_record_path(output, batch_id))
+
+
+def _batch_ids_in(folder: str) -> list[int]:
+    """The ids of the ``batch_id=<id>.json`` files in a folder, in order (one listing of one folder)."""
+    from pyarrow import fs
+
+    filesystem, local = _filesystem(folder)
+    if filesystem.get_file_info(local).type != fs.FileType.Directory:
+        return []
+    ids = []
+    for info in filesystem.get_file_info(fs.FileSelector(local)):
+        name = info.base_name
+        if info.type == fs.FileType.File and name.startswith("batch_id=") and name.endswith(".json"):
+            ids.append(int(name[len("batch_id=") : -len(".json")]))
+    return sorted(ids)
+
+
+def committed_batch_ids(output: str) -> list[int]:
+    """The ids of the batches whose commit records the output holds, in order."""
+    return _batch_ids_in(f"{output.rstrip('/')}/{COMMITS_DIR}")
+
+
+def manifest_batch_ids(output: str) -> list[int]:
+    """The ids of the batches whose result manifests the output holds (committed or not), in order."""
+    return _batch_ids_in(f"{output.rstrip('/')}/{MANIFESTS_DIR}")
+
+
+def holds_commits(output: str, owner: Owner | None) -> bool:
+    """Whether the output holds committed batches.
+
+    With an owner record, the commit records say (and the batches the root held when it was claimed count).
+    Without one, the root was written, if at all, by a version that kept no commit records: any batch result
+    may be committed.
+    """
+    if owner is not None:
+        return owner.adopted > 0 or bool(committed_batch_ids(output))
+    return bool(manifest_batch_ids(output))
+
+
+def read_commit_record(output: str, batch_id: int) -> Batch:
+    path = commit_record_path(output, batch_id)
+    data = _read_json(path)
+    if data is None:
+        raise KinesisReplayError(f"no commit record at {path}")
+    try:
+        return Batch.from_dict(data["batch"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise KinesisReplayError(f"{path}: unreadable commit record: {exc!r}") from exc

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
@@ -220,6 +220,43 @@ class Batch:
         check_transition(self.pipeline, self.batch_id, self.status, status)
         return replace(self, status=status, **changes)
 
+    def to_dict(self) -> dict[str, Any]:
+        """The whole ledger entry as JSON-ready values (the output's commit record holds it)."""
+        return {
+            "pipeline": self.pipeline,
+            "batch_id": self.batch_id,
+            "status": self.status.value,
+            "ranges": [r.to_dict() for r in self.ranges],
+            "stream": self.stream,
+            "run_id": self.run_id,
+            "created_at": self.created_at.isoformat(),
+            "committed_at": None if self.committed_at is None else self.committed_at.isoformat(),
+            "manifest": None if self.manifest is None else self.manifest.to_dict(),
+            "attempts": self.attempts,
+            "error": self.error,
+            "gaps": [g.to_dict() for g in self.gaps],
+            "extra": dict(self.extra),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Batch:
+        committed_at, manifest = data.get("committed_at"), data.get("manifest")
+        return cls(
+            pipeline=str(data["pipeline"]),
+            batch_id=int(data["batch_id"]),
+            status=BatchStatus(data["status"]),
+            ranges=tuple(SequenceRange.from_dict(r) for r in data["ranges"]),
+            stream=str(data["stream"]),
+            run_id=str(data["run_id"]),
+            created_at=datetime.fromisoformat(data["created_at"]),
+            committed_at=None if committed_at is None else datetime.fromisoformat(committed_at),
+            manifest=None if manifest is None else Manifest.from_dict(manifest),
+            attempts=int(data.get("attempts", 0)),
+            error=data.get("error"),
+            gaps=tuple(Gap.from_dict(g) for g in data.get("gaps", ())),
+            extra=dict(data.get("extra") or {}),
+        )
+
     def spec(self, output: str, accept_gaps: frozenset[str] = frozenset()) -> dict[str, Any]:
         """What the replay job needs, and nothing of Airflow or of the state table.
 
@@ -271,4 +308,11 @@ class StateStore(Protocol):
 
     def mark_finished(self, pipeline: str, shard_id: str, checkpoint: int | None) -> None:
         """Mark a closed, drained shard finished, conditioned on its checkpoint still being ``checkpoint``."""
+        ...
+
+    def restore(self, pipeline: str, head: Head, shards: Sequence[ShardState], batches: Sequence[Batch]) -> None:
+        """Write a pipeline's state rebuilt from its output: every item conditioned on the pipeline having no head.
+
+        The head goes last, so a restore cut short leaves no head, and no run plans until it is done again.
+        """
         ...

@@ -71,7 +71,7 @@ def pipeline_view(p: PipelineConfig, store: StateStore, now: datetime, last: int
         stream=p.stream,
         output=p.output,
         dag_id=p.dag_id,
-        backfill_dag_id=f"kinesis_replay_backfill_{p.name}",
+        backfill_dag_id=p.backfill_dag_id,
         in_flight=store.get_head(p.name).in_flight,
         shards=shards,
         batches=tuple(_batch_view(b) for b in reversed(ledger[-last:])),

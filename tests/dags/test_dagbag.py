@@ -33,7 +33,7 @@ def test_each_pipeline_dag_runs_plan_replay_verify_commit_one_at_a_time(monkeypa
     assert dag.doc_md and "plan → replay → verify → commit" in dag.doc_md
     for t in dag.tasks:
         assert t.retries == (0 if t.task_id == "check" else 2) and t.retry_exponential_backoff
-    assert set(dag.params.keys()) == {"dry_run", "acknowledge_data_loss"}
+    assert set(dag.params.keys()) == {"dry_run", "acknowledge_data_loss", "recover_from_output"}
 
 
 def test_each_pipeline_has_a_manual_backfill_dag(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -47,21 +47,78 @@ def test_each_pipeline_has_a_manual_backfill_dag(monkeypatch: pytest.MonkeyPatch
 def test_one_dag_per_configured_pipeline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     shipped = yaml.safe_load((ROOT / "dags" / "pipelines.yaml").read_text())["pipelines"][0]
     config = tmp_path / "pipelines.yaml"
-    config.write_text(yaml.safe_dump({"pipelines": [shipped, {**shipped, "name": "orders", "schedule": "@hourly"}]}))
+    orders = {**shipped, "name": "orders", "schedule": "@hourly", "output": "/tmp/kinesis-replay/orders"}
+    config.write_text(yaml.safe_dump({"pipelines": [shipped, orders]}))
     bag = dagbag(config, monkeypatch)
     assert set(bag.dag_ids) == {  # type: ignore[attr-defined]
         "kinesis_replay_demo", "kinesis_replay_orders", "kinesis_replay_backfill_demo", "kinesis_replay_backfill_orders",
     }  # fmt: skip
 
 
-def test_a_malformed_config_is_an_import_error_naming_the_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    shipped = yaml.safe_load((ROOT / "dags" / "pipelines.yaml").read_text())["pipelines"][0]
+CHECK_FILE = "kinesis_replay_config_check.py"
+
+
+def bag_of(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *entries: dict[str, object]) -> tuple[set[str], dict[str, str]]:
+    """The DAG ids and the import errors (by file name) of a config holding ``entries``."""
     config = tmp_path / "pipelines.yaml"
-    config.write_text(yaml.safe_dump({"pipelines": [{**shipped, "initial_position": "OLDEST"}]}))
-    errors = dagbag(config, monkeypatch).import_errors  # type: ignore[attr-defined]
-    assert len(errors) == 1
-    (message,) = errors.values()
-    assert "pipelines[0] (demo).initial_position: must be one of TRIM_HORIZON, LATEST, AT_TIMESTAMP, got 'OLDEST'" in message
+    config.write_text(yaml.safe_dump({"pipelines": list(entries)}))
+    bag = dagbag(config, monkeypatch)
+    return set(bag.dag_ids), {Path(k).name: v for k, v in bag.import_errors.items()}  # type: ignore[attr-defined]
+
+
+def shipped_entry(**overrides: object) -> dict[str, object]:
+    shipped = yaml.safe_load((ROOT / "dags" / "pipelines.yaml").read_text())["pipelines"][0]
+    return {**shipped, **overrides}
+
+
+GOOD = {"kinesis_replay_good", "kinesis_replay_backfill_good"}
+
+
+@pytest.mark.parametrize(
+    ("bad", "expected"),
+    [
+        ({"initial_position": "OLDEST"}, "pipelines[1] (bad).initial_position: must be one of TRIM_HORIZON, LATEST, AT_TIMESTAMP"),
+        ({"stream": None}, "pipelines[1] (bad).stream: must be a non-empty string"),
+        ({"colour": "blue"}, "pipelines[1] (bad): unknown key(s) colour"),
+        ({"schedule": "61 * * * *"}, "pipeline bad: schedule: '61 * * * *' is not a valid schedule"),
+        ({"output": "lake/bad"}, "pipelines[1] (bad).output: 'lake/bad' is relative"),
+        ({"output": "/"}, "pipelines[1] (bad).output: '/' is the file system root"),
+        ({"payload": {"format": "json", "schema": "user STRING, amount"}}, "pipelines[1] (bad).payload.schema"),
+    ],
+)
+def test_an_invalid_pipeline_is_an_import_error_naming_it_and_stops_only_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bad: dict[str, object], expected: str
+) -> None:
+    good = shipped_entry(name="good", output=str(tmp_path / "good"))
+    dag_ids, errors = bag_of(tmp_path, monkeypatch, good, shipped_entry(**{"name": "bad", "output": str(tmp_path / "bad"), **bad}))
+    assert dag_ids == GOOD  # the valid pipeline keeps its DAGs, and so its schedule
+    assert set(errors) == {CHECK_FILE}, errors  # only the check file fails: the DAG file's DAGs are not marked stale
+    assert expected in errors[CHECK_FILE] and str(tmp_path / "pipelines.yaml") in errors[CHECK_FILE]
+
+
+def test_a_later_pipeline_that_repeats_a_name_or_shares_an_output_is_refused_naming_both(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    good = shipped_entry(name="good", output=str(tmp_path / "lake" / "good"))
+    twin = shipped_entry(name="good", output=str(tmp_path / "twin"))
+    same = shipped_entry(name="same", stream="other", output=f"file://{tmp_path}/lake/./good/")
+    inside = shipped_entry(name="inside", output=str(tmp_path / "lake" / "good" / "sub"))
+    dag_ids, errors = bag_of(tmp_path, monkeypatch, good, twin, same, inside)
+    assert dag_ids == GOOD
+    message = errors[CHECK_FILE]
+    assert "pipelines[1].name: duplicate name 'good' (also pipelines[0])" in message
+    root = f"{tmp_path}/lake/good"
+    assert f"pipelines[2] (same).output: {root} is the same root as the output {root} of pipeline 'good'" in message
+    assert f"pipelines[3] (inside).output: {tmp_path}/lake/good/sub is inside, or around, the output" in message
+
+
+def test_an_error_of_the_whole_file_fails_the_dag_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = tmp_path / "pipelines.yaml"
+    config.write_text("pipelines: [unclosed")
+    bag = dagbag(config, monkeypatch)
+    errors = {Path(k).name: v for k, v in bag.import_errors.items()}  # type: ignore[attr-defined]
+    assert set(errors) == {"kinesis_replay_dags.py"} and "not valid YAML" in errors["kinesis_replay_dags.py"]
+    assert bag.dag_ids == []  # type: ignore[attr-defined]
 
 
 def emr_pipeline(tmp_path: Path, **emr: object) -> Path:
@@ -100,6 +157,7 @@ def test_deferring_without_aiobotocore_is_an_import_error_naming_the_pipeline(tm
 
     if importlib.util.find_spec("aiobotocore") is not None:
         pytest.skip("aiobotocore is installed here, so deferring is possible")
-    errors = dagbag(emr_pipeline(tmp_path, deferrable=True), monkeypatch).import_errors  # type: ignore[attr-defined]
-    (message,) = errors.values()
+    bag = dagbag(emr_pipeline(tmp_path, deferrable=True), monkeypatch)
+    (message,) = bag.import_errors.values()  # type: ignore[attr-defined]
     assert "pipeline demo: spark.emr_serverless.deferrable needs aiobotocore" in message
+    assert bag.dag_ids == []  # type: ignore[attr-defined]

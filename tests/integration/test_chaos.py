@@ -19,8 +19,10 @@ from botocore.exceptions import ConnectionClosedError
 from stack import chaos
 from stack.faults import StateFault, StateTableProxy
 
-# Twelve seeds whose schedules, together, take every fault and every step (test_the_seeds_cover_every_fault).
-SEEDS = (1, 2, 3, 17, 26, 27, 41, 50, 52, 58, 229, 395)
+# Twelve seeds whose schedules, together, take every fault and every step (test_the_seeds_cover_every_fault). The last
+# four lose the state table right after an interrupted cycle: a batch replayed and not committed (134), or a commit
+# whose answer was lost (133, 367), or a job killed mid-write next to a second pipeline on the output (395).
+SEEDS = (1, 3, 9, 23, 34, 86, 91, 361, 134, 133, 395, 367)
 STEPS = 3
 SPARK_STEPS = 2
 
@@ -28,7 +30,8 @@ SPARK_STEPS = 2
 def test_the_seeds_cover_every_fault() -> None:
     steps = [step for seed in SEEDS for step in chaos.generate(seed, STEPS, SPARK_STEPS)]
     assert {s.fault for s in steps if s.kind == "cycle"} == set(chaos.CYCLE_FAULTS)
-    assert {s.kind for s in steps} == {"produce", "produce_aggregated", "cycle", "backfill", "split", "merge"}
+    assert {s.kind for s in steps} == set(chaos.STEP_KINDS)
+    assert {s.fault for s in steps if s.kind == "lose_state"} == set(chaos.LOSSES)
 
 
 @pytest.mark.parametrize("seed", SEEDS)

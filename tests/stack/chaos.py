@@ -1,7 +1,9 @@
 """Randomized fault schedules over one pipeline, and a checker of exactly once that reads the output with pyarrow.
 
 A schedule is a seeded list of steps: produce records (plain or KPL-aggregated, on random partition
-keys), run a regular cycle (with or without a fault), backfill stored batches, split or merge a shard.
+keys), run a regular cycle (with or without a fault), backfill stored batches, split or merge a shard,
+and two mistakes an operator makes: losing the state table (deleted, or renamed in the config), then
+recovering it from the output; and pointing a second pipeline at the output.
 The faults: SIGKILL to the Spark job while it reads, while it writes or after it wrote; the state table
 unreachable from some write on, or one write applied with its answer lost; two cycles at once; the
 run stopped after one of its tasks (as when the Airflow task process dies between steps); reads
@@ -45,13 +47,16 @@ CYCLE_FAULTS = (
     "concurrent", "stop_after_plan", "stop_after_replay", "stop_after_verify", "throttle",
 )  # fmt: skip
 SHARDS = 2
+STEP_KINDS = ("produce", "produce_aggregated", "cycle", "backfill", "split", "merge", "lose_state", "share_output")
+STEP_WEIGHTS = (3, 2, 6, 1, 1, 1, 1, 1)
+LOSSES = ("deleted", "renamed")  # how a lose_state step loses the table
 DRAIN_CYCLES = 4  # clean cycles after the steps; a drained stream makes the last one idle
 
 
 @dataclass(frozen=True)
 class Step:
-    kind: str  # produce | produce_aggregated | cycle | backfill | split | merge
-    fault: str = "none"  # a cycle's fault, one of CYCLE_FAULTS
+    kind: str  # one of STEP_KINDS
+    fault: str = "none"  # a cycle's fault, one of CYCLE_FAULTS; how lose_state loses the table, one of LOSSES
     n: int = 0  # records or aggregates to produce; the write a state fault hits
 
     def __str__(self) -> str:
@@ -59,6 +64,8 @@ class Step:
             return f"{self.kind} {self.n}"
         if self.kind == "cycle":
             return f"cycle fault={self.fault}" + (f" write={self.n}" if self.fault.startswith("state_") else "")
+        if self.kind == "lose_state":
+            return f"lose_state {self.fault}"
         return self.kind
 
 
@@ -72,10 +79,10 @@ def generate(seed: int, steps: int, spark_steps_max: int = 2) -> list[Step]:
     schedule = [Step("produce", n=rng.randint(50, 400))]
     spark_steps = 0
     while len(schedule) < steps + 1:
-        kind = rng.choices(["produce", "produce_aggregated", "cycle", "backfill", "split", "merge"], [3, 2, 6, 1, 1, 1])[0]
-        if kind == "backfill" and not any(s.kind == "cycle" for s in schedule):
-            continue  # nothing committed to backfill yet
-        if kind in ("cycle", "backfill"):
+        kind = rng.choices(STEP_KINDS, STEP_WEIGHTS)[0]
+        if kind in ("backfill", "lose_state", "share_output") and not any(s.kind == "cycle" for s in schedule):
+            continue  # nothing committed to backfill or to lose yet, and no owner of the output to intrude on
+        if kind in ("cycle", "backfill", "lose_state"):  # a recovery runs a cycle
             if spark_steps >= spark_steps_max:
                 continue
             spark_steps += 1
@@ -86,6 +93,8 @@ def generate(seed: int, steps: int, spark_steps_max: int = 2) -> list[Step]:
             schedule.append(Step("produce", n=rng.randint(10, 300)))
         elif kind == "produce_aggregated":
             schedule.append(Step("produce_aggregated", n=rng.randint(1, 8)))
+        elif kind == "lose_state":
+            schedule.append(Step("lose_state", rng.choice(LOSSES)))
         else:
             schedule.append(Step(kind))
     return schedule
@@ -162,12 +171,16 @@ class Schedule:
         conn["extra"]["service_config"]["dynamodb"]["endpoint_url"] = self.state_proxy.url
         return conn
 
-    def dags(self) -> dict[str, Any]:
-        """Fresh DAG objects each run (Airflow 3.3.2 keeps a run's conf on its DAG's Params in-process)."""
+    def dags(self, entry: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Fresh DAG objects each run (Airflow 3.3.2 keeps a run's conf on its DAG's Params in-process).
+
+        ``entry``: another pipeline's, in a config of its own (as in another deployment), instead of this one's.
+        """
         from stack.harness import load_dags
 
         os.environ["AIRFLOW_CONN_AWS_DEFAULT"] = json.dumps(self.connection())
-        return load_dags(self.work / "pipelines.yaml", self.entry)
+        config = self.work / ("pipelines.yaml" if entry is None else f"{entry['name']}.yaml")
+        return load_dags(config, entry or self.entry)
 
     def log(self, line: str) -> None:
         self.outcome.history.append(line)
@@ -276,6 +289,47 @@ class Schedule:
         dag = self.dags()[f"kinesis_replay_backfill_{self.name}"]
         result = run_dag(dag, run_conf={"batches": {"batch_ids": chosen}})
         self.log(f"backfill {chosen}: {result.state} {compact(result.tasks)}")
+
+    def step_lose_state(self, step: Step) -> None:
+        """The operator loses the state table: deletes it, or renames it in the config. A cycle must refuse (once
+        anything is committed) and write nothing; a run with recover_from_output rebuilds the state and goes on."""
+        from kinesis_replay.dynamodb_store import DynamoDBStateStore
+        from kinesis_replay.output import committed_batch_ids
+        from stack.harness import run_dag
+
+        if step.fault == "renamed":
+            self.entry["state_table"] = f"{self.store.table}-r{self.rng.randrange(10**6)}"
+            self.store = DynamoDBStateStore(self.dynamodb, self.entry["state_table"])
+        else:
+            self.dynamodb.delete_table(TableName=self.store.table)
+            self.dynamodb.get_waiter("table_not_exists").wait(TableName=self.store.table)
+        committed = committed_batch_ids(str(self.output))
+        result = run_dag(self.dags()[f"kinesis_replay_{self.name}"])
+        self.log(f"{step}: {result.state} {compact(result.tasks)}")
+        if not committed:
+            return  # nothing was committed yet: the new table is a fresh start, and the cycle ran as any other
+        if result.tasks.get("plan") != "failed" or self.store.get_head(self.name).version != 0:
+            self.outcome.violations.append(f"{step}: the cycle after the loss was not refused before planning: {compact(result.tasks)}")
+        recovered = run_dag(self.dags()[f"kinesis_replay_{self.name}"], run_conf={"recover_from_output": True})
+        self.log(f"recover: {recovered.state} {compact(recovered.tasks)}")
+
+    def step_share_output(self, step: Step) -> None:
+        """The operator points a second pipeline, on another stream with records of its own, at this output (spelled
+        another way). Its cycle must fail before writing anything; the checker then finds only this pipeline's records."""
+        from stack.harness import run_dag
+        from stack.producer import ensure_stream, produce
+
+        stream = f"{self.name}-x"
+        ensure_stream(self.kinesis, stream, 1)
+        produce(self.kinesis, stream, 20)
+        intruder = {**self.entry, "name": f"{self.name}x", "stream": stream, "output": f"file://{self.output}/./"}
+        try:
+            result = run_dag(self.dags(intruder)[f"kinesis_replay_{intruder['name']}"])
+        finally:
+            self.kinesis.delete_stream(StreamName=stream, EnforceConsumerDeletion=True)
+        self.log(f"{step}: the second pipeline's cycle {result.state} {compact(result.tasks)}")
+        if "success" in (result.tasks.get("plan"), result.tasks.get("replay"), result.tasks.get("commit")):
+            self.outcome.violations.append(f"{step}: a second pipeline wrote to the output: {compact(result.tasks)}")
 
     def step_cycle(self, step: Step) -> None:
         from stack.faults import SparkKiller, StateFault
@@ -441,7 +495,9 @@ def check_manifests(output: Path, committed: list[int]) -> list[str]:
 
 
 def check_files(output: Path, committed: list[int]) -> list[str]:
-    """No file outside a committed batch's paths (after the drain nothing is in flight)."""
+    """No file outside a committed batch's paths (after the drain nothing is in flight) but the owner record."""
+    from kinesis_replay.output import COMMITS_DIR, OWNER_FILE
+
     allowed = {f"batch_id={b:010d}" for b in committed}
     problems = []
     if not output.exists():
@@ -452,7 +508,9 @@ def check_files(output: Path, committed: list[int]) -> list[str]:
         parts = path.relative_to(output).parts
         if parts[0] in allowed or (parts[0] == "_quarantine" and parts[1] in allowed):
             continue
-        if parts[0] == "_manifests" and path.name.lstrip(".").removesuffix(".crc").removesuffix(".json") in allowed:
+        if parts[0] in ("_manifests", COMMITS_DIR) and path.name.lstrip(".").removesuffix(".crc").removesuffix(".json") in allowed:
+            continue
+        if parts == (OWNER_FILE,):
             continue
         problems.append(f"{path.relative_to(output)} lies outside every committed batch's paths")
     return problems

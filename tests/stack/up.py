@@ -48,9 +48,33 @@ def _spawn(name: str, command: list[str], env: dict[str, str]) -> int:
     return proc.pid
 
 
+def clear_demo_output() -> None:
+    """Remove the shipped demo's output, when the shipped config is the one in use.
+
+    kinesalite and moto keep their streams and tables in memory, so each `make up` has a new stream and an
+    empty state table. The output of an earlier `make up` holds committed batches of a stream that is gone,
+    and the pipeline would rightly refuse to start over on top of them.
+    """
+    import shutil
+
+    import yaml
+
+    from kinesis_replay.config import normalize_output
+
+    shipped = ROOT / "dags" / "pipelines.yaml"
+    if Path(os.environ.get("KINESIS_REPLAY_CONFIG", shipped)).resolve() != shipped.resolve():
+        return
+    for entry in yaml.safe_load(shipped.read_text())["pipelines"]:
+        output = Path(normalize_output(entry["output"]))
+        if output.is_dir():
+            shutil.rmtree(output)
+            print(f"removed {output}, the demo output of an earlier `make up` (its stream and state table were in memory)")
+
+
 def start(port: int, rate: float) -> None:
     stop(quiet=True)
     STATE.mkdir(parents=True, exist_ok=True)
+    clear_demo_output()
     stack = local_stack.start(STATE / "stack")
     os.environ.update(stack.env())
     ensure_stream(kinesis_client(), "demo", 4)

@@ -8,7 +8,15 @@ from typing import Any
 
 import pytest
 
-from kinesis_replay.config import ConfigError, load_config, parse_config, resolve_config_path
+from kinesis_replay.config import (
+    ConfigError,
+    load_config,
+    normalize_output,
+    outputs_overlap,
+    parse_config,
+    parse_pipelines,
+    resolve_config_path,
+)
 
 VALID: dict[str, Any] = {
     "pipelines": [
@@ -204,3 +212,96 @@ def test_emr_serverless_requires_an_application() -> None:
     del data["pipelines"][0]["spark"]["emr_serverless"]["application_id"]
     with pytest.raises(ConfigError, match=r"emr_serverless\.application_id: is required"):
         parse_config(data)
+
+
+@pytest.mark.parametrize(
+    ("given", "normalized"),
+    [
+        ("/lake/x", "/lake/x"),
+        ("/lake/x/./", "/lake/x"),
+        ("/lake//y/../x/", "/lake/x"),
+        ("file:///lake/x/", "/lake/x"),
+        ("file:/lake/x", "/lake/x"),  # Hadoop's spelling
+        ("s3://bucket/a/./b/", "s3://bucket/a/b"),
+        ("S3A://bucket//a", "s3a://bucket/a"),
+    ],
+)
+def test_an_output_root_has_one_spelling(given: str, normalized: str) -> None:
+    assert normalize_output(given) == normalized
+    (p,) = parse_config(config(output=given))
+    assert p.output == normalized
+
+
+@pytest.mark.parametrize(
+    ("given", "reason"),
+    [
+        ("lake/x", "is relative"),
+        ("./x", "is relative"),
+        ("/", "is the file system root"),
+        ("/x/..", "is the file system root"),
+        ("/etc", "is a system folder"),
+        ("/usr/share/lake", "is a system folder"),
+        ("/tmp", "is a system folder"),
+        ("s3://bucket", "is a whole bucket"),
+        ("s3://bucket/", "is a whole bucket"),
+        ("s3:///prefix", "has no bucket"),
+        ("file://otherhost/lake", "another host"),
+    ],
+)
+def test_an_output_root_no_one_should_write_to_is_refused_with_the_reason(given: str, reason: str) -> None:
+    with pytest.raises(ConfigError, match=rf"pipelines\[0\] \(orders\)\.output: .*{reason}"):
+        parse_config(config(output=given))
+
+
+def test_s3_and_s3a_name_one_place() -> None:
+    assert outputs_overlap("s3://bucket/lake", "s3a://bucket/lake/orders")
+    assert not outputs_overlap("/lake/orders", "/lake/orders-eu")  # a shared prefix is not a shared folder
+
+
+def test_an_invalid_pipeline_is_reported_alone_and_the_others_stay_valid() -> None:
+    good = copy.deepcopy(VALID["pipelines"][0])
+    bad = {**good, "name": "payments", "output": "/data/payments", "initial_position": "OLDEST"}
+    twin = {**good, "output": "/data/elsewhere"}
+    nested = {**good, "name": "eu", "output": "/data/orders/eu"}
+    loaded = parse_pipelines({"pipelines": [good, bad, twin, nested]}, "p.yaml")
+    assert [p.name for p in loaded.pipelines] == ["orders"]
+    assert [(e.index, e.name) for e in loaded.errors] == [(1, "payments"), (2, None), (3, "eu")]
+    assert "p.yaml: pipelines[1] (payments).initial_position" in loaded.errors[0].message
+    assert loaded.errors[1].message == "p.yaml: pipelines[2].name: duplicate name 'orders' (also pipelines[0])"
+    assert "pipelines[3] (eu).output: /data/orders/eu is inside, or around, the output /data/orders of pipeline 'orders'" in (
+        loaded.errors[2].message
+    )
+    with pytest.raises(ConfigError, match="payments"):
+        loaded.strict()
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        "user STRING, amount DOUBLE",
+        "a INT NOT NULL COMMENT 'x, y', b: STRUCT<c: INT, d ARRAY<MAP<STRING, DECIMAL(10,2)>>>",
+        "`odd, name` STRING, ts TIMESTAMP_NTZ, v VARCHAR(10), n DECIMAL, i INTERVAL DAY TO SECOND",
+        "s STRING COLLATE UTF8_LCASE, t TIME(6), y INTERVAL YEAR, b BYTE, l LONG, r REAL, v VARIANT",
+    ],
+)
+def test_a_spark_ddl_schema_is_accepted(schema: str) -> None:
+    (p,) = parse_config(config(payload={"format": "json", "schema": schema}))
+    assert p.payload.schema == schema
+
+
+@pytest.mark.parametrize(
+    ("schema", "reason"),
+    [
+        ("user STRING, amount", "expected more, found 'the end'"),
+        ("a INT b STRING", "unexpected 'b' after column 'a'"),
+        ("a FOO", "unknown type 'foo'"),
+        ("a INT, A STRING", "column\\(s\\) A, a appear more than once"),
+        ("a DECIMAL(x)", "decimal takes whole numbers"),
+        ("a ARRAY<INT", "expected >"),
+        ("a BOOL", "unknown type 'bool'"),
+        ("a INTERVAL MONTH TO SECOND", "INTERVAL MONTH TO SECOND is not an interval type"),
+    ],
+)
+def test_a_schema_that_is_not_spark_ddl_is_refused_when_the_config_is_read(schema: str, reason: str) -> None:
+    with pytest.raises(ConfigError, match=rf"pipelines\[0\] \(orders\)\.payload\.schema: is not a Spark DDL schema \({reason}"):
+        parse_config(config(payload={"format": "json", "schema": schema}))

@@ -1,0 +1,121 @@
+"""Guards between a pipeline's output and its state table: who owns the output, and whether the two agree.
+
+The output root carries an owner record (pipeline, stream, state table) and one commit record per batch
+whose commit began. Before a plan writes anything it checks both against the state table's head:
+
+- a root owned by another pipeline or stream is never written;
+- a head that is missing, or behind the output, is never taken as a fresh start (that would plan batch 1
+  again from the stream's start, and replace committed batches): the run stops and says how to recover;
+- a head that is ahead of the output (the output moved or was deleted) stops the run too.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+
+from kinesis_replay import output
+from kinesis_replay.config import PipelineConfig
+from kinesis_replay.errors import OutputOwnershipError, StateLostError
+from kinesis_replay.state import Head
+
+log = logging.getLogger(__name__)
+
+RECOVER_PARAM = "recover_from_output"
+
+
+def recovery_hint(pipeline: PipelineConfig) -> str:
+    return (
+        f'To rebuild the state from the output, trigger {pipeline.dag_id} with {{"{RECOVER_PARAM}": true, "dry_run": true}} '
+        f'to see what would be written, then with {{"{RECOVER_PARAM}": true}} (README: "Recovering a lost state table").'
+    )
+
+
+def check_owner(pipeline: PipelineConfig, owner: output.Owner | None, new_table: bool = False) -> None:
+    """The output root is this pipeline's: same pipeline, same stream, and (unless ``new_table``) same state table."""
+    root = pipeline.output
+    if owner is None:
+        raise OutputOwnershipError(
+            f"pipeline {pipeline.name!r}: output {root} has no owner record ({output.OWNER_FILE}); the pipeline's plan "
+            "writes it before anything else, so the output was moved or deleted since. Nothing was written."
+        )
+    if owner.pipeline != pipeline.name:
+        raise OutputOwnershipError(
+            f"pipeline {pipeline.name!r} may not write output {root}: it belongs to pipeline {owner.pipeline!r} "
+            f"(stream {owner.stream}, state table {owner.state_table}, since {owner.created_at}). Both would number their "
+            "batches from 1 and replace each other's. Give each pipeline an output root of its own. Nothing was written."
+        )
+    if owner.stream != pipeline.stream:
+        raise OutputOwnershipError(
+            f"pipeline {pipeline.name!r}: output {root} holds stream {owner.stream}, and the config now names stream "
+            f"{pipeline.stream}; shard ids of two streams would share one set of checkpoints. Give the new stream a new "
+            "pipeline and output root. Nothing was written."
+        )
+    if owner.state_table != pipeline.state_table and not new_table:
+        raise StateLostError(
+            f"pipeline {pipeline.name!r}: output {root} is kept with state table {owner.state_table}, and the config now "
+            f"names state table {pipeline.state_table}. A new table would start the pipeline over and replace committed "
+            f"batches. Point state_table back to {owner.state_table}, or, if the table was moved on purpose, rebuild its "
+            f"state in {pipeline.state_table}. {recovery_hint(pipeline)} Nothing was written."
+        )
+
+
+def require_owner(pipeline: PipelineConfig) -> None:
+    """Before a replay, backfill or commit writes: the output's owner record names this pipeline."""
+    check_owner(pipeline, output.read_owner(pipeline.output))
+
+
+def check_before_plan(pipeline: PipelineConfig, head: Head) -> None:
+    """Before a plan writes anything: the output is this pipeline's (or no one's yet), and agrees with the state table's head.
+
+    A renamed state table is accepted only while the output holds no batch: then the new table is a fresh start.
+    """
+    owner = output.read_owner(pipeline.output)
+    root, table = pipeline.output, pipeline.state_table
+    if owner is not None:
+        check_owner(pipeline, owner, new_table=not output.holds_commits(root, owner))
+    if head.version == 0:
+        if output.holds_commits(root, owner):
+            committed = output.committed_batch_ids(root)
+            held = (
+                f"{len(committed)} committed batches (up to batch {committed[-1]})"
+                if committed
+                else "results of batches written before it kept commit records (_manifests)"
+            )
+            raise StateLostError(
+                f"pipeline {pipeline.name!r}: state table {table} holds no state for the pipeline, but its output {root} "
+                f"holds {held}. The table was deleted, emptied or replaced; planning now would start the stream over and "
+                f"replace those batches. {recovery_hint(pipeline)} Nothing was written."
+            )
+        return
+    last = (head.in_flight or head.next_batch_id) - 1  # every batch before the next (or in-flight) one is committed
+    if last >= 1 and not (output.has_commit_record(root, last) or output.has_manifest(root, last)):
+        raise StateLostError(
+            f"pipeline {pipeline.name!r}: state table {table} says batches up to {last} are committed, but output "
+            f"{root} does not hold batch {last}. The output was changed in the config, moved or deleted. Point output back "
+            "to where the batches are, or move all of it (with its _commits, _manifests and owner record) to the new "
+            "root. Nothing was written."
+        )
+    if head.in_flight is None and output.has_commit_record(root, head.next_batch_id):
+        raise StateLostError(
+            f"pipeline {pipeline.name!r}: state table {table} is behind output {root}: the table would plan batch "
+            f"{head.next_batch_id} anew, and the output already holds it committed (a table restored from an old "
+            f"backup?). Planning would replace it. Delete the pipeline's items from the table, then recover. "
+            f"{recovery_hint(pipeline)} Nothing was written."
+        )
+
+
+def claim_output(pipeline: PipelineConfig, now: datetime) -> None:
+    """Record this pipeline as the output root's owner, if no one is yet; before the plan's first write."""
+    root = pipeline.output
+    owner = output.read_owner(root)
+    if owner is not None:
+        check_owner(pipeline, owner, new_table=True)  # a claim never takes over another pipeline's root
+        if owner.state_table == pipeline.state_table:
+            return
+    # No owner yet, or (check_before_plan allowed it: nothing in the output is committed) a new state table.
+    adopted = owner.adopted if owner is not None else max(output.manifest_batch_ids(root), default=0)
+    claim = output.Owner(pipeline.name, pipeline.stream, pipeline.state_table, now.isoformat(), adopted)
+    claimed = output.write_owner(root, claim, replace=owner is not None)
+    check_owner(pipeline, claimed)  # another pipeline may have claimed it first
+    log.info("pipeline %s: claimed output %s (owner record %s)", pipeline.name, root, output.owner_path(root))

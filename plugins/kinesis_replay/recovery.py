@@ -1,0 +1,143 @@
+"""Rebuild a pipeline's lost state from its output's commit records: checkpoints, finished shards, head, ledger.
+
+Every batch whose commit began left a commit record in the output before any checkpoint moved
+(``output.write_commit_record``), so the records hold every range that was, or is being, committed.
+A shard's checkpoint is the end of its range in the newest record that has one; a closed shard read to
+its end is finished. The next batch id follows the newest record. Nothing is read from the stream but
+its shard list (for parents, and to store the start of shards that never committed anything).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+from kinesis_replay import backfill, guards, kinesis, output
+from kinesis_replay.batches import resolve_start
+from kinesis_replay.config import PipelineConfig
+from kinesis_replay.errors import KinesisReplayError
+from kinesis_replay.ranges import ShardInfo
+from kinesis_replay.state import Batch, BatchStatus, Head, ShardState, StateStore
+
+log = logging.getLogger(__name__)
+
+
+class RecoveryError(KinesisReplayError):
+    """The state cannot be rebuilt exactly from the output; the message says what is missing or inconsistent."""
+
+    retryable = False
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """What a recovery writes into the state table."""
+
+    pipeline: str
+    state_table: str
+    output: str
+    head: Head
+    shards: tuple[ShardState, ...]
+    batches: tuple[Batch, ...]
+
+    def describe(self) -> str:
+        ids = [b.batch_id for b in self.batches]
+        lines = [
+            f"pipeline {self.pipeline}: rebuild state table {self.state_table} from output {self.output}:",
+            f"  {len(ids)} committed batches ({ids[0]} to {ids[-1]}), next batch id {self.head.next_batch_id}",
+        ]
+        for s in self.shards:
+            state = "finished" if s.finished else "open"
+            where = f"checkpoint {s.checkpoint} (batch {s.last_batch_id})" if s.checkpoint is not None else "no checkpoint"
+            start = f", starts at {s.start_position.kind}" if s.start_position is not None and s.checkpoint is None else ""
+            lines.append(f"  shard {s.shard_id}: {where}, {state}{start}")
+        return "\n".join(lines)
+
+
+def plan_recovery(pipeline: PipelineConfig, records: Sequence[Batch], listed: Sequence[ShardInfo], claimed_at: datetime) -> Recovery:
+    """The state the commit records imply; refused when they are not one unbroken chain of batches.
+
+    ``claimed_at`` is when the pipeline first claimed its output: a LATEST pipeline's shards that never
+    committed anything start there, which is no later than any start the lost table held.
+    """
+    where = f"pipeline {pipeline.name!r}, output {pipeline.output}"
+    ids = [b.batch_id for b in records]
+    missing = sorted(set(range(1, ids[-1] + 1)) - set(ids)) if ids else []
+    if missing:
+        raise RecoveryError(
+            f"{where}: the commit records of batches {backfill.listed(missing)} are missing, so the checkpoints they moved can't be "
+            "known; restore those files under _commits/ (from a backup or a versioned bucket) and recover again"
+        )
+    parents = {s.shard_id: s.parent_shard_ids for s in listed}
+    shards: dict[str, ShardState] = {}
+    for batch in records:
+        if batch.pipeline != pipeline.name or batch.stream != pipeline.stream:
+            raise RecoveryError(
+                f"{where}: the commit record of batch {batch.batch_id} is of pipeline {batch.pipeline!r}, stream {batch.stream}"
+            )
+        if batch.manifest is None:
+            raise RecoveryError(f"{where}: commit record of batch {batch.batch_id} has no manifest")
+        results = batch.manifest.by_shard()
+        for rng in batch.ranges:
+            known = shards.get(rng.shard_id)
+            if (known.checkpoint if known else None) != rng.previous_checkpoint:
+                raise RecoveryError(
+                    f"{where}: batch {batch.batch_id}, range {rng.describe()} follows checkpoint {rng.previous_checkpoint}, but "
+                    f"the batches before it end shard {rng.shard_id} at {known.checkpoint if known else None}: the records disagree"
+                )
+            end = results[rng.shard_id].last_sequence_number if rng.to_shard_end else rng.end
+            shards[rng.shard_id] = ShardState(
+                rng.shard_id, checkpoint=end, finished=rng.to_shard_end,
+                parent_shard_ids=parents.get(rng.shard_id, ()), last_batch_id=batch.batch_id,
+            )  # fmt: skip
+    started = min([claimed_at, *(b.created_at for b in records)])
+    for info in listed:
+        if info.shard_id not in shards:
+            start = resolve_start(pipeline, info, started)
+            shards[info.shard_id] = ShardState(info.shard_id, parent_shard_ids=info.parent_shard_ids, start_position=start)
+    restored = tuple(
+        replace(b, status=BatchStatus.COMMITTED, extra={**b.extra, "restored_from": output.commit_record_path(pipeline.output, i)})
+        for i, b in zip(ids, records, strict=True)
+    )
+    head = Head(next_batch_id=(ids[-1] if ids else 0) + 1)
+    ordered = tuple(sorted(shards.values(), key=lambda s: s.shard_id))
+    return Recovery(pipeline.name, pipeline.state_table, pipeline.output, head, ordered, restored)
+
+
+def recover(pipeline: PipelineConfig, kinesis_client: object, store: StateStore, now: datetime, dry_run: bool = False) -> Recovery:
+    """Rebuild the pipeline's state in its (empty) state table from the output; a dry run only says what it would write.
+
+    Refused while the table holds any state for the pipeline: recovery never overwrites a ledger.
+    """
+    owner = output.read_owner(pipeline.output)
+    if owner is None:
+        raise RecoveryError(
+            f"pipeline {pipeline.name!r}: output {pipeline.output} has no owner record ({output.OWNER_FILE}), so it holds "
+            "nothing a recovery could trust; is output the root the pipeline wrote to?"
+        )
+    guards.check_owner(pipeline, owner, new_table=True)
+    head = store.get_head(pipeline.name)
+    if head.version != 0:
+        raise RecoveryError(
+            f"pipeline {pipeline.name!r}: state table {pipeline.state_table} already holds the pipeline's state (next batch "
+            f"{head.next_batch_id}); recovery only fills a table that lost it, and never overwrites a ledger. Trigger without "
+            f"{guards.RECOVER_PARAM}."
+        )
+    ids = output.committed_batch_ids(pipeline.output)
+    if not ids:
+        raise RecoveryError(
+            f"pipeline {pipeline.name!r}: output {pipeline.output} holds no commit record, so there is nothing to recover; "
+            f"a new pipeline starts without {guards.RECOVER_PARAM}"
+        )
+    records = [output.read_commit_record(pipeline.output, i) for i in ids]
+    listed = kinesis.list_shards(kinesis_client, pipeline.stream, pipeline.read)
+    plan = plan_recovery(pipeline, records, listed, datetime.fromisoformat(owner.created_at))
+    log.info("%s%s", "dry run: would " if dry_run else "", plan.describe())
+    if dry_run:
+        return plan
+    store.restore(pipeline.name, plan.head, plan.shards, plan.batches)
+    if owner.state_table != pipeline.state_table:
+        output.write_owner(pipeline.output, replace(owner, state_table=pipeline.state_table), replace=True)
+    log.info("pipeline %s: state rebuilt in %s; the next batch is %d", pipeline.name, pipeline.state_table, plan.head.next_batch_id)
+    return plan

@@ -1,0 +1,176 @@
+"""Ordinary operator mistakes through the real DAGs: each is refused before anything is written, and nothing is lost.
+
+Two pipelines on one output, a state table deleted or renamed, an output changed in the config. After each
+refusal the tests check what the output and the ledger hold; after each recovery, exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from airflow.sdk.exceptions import AirflowFailException
+
+import kinesis_replay_tasks as tasks
+from kinesis_replay.config import parse_config
+from kinesis_replay.dynamodb_store import DynamoDBStateStore
+from kinesis_replay.output import OWNER_FILE, read_owner
+from kinesis_replay.state import BatchStatus
+from stack.harness import SUCCESS, batch_dirs, check_exactly_once, load_dags, read_output, run_dag
+from stack.producer import ensure_stream, produce, split_shard
+
+
+@pytest.fixture
+def dag_for(tmp_path: Path, airflow_db: Path) -> Any:
+    def build(entry: dict[str, Any]) -> Any:
+        return load_dags(tmp_path / f"{entry['name']}-{uuid.uuid4().hex[:6]}.yaml", entry)[f"kinesis_replay_{entry['name']}"]
+
+    return build
+
+
+def plan_error(entry: dict[str, Any], params: dict[str, Any] | None = None) -> str:
+    """The plan task's own exception for this config: not retried, and what it says."""
+    (pipeline,) = parse_config({"pipelines": [entry]})
+    with pytest.raises(AirflowFailException) as raised:
+        tasks.plan(pipeline, "manual__test", params or {})
+    return str(raised.value)
+
+
+def ledger(store: DynamoDBStateStore, name: str) -> dict[str, Any]:
+    """Everything the state table holds of a pipeline, comparable before and after."""
+    return {
+        "head": store.get_head(name),
+        "shards": store.get_shards(name),
+        "batches": [(b.batch_id, b.status, b.ranges) for b in store.list_batches(name)],
+    }
+
+
+def test_a_second_pipeline_on_an_owned_output_is_refused_before_it_writes(
+    kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any], dag_for: Any
+) -> None:
+    produced = produce(kinesis, entry["stream"], 120)
+    assert run_dag(dag_for(entry)).tasks == SUCCESS
+    other_stream = f"other-{uuid.uuid4().hex[:8]}"
+    ensure_stream(kinesis, other_stream, 2)
+    try:
+        produce(kinesis, other_stream, 80)
+        # The same directory, spelled another way; and with retries, which a refusal must not wait out.
+        intruder = {**entry, "name": entry["name"] + "b", "stream": other_stream, "output": f"file://{entry['output']}/./", "retries": 2}
+        refused = run_dag(dag_for(intruder))
+        assert refused.state == "failed" and refused.tasks["plan"] == "failed", refused  # failed, not up_for_retry
+
+        message = plan_error(intruder)
+        assert f"pipeline {intruder['name']!r} may not write output {entry['output']}" in message
+        assert f"it belongs to pipeline {entry['name']!r} (stream {entry['stream']}" in message
+        assert ledger(store, intruder["name"]) == {"head": store.get_head("none"), "shards": {}, "batches": []}
+        assert batch_dirs(entry["output"]) == ["batch_id=0000000001"]
+        assert check_exactly_once(produced, read_output(entry["output"])).ok  # the owner's batch is whole, and only it
+        owner = read_owner(entry["output"])
+        assert owner is not None and (owner.pipeline, owner.stream) == (entry["name"], entry["stream"])
+    finally:
+        kinesis.delete_stream(StreamName=other_stream, EnforceConsumerDeletion=True)
+
+
+def test_a_deleted_state_table_is_refused_then_rebuilt_from_the_output(
+    kinesis: Any, dynamodb: Any, store: DynamoDBStateStore, entry: dict[str, Any], dag_for: Any
+) -> None:
+    dag = dag_for(entry)
+    produced = produce(kinesis, entry["stream"], 200)
+    assert run_dag(dag).tasks == SUCCESS
+    produced += produce(kinesis, entry["stream"], 100, start_index=200)
+    assert run_dag(dag).tasks == SUCCESS
+    split_shard(kinesis, entry["stream"], "shardId-000000000001")  # batch 3 drains the parent; its children wait
+    produced += produce(kinesis, entry["stream"], 100, start_index=300)
+    assert run_dag(dag).tasks == SUCCESS
+    before = ledger(store, entry["name"])
+    assert before["shards"]["shardId-000000000001"].finished and [b[0] for b in before["batches"]] == [1, 2, 3]
+
+    dynamodb.delete_table(TableName=store.table)
+    dynamodb.get_waiter("table_not_exists").wait(TableName=store.table)
+    produced += produce(kinesis, entry["stream"], 100, start_index=400)
+    refused = run_dag(dag)
+    assert refused.tasks["plan"] == "failed" and refused.tasks["commit"] == "upstream_failed", refused
+    message = plan_error(entry)
+    assert f"pipeline {entry['name']!r}: state table {store.table} holds no state" in message
+    assert f"output {entry['output']} holds 3 committed batches (up to batch 3)" in message
+    assert '"recover_from_output": true' in message
+    assert store.get_head(entry["name"]).version == 0 and store.list_batches(entry["name"]) == []  # nothing planned
+    assert batch_dirs(entry["output"]) == [f"batch_id={i:010d}" for i in (1, 2, 3)]
+    assert check_exactly_once(produced[:400], read_output(entry["output"])).ok  # nothing lost, nothing duplicated
+
+    # A DAG object of its own for each run with a conf: Airflow 3.3.2 keeps a run's conf on the DAG's Params in-process.
+    dry = run_dag(dag_for(entry), run_conf={"recover_from_output": True, "dry_run": True})
+    assert dry.skipped and store.get_head(entry["name"]).version == 0 and store.get_shards(entry["name"]) == {}
+
+    assert run_dag(dag_for(entry), run_conf={"recover_from_output": True}).tasks == SUCCESS  # rebuilt, then batch 4
+    after = ledger(store, entry["name"])
+    assert [b for b in after["batches"] if b[0] <= 3] == [(i, BatchStatus.COMMITTED, r) for i, _, r in before["batches"]]
+    assert after["shards"]["shardId-000000000001"].finished  # the drained parent stays finished
+    batch4 = {r.shard_id: r for r in store.get_batch(entry["name"], 4).ranges}
+    for shard_id, state in before["shards"].items():
+        if shard_id in batch4:
+            assert batch4[shard_id].previous_checkpoint == state.checkpoint  # on exactly from where the lost table stood
+
+    produced += produce(kinesis, entry["stream"], 100, start_index=500)
+    assert run_dag(dag_for(entry)).tasks == SUCCESS  # batch 5
+    landed = check_exactly_once(produced, read_output(entry["output"]))
+    assert landed.ok and landed.rows == 600, landed
+    assert batch_dirs(entry["output"]) == [f"batch_id={i:010d}" for i in range(1, 6)]
+
+
+def test_a_renamed_state_table_is_refused_and_a_recovery_adopts_it(
+    kinesis: Any, dynamodb: Any, store: DynamoDBStateStore, entry: dict[str, Any], dag_for: Any
+) -> None:
+    produced = produce(kinesis, entry["stream"], 150)
+    assert run_dag(dag_for(entry)).tasks == SUCCESS
+    before = ledger(store, entry["name"])
+    renamed = {**entry, "state_table": f"{entry['state_table']}-new"}
+    produced += produce(kinesis, entry["stream"], 50, start_index=150)
+    try:
+        refused = run_dag(dag_for(renamed))
+        assert refused.tasks["plan"] == "failed", refused
+        message = plan_error(renamed)
+        assert f"output {entry['output']} is kept with state table {entry['state_table']}" in message
+        assert f"the config now names state table {renamed['state_table']}" in message
+        assert ledger(store, entry["name"]) == before  # the old table is untouched
+        new_store = DynamoDBStateStore(dynamodb, renamed["state_table"])
+        assert new_store.get_head(entry["name"]).version == 0 and new_store.list_batches(entry["name"]) == []
+
+        assert run_dag(dag_for(renamed), run_conf={"recover_from_output": True}).tasks == SUCCESS
+        owner = read_owner(entry["output"])
+        assert owner is not None and owner.state_table == renamed["state_table"]
+        assert [b.batch_id for b in new_store.list_batches(entry["name"])] == [1, 2]
+        landed = check_exactly_once(produced, read_output(entry["output"]))
+        assert landed.ok and landed.rows == 200, landed
+    finally:
+        dynamodb.delete_table(TableName=renamed["state_table"])
+
+
+def test_a_changed_output_is_refused_and_a_moved_one_goes_on(
+    kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any], dag_for: Any, tmp_path: Path
+) -> None:
+    produced = produce(kinesis, entry["stream"], 100)
+    assert run_dag(dag_for(entry)).tasks == SUCCESS
+    before = ledger(store, entry["name"])
+    moved = {**entry, "output": str(tmp_path / "moved")}
+    produced += produce(kinesis, entry["stream"], 60, start_index=100)
+
+    refused = run_dag(dag_for(moved))
+    assert refused.tasks["plan"] == "failed", refused
+    message = plan_error(moved)
+    assert (
+        f"state table {entry['state_table']} says batches up to 1 are committed, but output {moved['output']} does not hold batch 1"
+        in message
+    )
+    assert not Path(moved["output"]).exists()  # never claimed
+    assert ledger(store, entry["name"]) == before
+
+    shutil.move(entry["output"], moved["output"])  # moved whole, owner record and commit records with it
+    assert json.loads((Path(moved["output"]) / OWNER_FILE).read_text())["pipeline"] == entry["name"]
+    assert run_dag(dag_for(moved)).tasks == SUCCESS  # the commit's Asset event names the new root
+    landed = check_exactly_once(produced, read_output(moved["output"]))
+    assert landed.ok and landed.rows == 160, landed

@@ -1,0 +1,90 @@
+"""Rebuilding a pipeline's state from its commit records: checkpoints, finished parents, head, and the refusals."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from kinesis_replay.config import PipelineConfig, parse_config
+from kinesis_replay.ranges import SequenceRange, ShardInfo
+from kinesis_replay.recovery import RecoveryError, plan_recovery
+from kinesis_replay.state import Batch, BatchStatus, Manifest, ShardResult, StartPosition
+
+CLAIMED = datetime(2026, 11, 1, tzinfo=UTC)
+S0, S1, S2 = (f"shardId-00000000000{i}" for i in range(3))
+
+
+def pipeline(position: str = "TRIM_HORIZON") -> PipelineConfig:
+    entry = {
+        "name": "orders", "stream": "orders-stream", "output": "/lake/orders", "schedule": None, "initial_position": position,
+        "state_table": "kr-state", "spark": {"master": "local[1]"},
+    }  # fmt: skip
+    (p,) = parse_config({"pipelines": [entry]})
+    return p
+
+
+def batch(batch_id: int, *ranges: SequenceRange, last_read: dict[str, int] | None = None) -> Batch:
+    results = tuple(
+        ShardResult(r.shard_id, 5, 50, r.start, (last_read or {}).get(r.shard_id, r.end), "ab") for r in ranges
+    )  # fmt: skip
+    created = CLAIMED + timedelta(hours=batch_id)
+    return Batch(
+        "orders",
+        batch_id,
+        BatchStatus.COMMITTED,
+        ranges,
+        "orders-stream",
+        f"run{batch_id}",
+        created,
+        created,
+        Manifest("orders", batch_id, results),
+    )
+
+
+LISTED = [ShardInfo(S0, (), 100, 500), ShardInfo(S1, (S0,), 600, None), ShardInfo(S2, (), 100, None)]
+
+
+def test_checkpoints_come_from_each_shards_newest_range_and_a_drained_parent_is_finished() -> None:
+    records = [
+        batch(1, SequenceRange(S0, 100, 200)),
+        batch(2, SequenceRange(S0, 201, 500, 200, to_shard_end=True), last_read={S0: 450}),  # closed: read to its end
+        batch(3, SequenceRange(S1, 600, 700)),
+    ]
+    rebuilt = plan_recovery(pipeline(), records, LISTED, CLAIMED)
+    shards = {s.shard_id: s for s in rebuilt.shards}
+    assert (shards[S0].checkpoint, shards[S0].finished, shards[S0].last_batch_id) == (450, True, 2)  # the last record read
+    assert (shards[S1].checkpoint, shards[S1].finished, shards[S1].parent_shard_ids) == (700, False, (S0,))
+    assert (shards[S2].checkpoint, shards[S2].start_position) == (None, StartPosition("TRIM_HORIZON"))
+    assert rebuilt.head.next_batch_id == 4 and rebuilt.head.in_flight is None
+    assert [b.batch_id for b in rebuilt.batches] == [1, 2, 3] and all(b.status == BatchStatus.COMMITTED for b in rebuilt.batches)
+    assert rebuilt.batches[0].ranges == records[0].ranges
+    assert rebuilt.batches[0].extra["restored_from"] == "/lake/orders/_commits/batch_id=0000000001.json"
+    assert "next batch id 4" in rebuilt.describe() and f"shard {S0}: checkpoint 450 (batch 2), finished" in rebuilt.describe()
+
+
+def test_a_latest_shard_that_never_committed_starts_no_later_than_the_claim() -> None:
+    rebuilt = plan_recovery(pipeline("LATEST"), [batch(1, SequenceRange(S0, 100, 200))], LISTED, CLAIMED)
+    (s2,) = [s for s in rebuilt.shards if s.shard_id == S2]
+    assert s2.start_position == StartPosition("AT_TIMESTAMP", CLAIMED)  # not the time of the recovery: nothing is skipped
+    (s1,) = [s for s in rebuilt.shards if s.shard_id == S1]
+    assert s1.start_position == StartPosition("TRIM_HORIZON")  # a child starts at its first record, as planning does
+
+
+def test_a_missing_commit_record_refuses_the_recovery() -> None:
+    records = [batch(i, SequenceRange(S0, 100 * i, 100 * i + 50, 100 * i - 50 if i > 1 else None)) for i in (1, 2, 4, 5, 6, 7, 9)]
+    with pytest.raises(RecoveryError, match=r"commit records of batches 3, 8 are missing"):
+        plan_recovery(pipeline(), records, LISTED, CLAIMED)
+
+
+def test_records_that_do_not_chain_refuse_the_recovery() -> None:
+    records = [batch(1, SequenceRange(S0, 100, 200)), batch(2, SequenceRange(S0, 301, 400, 300))]
+    with pytest.raises(RecoveryError, match=r"batch 2, range .* follows checkpoint 300, but the batches before it end shard .* at 200"):
+        plan_recovery(pipeline(), records, LISTED, CLAIMED)
+
+
+def test_a_record_of_another_stream_refuses_the_recovery() -> None:
+    stray = replace(batch(1, SequenceRange(S0, 100, 200)), stream="payments-stream")
+    with pytest.raises(RecoveryError, match="is of pipeline 'orders', stream payments-stream"):
+        plan_recovery(pipeline(), [stray], LISTED, CLAIMED)
