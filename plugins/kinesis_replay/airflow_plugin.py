@@ -1,39 +1,88 @@
-"""The Airflow plugin: a kinesis-replay page under Browse showing every pipeline's shards, lag and last batches."""
+"""The Airflow plugin: a kinesis-replay page under Browse showing the shards, lag and last batches of each pipeline the user may read."""
 
 # No `from __future__ import annotations` here: FastAPI reads the routes' annotations at run time, and
 # Request and the credentials type are imported inside create_app(), out of reach of string annotations.
 import html
 import os
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from airflow.plugins_manager import AirflowPlugin
+
+if TYPE_CHECKING:
+    from airflow.api_fastapi.auth.managers.models.base_user import BaseUser
+
+    from kinesis_replay.config import PipelineError
 
 URL_PREFIX = "/kinesis-replay"
 
 
-def _pipeline_views() -> list[dict[str, Any]]:
-    """Each configured pipeline's view, read through the pipeline's own connection (the hook owns the client)."""
+class _Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+_P = TypeVar("_P", bound=_Named)
+
+
+def _readable_by(user: "BaseUser", pipelines: Iterable[_P]) -> list[_P]:
+    """The pipelines all of whose DAGs Airflow's auth manager lets the user read (GET), asked in one batch."""
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.models.dag import DagModel
+
+    from kinesis_replay.config import dag_ids as _dag_ids
+
+    pipelines = list(pipelines)
+    wanted = {dag_id for p in pipelines for dag_id in _dag_ids(p.name)}
+    # Asked with each DAG's team, as Airflow's own routes do: in multi-team mode a team's DAGs need the team.
+    # A DAG not yet parsed has no team, and the auth manager still answers for its id.
+    team_of = DagModel.get_dag_id_to_team_name_mapping(sorted(wanted)) if wanted else {}
+    by_team: dict[str | None, set[str]] = {}
+    for dag_id in wanted:
+        by_team.setdefault(team_of.get(dag_id), set()).add(dag_id)
+    auth_manager = get_auth_manager()
+    readable: set[str] = set()
+    for team, dag_ids in by_team.items():
+        readable |= auth_manager.filter_authorized_dag_ids(dag_ids=dag_ids, user=user, method="GET", team_name=team)
+    return [p for p in pipelines if readable.issuperset(_dag_ids(p.name))]
+
+
+def _pipeline_views(user: "BaseUser") -> list[dict[str, Any]]:
+    """The view of each configured pipeline the user may read, read through the pipeline's own connection (the hook owns the client)."""
     from airflow.configuration import conf
     from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
 
-    from kinesis_replay.config import load_config, resolve_config_path
+    from kinesis_replay.config import load_pipelines, resolve_config_path
     from kinesis_replay.dynamodb_store import DynamoDBStateStore
     from kinesis_replay.errors import KinesisReplayError
     from kinesis_replay.status import pipeline_view
 
     config = resolve_config_path(Path(conf.get("core", "dags_folder")) / "pipelines.yaml")
-    views = []
+    views: list[dict[str, Any]] = []
     now = datetime.now(UTC)
-    for p in load_config(config):
+    loaded = load_pipelines(config)
+    # An invalid pipeline shows its own error (it has no DAGs; the DAG processor reports it too); the others their state.
+    invalid = [_Invalid(e) for e in loaded.errors]
+    for bad in _readable_by(user, invalid):
+        views.append({"name": bad.name, "stream": "-", "error": f"invalid config: {bad.error.message}", "shards": [], "batches": []})
+    for p in _readable_by(user, loaded.pipelines):
         try:
             client = AwsBaseHook(aws_conn_id=p.aws_conn_id, client_type="dynamodb").conn
             views.append(pipeline_view(p, DynamoDBStateStore(client, p.state_table), now).to_dict())
         except KinesisReplayError as exc:  # a pipeline that has never run has no state table yet
             views.append({"name": p.name, "stream": p.stream, "error": str(exc), "shards": [], "batches": []})
     return views
+
+
+class _Invalid:
+    """An invalid pipeline entry, named for the permission check (by its index when it has no name)."""
+
+    def __init__(self, error: "PipelineError") -> None:
+        self.error = error
+        self.name = error.name or f"#{error.index}"
 
 
 def _age(seconds: float | None) -> str:
@@ -76,7 +125,7 @@ def _render(views: list[dict[str, Any]], base: str) -> str:
             title = f' title="{e(b["error"])}"' if b["error"] else ""
             parts.append(f'<tr class="status-{e(b["status"].lower())}"{title}>{row}</tr>')
         parts.append("</table></section>")
-    body = "".join(parts) or "<p>No pipelines are configured.</p>"
+    body = "".join(parts) or '<p class="empty">No pipeline to show: none is configured, or you may read none of their DAGs.</p>'
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>kinesis-replay</title>
 <style>body{{font-family:system-ui,sans-serif;margin:1.5rem;color:#222}}table{{border-collapse:collapse;margin:.5rem 0 1.5rem}}
 td,th{{border:1px solid #ccc;padding:.25rem .6rem;text-align:left;font-size:.9rem}}td.seq{{font-family:monospace;font-size:.75rem}}
@@ -85,7 +134,8 @@ small{{color:#777;font-weight:normal}}.status-failed td{{background:#fde8e8}}.st
 
 
 def create_app() -> Any:
-    """The page's FastAPI app: every route needs a logged-in Airflow user (Airflow does not check plugin apps)."""
+    """The page's FastAPI app: every route needs a logged-in Airflow user (Airflow does not check plugin apps), and shows
+    only the pipelines whose DAGs Airflow's auth manager lets that user read."""
     from airflow.api_fastapi.app import get_auth_manager
     from airflow.api_fastapi.auth.managers.models.base_user import BaseUser
     from airflow.api_fastapi.core_api.security import bearer_scheme, get_user
@@ -107,12 +157,12 @@ def create_app() -> Any:
 
     @app.get("/api/pipelines")
     def pipelines(user: BaseUser = Depends(airflow_user)) -> JSONResponse:
-        return JSONResponse(_pipeline_views())
+        return JSONResponse(_pipeline_views(user))
 
     @app.get("/", response_class=HTMLResponse)
     def page(user: BaseUser = Depends(airflow_user)) -> HTMLResponse:
         base = os.environ.get("AIRFLOW__API__BASE_URL", "").rstrip("/")
-        return HTMLResponse(_render(_pipeline_views(), base))
+        return HTMLResponse(_render(_pipeline_views(user), base))
 
     return app
 

@@ -1,4 +1,5 @@
-"""The kinesis-replay page in Airflow's UI, in a real headless Chromium: it needs the Airflow login, and shows the state."""
+"""The kinesis-replay page in Airflow's UI, in a real headless Chromium: it needs the Airflow login, shows the state, and
+shows a user only the pipelines whose DAGs Airflow lets them read."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from kinesis_replay.dynamodb_store import DynamoDBStateStore
 from stack.harness import ROOT, SUCCESS, load_dags, run_dag
@@ -28,35 +30,51 @@ CHROMIUM_ARGS = [
 ]  # fmt: skip
 
 
+NO_DAGS = "nodags"  # a viewer who may read no DAG: see tests/stack/auth_manager.py
+
+
+@pytest.fixture(scope="module")
+def served_config(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The pipelines config the api-server reads on each request: each test writes its own pipeline into it."""
+    return tmp_path_factory.mktemp("ui") / "pipelines.yaml"
+
+
 @pytest.fixture
-def pipeline(kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any], tmp_path: Path, airflow_db: Path) -> dict[str, Any]:
-    """A pipeline that has committed a batch, and the config file that names it."""
-    config = tmp_path / "pipelines.yaml"
+def pipeline(kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any], served_config: Path, airflow_db: Path) -> dict[str, Any]:
+    """A pipeline that has committed a batch, and is the one the api-server's config names."""
     produce(kinesis, entry["stream"], 150)
-    assert run_dag(load_dags(config, entry)[f"kinesis_replay_{entry['name']}"]).tasks == SUCCESS
-    return {**entry, "config": config}
+    assert run_dag(load_dags(served_config, entry)[f"kinesis_replay_{entry['name']}"]).tasks == SUCCESS
+    return entry
 
 
-@pytest.fixture
-def api_server(pipeline: dict[str, Any], airflow_db: Path, tmp_path: Path) -> Iterator[str]:
-    """Airflow's api-server, with the plugin, on a free port of 127.0.0.1; stopped afterwards."""
+@pytest.fixture(scope="module")
+def api_server(stack: object, airflow_db: Path, served_config: Path) -> Iterator[str]:
+    """Airflow's api-server, with the plugin, on a free port of 127.0.0.1, one for the module; stopped afterwards.
+
+    Its users: ``admin``, and a viewer who may read no DAG (tests/stack/auth_manager.py; every role of Airflow's
+    SimpleAuthManager may read every DAG).
+    """
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     env = {
         **os.environ,
-        "KINESIS_REPLAY_CONFIG": str(pipeline["config"]),
+        "KINESIS_REPLAY_CONFIG": str(served_config),
         "AIRFLOW__API__BASE_URL": base,
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
+        "AIRFLOW__CORE__AUTH_MANAGER": "stack.auth_manager.NoDagAccessAuthManager",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"admin:admin,{NO_DAGS}:viewer",
+        "KINESIS_REPLAY_TEST_NO_DAG_USERS": NO_DAGS,
         "AIRFLOW__CORE__LAZY_LOAD_PLUGINS": "False",
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "tests"), os.environ.get("PYTHONPATH")])),
     }
-    log = (tmp_path / "api-server.log").open("wb")
+    log_path = served_config.parent / "api-server.log"
+    log = log_path.open("wb")
     proc = subprocess.Popen(
         ["airflow", "api-server", "--port", str(port), "--host", "127.0.0.1"], env=env, stdout=log, stderr=subprocess.STDOUT,
         start_new_session=True,
     )  # fmt: skip
     try:
-        wait_for_http(f"{base}/api/v2/monitor/health", 120, "Airflow's api-server", proc, tmp_path / "api-server.log")
+        wait_for_http(f"{base}/api/v2/monitor/health", 120, "Airflow's api-server", proc, log_path)
         yield base
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
@@ -80,10 +98,10 @@ def request(url: str, headers: dict[str, str] | None = None, data: dict[str, Any
         return error.code, dict(error.headers), error.read()
 
 
-def login(base: str, airflow_db: Path) -> str:
-    password = json.loads((airflow_db / "simple_auth_manager_passwords.json.generated").read_text())["admin"]
-    status, _, body = request(f"{base}/auth/token", data={"username": "admin", "password": password})
-    assert status in (200, 201), body
+def login(base: str, airflow_db: Path, username: str = "admin") -> str:
+    password = json.loads((airflow_db / "simple_auth_manager_passwords.json.generated").read_text())[username]
+    status, _, body = request(f"{base}/auth/token", data={"username": username, "password": password})
+    assert status in (200, 201), f"{username} could not log in: {body!r}"
     return str(json.loads(body)["access_token"])
 
 
@@ -92,6 +110,21 @@ def test_the_page_refuses_anonymous_requests(api_server: str) -> None:
     assert status == 401 and b"Not authenticated" in body
     status, headers, _ = request(f"{api_server}/kinesis-replay/", {"Accept": "text/html"})
     assert status == 303 and "/auth/login" in headers["location"]  # the login page, which comes back here
+
+
+def test_a_user_who_may_read_no_dag_sees_no_pipeline(api_server: str, entry: dict[str, Any], served_config: Path, airflow_db: Path) -> None:
+    served_config.write_text(yaml.safe_dump({"pipelines": [entry]}))  # configured; it needs no run to be listed
+    admin = {"Authorization": f"Bearer {login(api_server, airflow_db)}"}
+    status, _, body = request(f"{api_server}/kinesis-replay/api/pipelines", admin)
+    assert status == 200 and [v["name"] for v in json.loads(body)] == [entry["name"]]
+
+    no_dags = {"Authorization": f"Bearer {login(api_server, airflow_db, NO_DAGS)}"}
+    status, _, body = request(f"{api_server}/kinesis-replay/api/pipelines", no_dags)
+    assert (status, json.loads(body)) == (200, [])
+    status, _, body = request(f"{api_server}/kinesis-replay/", {**no_dags, "Accept": "text/html"})
+    page = body.decode()
+    assert status == 200 and 'class="pipeline"' not in page and entry["name"] not in page
+    assert "you may read none of their DAGs" in page
 
 
 def test_the_page_shows_shards_checkpoints_lag_and_batches_in_a_browser(
