@@ -16,10 +16,13 @@ swap first removes what an earlier run of the batch left there, so a rerun repla
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
+import re
 import sys
 import time
+import traceback
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -29,7 +32,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from kinesis_replay.errors import KinesisReplayError
-from kinesis_replay.output import batch_path, manifest_path, quarantine_path, staging_path
+from kinesis_replay.output import batch_path, manifest_path, owner_path, quarantine_path, staging_path
 from kinesis_replay.ranges import SequenceRange
 from kinesis_replay.state import Manifest, ShardResult
 from kinesis_source import first_call_accumulator, read_ranges, sample_ranges
@@ -127,12 +130,26 @@ def write_batch(spark: SparkSession, rows: DataFrame, spec: dict[str, Any]) -> N
     output, batch_id = spec["output"], int(spec["batch_id"])
     staging = staging_path(output, batch_id)
     fs = HadoopFS(spark, staging)
+    check_owner(fs, spec)
     fs.delete(staging)  # what a crashed run of this batch left
     part = F.when(F.col("decode_error").isNull(), F.lit("data")).otherwise(F.lit("quarantine"))
     rows.withColumn(PART, part).write.partitionBy(PART).parquet(staging)
     fs.swap(f"{staging}/{PART}=data", batch_path(output, batch_id))
     fs.swap(f"{staging}/{PART}=quarantine", quarantine_path(output, batch_id))
     fs.delete(staging)
+
+
+def check_owner(fs: HadoopFS, spec: dict[str, Any]) -> None:
+    """Write nothing into a root whose owner record names another pipeline or stream (the Airflow side checks it too)."""
+    text = fs.read_text(owner_path(spec["output"]))
+    if text is None:
+        return  # a root the job was pointed at by hand (the warm-up's, a test's)
+    owner = json.loads(text)
+    if (owner.get("pipeline"), owner.get("stream")) != (spec["pipeline"], spec["stream"]):
+        raise KinesisReplayError(
+            f"pipeline {spec['pipeline']!r}, batch {spec['batch_id']}: output {spec['output']} belongs to pipeline "
+            f"{owner.get('pipeline')!r} (stream {owner.get('stream')}); nothing was written"
+        )
 
 
 class HadoopFS:
@@ -159,6 +176,16 @@ class HadoopFS:
             self.fs.mkdirs(self._path(target).getParent())
             if not self.fs.rename(self._path(source), self._path(target)):
                 raise KinesisReplayError(f"could not move {source} to {target}")
+
+    def read_text(self, path: str) -> str | None:
+        """A small file's text, or None when there is none."""
+        if not self.exists(path):
+            return None
+        stream = self.fs.open(self._path(path))
+        try:
+            return bytes(self.jvm.org.apache.commons.io.IOUtils.toByteArray(stream)).decode()
+        finally:
+            stream.close()
 
     def write_text(self, path: str, text: str) -> None:
         """Write a small file whole: to a temporary name first, then swapped into place."""
@@ -237,12 +264,108 @@ def run(spec: dict[str, Any], source: Callable[..., DataFrame] = read_ranges) ->
         spark.stop()
 
 
+def _text(exc: BaseException) -> str:
+    """An error's text without failing: a py4j error asks the JVM for it, which may be gone."""
+    # pyspark's captured exceptions keep the JVM's description and stack trace as text.
+    kept = [t for t in (getattr(exc, "_desc", None), getattr(exc, "_stackTrace", None)) if isinstance(t, str) and t]
+    if kept:
+        return "\n".join(kept)
+    try:
+        return str(exc)
+    except Exception:  # a py4j error's message without the JVM's part ("An error occurred while calling o31.parquet.")
+        return " ".join(a.strip() for a in exc.args if isinstance(a, str)) or repr(exc)
+
+
 def _domain_error(exc: BaseException) -> str | None:
     """The kinesis-replay error inside a Spark task failure, if there is one: the line that names the range."""
-    for line in str(exc).splitlines():
+    for line in _text(exc).splitlines():
         if "kinesis_replay.errors." in line:
             return line.strip()
     return None
+
+
+REASON_CHARS = 500  # the reason is stored in the ledger and quoted by the stuck alert: a line, never a page
+# A qualified class name at the start of a line ("org.apache.hadoop.fs.ParentNotDirectoryException: ..."), as the JVM
+# prints a Throwable; its simple name is the part after the last "." or "$".
+_QUALIFIED = re.compile(r"^[A-Za-z_$][\w$]*(?:[.$][\w$]+)+(?=:|$)")
+
+
+def _simple(line: str) -> str:
+    qualified = _QUALIFIED.match(line)
+    return line if qualified is None else re.split(r"[.$]", qualified.group())[-1] + line[qualified.end() :]
+
+
+def _message_line(message: str) -> str:
+    """One line of a possibly long message: a Python traceback's last line (what the worker raised), else the first."""
+    lines = message.splitlines()
+    starts = [i for i, line in enumerate(lines) if "Traceback (most recent call last):" in line]
+    if starts:
+        raised = [line.strip() for line in lines[starts[0] + 1 :] if line.strip() and not line[0].isspace()]
+        if raised:
+            return raised[-1]
+    return next((line.strip() for line in lines if line.strip()), "")
+
+
+def _reason(name: str, message: str | None) -> str:
+    line = _message_line(message or "")
+    reason = f"{name}: {line}" if line else name
+    return reason if len(reason) <= REASON_CHARS else reason[: REASON_CHARS - 3] + "..."
+
+
+def _innermost_python(exc: BaseException) -> BaseException:
+    """Down Python's chain: an explicit ``__cause__``, else the ``__context__`` it was raised in (unless suppressed).
+
+    pyspark's captured exceptions hide the py4j error they replace (``from None``); one with no JVM object of its own
+    (``_origin``) keeps its converted cause in ``_cause``.
+    """
+    seen = {id(exc)}
+    while True:
+        inner = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
+        if inner is None and getattr(exc, "_origin", None) is None:
+            captured = getattr(exc, "_cause", None)
+            inner = captured if isinstance(captured, BaseException) else None
+        if inner is None or id(inner) in seen:
+            return exc
+        seen.add(id(inner))
+        exc = inner
+
+
+def _java_root_cause(throwable: Any) -> str:
+    """The innermost Throwable behind a JVM error, through py4j: ``getCause()`` until there is none."""
+    for _ in range(100):  # a cause chain is short; a cycle would not be
+        cause = throwable.getCause()
+        if cause is None or cause.equals(throwable):
+            break
+        throwable = cause
+    cls = throwable.getClass()
+    name = str(cls.getSimpleName() or "") or str(cls.getName()).rsplit(".", 1)[-1]  # an anonymous class has no simple name
+    message = throwable.getMessage()
+    return _reason(name, None if message is None else str(message))
+
+
+def root_cause(exc: BaseException) -> str:
+    """What failed the job, as one line ``SimpleClassName: message``: the innermost cause, not the frames around it.
+
+    Python's chain first; then, behind a py4j error (``java_exception``) or one of pyspark's captured exceptions
+    (``_origin``), the JVM's chain; when the JVM can't be asked, the last "Caused by:" line of the error's text.
+    """
+    inner = _innermost_python(exc)
+    throwable = getattr(inner, "java_exception", None) or getattr(inner, "_origin", None)
+    if throwable is not None:
+        with contextlib.suppress(Exception):  # py4j's own errors, when the JVM is gone
+            return _java_root_cause(throwable)
+    text = _text(inner)
+    caused = [line.strip().removeprefix("Caused by: ") for line in text.splitlines() if line.strip().startswith("Caused by: ")]
+    if caused:
+        return _reason(*_split(_simple(caused[-1])))
+    if getattr(inner, "_desc", None):  # a captured exception's description is the JVM's toString(): "class: message"
+        return _reason(*_split(_simple(_message_line(text))))
+    return _reason(type(inner).__name__, text)
+
+
+def _split(line: str) -> tuple[str, str]:
+    name, _, message = line.partition(": ")
+    return name, message
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -253,10 +376,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"kinesis-replay: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:
-        reason = _domain_error(exc)
-        if reason is None:
-            raise
-        print(f"kinesis-replay: replay failed: {reason}", file=sys.stderr)
+        traceback.print_exc()  # the frames stay in the log for operators; the line below is the reason given
+        # A domain error inside a task failure names the shard and range: it wins over its wrappers.
+        print(f"kinesis-replay: replay failed: {_domain_error(exc) or root_cause(exc)}", file=sys.stderr, flush=True)
         return 2
     print(f"kinesis-replay: batch {manifest.batch_id} of {manifest.pipeline}: {manifest.records} records, "
           f"{manifest.bytes} bytes, {len(manifest.shards)} shards, {manifest.seconds}s")  # fmt: skip

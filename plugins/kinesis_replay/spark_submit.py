@@ -134,7 +134,7 @@ def submit_env(master: str, extra: Mapping[str, str]) -> dict[str, str]:
 def run(command: list[str], env: Mapping[str, str], what: str) -> None:
     """Run spark-submit, logging its output as it comes; kill it (and its JVM) if this task is stopped or times out."""
     log.info("%s: %s", what, " ".join(command))
-    tail: deque[str] = deque(maxlen=40)
+    tail: deque[str] = deque(maxlen=200)  # a JVM stack trace's last "Caused by:" may come a hundred frames before the end
     own: deque[str] = deque(maxlen=10)  # the job's own lines: its error may come before many of Spark's or the JVM's
     crash: list[str] = []
     proc = subprocess.Popen(command, env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
@@ -154,9 +154,24 @@ def run(command: list[str], env: Mapping[str, str], what: str) -> None:
         raise
     if code != 0:
         jvm_archive.forget_after_crash(command, crash)
-        # The job's own error lines if it printed any; else (a JVM or Spark failure) the last lines of the log.
-        reasons = [line for line in own if not _PROGRESS.match(line)] or list(tail)[-8:]
-        raise SparkSubmitError(f"{what}: spark-submit exited with {code}: " + " | ".join(reasons))
+        raise SparkSubmitError(f"{what}: spark-submit exited with {code}: {failure_reason(list(own), list(tail))}")
+
+
+# The line the job prints when it fails: its root cause (or the domain error that names the shard and range).
+_FAILED = "kinesis-replay: replay failed: "
+# A JVM's or Python's error line: "Caused by: x.YException: ...", "Exception in thread ...", "java.lang.OutOfMemoryError: ...".
+_CAUSE = re.compile(r"^(?:Caused by: |Exception in thread \"[^\"]*\" )?(?:[\w$]+\.)*[\w$]*(?:Exception|Error)(?::|$)")
+REASON_CHARS = 1000  # the reason is stored in the ledger (2,000 characters) and quoted in the stuck alert
+
+
+def failure_reason(own: list[str], tail: list[str]) -> str:
+    """Why a job failed, in one line: the job's own "replay failed" line, else its other error lines; when it printed
+    none (the JVM died first), the last "Caused by:" or exception line of the log, else the log's last lines."""
+    errors = [line for line in own if not _PROGRESS.match(line)]
+    failed = [line for line in errors if line.startswith(_FAILED)]
+    causes = [line.removeprefix("Caused by: ") for line in tail if _CAUSE.match(line)]
+    reason = " | ".join(failed[-1:] or errors or causes[-1:] or tail[-8:])
+    return reason if len(reason) <= REASON_CHARS else reason[: REASON_CHARS - 3] + "..."
 
 
 def _stop(proc: subprocess.Popen[str]) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from kinesis_replay import jvm_archive, spark_submit
+from kinesis_replay import jvm_archive, output, spark_submit
 from kinesis_replay.config import parse_config
 from kinesis_replay.ranges import SequenceRange
 from stack.harness import ROOT
@@ -79,6 +79,16 @@ def test_a_warm_up_the_jvm_cannot_record_disables_the_archive_and_replays_run_as
     assert f"pipeline {entry['name']}: the JVM's warm-up job" in (archive.disabled() or "")
     assert "Cannot have non-empty directory in paths" in (archive.disabled() or "")
     replay.run({})  # without an archive, and without failing
+
+
+def test_the_job_writes_nothing_into_a_root_another_pipeline_owns(kinesis: Any, entry: dict[str, Any], tmp_path: Path, stack: Any) -> None:
+    replay = one_record_replay(kinesis, entry, tmp_path, stack)
+    owner = output.Owner("payments", "payments-stream", "kr-other", "2026-11-01T00:00:00+00:00")
+    output.write_owner(str(replay.output), owner)
+    with pytest.raises(spark_submit.SparkSubmitError) as failure:
+        replay.run({})
+    assert f"output {replay.output} belongs to pipeline 'payments' (stream payments-stream); nothing was written" in str(failure.value)
+    assert sorted(p.name for p in replay.output.iterdir()) == [output.OWNER_FILE]  # no staging, no batch, no manifest
 
 
 @dataclass

@@ -1,4 +1,7 @@
-"""The launcher: the command it builds, the library it ships, the environment it gives the job."""
+"""The launcher: the command it builds, the library it ships, the environment it gives the job, the reason it gives for a failure.
+
+And the reason the job itself prints when it fails (replay_job.root_cause): fake exception chains, no Spark start-up.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +9,16 @@ import re
 import sys
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
+from py4j.protocol import Py4JError, Py4JJavaError
+from pyspark.errors.exceptions.captured import AnalysisException, UnknownException
 
+import replay_job
 from kinesis_replay import spark_submit
 from kinesis_replay.config import parse_config
+from kinesis_replay.errors import RangeReadError
 
 ENTRY = {
     "name": "orders", "stream": "s", "output": "/o", "schedule": None, "initial_position": "LATEST",
@@ -89,3 +97,193 @@ def test_the_jobs_error_line_is_reported_even_when_the_jvm_prints_pages_after_it
     script = "import sys; print('kinesis-replay: range s0 is gone'); [print(f'[warning][cds] noise {i}') for i in range(200)]; sys.exit(2)"
     with pytest.raises(spark_submit.SparkSubmitError, match=r"exited with 2: kinesis-replay: range s0 is gone$"):
         spark_submit.run([sys.executable, "-c", script], {}, "pipeline p, batch 9")
+
+
+JVM_TRACE = """org.apache.spark.SparkException: Job aborted.
+\tat org.apache.spark.sql.execution.datasources.FileFormatWriter$.write(FileFormatWriter.scala:250)
+\tat py4j.commands.CallCommand.execute(CallCommand.java:79)
+Caused by: org.apache.hadoop.fs.FileAlreadyExistsException: wrapped
+\t... 12 more
+Caused by: org.apache.hadoop.fs.ParentNotDirectoryException: Parent path is not a directory: file:/etc/hostname
+\tat org.apache.hadoop.fs.RawLocalFileSystem.mkdirs(RawLocalFileSystem.java:793)
+\t... 40 more"""
+ROOT_CAUSE = "ParentNotDirectoryException: Parent path is not a directory: file:/etc/hostname"
+
+
+def test_a_job_that_printed_no_reason_is_reported_by_the_logs_last_caused_by_line() -> None:
+    script = f"import sys; print({JVM_TRACE!r}); print('26/11/22 WARN ShutdownHookManager: deleting'); sys.exit(1)"
+    with pytest.raises(spark_submit.SparkSubmitError) as failure:
+        spark_submit.run([sys.executable, "-c", script], {}, "pipeline p, batch 9")
+    assert str(failure.value) == f"pipeline p, batch 9: spark-submit exited with 1: org.apache.hadoop.fs.{ROOT_CAUSE}"
+
+
+def test_the_jobs_replay_failed_line_wins_over_its_other_lines_and_the_jvms() -> None:
+    own = ["kinesis-replay: phases: {}", "kinesis-replay: a note", f"kinesis-replay: replay failed: {ROOT_CAUSE}"]
+    assert spark_submit.failure_reason(own, [*JVM_TRACE.splitlines(), *own]) == f"kinesis-replay: replay failed: {ROOT_CAUSE}"
+
+
+def test_an_uncaught_exception_line_counts_as_the_cause_when_nothing_says_caused_by() -> None:
+    tail = ['Exception in thread "main" java.lang.OutOfMemoryError: Java heap space', "\tat java.base/x.y(Y.java:1)", "bye"]
+    assert spark_submit.failure_reason([], tail) == tail[0]
+
+
+def test_the_failure_reason_is_one_line_of_bounded_length() -> None:
+    reason = spark_submit.failure_reason(["kinesis-replay: replay failed: " + "x" * 5000], [])
+    assert len(reason) == spark_submit.REASON_CHARS and "\n" not in reason and reason.endswith("...")
+
+
+class JavaClass:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def getName(self) -> str:
+        return self.name
+
+    def getSimpleName(self) -> str:
+        simple = re.split(r"[.$]", self.name)[-1]
+        return "" if simple.isdigit() else simple  # an anonymous class (Outer$1) has no simple name
+
+
+class Throwable:
+    """What py4j hands Python for a java.lang.Throwable: methods answered by the JVM."""
+
+    _target_id = "o31"
+
+    def __init__(self, name: str, message: str | None, cause: Throwable | None = None, jvm_gone: bool = False) -> None:
+        self.name, self.message, self.cause, self.jvm_gone = name, message, cause, jvm_gone
+
+    def getClass(self) -> JavaClass:
+        return JavaClass(self.name)
+
+    def getMessage(self) -> str | None:
+        return self.message
+
+    def getCause(self) -> Throwable | None:
+        if self.jvm_gone:
+            raise Py4JError("Answer from Java side is empty")
+        return self.cause
+
+    def equals(self, other: object) -> bool:
+        return other is self
+
+
+def hadoop_failure(**kwargs: Any) -> Throwable:
+    innermost = Throwable("org.apache.hadoop.fs.ParentNotDirectoryException", "Parent path is not a directory: file:/etc/hostname")
+    aborted = Throwable("org.apache.spark.SparkException", "Job aborted.", Throwable("java.io.IOException", "mkdirs failed", innermost))
+    return Throwable("org.apache.spark.SparkException", "[TASK_WRITE_FAILED] Task failed while writing rows", aborted, **kwargs)
+
+
+def test_a_py4j_errors_root_cause_is_the_innermost_java_throwable_by_its_simple_name() -> None:
+    error = Py4JJavaError("An error occurred while calling o31.parquet.\n", hadoop_failure())
+    assert replay_job.root_cause(error) == ROOT_CAUSE
+
+
+def test_the_root_cause_follows_pythons_chain_into_the_jvms() -> None:
+    try:
+        try:
+            raise Py4JJavaError("An error occurred while calling o31.parquet.\n", hadoop_failure())
+        except Py4JJavaError as exc:
+            raise RuntimeError("writing batch 1 failed") from exc
+    except RuntimeError as exc:
+        assert replay_job.root_cause(exc) == ROOT_CAUSE
+
+
+def test_a_python_errors_root_cause_is_the_first_of_its_chain() -> None:
+    try:
+        try:
+            {}["stream"]
+        except KeyError:
+            raise ValueError("bad spec") from None  # an explicitly hidden context is not followed
+    except ValueError as hidden:
+        assert replay_job.root_cause(hidden) == "ValueError: bad spec"
+    try:
+        try:
+            raise ConnectionResetError(104, "Connection reset by peer")
+        except ConnectionResetError as exc:
+            raise OSError("cannot reach the JVM") from exc
+    except OSError as exc:
+        assert replay_job.root_cause(exc) == "ConnectionResetError: [Errno 104] Connection reset by peer"
+
+
+def test_a_captured_exception_gives_the_root_cause_of_the_java_error_it_replaced() -> None:
+    captured = AnalysisException.__new__(AnalysisException)
+    captured._origin = Throwable("org.apache.spark.sql.AnalysisException", "[PATH_NOT_FOUND] Path does not exist: file:/x. SQLSTATE: 42K03")
+    captured._cause = None
+    try:
+        try:
+            raise Py4JJavaError("An error occurred while calling o28.parquet.\n", captured._origin)
+        except Py4JJavaError:
+            raise captured from None  # as pyspark's capture_sql_exception does
+    except AnalysisException as exc:
+        assert replay_job.root_cause(exc) == "AnalysisException: [PATH_NOT_FOUND] Path does not exist: file:/x. SQLSTATE: 42K03"
+
+
+def test_a_captured_exception_without_a_java_object_is_read_from_its_stack_trace() -> None:
+    captured = UnknownException.__new__(UnknownException)
+    captured._origin, captured._cause = None, None
+    captured._desc, captured._stackTrace = "org.apache.spark.SparkException: Job aborted.", JVM_TRACE
+    assert replay_job.root_cause(captured) == ROOT_CAUSE
+    captured._stackTrace = "\tat org.apache.spark.SparkContext.runJob(SparkContext.scala:2500)"
+    assert replay_job.root_cause(captured) == "SparkException: Job aborted."
+
+
+def test_when_the_jvm_cannot_be_asked_the_last_caused_by_line_of_the_text_is_the_root_cause() -> None:
+    assert replay_job.root_cause(RuntimeError(f"An error occurred while calling o31.parquet.\n: {JVM_TRACE}")) == ROOT_CAUSE
+    gone = Py4JJavaError("An error occurred while calling o31.parquet.\n", hadoop_failure(jvm_gone=True))
+    assert replay_job.root_cause(gone) == "Py4JJavaError: An error occurred while calling o31.parquet."
+
+
+def test_a_python_workers_error_is_named_by_its_tracebacks_last_line() -> None:
+    worker = (
+        "[PYTHON_EXCEPTION] An exception was thrown from the Python worker: Traceback (most recent call last):\n"
+        '  File "/tmp/kinesis_source.py", line 90, in read\n    raise ValueError("bad record")\n'
+        "ValueError: bad record\n SQLSTATE: 38000"
+    )
+    error = Py4JJavaError(
+        "x", Throwable("org.apache.spark.SparkException", "Job aborted", Throwable("org.apache.spark.api.python.PythonException", worker))
+    )
+    assert replay_job.root_cause(error) == "PythonException: ValueError: bad record"
+
+
+def test_a_throwable_of_an_anonymous_class_or_without_message_is_still_named() -> None:
+    assert replay_job.root_cause(Py4JJavaError("x", Throwable("org.example.Outer$1", None))) == "Outer$1"
+    assert replay_job.root_cause(Py4JJavaError("x", Throwable("java.lang.NullPointerException", None))) == "NullPointerException"
+
+
+def test_the_root_cause_is_one_bounded_line() -> None:
+    reason = replay_job.root_cause(Py4JJavaError("x", Throwable("java.io.IOException", "first line " + "y" * 900 + "\nsecond line")))
+    assert "\n" not in reason and len(reason) == replay_job.REASON_CHARS and reason.startswith("IOException: first line yyy")
+
+
+def test_a_failed_job_logs_its_traceback_and_prints_its_root_cause_as_the_reason(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def fail(spec: object) -> None:
+        raise Py4JJavaError("An error occurred while calling o31.parquet.\n", hadoop_failure())
+
+    monkeypatch.setattr(replay_job, "load_spec", lambda path: {})
+    monkeypatch.setattr(replay_job, "run", fail)
+    monkeypatch.setattr(Py4JJavaError, "__str__", lambda self: f"{self.errmsg}: {JVM_TRACE}")  # what the JVM would answer
+    assert replay_job.main(["--spec", "batch.json"]) == 2
+    logged = capsys.readouterr().err
+    assert "Traceback (most recent call last):" in logged and "\tat org.apache.hadoop.fs.RawLocalFileSystem.mkdirs" in logged
+    assert logged.splitlines()[-1] == f"kinesis-replay: replay failed: {ROOT_CAUSE}"
+
+
+def test_a_domain_error_inside_a_task_failure_wins_over_the_root_cause(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    domain = f"{RangeReadError.__module__}.RangeReadError: stream s, range shardId-000000000000 [1 .. 9]: could not read until the end"
+    worker = f'Traceback (most recent call last):\n  File "kinesis_source.py", line 9, in read\n{domain}'
+
+    def fail(spec: object) -> None:
+        raise Py4JJavaError(
+            "x",
+            Throwable("org.apache.spark.SparkException", "Job aborted", Throwable("org.apache.spark.api.python.PythonException", worker)),
+        )
+
+    monkeypatch.setattr(replay_job, "load_spec", lambda path: {})
+    monkeypatch.setattr(replay_job, "run", fail)
+    monkeypatch.setattr(Py4JJavaError, "__str__", lambda self: f"{self.errmsg}: org.apache.spark.SparkException: Job aborted\n{worker}")
+    assert replay_job.main(["--spec", "batch.json"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == f"kinesis-replay: replay failed: {domain}"

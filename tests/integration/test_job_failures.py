@@ -1,0 +1,72 @@
+"""A replay job that fails in Hadoop: the ledger, the task's exception and the stuck alert give its root cause, not py4j frames."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from airflow.sdk.exceptions import AirflowFailException
+
+import kinesis_replay_tasks as tasks
+from kinesis_replay.config import parse_config
+from kinesis_replay.dynamodb_store import DynamoDBStateStore
+from kinesis_replay.state import BatchStatus
+from stack.harness import SUCCESS, age_batch, check_exactly_once, load_dags, read_output, run_dag
+from stack.producer import produce
+
+
+@pytest.fixture
+def dag_for(tmp_path: Path, airflow_db: Path) -> Any:
+    def build(entry: dict[str, Any]) -> Any:
+        return load_dags(tmp_path / f"{entry['name']}.yaml", entry)[f"kinesis_replay_{entry['name']}"]
+
+    return build
+
+
+def test_a_hadoop_failure_is_reported_by_its_root_cause_and_the_rerun_lands_the_batch_once(
+    kinesis: Any, dynamodb: Any, store: DynamoDBStateStore, entry: dict[str, Any], dag_for: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    produced = produce(kinesis, entry["stream"], 20)
+    output = Path(entry["output"])
+    output.mkdir(parents=True, exist_ok=True)
+    blocker = output / "_staging"  # the job writes the batch under <output>/_staging/batch_id=.../ first
+    blocker.write_text("a file where the job needs a directory")
+    root_cause = f"ParentNotDirectoryException: Parent path is not a directory: file:{blocker}"
+
+    raised: list[BaseException] = []  # what the replay task raised, as Airflow got it
+    real_replay = tasks.replay
+
+    def replay(*args: Any, **kwargs: Any) -> None:
+        try:
+            real_replay(*args, **kwargs)
+        except BaseException as exc:
+            raised.append(exc)
+            raise
+
+    monkeypatch.setattr(tasks, "replay", replay)  # the DAG's task looks it up when it runs
+    dag = dag_for(entry)
+    failed = run_dag(dag)
+    assert failed.tasks["replay"] == "failed" and failed.tasks["commit"] == "upstream_failed", failed
+
+    (exc,) = raised
+    assert str(exc).endswith(f"spark-submit exited with 2: kinesis-replay: replay failed: {root_cause}"), str(exc)
+    batch = store.get_batch(entry["name"], 1)
+    assert batch.status == BatchStatus.FAILED and batch.error == str(exc)
+    assert root_cause in batch.error and "py4j" not in batch.error.lower() and "at org.apache" not in batch.error
+    assert all(s.checkpoint is None for s in store.get_shards(entry["name"]).values())
+    assert not list(output.rglob("batch_id=*"))  # neither the batch, its quarantine, nor its manifest
+
+    # The stuck alert quotes the ledger's error once the batch has waited too long.
+    pipeline = parse_config({"pipelines": [entry]})[0]
+    age_batch(dynamodb, store.table, entry["name"], 1, timedelta(minutes=pipeline.max_checkpoint_age_minutes + 60))
+    with pytest.raises(AirflowFailException) as alert:
+        tasks.check(pipeline)
+    assert str(alert.value).endswith(f"last error: {batch.error}") and "py4j" not in str(alert.value).lower()
+
+    blocker.unlink()
+    assert run_dag(dag).tasks == SUCCESS
+    assert store.get_batch(entry["name"], 1).status == BatchStatus.COMMITTED
+    result = check_exactly_once(produced, read_output(output))
+    assert result.ok and result.rows == 20, result
