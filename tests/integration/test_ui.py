@@ -127,6 +127,22 @@ def test_a_user_who_may_read_no_dag_sees_no_pipeline(api_server: str, entry: dic
     assert "you may read none of their DAGs" in page
 
 
+def test_an_invalid_pipeline_shows_its_own_error_and_the_others_their_state(
+    api_server: str, entry: dict[str, Any], served_config: Path, airflow_db: Path
+) -> None:
+    broken = {**entry, "name": entry["name"] + "x", "output": entry["output"] + "x", "initial_position": "OLDEST"}
+    served_config.write_text(yaml.safe_dump({"pipelines": [entry, broken]}))
+    admin = {"Authorization": f"Bearer {login(api_server, airflow_db)}"}
+    status, _, body = request(f"{api_server}/kinesis-replay/api/pipelines", admin)
+    assert status == 200, body  # once, one bad entry answered a bare 500 for every pipeline
+    views = {v["name"]: v for v in json.loads(body)}
+    assert set(views) == {entry["name"], broken["name"]}
+    assert f"pipelines[1] ({broken['name']}).initial_position: must be one of" in views[broken["name"]]["error"]
+    assert views[entry["name"]]["output"] == entry["output"]  # the valid one shows its state (no run yet: nothing in it)
+    status, _, body = request(f"{api_server}/kinesis-replay/", {**admin, "Accept": "text/html"})
+    assert status == 200 and "invalid config" in body.decode()
+
+
 def test_the_page_shows_shards_checkpoints_lag_and_batches_in_a_browser(
     api_server: str, pipeline: dict[str, Any], store: DynamoDBStateStore, airflow_db: Path
 ) -> None:

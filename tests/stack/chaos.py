@@ -595,34 +595,52 @@ def run_schedules(
 
 
 RELIABILITY_START, RELIABILITY_END = "<!-- reliability:start -->", "<!-- reliability:end -->"
+# One row per `make chaos` run, kept from run to run, so that the total counts every sitting.
+_RUN_ROW = re.compile(
+    r"^\| (?P<at>\d{4}-\d\d-\d\d \d\d:\d\d) \| (?P<command>[^|]+) \| (?P<schedules>\d+) \| (?P<steps>[^|]+) \| "
+    r"(?P<records>\d+) \| (?P<lost>\d+) \| (?P<duplicated>\d+) \| (?P<failed>[^|]+) \| (?P<minutes>[\d.]+) min \|$"
+)
 
 
 def write_reliability(path: Path, totals: Totals, seeds: list[int], steps: int, command: str) -> None:
-    """Replace BENCHMARKS.md's reliability block (the rest of the file is bench/'s)."""
+    """Add this run to BENCHMARKS.md's reliability block, with the total over every run in it (the rest is bench/'s)."""
+    text = path.read_text() if path.exists() else "# Benchmarks\n"
+    old = text.partition(RELIABILITY_START)[2].partition(RELIABILITY_END)[0] if RELIABILITY_START in text else ""
+    rows = [line for line in old.splitlines() if _RUN_ROW.match(line)]
+    seed_lines = [line for line in old.splitlines() if line.startswith("- seeds of ")]
+    at = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
+    rows.append(
+        f"| {at} | `{command}` | {totals.schedules} | {steps} + drain | {totals.records} | {totals.lost} | {totals.duplicated} | "
+        f"{', '.join(map(str, totals.failed)) or 'none'} | {totals.seconds / 60:.1f} min |"
+    )
+    seed_lines.append(f"- seeds of {at}: {', '.join(map(str, seeds))}")
+    runs = [m for m in map(_RUN_ROW.match, rows) if m]
+    total = {key: sum(int(m[key]) for m in runs) for key in ("schedules", "records", "lost", "duplicated")}
+    failed = [m["failed"].strip() for m in runs if m["failed"].strip() != "none"]
     block = "\n".join(
         [
             RELIABILITY_START,
             "## Reliability (make chaos)",
             "",
-            f"Randomized fault schedules (`tests/stack/chaos.py`), written by `{command}` on "
-            f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.node() or 'this machine'}, {os.cpu_count()} cores.",
+            "Randomized fault schedules (`tests/stack/chaos.py`): every run of `make chaos` adds a row, on "
+            f"{platform.node() or 'this machine'}, {os.cpu_count()} cores. The run of 2026-11-22 16:51 predates the operator "
+            "steps (lose_state, share_output).",
             "",
-            "| schedules | steps each | records | lost | duplicated | failed schedules | time |",
-            "|---:|---:|---:|---:|---:|---|---:|",
-            f"| {totals.schedules} | {steps} + drain | {totals.records} | {totals.lost} | {totals.duplicated} | "
-            f"{', '.join(map(str, totals.failed)) or 'none'} | {totals.seconds / 60:.1f} min |",
+            "| run (UTC) | command | schedules | steps each | records | lost | duplicated | failed schedules | time |",
+            "|---|---|---:|---|---:|---:|---:|---|---:|",
+            *rows,
+            f"| **total** | {len(runs)} runs | **{total['schedules']}** | | {total['records']} | **{total['lost']}** | "
+            f"**{total['duplicated']}** | {', '.join(failed) or 'none'} | {sum(float(m['minutes']) for m in runs):.1f} min |",
             "",
-            f"Seeds: {', '.join(map(str, seeds))}.",
+            *seed_lines,
             "",
-            f"`{totals.summary()}`",
+            f"`schedules: {total['schedules']}, records: {total['records']}, lost: {total['lost']}, duplicated: {total['duplicated']}`",
             RELIABILITY_END,
         ]
     )
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
     if RELIABILITY_START in text and RELIABILITY_END in text:
         before, _, rest = text.partition(RELIABILITY_START)
-        _, _, after = rest.partition(RELIABILITY_END)
-        text = before + block + after
+        text = before + block + rest.partition(RELIABILITY_END)[2]
     else:
         text = text.rstrip("\n") + "\n\n" + block + "\n"
     path.write_text(text)
