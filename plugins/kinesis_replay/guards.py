@@ -73,7 +73,9 @@ def check_before_plan(pipeline: PipelineConfig, head: Head) -> None:
     owner = output.read_owner(pipeline.output)
     root, table = pipeline.output, pipeline.state_table
     if owner is not None:
-        check_owner(pipeline, owner, new_table=not output.holds_commits(root, owner))
+        # Listing the commit records costs a call per thousand batches: only when the table is not the owner's.
+        new_table_allowed = owner.state_table != table and not output.holds_commits(root, owner)
+        check_owner(pipeline, owner, new_table=new_table_allowed)
     if head.version == 0:
         if output.holds_commits(root, owner):
             committed = output.committed_batch_ids(root)
