@@ -112,9 +112,11 @@ def claim_output(pipeline: PipelineConfig, now: datetime) -> None:
     root = pipeline.output
     owner = output.read_owner(root)
     if owner is not None:
-        check_owner(pipeline, owner, new_table=True)  # a claim never takes over another pipeline's root
         if owner.state_table == pipeline.state_table:
+            check_owner(pipeline, owner)  # a claim never takes over another pipeline's root
             return
+        # A new state table only while nothing in the output is committed (else check_owner says how to recover).
+        check_owner(pipeline, owner, new_table=not output.holds_commits(root, owner))
     # No owner yet, or (check_before_plan allowed it: nothing in the output is committed) a new state table.
     adopted = owner.adopted if owner is not None else max(output.manifest_batch_ids(root), default=0)
     claim = output.Owner(pipeline.name, pipeline.stream, pipeline.state_table, now.isoformat(), adopted)

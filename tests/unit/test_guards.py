@@ -130,6 +130,10 @@ def test_a_renamed_state_table_is_refused_once_anything_is_committed(tmp_path: P
     output.write_commit_record(p.output, committed(p, 1))
     with pytest.raises(StateLostError, match="is kept with state table kr-state, and the config now names state table kr-state-2"):
         guards.check_before_plan(renamed, Head())
+    with pytest.raises(StateLostError):
+        guards.claim_output(renamed, NOW)  # nor does a claim, on its own, adopt the new table
+    owner = output.read_owner(p.output)
+    assert owner is not None and owner.state_table == "kr-state"
 
 
 def test_a_commit_record_round_trips_the_ledger_entry(tmp_path: Path) -> None:
