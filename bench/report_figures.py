@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from measure import Spread
@@ -40,13 +43,103 @@ def verdict(ok: bool) -> str:
     return "**met**" if ok else "**missed**"
 
 
+Write = Callable[[str], None]  # appends one line (or several, joined by newlines) to the block
+
+
+def median(runs: list[dict[str, Any]], f: Any) -> float:
+    return spread(runs, f).median
+
+
+@dataclass(frozen=True)
+class Crossover:
+    """Each way's fixed cost plus its cost per record, from figures measured side by side at the largest size.
+
+    The replay job's fixed cost is its end-to-end time on one record; its cost per record is what the largest
+    size adds to that. The naive exporter's fixed cost is its start-up (end to end minus its loop).
+    """
+
+    fixed_r: float
+    per_r: float
+    fixed_n: float
+    per_n: float
+
+    @property
+    def records(self) -> float:
+        """From how many records the replay job is the faster one; infinite if it also costs more per record."""
+        return (self.fixed_r - self.fixed_n) / (self.per_n - self.per_r) if self.per_n > self.per_r else math.inf
+
+
+class Figures:
+    """The results, and the figures that more than one part of the block quotes (each spread computed once)."""
+
+    def __init__(self, results: dict[str, Any]) -> None:
+        self.results = results
+        self.by_size: dict[str, Any] = results["sizes"]
+
+    @cached_property
+    def sizes(self) -> list[str]:
+        return sorted(self.by_size, key=int)
+
+    @property
+    def smallest(self) -> str:
+        return self.sizes[0]
+
+    @property
+    def largest(self) -> str:
+        return self.sizes[-1]
+
+    @property
+    def large_runs(self) -> dict[str, Any]:
+        return self.by_size[self.largest]["runs"]
+
+    @property
+    def n_large(self) -> int:
+        return self.by_size[self.largest]["records"]
+
+    @property
+    def one(self) -> list[dict[str, Any]]:
+        """The replay job's runs on one record, for the fixed costs (the largest size's if the run measured none)."""
+        return self.results.get("single", {}).get("runs", {}).get("replay_job") or self.large_runs["replay_job"]
+
+    @property
+    def blocks(self) -> list[dict[str, Any]]:
+        """Each size's results, then the single record's if it was measured: the rows of the per-size tables."""
+        return [self.by_size[s] for s in self.sizes] + ([self.results["single"]] if "single" in self.results else [])
+
+    @cached_property
+    def read_write(self) -> Spread:
+        return spread(self.large_runs["replay_job"], lambda r: self.n_large / steady(r))
+
+    @cached_property
+    def replay_e2e(self) -> Spread:
+        return spread(self.large_runs["replay_job"], lambda r: r["seconds"])
+
+    @cached_property
+    def cpu_naive(self) -> Spread:
+        return spread(self.large_runs["naive"], lambda r: r["cpu"] / self.n_large * 1e6)
+
+    @cached_property
+    def crossover(self) -> Crossover:
+        fixed_r = median(self.one, lambda r: r["seconds"])
+        per_r = max(self.replay_e2e.median - fixed_r, 0.0) / self.n_large
+        fixed_n = median(self.large_runs["naive"], lambda r: r["seconds"] - r["loop_seconds"])
+        per_n = median(self.large_runs["naive"], lambda r: r["loop_seconds"]) / self.n_large
+        return Crossover(fixed_r, per_r, fixed_n, per_n)
+
+
 def render_figures(results: dict[str, Any]) -> str:
-    sizes = sorted(results["sizes"], key=int)
-    smallest, largest = sizes[0], sizes[-1]
-    S = results["sizes"]
-    m = results["machine"]
+    """The bench section of BENCHMARKS.md from bench/run.py's results: its parts in order, each written by a function of its own."""
+    figures = Figures(results)
     out: list[str] = []
-    w = out.append
+    for part in PARTS:
+        part(out.append, figures)
+    return "\n".join(out) + "\n"
+
+
+def header(w: Write, f: Figures) -> None:
+    """What was run, on what, under which load, and how the replay job was set up."""
+    results, sizes, S = f.results, f.sizes, f.by_size
+    m = results["machine"]
     w("## Figures (written by `make bench`; do not edit this block by hand)\n")
     w(f"Finished {results['finished']}; `make bench` took {results['wall_seconds'] / 60:.1f} minutes: `{results['command']}`.  ")
     w(f"Each figure is the median over {results['runs']} runs, with (min to max). All ways read the same closed ranges of the same "
@@ -61,34 +154,23 @@ def render_figures(results: dict[str, Any]) -> str:
     w("- The replay job runs `local[2]` (one task per shard range, two at a time) with no per-shard read budget: the emulator "
       "enforces none, so the job is measured, not its pacing.\n")  # fmt: skip
 
-    L = S[largest]["runs"]
-    Ls = S[smallest]["runs"]
-    n_large = S[largest]["records"]
-    ceiling = spread(L["bare_parallel"], per_s(n_large))
-    rw = spread(L["replay_job"], lambda r: n_large / steady(r))
-    naive_e2e, replay_e2e = spread(L["naive"], lambda r: r["seconds"]), spread(L["replay_job"], lambda r: r["seconds"])
-    cpu_naive = spread(L["naive"], lambda r: r["cpu"] / n_large * 1e6)
-    cpu_replay = spread(L["replay_job"], lambda r: r["cpu"] / n_large * 1e6)
-    plan_small, plan_large = spread(Ls["plan"], lambda r: r["seconds"]), spread(L["plan"], lambda r: r["seconds"])
-    mem_small = spread(Ls["replay_job"], lambda r: r["worker_peak"] / MIB)
-    mem_large = spread(L["replay_job"], lambda r: r["worker_peak"] / MIB)
-    # The crossover, from figures measured side by side: each way's fixed cost plus its cost per record. The
-    # replay job's fixed cost is its end-to-end time on one record; its cost per record is what the largest
-    # size adds to that. The naive exporter's fixed cost is its start-up (end to end minus its loop).
-    one = results.get("single", {}).get("runs", {}).get("replay_job") or L["replay_job"]
-    fixed_r = spread(one, lambda r: r["seconds"]).median
-    per_r = max(replay_e2e.median - fixed_r, 0.0) / n_large
-    fixed_n = spread(L["naive"], lambda r: r["seconds"] - r["loop_seconds"]).median
-    per_n = spread(L["naive"], lambda r: r["loop_seconds"]).median / n_large
-    crossover = (fixed_r - fixed_n) / (per_n - per_r) if per_n > per_r else math.inf
-    faster_from = next(
-        (s for s in sizes if spread(S[s]["runs"]["replay_job"], lambda r: r["seconds"]).median
+
+def faster_from(f: Figures) -> str | None:
+    """The smallest size at which the replay job's end-to-end median beat the naive exporter's, if any."""
+    S = f.by_size
+    return next(
+        (s for s in f.sizes if spread(S[s]["runs"]["replay_job"], lambda r: r["seconds"]).median
          < spread(S[s]["runs"]["naive"], lambda r: r["seconds"]).median), None,
     )  # fmt: skip
-    cpu_one = spread(one, lambda r: r["cpu"]).median
-    marginal_cpu = (spread(L["replay_job"], lambda r: r["cpu"]).median - cpu_one) / n_large * 1e6
-    rw_one = spread(one, lambda r: r["read_write"]).median
 
+
+def targets_speed(w: Write, f: Figures) -> None:
+    """The targets on speed and CPU at the largest size, and the crossover, as ratios of medians."""
+    L, n_large, largest, rw = f.large_runs, f.n_large, f.largest, f.read_write
+    ceiling = spread(L["bare_parallel"], per_s(n_large))
+    naive_e2e, replay_e2e = spread(L["naive"], lambda r: r["seconds"]), f.replay_e2e
+    cpu_replay = spread(L["replay_job"], lambda r: r["cpu"] / n_large * 1e6)
+    crossover = f.crossover.records
     w("### Targets\n")
     w("| target | measured (medians) | ratio | |")
     w("|---|---|---|---|")
@@ -100,15 +182,25 @@ def render_figures(results: dict[str, Any]) -> str:
     w(
         f"| replay job end to end ≥ 1.3 × naive exporter, {int(largest):,} records | {replay_e2e.median:.1f}s vs {naive_e2e.median:.1f}s | {r2:.2f} | {verdict(r2 >= 1.3)} |"
     )
-    r3 = cpu_replay.median / cpu_naive.median
+    r3 = cpu_replay.median / f.cpu_naive.median
     w(
-        f"| CPU-seconds per million records ≤ naive's (emulator's apart) | {cpu_replay.median:.1f} vs {cpu_naive.median:.1f} | {r3:.2f} | {verdict(r3 <= 1.0)} |"
+        f"| CPU-seconds per million records ≤ naive's (emulator's apart) | {cpu_replay.median:.1f} vs {f.cpu_naive.median:.1f} | {r3:.2f} | {verdict(r3 <= 1.0)} |"
     )
     cross = (
         "never (the replay job is slower per record)" if math.isinf(crossover) else f"about {max(crossover, 0):,.0f} records (model below)"
     )
-    measured = f"faster from {int(faster_from):,} records measured" if faster_from else "slower at every size measured"
+    first = faster_from(f)
+    measured = f"faster from {int(first):,} records measured" if first else "slower at every size measured"
     w(f"| crossover ≤ 100,000 records | {cross}; {measured} | | {verdict(crossover <= 100_000)} |")
+
+
+def targets_scale(w: Write, f: Figures) -> None:
+    """The targets on growth from the smallest size to the largest: planning time and a Python worker's memory."""
+    L, Ls = f.large_runs, f.by_size[f.smallest]["runs"]
+    largest, smallest = f.largest, f.smallest
+    plan_small, plan_large = spread(Ls["plan"], lambda r: r["seconds"]), spread(L["plan"], lambda r: r["seconds"])
+    mem_small = spread(Ls["replay_job"], lambda r: r["worker_peak"] / MIB)
+    mem_large = spread(L["replay_job"], lambda r: r["worker_peak"] / MIB)
     r4 = plan_large.median / plan_small.median
     emulator_share = spread(L["plan"], lambda r: r["emulator_cpu"] / r["seconds"]).median
     w(
@@ -127,13 +219,17 @@ def render_figures(results: dict[str, Any]) -> str:
     )
     w("")
 
+
+def bare_reads(w: Write, f: Figures) -> None:
+    """The ceiling: what bare boto3 loops read from this endpoint, shard after shard and in parallel."""
+    S = f.by_size
     w("### 1. The limit here: bare boto3 reads (GetShardIterator + GetRecords, 10,000 a call), no Spark, no writes\n")
     w(
         "Timed from the first call to the last, after imports and connecting. CPU: the readers' own; the emulator's (kinesalite, one node process) beside it.\n"
     )
     w("| records | way | seconds | records/s | MB/s | readers' CPU s | emulator CPU s |")
     w("|---|---|---|---|---|---|---|")
-    for s in sizes:
+    for s in f.sizes:
         n, b = S[s]["records"], S[s]["bytes"]
         for key, name in (("bare_sequential", "shard after shard, 1 process"), ("bare_parallel", "1 process per shard, up to the cores")):
             runs = S[s]["runs"][key]
@@ -142,6 +238,10 @@ def render_figures(results: dict[str, Any]) -> str:
               f"{spread(runs, lambda r: r['emulator_cpu']).fmt('.2f')} |")  # fmt: skip
     w("")
 
+
+def end_to_end(w: Write, f: Figures) -> None:
+    """The naive exporter against the replay job, process start to exit, at every size."""
+    S = f.by_size
     w("### 2 and 3. End to end: the naive exporter (boto3 + pyarrow, one process) and the replay job (spark-submit to result manifest)\n")
     w(
         "Both timed from process start to exit, start-up included. CPU: the process and every descendant it reaped (wait4); the emulator's apart.\n"
@@ -150,13 +250,22 @@ def render_figures(results: dict[str, Any]) -> str:
         "| records | naive s | naive records/s | replay job s | replay job records/s | naive ÷ replay | CPU s per M records: naive | replay job | emulator (naive / replay) |"
     )
     w("|---|---|---|---|---|---|---|---|---|")
-    for s in sizes:
+    for s in f.sizes:
         n, R = S[s]["records"], S[s]["runs"]
         nv, rp = spread(R["naive"], lambda r: r["seconds"]), spread(R["replay_job"], lambda r: r["seconds"])
         w(f"| {n:,} | {nv.fmt()} | {spread(R['naive'], per_s(n)).fmt(',.0f')} | {rp.fmt()} | {spread(R['replay_job'], per_s(n)).fmt(',.0f')} | "
           f"{nv.median / rp.median:.2f} | {spread(R['naive'], lambda r, n=n: r['cpu'] / n * 1e6).fmt(',.0f')} | "
           f"{spread(R['replay_job'], lambda r, n=n: r['cpu'] / n * 1e6).fmt(',.0f')} | "
           f"{spread(R['naive'], lambda r: r['emulator_cpu']).median:.1f} / {spread(R['replay_job'], lambda r: r['emulator_cpu']).median:.1f} |")  # fmt: skip
+
+
+def crossover_model(w: Write, f: Figures) -> None:
+    """The crossover's model spelled out, and the replay job's CPU beyond its fixed cost."""
+    c, n_large = f.crossover, f.n_large
+    crossover = c.records
+    fixed_r, per_r, fixed_n, per_n = c.fixed_r, c.per_r, c.fixed_n, c.per_n
+    cpu_one = spread(f.one, lambda r: r["cpu"]).median
+    marginal_cpu = (spread(f.large_runs["replay_job"], lambda r: r["cpu"]).median - cpu_one) / n_large * 1e6
     w(f"\nThe crossover model, from the run above: the replay job costs {fixed_r:.1f}s fixed (its end-to-end time on one record) "
       f"plus {per_r * 1e6:.1f}s per million records (what {n_large:,} records add to that); the naive exporter {fixed_n:.1f}s "
       f"(start-up) plus {per_n * 1e6:.1f}s per million (its loop). "
@@ -166,15 +275,19 @@ def render_figures(results: dict[str, Any]) -> str:
       "(listed above), so this uses one size's side-by-side figures, not a fit across sizes.\n")  # fmt: skip
     w(f"CPU beyond the fixed cost: the replay job used {cpu_one:.1f} CPU-seconds on one record (JVM start, Spark, Python workers) and "
       f"{marginal_cpu:.1f} CPU-seconds per million records beyond it at {n_large:,} records; the naive exporter "
-      f"{cpu_naive.median:.1f} per million, start-up included.\n")  # fmt: skip
+      f"{f.cpu_naive.median:.1f} per million, start-up included.\n")  # fmt: skip
 
+
+def phases(w: Write, f: Figures) -> None:
+    """Where the replay job's time goes, by the phases it reports, at every size and on one record."""
+    one = f.one
+    rw_one = spread(one, lambda r: r["read_write"]).median
     w("Where the replay job's time goes (from the job's own `phases` line; launch is spark-submit to the driver's first line):\n")
     w(
         "| records | launch | session | read and write | of which tasks' start | of which from the first call | summary (read-back) | manifest | records/s from the first call | ÷ parallel bare read |"
     )
     w("|---|---|---|---|---|---|---|---|---|---|")
-    for s in sizes + (["1"] if "single" in results else []):
-        block = results["single"] if s == "1" else S[s]
+    for block in f.blocks:
         n, R = block["records"], block["runs"]["replay_job"]
         bare = block["runs"].get("bare_parallel")
         ratio = f"{spread(R, lambda r, n=n: n / steady(r)).median / spread(bare, per_s(n)).median:.2f}" if bare else ""
@@ -186,15 +299,23 @@ def render_figures(results: dict[str, Any]) -> str:
       "before the first GetRecords: Spark's job start and the Python workers' start-up (interpreter, imports of pyspark, pyarrow, "
       "boto3 and the library). The target compares the part from the first call on, which is how the bare reads are timed "
       "(after their imports and connecting); the start-up is in the end-to-end figures.\n")  # fmt: skip
+
+
+def cpu_by_process(w: Write, f: Figures) -> None:
+    """The replay job's CPU split between the JVM and the Python processes, at every size and on one record."""
     w("The replay job's CPU by process (sampled every 50 ms, so a process's last moments are missed; the total is wait4's):\n")
     w("| records | JVM (driver and tasks) | Python workers | Python driver | total |")
     w("|---|---|---|---|---|")
-    for s in sizes + (["1"] if "single" in results else []):
-        block = results["single"] if s == "1" else S[s]
+    for block in f.blocks:
         R = block["runs"]["replay_job"]
         w(f"| {block['records']:,} | " + " | ".join(spread(R, lambda r, k=k: r.get(f"cpu_{k}", 0.0)).fmt() for k in ("jvm", "python_workers", "python_driver"))
           + f" | {spread(R, lambda r: r['cpu']).fmt()} |")  # fmt: skip
     w("")
+
+
+def jvm_options(w: Write, f: Figures) -> None:
+    """The JVM's options side by side, at the largest size and on one record, and what recording the archive cost."""
+    results = f.results
     w("The JVM's options, side by side in the same runs. The job's default for local masters is the C1 compiler only and the serial "
       "collector (`-XX:TieredStopAtLevel=1 -XX:+UseSerialGC`) with the class-data-sharing archive; a pipeline that sets "
       "`spark.driver.defaultJavaOptions` replaces both. The JVM's own defaults here are C1 then C2, and G1:\n")  # fmt: skip
@@ -202,7 +323,7 @@ def render_figures(results: dict[str, Any]) -> str:
     w("|---|---|---|---|---|---|")
     variants = (("replay_job", "C1 only, serial GC, archive (default)"), ("replay_job_no_archive", "C1 only, serial GC, no archive"),
                 ("replay_job_jvm_defaults", "the JVM's defaults, no archive"))  # fmt: skip
-    for block in (S[largest], results.get("single")):
+    for block in (f.by_size[f.largest], results.get("single")):
         for key, name in variants if block and block["runs"].get("replay_job_no_archive") else ():
             R = block["runs"][key]
             w(f"| {block['records']:,} | {name} | {spread(R, lambda r: r['seconds']).fmt()} | {spread(R, lambda r: r['cpu']).fmt()} | "
@@ -213,6 +334,10 @@ def render_figures(results: dict[str, Any]) -> str:
           f"replay task runs before its replay took {a['seconds']:.1f}s and {a['cpu']:.1f} CPU-seconds.")  # fmt: skip
     w("")
 
+
+def planning_and_memory(w: Write, f: Figures) -> None:
+    """The planner's time, CPU and Kinesis calls, and the replay job's memory, at every size."""
+    S = f.by_size
     w("### Planning and memory\n")
     w("Planning: a dry run of the planner on the whole stream (4 shards, no checkpoints), just after a tail of 10 records per shard "
       "arrived, as on a live stream: it reads each shard's first record and the last 10-second window to the tip.  ")  # fmt: skip
@@ -222,7 +347,7 @@ def render_figures(results: dict[str, Any]) -> str:
         "| records | planning s | emulator CPU s while planning | planner's own CPU s | Kinesis calls (records read) | largest Python worker MiB | all Python workers MiB | whole job tree MiB |"
     )
     w("|---|---|---|---|---|---|---|---|")
-    for s in sizes:
+    for s in f.sizes:
         n, R = S[s]["records"], S[s]["runs"]
         w(f"| {n:,} | {spread(R['plan'], lambda r: r['seconds']).fmt('.3f')} | "
           f"{spread(R['plan'], lambda r: r['emulator_cpu']).fmt('.2f')} | {spread(R['plan'], lambda r: r.get('cpu', 0.0)).fmt('.3f')} | "
@@ -230,14 +355,16 @@ def render_figures(results: dict[str, Any]) -> str:
           f"{spread(R['replay_job'], lambda r: r['workers_peak'] / MIB).fmt('.0f')} | {spread(R['replay_job'], lambda r: r['tree_peak'] / MIB).fmt('.0f')} |")  # fmt: skip
     w("")
 
+
+def dag_cycle(w: Write, f: Figures) -> None:
+    """The full DAG cycle by task, at every size and on one record, where it was measured."""
     w("### The full DAG cycle (dag.test in one warm process: plan → replay → verify → commit, then check)\n")
     w(
         "Each run is a new pipeline that plans the whole stream (backlog and planning tails) as one batch; its output is checked to hold every record once.\n"
     )
     w("| records | cycle s | plan | replay | verify | commit | check | Airflow between tasks |")
     w("|---|---|---|---|---|---|---|---|")
-    for s in [*sizes, "1"]:
-        block = results["single"] if s == "1" else S[s]
+    for block in f.blocks:
         R = block["runs"].get("dag_cycle")
         if not R:
             continue
@@ -245,47 +372,60 @@ def render_figures(results: dict[str, Any]) -> str:
         w(f"| {block['records']:,} | {spread(R, lambda r: r['seconds']).fmt()} | "
           + " | ".join(spread(R, lambda r, t=t: r.get(f"task_{t}", 0.0)).fmt() for t in TASKS) + f" | {gap.fmt()} |")  # fmt: skip
     w("")
-    if "single" in results and results["single"]["runs"].get("dag_cycle"):
-        one = results["single"]["runs"]
-        job = one["replay_job"]
-        cyc = one["dag_cycle"]
-        w("### The fixed cost of one DAG cycle carrying a single record\n")
-        med = lambda runs, f: spread(runs, f).median  # noqa: E731
-        total = med(cyc, lambda r: r["seconds"])
-        replay_task = med(cyc, lambda r: r.get("task_replay", 0.0))
-        parts = [
-            (
-                "plan task (list shards, first record and tip of each shard, one DynamoDB transaction)",
-                med(cyc, lambda r: r.get("task_plan", 0.0)),
-            ),
-            ("Spark start: spark-submit, JVM, Python driver (launch)", med(job, lambda r: r["launch"])),
-            ("Spark start: SparkSession (session)", med(job, lambda r: r["session"])),
-            (
-                "tasks' start: Spark's job start, the Python workers' start-up and imports, to the first Kinesis call",
-                med(job, lambda r: r["read_write"] - steady(r)),
-            ),
-            ("read and write from the first call: GetShardIterator, GetRecords, Parquet, the swap into place", med(job, steady)),
-            ("summary read-back and manifest", med(job, lambda r: r["summary"] + r["manifest"])),
-            ("verify task", med(cyc, lambda r: r.get("task_verify", 0.0))),
-            ("commit task", med(cyc, lambda r: r.get("task_commit", 0.0))),
-            ("check task", med(cyc, lambda r: r.get("task_check", 0.0))),
-        ]
-        job_total = med(job, lambda r: r["seconds"])
-        in_job = sum(p[1] for p in parts[1:6])
-        parts.insert(6, ("Spark stop, and the job's time outside its phases", max(0.0, job_total - in_job)))
-        parts.insert(7, ("the replay task beyond the job run alone: another moment's load, the retention check, packaging",
-                         max(0.0, replay_task - job_total)))  # fmt: skip
-        w(
-            f"Median DAG cycle: {total:.1f}s; its replay task {replay_task:.1f}s; the replay job alone, run by itself on the same record, {job_total:.1f}s.\n"
-        )
-        w("| part | seconds | share of the cycle |")
-        w("|---|---|---|")
-        for name, sec in sorted(parts, key=lambda p: -p[1]):
-            w(f"| {name} | {sec:.1f} | {sec / total:.0%} |")
-        w(f"| Airflow between tasks (dag.test) | {max(0.0, total - sum(p[1] for p in parts)):.1f} | |")
-        w("")
 
-    per_task = rw.median * results["record_bytes"] / MIB / 2  # two tasks at once here
+
+def fixed_cost_parts(job: list[dict[str, Any]], cyc: list[dict[str, Any]], job_total: float, replay_task: float) -> list[tuple[str, float]]:
+    """One record's DAG cycle cut into its parts (median seconds each), the job's from its phases, the tasks' from the cycle."""
+    parts = [
+        (
+            "plan task (list shards, first record and tip of each shard, one DynamoDB transaction)",
+            median(cyc, lambda r: r.get("task_plan", 0.0)),
+        ),
+        ("Spark start: spark-submit, JVM, Python driver (launch)", median(job, lambda r: r["launch"])),
+        ("Spark start: SparkSession (session)", median(job, lambda r: r["session"])),
+        (
+            "tasks' start: Spark's job start, the Python workers' start-up and imports, to the first Kinesis call",
+            median(job, lambda r: r["read_write"] - steady(r)),
+        ),
+        ("read and write from the first call: GetShardIterator, GetRecords, Parquet, the swap into place", median(job, steady)),
+        ("summary read-back and manifest", median(job, lambda r: r["summary"] + r["manifest"])),
+        ("verify task", median(cyc, lambda r: r.get("task_verify", 0.0))),
+        ("commit task", median(cyc, lambda r: r.get("task_commit", 0.0))),
+        ("check task", median(cyc, lambda r: r.get("task_check", 0.0))),
+    ]
+    in_job = sum(p[1] for p in parts[1:6])
+    parts.insert(6, ("Spark stop, and the job's time outside its phases", max(0.0, job_total - in_job)))
+    parts.insert(7, ("the replay task beyond the job run alone: another moment's load, the retention check, packaging",
+                     max(0.0, replay_task - job_total)))  # fmt: skip
+    return parts
+
+
+def fixed_cost(w: Write, f: Figures) -> None:
+    """Where the time of a DAG cycle carrying a single record goes, largest part first (if that cycle was measured)."""
+    if "single" not in f.results or not f.results["single"]["runs"].get("dag_cycle"):
+        return
+    one = f.results["single"]["runs"]
+    job = one["replay_job"]
+    cyc = one["dag_cycle"]
+    w("### The fixed cost of one DAG cycle carrying a single record\n")
+    total = median(cyc, lambda r: r["seconds"])
+    replay_task = median(cyc, lambda r: r.get("task_replay", 0.0))
+    job_total = median(job, lambda r: r["seconds"])
+    parts = fixed_cost_parts(job, cyc, job_total, replay_task)
+    w(
+        f"Median DAG cycle: {total:.1f}s; its replay task {replay_task:.1f}s; the replay job alone, run by itself on the same record, {job_total:.1f}s.\n"
+    )
+    w("| part | seconds | share of the cycle |")
+    w("|---|---|---|")
+    for name, sec in sorted(parts, key=lambda p: -p[1]):
+        w(f"| {name} | {sec:.1f} | {sec / total:.0%} |")
+    w(f"| Airflow between tasks (dag.test) | {max(0.0, total - sum(p[1] for p in parts)):.1f} | |")
+    w("")
+
+
+def real_kinesis(w: Write, f: Figures) -> None:
+    """What the measured rate means against real Kinesis's per-shard limit, with the shard and core counts worked out."""
+    per_task = f.read_write.median * f.results["record_bytes"] / MIB / 2  # two tasks at once here
     w("### What the figures mean on real Kinesis\n")
     w(f"Here one replay task processed about {per_task:.1f} MiB/s (the largest size's read-and-write rate over its two concurrent tasks, "
       "on cores it shared with the emulator). Real Kinesis serves each shard at most 2 MiB/s, so a task is bound by "
@@ -305,4 +445,9 @@ def render_figures(results: dict[str, Any]) -> str:
     w("\nRegular cycles keep up when each one finishes within its interval: a cycle of T seconds on shards written at 1 MiB/s reads "
       f"T MiB per shard, about T ÷ {rate:.1f} seconds, plus the fixed cost, so the interval must exceed the fixed cost ÷ "
       f"(1 − 1 ÷ {rate:.1f}).")  # fmt: skip
-    return "\n".join(out) + "\n"
+
+
+PARTS: tuple[Callable[[Write, Figures], None], ...] = (
+    header, targets_speed, targets_scale, bare_reads, end_to_end, crossover_model, phases, cpu_by_process, jvm_options,
+    planning_and_memory, dag_cycle, fixed_cost, real_kinesis,
+)  # fmt: skip

@@ -38,7 +38,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-for path in (ROOT / "plugins", ROOT / "dags", ROOT / "spark_jobs", ROOT / "tests"):  # as pyproject.toml gives pytest
+for path in (ROOT / "plugins", ROOT / "dags", ROOT / "spark_jobs", ROOT / "tests", ROOT / "bench"):  # as pyproject.toml gives pytest
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
@@ -611,7 +611,6 @@ def run_schedules(
     return totals, sorted(outcomes, key=lambda o: seeds.index(o.seed))
 
 
-RELIABILITY_START, RELIABILITY_END = "<!-- reliability:start -->", "<!-- reliability:end -->"
 # One row per `make chaos` run, kept from run to run, so that the total counts every sitting.
 _RUN_ROW = re.compile(
     r"^\| (?P<at>\d{4}-\d\d-\d\d \d\d:\d\d) \| (?P<command>[^|]+) \| (?P<schedules>\d+) \| (?P<steps>[^|]+) \| "
@@ -620,9 +619,14 @@ _RUN_ROW = re.compile(
 
 
 def write_reliability(path: Path, totals: Totals, seeds: list[int], steps: int, command: str) -> None:
-    """Add this run to BENCHMARKS.md's reliability block, with the total over every run in it (the rest is bench/'s)."""
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    old = text.partition(RELIABILITY_START)[2].partition(RELIABILITY_END)[0] if RELIABILITY_START in text else ""
+    """Add this run to BENCHMARKS.md's reliability section; bench/report.py, which writes the bench section too, owns the file."""
+    import report
+
+    report.write_section(path, report.RELIABILITY, lambda old: reliability_table(old, totals, seeds, steps, command))
+
+
+def reliability_table(old: str, totals: Totals, seeds: list[int], steps: int, command: str) -> str:
+    """The reliability section: the runs in its ``old`` body, this run, and the total over every run."""
     rows = [line for line in old.splitlines() if _RUN_ROW.match(line)]
     seed_lines = [line for line in old.splitlines() if line.startswith("- seeds of ")]
     at = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
@@ -634,9 +638,8 @@ def write_reliability(path: Path, totals: Totals, seeds: list[int], steps: int, 
     runs = [m for m in map(_RUN_ROW.match, rows) if m]
     total = {key: sum(int(m[key]) for m in runs) for key in ("schedules", "records", "lost", "duplicated")}
     failed = [m["failed"].strip() for m in runs if m["failed"].strip() != "none"]
-    block = "\n".join(
+    return "\n".join(
         [
-            RELIABILITY_START,
             "## Reliability (make chaos)",
             "",
             "Randomized fault schedules (`tests/stack/chaos.py`): every run of `make chaos` adds a row, on "
@@ -652,15 +655,8 @@ def write_reliability(path: Path, totals: Totals, seeds: list[int], steps: int, 
             *seed_lines,
             "",
             f"`schedules: {total['schedules']}, records: {total['records']}, lost: {total['lost']}, duplicated: {total['duplicated']}`",
-            RELIABILITY_END,
         ]
     )
-    if RELIABILITY_START in text and RELIABILITY_END in text:
-        before, _, rest = text.partition(RELIABILITY_START)
-        text = before + block + rest.partition(RELIABILITY_END)[2]
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    path.write_text(text)
 
 
 def setup_airflow_home(home: Path) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import report
 
 from stack import chaos
 
@@ -99,12 +100,13 @@ def test_the_checker_counts_a_record_written_by_two_batches_as_duplicated(tmp_pa
 
 def test_each_chaos_run_adds_a_row_and_the_total_counts_every_run(tmp_path: Path) -> None:
     benchmarks = tmp_path / "BENCHMARKS.md"
-    benchmarks.write_text("# Benchmarks\n\nthe bench's own text\n")
+    report.write(benchmarks, "the bench's own figures")
+    bench_block = report.BENCH.block("the bench's own figures")
     for schedules, records, failed in ((3, 900, []), (2, 500, [77])):
         totals = chaos.Totals(schedules=schedules, records=records, failed=failed, seconds=60.0)
         chaos.write_reliability(benchmarks, totals, list(range(schedules)), 4, f"make chaos SCHEDULES={schedules}")
     text = benchmarks.read_text()
-    assert text.startswith("# Benchmarks\n\nthe bench's own text\n") and text.count(chaos.RELIABILITY_START) == 1
+    assert text.startswith("# Benchmarks\n\n" + bench_block + "\n") and text.count(report.RELIABILITY.start) == 1
     assert "| **total** | 2 runs | **5** | | 1400 | **0** | **0** | 77 | 2.0 min |" in text
     assert "`schedules: 5, records: 1400, lost: 0, duplicated: 0`" in text
-    assert text.count("- seeds of ") == 2
+    assert text.count("- seeds of ") == 2 and "Not measured yet" not in text
