@@ -191,6 +191,7 @@ class Bench:
         """spark-submit the replay job on the stream's ranges, exactly as the replay task does; time it to its exit."""
         from kinesis_replay import spark_submit
         from kinesis_replay.config import ReadConfig, parse_config
+        from kinesis_replay.job_spec import JobSpec, KinesisEndpoint
         from kinesis_replay.output import batch_path, read_manifest
         from kinesis_replay.ranges import SequenceRange
 
@@ -199,16 +200,13 @@ class Bench:
         entry = self.pipeline_entry(stream.name, output, "unused")
         entry["spark"]["conf"].update(conf or {})
         pipeline = parse_config({"pipelines": [entry]})[0]
-        from dataclasses import asdict
-
-        spec = {
-            "pipeline": pipeline.name, "stream": stream.name, "batch_id": 1, "output": str(output),
-            "ranges": [SequenceRange(r["shard_id"], int(r["start"]), int(r["end"])).to_dict() for r in stream.ranges],
-            "aws": {"region_name": local_stack.REGION, "endpoint_url": self.stack.kinesis_url},
-            "read": asdict(ReadConfig(**UNLIMITED)), "payload": {"format": "raw", "schema": None},
-        }  # fmt: skip
+        spec = JobSpec(
+            pipeline.name, stream.name, 1, str(output),
+            tuple(SequenceRange(r["shard_id"], int(r["start"]), int(r["end"])) for r in stream.ranges),
+            kinesis=KinesisEndpoint(local_stack.REGION, self.stack.kinesis_url), read=ReadConfig(**UNLIMITED),
+        )  # fmt: skip
         spec_path = self.work / "batch.json"
-        spec_path.write_text(json.dumps(spec))
+        spec_path.write_text(spec.to_json())
         jobs = ROOT / "spark_jobs"
         command = spark_submit.build_command(pipeline, 1, spec_path, jobs / "replay_job.py", [self.library, jobs / "kinesis_source.py"])
         env = spark_submit.submit_env(pipeline.spark.master, self.stack.env())

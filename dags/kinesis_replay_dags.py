@@ -148,7 +148,7 @@ def build_dag(p: PipelineConfig) -> DAG:
         def check() -> None:
             tasks.check(p)
 
-        planned = plan()
+        planned: Any = plan()  # an XComArg: each task below gets plan's dict when it runs
         replayed = replay(planned) if p.spark.emr_serverless is None else emr_replay(p, stage(planned))
         replayed >> verify(planned) >> commit(planned) >> check()
     return dag

@@ -7,16 +7,15 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import json
 import logging
 import os
 import shutil
 import tempfile
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
 from airflow.providers.amazon.aws.hooks.kinesis import KinesisHook
@@ -29,15 +28,20 @@ from botocore.config import Config
 from kinesis_replay import backfill, batches, config, emr_serverless, guards, kinesis, output, recovery, spark_submit
 from kinesis_replay.config import LoadedConfig, PipelineConfig, PipelineError
 from kinesis_replay.dynamodb_store import DynamoDBStateStore
-from kinesis_replay.errors import KinesisReplayError
+from kinesis_replay.errors import ConfigError, KinesisReplayError
+from kinesis_replay.job_spec import JobSpec, KinesisEndpoint
 from kinesis_replay.state import Batch
+
+if TYPE_CHECKING:  # the boto3 stubs are for type checking only
+    from types_boto3_kinesis.client import KinesisClient
 
 log = logging.getLogger(__name__)
 # The replay job and its Data Source, shipped to Spark beside the library zip.
 SPARK_JOBS = Path(__file__).resolve().parents[1] / "spark_jobs"
 # EmrServerlessStartJobOperator's arguments that are the pipeline's, not the batch's: given to partial().
 OPERATOR_FIXED = ("application_id", "execution_role_arn", "deferrable", "waiter_delay", "waiter_max_attempts")
-# Transient faults (5xx, dropped connections) are retried by botocore; Kinesis throttling by kinesis_replay.kinesis.
+# DynamoDB's and S3's clients: botocore retries their transient faults and throttling. Kinesis clients have a
+# policy of their own (kinesis.CLIENT_CONFIG): there, throttling is paced and counted by kinesis_replay.kinesis.
 _RETRIES = Config(retries={"mode": "standard", "max_attempts": 5}, connect_timeout=10, read_timeout=60)
 START = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -91,7 +95,12 @@ def fail_fast(step: Callable[_P, _R]) -> Callable[_P, _R]:
 
 
 def kinesis_hook(p: PipelineConfig) -> KinesisHook:
-    return KinesisHook(aws_conn_id=p.aws_conn_id, config=_RETRIES)
+    return KinesisHook(aws_conn_id=p.aws_conn_id, config=kinesis.CLIENT_CONFIG)
+
+
+def kinesis_client(p: PipelineConfig) -> KinesisClient:
+    """The connection's Kinesis client, with the one retry policy of kinesis_replay.kinesis."""
+    return kinesis.leave_throttling_to_call(kinesis_client(p))
 
 
 def state_store(p: PipelineConfig) -> DynamoDBStateStore:
@@ -118,10 +127,10 @@ def plan(p: PipelineConfig, run_id: str, params: dict[str, Any]) -> dict[str, An
     store.ensure_table()
     dry_run = bool(params.get("dry_run"))
     if params.get(guards.RECOVER_PARAM):
-        rebuilt = recovery.recover(p, kinesis_hook(p).conn, store, datetime.now(UTC), dry_run)
+        rebuilt = recovery.recover(p, kinesis_client(p), store, datetime.now(UTC), dry_run)
         if dry_run:
             raise AirflowSkipException(f"dry run: nothing was written; would {rebuilt.describe()}")
-    result = batches.plan_batch(p, kinesis_hook(p).conn, store, run_id, acknowledged=acknowledged(params), dry_run=dry_run)
+    result = batches.plan_batch(p, kinesis_client(p), store, run_id, acknowledged=acknowledged(params), dry_run=dry_run)
     for shard_id, millis in result.lag_millis.items():
         stats.gauge(f"kinesis_replay.{p.name}.shard.{shard_id}.millis_behind_latest", millis)
     for child, parents in result.waiting:
@@ -153,45 +162,35 @@ def dry_run_report(p: PipelineConfig, result: batches.PlanResult) -> str:
 @fail_fast
 def replay(p: PipelineConfig, planned: dict[str, Any], params: dict[str, Any]) -> None:
     """Run the replay job on the batch's stored ranges; a failure is noted on the batch, which stays in flight."""
-    if planned["action"] == batches.FINISH_COMMIT:
-        log.info("batch %d was verified and is being committed: finishing the commit, not replaying", planned["batch_id"])
-        return
     store = state_store(p)
-    batch = store.get_batch(p.name, planned["batch_id"])
-    try:
-        guards.require_owner(p)
-        hook = kinesis_hook(p)
-        retention = kinesis.stream_retention(hook.conn, p.stream, p.read)
-        batches.check_retention(p, batch, retention, datetime.now(UTC), acknowledged(params))
-        submit(p, batch, acknowledged(params))
-    except KinesisReplayError as exc:
-        batches.record_failure(p, store, batch.batch_id, str(exc))
-        raise
+    batch = batches.batch_to_replay(p, kinesis_client(p), store, planned["batch_id"], planned["action"], acknowledged(params))
+    if batch is not None:
+        with batches.failure_recorded(p, store, batch.batch_id):
+            submit(p, batch, acknowledged(params))
 
 
-def job_spec(p: PipelineConfig, batch: Batch, accept_gaps: frozenset[str] = frozenset()) -> dict[str, Any]:
+def job_spec(p: PipelineConfig, batch: Batch, accept_gaps: frozenset[str] = frozenset()) -> JobSpec:
     """The replay job's input: the batch's ranges, and the hook's Kinesis endpoint and region."""
     hook = kinesis_hook(p)
-    spec = batch.spec(p.output, accept_gaps)
-    spec["aws"] = {"region_name": hook.conn_region_name, "endpoint_url": hook.conn_config.get_service_endpoint_url("kinesis")}
-    spec["read"] = asdict(p.read)
-    spec["payload"] = {"format": p.payload.format, "schema": p.payload.schema}
-    return spec
+    endpoint = KinesisEndpoint(hook.conn_region_name, hook.conn_config.get_service_endpoint_url("kinesis"))
+    return JobSpec.for_batch(p, batch, endpoint, accept_gaps)
 
 
 def submit(p: PipelineConfig, batch: Batch, accept_gaps: frozenset[str] = frozenset()) -> None:
     """spark-submit the replay job with the batch's spec; endpoint and credentials come from the hook."""
     hook = kinesis_hook(p)
     credentials = hook.get_credentials()
-    env = {"AWS_ACCESS_KEY_ID": credentials.access_key, "AWS_SECRET_ACCESS_KEY": credentials.secret_key}
-    if credentials.token:
-        env["AWS_SESSION_TOKEN"] = credentials.token
-    if hook.conn_region_name:
-        env["AWS_DEFAULT_REGION"] = hook.conn_region_name
+    given = {
+        "AWS_ACCESS_KEY_ID": credentials.access_key,
+        "AWS_SECRET_ACCESS_KEY": credentials.secret_key,
+        "AWS_SESSION_TOKEN": credentials.token,
+        "AWS_DEFAULT_REGION": hook.conn_region_name,
+    }
+    env = {name: value for name, value in given.items() if value}
     work = Path(tempfile.mkdtemp(prefix=f"kinesis-replay-{p.name}-{batch.batch_id}-"))
     try:
         spec_path = work / "batch.json"
-        spec_path.write_text(json.dumps(job_spec(p, batch, accept_gaps)))
+        spec_path.write_text(job_spec(p, batch, accept_gaps).to_json())
         library = spark_submit.package_library(work / "kinesis_replay.zip")
         job, py_files = SPARK_JOBS / "replay_job.py", [library, SPARK_JOBS / "kinesis_source.py"]
         spark_submit.warm_up(p, job, py_files, spark_submit.submit_env(p.spark.master, {}))  # once per machine
@@ -206,16 +205,18 @@ def stage_emr(p: PipelineConfig, batch: Batch, accept_gaps: frozenset[str] = fro
 
     Every file goes under the batch's own prefix, replaced on each run, so a rerun submits the same job.
     """
+    emr = p.spark.emr_serverless
+    if emr is None:
+        raise ConfigError(f"pipeline {p.name}: spark.emr_serverless is not configured, so there is nothing to stage")
     s3 = S3Hook(aws_conn_id=p.aws_conn_id)
     work = Path(tempfile.mkdtemp(prefix=f"kinesis-replay-{p.name}-{batch.batch_id}-"))
     try:
         spec_path = work / emr_serverless.SPEC_FILE
         spec = job_spec(p, batch, accept_gaps)
-        spec["aws"]["endpoint_url"] = None  # the job runs in AWS: never an endpoint that only Airflow can reach
-        spec_path.write_text(json.dumps(spec))
+        # The job runs in AWS: never an endpoint that only Airflow can reach.
+        spec_path.write_text(replace(spec, kinesis=replace(spec.kinesis, endpoint_url=None)).to_json())
         library = spark_submit.package_library(work / emr_serverless.LIBRARY_ZIP)
-        assert p.spark.emr_serverless is not None
-        for upload in emr_serverless.uploads(p.spark.emr_serverless.code_prefix, p.name, batch.batch_id, SPARK_JOBS, library, spec_path):
+        for upload in emr_serverless.uploads(emr.code_prefix, p.name, batch.batch_id, SPARK_JOBS, library, spec_path):
             s3.load_file(str(upload.local), key=upload.key, bucket_name=upload.bucket, replace=True)
             log.info("staged %s", upload.uri)
     finally:
@@ -229,19 +230,12 @@ def stage_emr(p: PipelineConfig, batch: Batch, accept_gaps: frozenset[str] = fro
 @fail_fast
 def stage(p: PipelineConfig, planned: dict[str, Any], params: dict[str, Any]) -> list[dict[str, Any]]:
     """The EMR Serverless counterpart of replay(): check retention, stage the batch; [] when there is nothing to run."""
-    if planned["action"] == batches.FINISH_COMMIT:
-        log.info("batch %d was verified and is being committed: finishing the commit, not replaying", planned["batch_id"])
-        return []
     store = state_store(p)
-    batch = store.get_batch(p.name, planned["batch_id"])
-    try:
-        guards.require_owner(p)
-        retention = kinesis.stream_retention(kinesis_hook(p).conn, p.stream, p.read)
-        batches.check_retention(p, batch, retention, datetime.now(UTC), acknowledged(params))
+    batch = batches.batch_to_replay(p, kinesis_client(p), store, planned["batch_id"], planned["action"], acknowledged(params))
+    if batch is None:
+        return []
+    with batches.failure_recorded(p, store, batch.batch_id):
         return [stage_emr(p, batch, acknowledged(params))]
-    except KinesisReplayError as exc:
-        batches.record_failure(p, store, batch.batch_id, str(exc))
-        raise
 
 
 @fail_fast
@@ -250,13 +244,8 @@ def verify(p: PipelineConfig, planned: dict[str, Any], params: dict[str, Any], r
     if planned["action"] == batches.FINISH_COMMIT:
         return
     store = state_store(p)
-    try:
-        batch = batches.verify_batch(p, store, planned["batch_id"], acknowledged(params), run_id)
-    except KinesisReplayError as exc:
-        batches.record_failure(p, store, planned["batch_id"], str(exc))
-        raise
-    assert batch.manifest is not None
-    log.info("batch %d verified: %d records, %d bytes", batch.batch_id, batch.manifest.records, batch.manifest.bytes)
+    with batches.failure_recorded(p, store, planned["batch_id"]):
+        batches.verify_batch(p, store, planned["batch_id"], acknowledged(params), run_id)
 
 
 @fail_fast
@@ -270,21 +259,21 @@ def commit(p: PipelineConfig, planned: dict[str, Any]) -> dict[str, Any]:
 
 def batch_summary(p: PipelineConfig, batch: Batch, kind: str) -> dict[str, Any]:
     """The batch's figures, sent as metrics and carried in the output Asset's event."""
-    assert batch.manifest is not None
-    seconds = (batch.committed_at - batch.created_at).total_seconds() if batch.committed_at else batch.manifest.seconds
+    manifest = batch.verified_manifest()
+    seconds = (batch.committed_at - batch.created_at).total_seconds() if batch.committed_at else manifest.seconds
     prefix = f"kinesis_replay.{p.name}.{kind}_batch"
-    stats.gauge(f"{prefix}.records", batch.manifest.records)
-    stats.gauge(f"{prefix}.bytes", batch.manifest.bytes)
-    stats.gauge(f"{prefix}.bad_records", batch.manifest.bad_records)
+    stats.gauge(f"{prefix}.records", manifest.records)
+    stats.gauge(f"{prefix}.bytes", manifest.bytes)
+    stats.gauge(f"{prefix}.bad_records", manifest.bad_records)
     stats.timing(f"{prefix}.duration", seconds * 1000)
     return {
         "pipeline": p.name,
         "kind": kind,
         "batch_id": batch.batch_id,
         "shards": len(batch.ranges),
-        "records": batch.manifest.records,
-        "bad_records": batch.manifest.bad_records,
-        "bytes": batch.manifest.bytes,
+        "records": manifest.records,
+        "bad_records": manifest.bad_records,
+        "bytes": manifest.bytes,
         "seconds": round(seconds, 3),
         "path": output.batch_path(p.output, batch.batch_id),
         "ranges": [r.to_dict() for r in batch.ranges],
@@ -293,39 +282,18 @@ def batch_summary(p: PipelineConfig, batch: Batch, kind: str) -> dict[str, Any]:
 
 def check(p: PipelineConfig) -> None:
     """Fail, and so alert through the DAG's callbacks, when a record has waited too long to be committed."""
-    store = state_store(p)
-    head = store.get_head(p.name)
-    batch = store.get_batch(p.name, head.in_flight) if head.in_flight is not None else None
-    age = batches.pending_age(batch, datetime.now(UTC))
-    stats.gauge(f"kinesis_replay.{p.name}.checkpoint_age_seconds", age)
-    limit = p.max_checkpoint_age_minutes * 60
-    if age > limit:
-        assert batch is not None
-        raise AirflowFailException(
-            f"pipeline {p.name} is stuck: batch {batch.batch_id} ({batch.status.value}) holds records that arrived "
-            f"{age / 60:.0f} minutes ago and are not committed (max_checkpoint_age_minutes is {p.max_checkpoint_age_minutes}); "
-            f"last error: {batch.error or 'none'}"
-        )
-    log.info("pipeline %s: oldest uncommitted record waited %.0fs (limit %ds)", p.name, age, limit)
+    found = batches.staleness(p, state_store(p))
+    stats.gauge(f"kinesis_replay.{p.name}.checkpoint_age_seconds", found.age_seconds)
+    problem = found.problem(p)
+    if problem is not None:
+        raise AirflowFailException(problem)
+    log.info("pipeline %s: oldest uncommitted record waited %.0fs (limit %ds)", p.name, found.age_seconds, found.limit_seconds)
 
 
 @fail_fast
 def select_backfill(p: PipelineConfig, params: dict[str, Any]) -> list[int]:
     """The committed batches to replay; refuses while a regular batch is in flight or when ranges left retention."""
-    guards.require_owner(p)
-    store = state_store(p)
-    selection = backfill.parse_selection(params["batches"])
-    chosen = backfill.select_batches(p.name, selection, store.list_batches(p.name))
-    head = store.get_head(p.name)
-    if head.in_flight is not None:
-        raise backfill.BackfillError(
-            f"pipeline {p.name}: regular batch {head.in_flight} is in flight; a backfill waits until it is committed "
-            "(the pipeline's next run finishes it), so that the two never compete for the stream's read limits"
-        )
-    retention = kinesis.stream_retention(kinesis_hook(p).conn, p.stream, p.read)
-    now = datetime.now(UTC)
-    for batch in chosen:
-        batches.check_retention(p, batch, retention, now)
+    selection, chosen = backfill.choose(p, kinesis_client(p), state_store(p), params["batches"])
     if params.get("dry_run"):
         for batch in chosen:
             log.info("dry run: would replay %s", backfill.describe(batch, backfill.estimate_batch(batch, p.read)))
@@ -337,23 +305,20 @@ def select_backfill(p: PipelineConfig, params: dict[str, Any]) -> list[int]:
 @fail_fast
 def backfill_batch(p: PipelineConfig, batch_id: int) -> dict[str, Any]:
     """Replay one committed batch into its own paths and check it holds what it held; never touches a checkpoint."""
-    guards.require_owner(p)
-    submit(p, state_store(p).get_batch(p.name, batch_id))
+    submit(p, backfill.committed_batch(p, state_store(p), batch_id))
     return check_backfill(p, batch_id)
 
 
 @fail_fast
 def stage_backfill(p: PipelineConfig, batch_id: int) -> dict[str, Any]:
     """Stage one committed batch for an EMR Serverless replay (the backfill DAG's counterpart of stage())."""
-    guards.require_owner(p)
-    return stage_emr(p, state_store(p).get_batch(p.name, batch_id))
+    return stage_emr(p, backfill.committed_batch(p, state_store(p), batch_id))
 
 
 @fail_fast
 def check_backfill(p: PipelineConfig, batch_id: int) -> dict[str, Any]:
     """A backfilled batch must hold what its first run held: same shards, same counts, same checksums."""
-    batch = state_store(p).get_batch(p.name, batch_id)
-    batches.check_backfill(p, batch, output.read_manifest(p.output, batch_id))
+    batch = backfill.check_replayed(p, state_store(p), batch_id)
     summary = batch_summary(p, batch, "backfill")
     log.info("pipeline %s: backfilled %s", p.name, summary)
     return summary

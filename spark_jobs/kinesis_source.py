@@ -7,28 +7,22 @@ import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
 from pyspark.accumulators import Accumulator, AccumulatorParam
 from pyspark.sql import DataFrame, SparkSession
 
-SCHEMA_DDL = (
-    "stream_name STRING, shard_id STRING, sequence_number STRING, sub_sequence_number BIGINT, "
-    "partition_key STRING, approximate_arrival_timestamp TIMESTAMP, data BINARY, decode_error STRING"
-)
-ARROW_SCHEMA = pa.schema(
-    [
-        ("stream_name", pa.string()),
-        ("shard_id", pa.string()),
-        ("sequence_number", pa.string()),  # exact: up to 129 decimal digits, more than any numeric type holds
-        ("sub_sequence_number", pa.int64()),
-        ("partition_key", pa.string()),
-        ("approximate_arrival_timestamp", pa.timestamp("us", tz="UTC")),
-        ("data", pa.binary()),
-        ("decode_error", pa.string()),  # null, or why the record is quarantined
-    ]
-)
+from kinesis_replay.config import ReadConfig
+from kinesis_replay.job_spec import JobSpec, KinesisEndpoint
+from kinesis_replay.ranges import SequenceRange
+from kinesis_replay.records import ROW_COLUMNS, to_rows
+
+# Arrow's type for each Spark SQL type of records.ROW_COLUMNS.
+_ARROW_TYPES = {"STRING": pa.string(), "BIGINT": pa.int64(), "TIMESTAMP": pa.timestamp("us", tz="UTC"), "BINARY": pa.binary()}
+SCHEMA_DDL = ", ".join(f"{name} {kind}" for name, kind in ROW_COLUMNS)
+ARROW_SCHEMA = pa.schema([(name, _ARROW_TYPES[kind]) for name, kind in ROW_COLUMNS])
 log = logging.getLogger("kinesis_replay.spark")
 
 
@@ -38,19 +32,18 @@ class RangePartition:
 
     index: int
     stream: str
-    range: dict[str, Any]
-    aws: dict[str, Any]
-    read: dict[str, Any]
+    range: SequenceRange
+    kinesis: KinesisEndpoint
+    read: ReadConfig
     accept_gap: bool = False  # an operator acknowledged that this range's first records may be gone
-    planned_at: str | None = None
+    planned_at: datetime | None = None
 
 
-def partitions(spec: dict[str, Any]) -> list[RangePartition]:
+def partitions(spec: JobSpec) -> list[RangePartition]:
     """One partition per range of the spec, planned on the driver."""
-    accepted = set(spec.get("accept_gaps", ()))
     return [
-        RangePartition(i, spec["stream"], r, spec.get("aws", {}), spec.get("read", {}), r["shard_id"] in accepted, spec.get("planned_at"))
-        for i, r in enumerate(spec["ranges"])
+        RangePartition(i, spec.stream, r, spec.kinesis, spec.read, r.shard_id in spec.accept_gaps, spec.planned_at)
+        for i, r in enumerate(spec.ranges)
     ]
 
 
@@ -69,7 +62,7 @@ def first_call_accumulator(spark: SparkSession) -> Accumulator[float]:
     return spark.sparkContext.accumulator(math.inf, Earliest())
 
 
-def read_ranges(spark: SparkSession, spec: dict[str, Any], first_call: Accumulator[float] | None = None) -> DataFrame:
+def read_ranges(spark: SparkSession, spec: JobSpec, first_call: Accumulator[float] | None = None) -> DataFrame:
     """Exactly the spec's ranges as rows: one Spark partition, so one task, per range.
 
     ``spark.range`` gives one row (the partition's index) to each of n partitions, and ``mapInArrow``
@@ -87,17 +80,15 @@ def read_ranges(spark: SparkSession, spec: dict[str, Any], first_call: Accumulat
     return spark.range(0, len(planned), 1, len(planned)).mapInArrow(read, SCHEMA_DDL)
 
 
-def sample_ranges(spark: SparkSession, spec: dict[str, Any], first_call: Accumulator[float] | None = None) -> DataFrame:
+def sample_ranges(spark: SparkSession, spec: JobSpec, first_call: Accumulator[float] | None = None) -> DataFrame:
     """Made-up records, two shards of them, through the same path as ``read_ranges`` but without Kinesis.
 
     For the JVM's warm-up job: its JVM then loads the classes a replay loads (the Python runner,
     Arrow, the Parquet writer), which the class-data-sharing archive records.
     """
-    shards = len(spec["ranges"])
+    shards = len(spec.ranges)
 
     def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from datetime import UTC, datetime
-
         for batch in batches:
             for index in batch.column(0).to_pylist():
                 if first_call is not None:
@@ -108,7 +99,7 @@ def sample_ranges(spark: SparkSession, spec: dict[str, Any], first_call: Accumul
                      "Data": b'{"n": %d}' % n if n else b"not JSON"}  # one bad record: the quarantine is written too
                     for n in range(10)
                 ]  # fmt: skip
-                yield to_record_batch(spec["stream"], f"shardId-{index:012d}", page)
+                yield to_record_batch(spec.stream, f"shardId-{index:012d}", page)
 
     return spark.range(0, shards, 1, shards).mapInArrow(read, SCHEMA_DDL)
 
@@ -119,21 +110,16 @@ def read_partition(partition: RangePartition, first_call: Accumulator[float] | N
     Only one page is held at a time: each is converted and let go before the next is fetched.
     """
     import boto3
-    from botocore.config import Config
 
-    from kinesis_replay.config import ReadConfig
-    from kinesis_replay.kinesis import ReadStats, iterate_range
-    from kinesis_replay.ranges import SequenceRange
+    from kinesis_replay.kinesis import CLIENT_CONFIG, ReadStats, iterate_range, leave_throttling_to_call
 
-    rng = SequenceRange.from_dict(partition.range)
-    client = boto3.session.Session(botocore_session=utc_botocore_session()).client(
-        "kinesis",
-        region_name=partition.aws.get("region_name"),
-        endpoint_url=partition.aws.get("endpoint_url"),
-        config=Config(retries={"mode": "standard", "max_attempts": 3}, connect_timeout=10, read_timeout=60),
+    rng, limits = partition.range, partition.read
+    session = boto3.session.Session(botocore_session=utc_botocore_session())
+    endpoint = partition.kinesis
+    client = leave_throttling_to_call(
+        session.client("kinesis", region_name=endpoint.region_name, endpoint_url=endpoint.endpoint_url, config=CLIENT_CONFIG)
     )
     stats = ReadStats()
-    limits = ReadConfig(**partition.read)
     if first_call is not None:
         first_call.add(time.time())
     records, started, reported = 0, time.monotonic(), time.monotonic()
@@ -171,8 +157,6 @@ def utc_botocore_session() -> Any:
 
 def utc_timestamp(value: Any) -> Any:
     """Kinesis sends epoch seconds; anything else goes to botocore's own parser."""
-    from datetime import UTC, datetime
-
     if isinstance(value, int | float):
         return datetime.fromtimestamp(value, UTC)
     from botocore.utils import parse_timestamp
@@ -180,14 +164,12 @@ def utc_timestamp(value: Any) -> Any:
     return parse_timestamp(value)
 
 
-def position(rng: Any, record: dict[str, Any], planned_at: str | None) -> str:
+def position(rng: SequenceRange, record: dict[str, Any], planned_at: datetime | None) -> str:
     """Where the reader is: the last record's arrival, and how far that is through the range's time span."""
-    from datetime import datetime
-
     arrival: datetime = record["ApproximateArrivalTimestamp"]
     where = f"at {record['SequenceNumber']} (arrived {arrival.isoformat(timespec='seconds')}"
     if rng.start_arrival is not None and planned_at is not None:
-        span = (datetime.fromisoformat(planned_at) - rng.start_arrival).total_seconds()
+        span = (planned_at - rng.start_arrival).total_seconds()
         if span > 0:
             where += f", {min(100.0, 100 * (arrival - rng.start_arrival).total_seconds() / span):.0f}% of the range's time span"
     return where + ")"
@@ -195,20 +177,8 @@ def position(rng: Any, record: dict[str, Any], planned_at: str | None) -> str:
 
 def to_record_batch(stream: str, shard_id: str, page: list[dict[str, Any]]) -> pa.RecordBatch:
     """One GetRecords page as Arrow columns, KPL aggregates deaggregated: no per-row Python objects reach Spark."""
-    from kinesis_replay.records import to_rows
-
     rows = to_rows(page)
-    n = len(rows)
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array([stream] * n, pa.string()),
-            pa.array([shard_id] * n, pa.string()),
-            pa.array(rows.sequence_number, pa.string()),
-            pa.array(rows.sub_sequence_number, pa.int64()),
-            pa.array(rows.partition_key, pa.string()),
-            pa.array(rows.approximate_arrival_timestamp, pa.timestamp("us", tz="UTC")),
-            pa.array(rows.data, pa.binary()),
-            pa.array(rows.decode_error, pa.string()),
-        ],
-        schema=ARROW_SCHEMA,
-    )
+    # Two columns are the page's; the others are the Rows' attributes of the same names.
+    page_columns = {"stream_name": [stream] * len(rows), "shard_id": [shard_id] * len(rows)}
+    arrays = [pa.array(page_columns[f.name] if f.name in page_columns else getattr(rows, f.name), f.type) for f in ARROW_SCHEMA]
+    return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)

@@ -4,9 +4,9 @@ A plain spark-submit program that knows nothing of Airflow or of the state table
 
     spark-submit --py-files kinesis_replay.zip,kinesis_source.py replay_job.py --spec batch.json
 
-The spec is {"pipeline", "stream", "batch_id", "output", "ranges": [...], "aws": {...}, "read": {...},
-"payload": {"format": "raw" | "json", "schema": DDL}}. Credentials come from the environment (or the
-executors' instance role), never from the spec.
+The spec is a ``kinesis_replay.job_spec.JobSpec`` as JSON: the batch's ranges, its output, the Kinesis endpoint,
+the read budget and the payload's format. Credentials come from the environment (or the executors' instance
+role), never from the spec.
 
 The batch is written in one pass to a staging path of its own, then swapped into place: its rows to
 <output>/batch_id=<id>/, rows that could not be decoded to <output>/_quarantine/batch_id=<id>/. Each
@@ -31,7 +31,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from kinesis_replay.config import PayloadConfig
 from kinesis_replay.errors import KinesisReplayError
+from kinesis_replay.job_spec import JobSpec
 from kinesis_replay.output import batch_path, manifest_path, owner_path, quarantine_path, staging_path
 from kinesis_replay.ranges import SequenceRange
 from kinesis_replay.state import Manifest, ShardResult
@@ -50,11 +52,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def warm_up_spec(output: str) -> dict[str, Any]:
+def warm_up_spec(output: str) -> JobSpec:
     """A batch of two shards of made-up JSON records, one of them bad: the code paths of a replay, none of Kinesis."""
-    ranges = [SequenceRange(f"shardId-{i:012d}", 10**55, 10**55 + 9).to_dict() for i in range(2)]
-    return {"pipeline": "warm-up", "stream": "warm-up", "batch_id": 1, "output": output, "ranges": ranges,
-            "payload": {"format": "json", "schema": "n INT"}}  # fmt: skip
+    ranges = tuple(SequenceRange(f"shardId-{i:012d}", 10**55, 10**55 + 9) for i in range(2))
+    return JobSpec("warm-up", "warm-up", 1, output, ranges, payload=PayloadConfig("json", "n INT"))
 
 
 def read_spec_text(path: str) -> str:
@@ -69,24 +70,18 @@ def read_spec_text(path: str) -> str:
     return str(body.read().decode("utf-8"))
 
 
-def load_spec(path: str) -> dict[str, Any]:
+def load_spec(path: str) -> JobSpec:
+    """The batch's spec, checked whole here, on the driver, rather than in a task."""
     try:
-        spec: dict[str, Any] = json.loads(read_spec_text(path))
-    except Exception as exc:  # OSError, bad JSON, or any botocore error (missing object, no credentials, no endpoint)
+        text = read_spec_text(path)
+    except Exception as exc:  # OSError, or any botocore error (missing object, no credentials, no endpoint)
         raise KinesisReplayError(f"cannot read the batch spec {path}: {exc}") from exc
-    missing = [k for k in ("pipeline", "stream", "batch_id", "output", "ranges") if k not in spec]
-    if missing:
-        raise KinesisReplayError(f"batch spec {path} lacks {', '.join(missing)}")
-    if not spec["ranges"]:
-        raise KinesisReplayError(f"batch spec {path} has no ranges")
-    for r in spec["ranges"]:
-        SequenceRange.from_dict(r)  # fail here, on the driver, rather than in a task
-    return spec
+    return JobSpec.from_json(text, f"batch spec {path}")
 
 
-def build_session(spec: dict[str, Any]) -> SparkSession:
+def build_session(spec: JobSpec) -> SparkSession:
     spark = (
-        SparkSession.builder.appName(f"kinesis-replay {spec['pipeline']} batch {spec['batch_id']}")
+        SparkSession.builder.appName(f"kinesis-replay {spec.pipeline} batch {spec.batch_id}")
         # No _SUCCESS markers: nothing is written outside the batch's own paths.
         .config("spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
         .config("spark.sql.session.timeZone", "UTC")
@@ -97,18 +92,21 @@ def build_session(spec: dict[str, Any]) -> SparkSession:
     return spark
 
 
-def decode_payload(rows: DataFrame, payload: dict[str, Any], pipeline: str) -> DataFrame:
+def decode_payload(rows: DataFrame, payload: PayloadConfig, pipeline: str) -> DataFrame:
     """For JSON payloads, add the schema's columns; a payload that does not parse gets a decode_error."""
-    if payload.get("format", "raw") != "json":
+    if payload.format != "json" or payload.schema is None:
         return rows
     from pyspark.errors import ParseException
 
     text = F.col("data").cast("string")
     try:
-        fields = StructType.fromDDL(payload["schema"]).fieldNames()
+        schema = StructType.fromDDL(payload.schema)
+        if not isinstance(schema, StructType):
+            raise KinesisReplayError(f"pipeline {pipeline}: payload.schema must name columns (name TYPE, ...), got {payload.schema!r}")
+        fields = schema.fieldNames()
         parsed = F.from_json(
             text,
-            f"{payload['schema']}, {CORRUPT} STRING",
+            f"{payload.schema}, {CORRUPT} STRING",
             {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT},
         )
     except ParseException as exc:
@@ -125,9 +123,9 @@ def decode_payload(rows: DataFrame, payload: dict[str, Any], pipeline: str) -> D
     )
 
 
-def write_batch(spark: SparkSession, rows: DataFrame, spec: dict[str, Any]) -> None:
+def write_batch(spark: SparkSession, rows: DataFrame, spec: JobSpec) -> None:
     """Write the batch in one pass to its staging path, then swap data and quarantine into place."""
-    output, batch_id = spec["output"], int(spec["batch_id"])
+    output, batch_id = spec.output, spec.batch_id
     staging = staging_path(output, batch_id)
     fs = HadoopFS(spark, staging)
     check_owner(fs, spec)
@@ -139,15 +137,15 @@ def write_batch(spark: SparkSession, rows: DataFrame, spec: dict[str, Any]) -> N
     fs.delete(staging)
 
 
-def check_owner(fs: HadoopFS, spec: dict[str, Any]) -> None:
+def check_owner(fs: HadoopFS, spec: JobSpec) -> None:
     """Write nothing into a root whose owner record names another pipeline or stream (the Airflow side checks it too)."""
-    text = fs.read_text(owner_path(spec["output"]))
+    text = fs.read_text(owner_path(spec.output))
     if text is None:
         return  # a root the job was pointed at by hand (the warm-up's, a test's)
     owner = json.loads(text)
-    if (owner.get("pipeline"), owner.get("stream")) != (spec["pipeline"], spec["stream"]):
+    if (owner.get("pipeline"), owner.get("stream")) != (spec.pipeline, spec.stream):
         raise KinesisReplayError(
-            f"pipeline {spec['pipeline']!r}, batch {spec['batch_id']}: output {spec['output']} belongs to pipeline "
+            f"pipeline {spec.pipeline!r}, batch {spec.batch_id}: output {spec.output} belongs to pipeline "
             f"{owner.get('pipeline')!r} (stream {owner.get('stream')}); nothing was written"
         )
 
@@ -156,8 +154,11 @@ class HadoopFS:
     """The few Hadoop FileSystem calls the swap needs; the same code for local paths, HDFS and s3a."""
 
     def __init__(self, spark: SparkSession, path: str) -> None:
-        self.jvm = spark._jvm  # type: ignore[attr-defined]
-        self.fs = self.jvm.org.apache.hadoop.fs.Path(path).getFileSystem(spark._jsc.hadoopConfiguration())  # type: ignore[attr-defined]
+        jvm, context = spark._jvm, spark._jsc
+        if jvm is None or context is None:
+            raise KinesisReplayError("the replay job needs a classic Spark session with a JVM (not Spark Connect)")
+        self.jvm: Any = jvm
+        self.fs = self.jvm.org.apache.hadoop.fs.Path(path).getFileSystem(context.hadoopConfiguration())
 
     def _path(self, path: str) -> Any:
         return self.jvm.org.apache.hadoop.fs.Path(path)
@@ -198,9 +199,9 @@ class HadoopFS:
         self.swap(tmp, path)
 
 
-def summarize(spark: SparkSession, spec: dict[str, Any], seconds: float) -> Manifest:
+def summarize(spark: SparkSession, spec: JobSpec, seconds: float) -> Manifest:
     """Per-shard rows, bad rows, bytes, first and last sequence numbers and a row checksum, read back from the files."""
-    output, batch_id = spec["output"], int(spec["batch_id"])
+    output, batch_id = spec.output, spec.batch_id
     fs = HadoopFS(spark, output)
     paths = [p for p in (batch_path(output, batch_id), quarantine_path(output, batch_id)) if fs.exists(p)]
     written = spark.read.parquet(*paths)
@@ -233,10 +234,10 @@ def summarize(spark: SparkSession, spec: dict[str, Any], seconds: float) -> Mani
         )
         for r in sorted(rows, key=lambda r: r["shard_id"])
     )
-    return Manifest(pipeline=spec["pipeline"], batch_id=batch_id, shards=shards, seconds=round(seconds, 3))
+    return Manifest(pipeline=spec.pipeline, batch_id=batch_id, shards=shards, seconds=round(seconds, 3))
 
 
-def run(spec: dict[str, Any], source: Callable[..., DataFrame] = read_ranges) -> Manifest:
+def run(spec: JobSpec, source: Callable[..., DataFrame] = read_ranges) -> Manifest:
     started, started_at = time.monotonic(), time.time()
     phases: dict[str, float] = {}
 
@@ -247,14 +248,14 @@ def run(spec: dict[str, Any], source: Callable[..., DataFrame] = read_ranges) ->
     lap("session")
     try:
         first_call = first_call_accumulator(spark)
-        rows = decode_payload(source(spark, spec, first_call), spec.get("payload", {}), spec["pipeline"])
+        rows = decode_payload(source(spark, spec, first_call), spec.payload, spec.pipeline)
         write_batch(spark, rows, spec)
         lap("read_write")
         # Of that phase, the part from the first Kinesis call on: before it, the tasks start (Python workers, imports).
         from_first_call = max(0.0, time.time() - first_call.value) if math.isfinite(first_call.value) else 0.0
         manifest = summarize(spark, spec, time.monotonic() - started)
         lap("summary")
-        path = manifest_path(spec["output"], int(spec["batch_id"]))
+        path = manifest_path(spec.output, spec.batch_id)
         HadoopFS(spark, path).write_text(path, json.dumps(manifest.to_dict(), indent=2))
         lap("manifest")
         # Where a run's time goes (the session's start-up is a fixed cost; reading and writing are one pass).

@@ -6,14 +6,18 @@ import math
 import reprlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
-from kinesis_replay.config import ReadConfig
-from kinesis_replay.errors import KinesisReplayError
+from kinesis_replay import batches, guards, kinesis, output
+from kinesis_replay.config import PipelineConfig, ReadConfig
+from kinesis_replay.errors import KinesisReplayError, VerificationError
 from kinesis_replay.output import BATCH_DIGITS
 from kinesis_replay.ranges import SequenceRange
-from kinesis_replay.state import Batch, BatchStatus
+from kinesis_replay.state import Batch, BatchStatus, StateStore
+
+if TYPE_CHECKING:  # the boto3 stubs are for type checking only
+    from types_boto3_kinesis.client import KinesisClient
 
 
 class BackfillError(KinesisReplayError):
@@ -210,6 +214,52 @@ def select_batches(pipeline: str, selection: Selection, ledger: Iterable[Batch])
             "A batch in flight is finished by the pipeline's own next run."
         )
     return [by_id[i] for i in wanted]
+
+
+def choose(
+    pipeline: PipelineConfig, kinesis_client: KinesisClient, store: StateStore, value: Mapping[str, Any], now: datetime | None = None
+) -> tuple[Selection, list[Batch]]:
+    """The committed batches a backfill's ``batches`` parameter selects, checked before anything is read.
+
+    Refused when the output is not this pipeline's, while a regular batch is in flight (the two would
+    compete for the stream's read limits), and when a range has left the stream's retention.
+    """
+    guards.require_owner(pipeline)
+    selection = parse_selection(value)
+    chosen = select_batches(pipeline.name, selection, store.list_batches(pipeline.name))
+    head = store.get_head(pipeline.name)
+    if head.in_flight is not None:
+        raise BackfillError(
+            f"pipeline {pipeline.name}: regular batch {head.in_flight} is in flight; a backfill waits until it is committed "
+            "(the pipeline's next run finishes it), so that the two never compete for the stream's read limits"
+        )
+    retention = kinesis.stream_retention(kinesis_client, pipeline.stream, pipeline.read)
+    for batch in chosen:
+        batches.check_retention(pipeline, batch, retention, now or datetime.now(UTC))
+    return selection, chosen
+
+
+def committed_batch(pipeline: PipelineConfig, store: StateStore, batch_id: int) -> Batch:
+    """One chosen batch, read again when its replay starts; the output must still be this pipeline's."""
+    guards.require_owner(pipeline)
+    return store.get_batch(pipeline.name, batch_id)
+
+
+def check_replayed(pipeline: PipelineConfig, store: StateStore, batch_id: int) -> Batch:
+    """A backfilled batch must hold what its first run held: shard by shard, the same rows and checksum."""
+    batch = store.get_batch(pipeline.name, batch_id)
+    first_run = batch.verified_manifest()
+    manifest = output.read_manifest(pipeline.output, batch_id)
+    batches.check_files(pipeline, batch_id, manifest)
+    before, after = first_run.by_shard(), manifest.by_shard()
+    changed = sorted(sid for sid in set(before) | set(after) if before.get(sid) != after.get(sid))
+    if changed:
+        raise VerificationError(
+            f"pipeline {pipeline.name!r}, batch {batch_id}: the backfill wrote different rows than the batch's first run "
+            f"for shards {', '.join(changed)} (first run: {[before[s].to_dict() for s in changed if s in before]}; "
+            f"now: {[after[s].to_dict() for s in changed if s in after]})"
+        )
+    return batch
 
 
 def _earliest(batch: Batch) -> datetime:

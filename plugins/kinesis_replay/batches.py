@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from kinesis_replay import guards, kinesis, output
 from kinesis_replay.config import PipelineConfig
-from kinesis_replay.errors import DataLossError, StateConflictError, VerificationError
+from kinesis_replay.errors import DataLossError, KinesisReplayError, StateConflictError, VerificationError
 from kinesis_replay.ranges import SequenceRange, ShardInfo, parse_sequence_number, shards_to_plan
 from kinesis_replay.state import Batch, BatchStatus, Gap, Manifest, ShardState, StartPosition, StateStore
+
+if TYPE_CHECKING:  # the boto3 stubs are for type checking only
+    from types_boto3_kinesis.client import KinesisClient
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +57,7 @@ def resolve_start(pipeline: PipelineConfig, shard: ShardInfo, now: datetime) -> 
 
 def plan_batch(
     pipeline: PipelineConfig,
-    kinesis_client: Any,
+    kinesis_client: KinesisClient,
     store: StateStore,
     run_id: str,
     now: datetime | None = None,
@@ -77,45 +81,17 @@ def plan_batch(
     shards = kinesis.list_shards(kinesis_client, pipeline.stream, pipeline.read)
     if not dry_run:
         guards.claim_output(pipeline, now)  # before the first write; a start resolved from now is never before the claim
-    states = store.get_shards(pipeline.name)
-    finished = {sid: s.finished for sid, s in states.items()}
-    ranges: list[SequenceRange] = []
-    gaps: list[Gap] = []
-    lag: dict[str, int] = {}
-    estimates: dict[str, tuple[int, int]] = {}
-    seen: set[str] = set()
-    while True:
-        # A closed shard found drained is finished at once, which may free its children in this same plan.
-        ready, waiting = shards_to_plan(shards, finished)
-        ready = [s for s in ready if s.shard_id not in seen]
-        if not ready:
-            break
-        for shard in ready:
-            seen.add(shard.shard_id)
-            state = states.get(shard.shard_id)
-            if state is None:
-                new = ShardState(
-                    shard.shard_id, parent_shard_ids=shard.parent_shard_ids, start_position=resolve_start(pipeline, shard, now)
-                )
-                state = new if dry_run else store.put_shard_if_absent(pipeline.name, new)
-            planned = _plan_range(pipeline, kinesis_client, store, shard, state, now, dry_run)
-            if planned.lag_millis is not None:
-                lag[shard.shard_id] = planned.lag_millis
-            if planned.range is not None:
-                if planned.checkpoint_missing:
-                    gaps.append(_acknowledged_gap(pipeline, state, planned.range, now, acknowledged, run_id))
-                ranges.append(planned.range)
-                if planned.estimate is not None:
-                    estimates[shard.shard_id] = planned.estimate
-            finished[shard.shard_id] = planned.drained
+    planner = _Planner(pipeline, kinesis_client, store, now, dry_run)
+    waiting = planner.plan_shards(shards, acknowledged, run_id)
     waiting_ids = tuple((s.shard_id, tuple(parents)) for s, parents in waiting)
+    ranges, lag, estimates = planner.ranges, planner.lag, planner.estimates
     if not ranges:
         log.info("pipeline %s: nothing new on stream %s", pipeline.name, pipeline.stream)
         return PlanResult(batch=None, resumed=False, waiting=waiting_ids, lag_millis=lag)
 
     batch = Batch(
         pipeline=pipeline.name, batch_id=head.next_batch_id, status=BatchStatus.PLANNED, ranges=tuple(ranges),
-        stream=pipeline.stream, run_id=run_id, created_at=now, gaps=tuple(gaps), extra={"lag_millis": lag},
+        stream=pipeline.stream, run_id=run_id, created_at=now, gaps=tuple(planner.gaps), extra={"lag_millis": lag},
     )  # fmt: skip
     if dry_run:
         return PlanResult(batch, False, waiting_ids, lag, estimates)
@@ -131,6 +107,52 @@ def plan_batch(
     return PlanResult(batch, False, waiting_ids, lag, estimates)
 
 
+class _Planner:
+    """One plan's walk over the stream's shards: what it found for each, in the order resharding allows."""
+
+    def __init__(self, pipeline: PipelineConfig, client: KinesisClient, store: StateStore, now: datetime, dry_run: bool) -> None:
+        self.pipeline, self.client, self.store, self.now, self.dry_run = pipeline, client, store, now, dry_run
+        self.ranges: list[SequenceRange] = []
+        self.gaps: list[Gap] = []
+        self.lag: dict[str, int] = {}
+        self.estimates: dict[str, tuple[int, int]] = {}
+
+    def plan_shards(self, shards: list[ShardInfo], acknowledged: frozenset[str], run_id: str) -> list[tuple[ShardInfo, list[str]]]:
+        """Plan every shard that may be read; returns those still waiting for their parents.
+
+        A closed shard found drained is finished at once, which may free its children in this same plan.
+        """
+        states = self.store.get_shards(self.pipeline.name)
+        finished = {sid: s.finished for sid, s in states.items()}
+        seen: set[str] = set()
+        while True:
+            ready, waiting = shards_to_plan(shards, finished)
+            ready = [s for s in ready if s.shard_id not in seen]
+            if not ready:
+                return waiting
+            for shard in ready:
+                seen.add(shard.shard_id)
+                finished[shard.shard_id] = self._plan_shard(shard, states.get(shard.shard_id), acknowledged, run_id)
+
+    def _plan_shard(self, shard: ShardInfo, state: ShardState | None, acknowledged: frozenset[str], run_id: str) -> bool:
+        """Plan one shard's range, if it has anything new; returns whether the shard is now drained."""
+        if state is None:
+            new = ShardState(
+                shard.shard_id, parent_shard_ids=shard.parent_shard_ids, start_position=resolve_start(self.pipeline, shard, self.now)
+            )
+            state = new if self.dry_run else self.store.put_shard_if_absent(self.pipeline.name, new)
+        planned = _plan_range(self.pipeline, self.client, self.store, shard, state, self.now, self.dry_run)
+        if planned.lag_millis is not None:
+            self.lag[shard.shard_id] = planned.lag_millis
+        if planned.range is not None:
+            if planned.checkpoint_missing:
+                self.gaps.append(_acknowledged_gap(self.pipeline, state, planned.range, self.now, acknowledged, run_id))
+            self.ranges.append(planned.range)
+            if planned.estimate is not None:
+                self.estimates[shard.shard_id] = planned.estimate
+        return planned.drained
+
+
 class _ShardPlan(NamedTuple):
     range: SequenceRange | None  # None: nothing new
     drained: bool = False  # closed, read to its end, and now marked finished
@@ -140,7 +162,7 @@ class _ShardPlan(NamedTuple):
 
 
 def _plan_range(
-    pipeline: PipelineConfig, client: Any, store: StateStore, shard: ShardInfo, state: ShardState, now: datetime, dry_run: bool
+    pipeline: PipelineConfig, client: KinesisClient, store: StateStore, shard: ShardInfo, state: ShardState, now: datetime, dry_run: bool
 ) -> _ShardPlan:
     following = kinesis.first_record_after(
         client, pipeline.stream, shard.shard_id, state.checkpoint, state.start_position, pipeline.read, closed=shard.is_closed
@@ -193,6 +215,43 @@ def _age(arrival: datetime | None, now: datetime) -> str:
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
+def batch_to_replay(
+    pipeline: PipelineConfig,
+    kinesis_client: KinesisClient,
+    store: StateStore,
+    batch_id: int,
+    action: str | None,
+    acknowledged: frozenset[str] = frozenset(),
+    now: datetime | None = None,
+) -> Batch | None:
+    """The in-flight batch, checked before anything is read; None when there is nothing to replay.
+
+    A previous run that verified the batch and began committing it leaves only the commit to finish
+    (``action`` is FINISH_COMMIT). Otherwise the output must still be this pipeline's, and no range may
+    have left the stream's retention (unless its shard is ``acknowledged``). A refusal is noted on the
+    batch, which stays in flight.
+    """
+    if action == FINISH_COMMIT:
+        log.info("batch %d was verified and is being committed: finishing the commit, not replaying", batch_id)
+        return None
+    batch = store.get_batch(pipeline.name, batch_id)
+    with failure_recorded(pipeline, store, batch_id):
+        guards.require_owner(pipeline)
+        retention = kinesis.stream_retention(kinesis_client, pipeline.stream, pipeline.read)
+        check_retention(pipeline, batch, retention, now or datetime.now(UTC), acknowledged)
+    return batch
+
+
+@contextmanager
+def failure_recorded(pipeline: PipelineConfig, store: StateStore, batch_id: int) -> Iterator[None]:
+    """Note any of the library's errors on the in-flight batch, then let it go on (see record_failure)."""
+    try:
+        yield
+    except KinesisReplayError as exc:
+        record_failure(pipeline, store, batch_id, str(exc))
+        raise
+
+
 def check_retention(
     pipeline: PipelineConfig, batch: Batch, retention: timedelta, now: datetime, acknowledged: frozenset[str] = frozenset()
 ) -> None:
@@ -225,6 +284,7 @@ def verify_batch(
     all_gaps = batch.gaps + tuple(g for g in gaps if (g.shard_id, g.after) not in known)
     written = batch.with_status(BatchStatus.WRITTEN, manifest=manifest, attempts=batch.attempts + 1, error=None, gaps=all_gaps)
     store.update_batch(written, expected=batch.status)
+    log.info("pipeline %s: batch %d verified: %d records, %d bytes", pipeline.name, batch_id, manifest.records, manifest.bytes)
     return written
 
 
@@ -249,24 +309,37 @@ def check_files(pipeline: PipelineConfig, batch_id: int, manifest: Manifest) -> 
         )
 
 
-def check_backfill(pipeline: PipelineConfig, batch: Batch, manifest: Manifest) -> None:
-    """A backfilled batch must hold what its first run held: shard by shard, the same rows and checksum."""
-    assert batch.manifest is not None
-    check_files(pipeline, batch.batch_id, manifest)
-    before, after = batch.manifest.by_shard(), manifest.by_shard()
-    changed = sorted(sid for sid in set(before) | set(after) if before.get(sid) != after.get(sid))
-    if changed:
-        raise VerificationError(
-            f"pipeline {pipeline.name!r}, batch {batch.batch_id}: the backfill wrote different rows than the batch's first run "
-            f"for shards {', '.join(changed)} (first run: {[before[s].to_dict() for s in changed if s in before]}; "
-            f"now: {[after[s].to_dict() for s in changed if s in after]})"
-        )
-
-
 def pending_age(batch: Batch | None, now: datetime) -> float:
     """Seconds the oldest record not yet committed has waited (0 when nothing is pending)."""
     arrivals = [r.start_arrival for r in (batch.ranges if batch else ()) if r.start_arrival is not None]
     return max(0.0, (now - min(arrivals)).total_seconds()) if arrivals else 0.0
+
+
+@dataclass(frozen=True)
+class Staleness:
+    """How long the oldest record not yet committed has waited, against the pipeline's limit."""
+
+    age_seconds: float
+    limit_seconds: int
+    batch: Batch | None  # the batch in flight, if any
+
+    def problem(self, pipeline: PipelineConfig) -> str | None:
+        """Why the pipeline counts as stuck, or None while it is within its limit."""
+        if self.age_seconds <= self.limit_seconds or self.batch is None:
+            return None
+        batch = self.batch
+        return (
+            f"pipeline {pipeline.name} is stuck: batch {batch.batch_id} ({batch.status.value}) holds records that arrived "
+            f"{self.age_seconds / 60:.0f} minutes ago and are not committed (max_checkpoint_age_minutes is "
+            f"{pipeline.max_checkpoint_age_minutes}); last error: {batch.error or 'none'}"
+        )
+
+
+def staleness(pipeline: PipelineConfig, store: StateStore, now: datetime | None = None) -> Staleness:
+    """The pipeline's oldest uncommitted record: only the batch in flight can hold one."""
+    head = store.get_head(pipeline.name)
+    batch = store.get_batch(pipeline.name, head.in_flight) if head.in_flight is not None else None
+    return Staleness(pending_age(batch, now or datetime.now(UTC)), pipeline.max_checkpoint_age_minutes * 60, batch)
 
 
 def check_manifest(batch: Batch, manifest: Manifest, acknowledged: frozenset[str] = frozenset(), run_id: str = "") -> list[Gap]:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from kinesis_replay.errors import ConfigError
+from kinesis_replay.records import PARTITION_COLUMN, ROW_COLUMNS
 
 CONFIG_ENV = "KINESIS_REPLAY_CONFIG"
 INITIAL_POSITIONS = ("TRIM_HORIZON", "LATEST", "AT_TIMESTAMP")
@@ -47,10 +48,7 @@ class ReadConfig:
 
 PAYLOAD_FORMATS = ("raw", "json")
 # Columns every row carries; a JSON schema may not reuse their names.
-RECORD_COLUMNS = (
-    "stream_name", "shard_id", "sequence_number", "sub_sequence_number", "partition_key",
-    "approximate_arrival_timestamp", "data", "decode_error", "batch_id",
-)  # fmt: skip
+RECORD_COLUMNS = (*(name for name, _ in ROW_COLUMNS), PARTITION_COLUMN)
 
 
 @dataclass(frozen=True)
@@ -77,6 +75,11 @@ class EmrServerlessConfig:
     venv_archive: str | None = None  # S3 URI of a venv-pack archive holding the job's dependencies
     deferrable: bool = False  # wait in the triggerer; needs aiobotocore on Airflow's side
     poll_seconds: int = 30  # how often the job run's state is polled
+
+
+# What every replay job gets, under spark-submit or EMR Serverless, unless the pipeline's spark.conf says otherwise:
+# Spark's INFO lines (hundreds a run) would bury the job's own progress in the driver's log.
+DEFAULT_SPARK_CONF: Mapping[str, str] = {"spark.log.level": "WARN"}
 
 
 @dataclass(frozen=True)
@@ -290,42 +293,55 @@ class _Ddl:
     def data_type(self) -> None:
         kind = self.take().lower()
         if kind in ("array", "map", "struct"):
-            self.take("<")
-            if kind == "array":
-                self.data_type()
-            elif kind == "map":
-                self.data_type()
-                self.take(",")
-                self.data_type()
-            elif self.peek() != ">":
-                self.fields(closing=">")
-            self.take(">")
+            self._nested(kind)
         elif kind == "interval":
-            start = self.take().lower()
-            family = next((f for f in _INTERVAL_FAMILIES if start in f), None)
-            if family is None:
-                raise ValueError(f"INTERVAL takes YEAR, MONTH, DAY, HOUR, MINUTE or SECOND, not {start!r}")
-            if self.peek().lower() == "to":
-                self.take("to")
-                end = self.take().lower()
-                if end not in family or family.index(end) <= family.index(start):
-                    raise ValueError(f"INTERVAL {start.upper()} TO {end.upper()} is not an interval type")
+            self._interval()
         elif kind in _DDL_TYPES:
-            if self.peek() == "(":
-                self.take("(")
-                for n in range(_DDL_TYPES[kind]):
-                    if n:
-                        if self.peek() != ",":
-                            break
-                        self.take(",")
-                    if not self.take().isdigit():
-                        raise ValueError(f"{kind} takes whole numbers in parentheses")
-                self.take(")")
+            self._parameters(kind)
             if kind in ("string", "char", "character", "varchar") and self.peek().lower() == "collate":
                 self.take("collate")
                 self.name()
         else:
             raise ValueError(f"unknown type {kind!r}")
+
+    def _nested(self, kind: str) -> None:
+        """``ARRAY<type>``, ``MAP<type, type>``, ``STRUCT<name: type, ...>`` (a struct may be empty)."""
+        self.take("<")
+        if kind == "array":
+            self.data_type()
+        elif kind == "map":
+            self.data_type()
+            self.take(",")
+            self.data_type()
+        elif self.peek() != ">":
+            self.fields(closing=">")
+        self.take(">")
+
+    def _interval(self) -> None:
+        """``INTERVAL unit [TO unit]``, the units of one family, the larger first."""
+        start = self.take().lower()
+        family = next((f for f in _INTERVAL_FAMILIES if start in f), None)
+        if family is None:
+            raise ValueError(f"INTERVAL takes YEAR, MONTH, DAY, HOUR, MINUTE or SECOND, not {start!r}")
+        if self.peek().lower() == "to":
+            self.take("to")
+            end = self.take().lower()
+            if end not in family or family.index(end) <= family.index(start):
+                raise ValueError(f"INTERVAL {start.upper()} TO {end.upper()} is not an interval type")
+
+    def _parameters(self, kind: str) -> None:
+        """A simple type's optional whole-number parameters, at most as many as it takes: ``DECIMAL(10, 2)``."""
+        if self.peek() != "(":
+            return
+        self.take("(")
+        for n in range(_DDL_TYPES[kind]):
+            if n:
+                if self.peek() != ",":
+                    break
+                self.take(",")
+            if not self.take().isdigit():
+                raise ValueError(f"{kind} takes whole numbers in parentheses")
+        self.take(")")
 
     def fields(self, closing: str = "") -> list[str]:
         names = []
@@ -387,23 +403,50 @@ def _parse_pipeline(source: str, index: int, data: object) -> PipelineConfig:
     name = r.text("name")
     if not _NAME.match(name):
         r.fail(f"must match {_NAME.pattern} (it becomes part of the DAG id), got {name!r}", "name")
-
     schedule = r.data["schedule"]
     if schedule is not None and (not isinstance(schedule, str) or not schedule.strip()):
         r.fail(f"must be a cron expression, a preset such as @hourly, or null, got {schedule!r}", "schedule")
+    position, timestamp = _parse_position(r)
+    spark = _parse_spark(_Reader(source, f"{r.path}.spark", r.data["spark"], _SPARK_KEYS))
+    read = _parse_read(_Reader(source, f"{r.path}.read", r.data.get("read") or {}, _READ_KEYS))
+    payload = _parse_payload(_Reader(source, f"{r.path}.payload", r.data.get("payload") or {}, _PAYLOAD_KEYS))
+    try:
+        output = normalize_output(r.text("output"))
+    except ValueError as exc:
+        r.fail(str(exc), "output")
+    return PipelineConfig(
+        name=name,
+        stream=r.text("stream"),
+        output=output,
+        schedule=schedule.strip() if isinstance(schedule, str) else None,
+        initial_position=position,
+        initial_timestamp=timestamp,
+        state_table=r.text("state_table"),
+        spark=spark,
+        aws_conn_id=r.text("aws_conn_id", default="aws_default"),
+        retries=r.integer("retries", 2),
+        retry_delay_seconds=r.integer("retry_delay_seconds", 60, minimum=1),
+        read=read,
+        payload=payload,
+        max_checkpoint_age_minutes=r.integer("max_checkpoint_age_minutes", 180, minimum=1),
+    )
 
+
+def _parse_position(r: _Reader) -> tuple[str, datetime | None]:
+    """initial_position, and initial_timestamp, which AT_TIMESTAMP needs and nothing else allows."""
     position = r.text("initial_position").upper()
     if position not in INITIAL_POSITIONS:
         r.fail(f"must be one of {', '.join(INITIAL_POSITIONS)}, got {r.data['initial_position']!r}", "initial_position")
-    timestamp = None
     if position == "AT_TIMESTAMP":
         if not r.has("initial_timestamp"):
             r.fail("is required when initial_position is AT_TIMESTAMP", "initial_timestamp")
-        timestamp = _parse_timestamp(r, "initial_timestamp")
-    elif r.has("initial_timestamp"):
+        return position, _parse_timestamp(r, "initial_timestamp")
+    if r.has("initial_timestamp"):
         r.fail(f"is only allowed with initial_position AT_TIMESTAMP, not {position}", "initial_timestamp")
+    return position, None
 
-    spark = _Reader(source, f"{r.path}.spark", r.data["spark"], _SPARK_KEYS)
+
+def _parse_spark(spark: _Reader) -> SparkConfig:
     conf = spark.data.get("conf") or {}
     if not isinstance(conf, Mapping):
         spark.fail(f"must be a mapping of Spark properties, got {type(conf).__name__}", "conf")
@@ -412,14 +455,20 @@ def _parse_pipeline(source: str, index: int, data: object) -> PipelineConfig:
             spark.fail(f"keys must be Spark properties starting with 'spark.', got {k!r}", "conf")
         if isinstance(v, (Mapping, list)) or v is None:
             spark.fail(f"{k} must be a scalar, got {v!r}", "conf")
-
     emr = None
     if spark.has("emr_serverless"):
         if spark.has("master"):
             spark.fail("give either master (spark-submit) or emr_serverless, not both", "emr_serverless")
-        emr = _parse_emr(_Reader(source, f"{spark.path}.emr_serverless", spark.data["emr_serverless"], _EMR_KEYS))
+        emr = _parse_emr(_Reader(spark.source, f"{spark.path}.emr_serverless", spark.data["emr_serverless"], _EMR_KEYS))
+    return SparkConfig(
+        master=spark.text("master", default="local[*]"),
+        conf={k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in conf.items()},
+        submit_timeout_seconds=spark.integer("submit_timeout_seconds", 6 * 3600, minimum=1),
+        emr_serverless=emr,
+    )
 
-    read = _Reader(source, f"{r.path}.read", r.data.get("read") or {}, _READ_KEYS)
+
+def _parse_read(read: _Reader) -> ReadConfig:
     defaults = ReadConfig()
     read_config = ReadConfig(
         max_records_per_call=read.integer("max_records_per_call", defaults.max_records_per_call, minimum=1),
@@ -435,40 +484,21 @@ def _parse_pipeline(source: str, index: int, data: object) -> PipelineConfig:
     )
     if read_config.max_records_per_call > 10_000:
         read.fail("must be at most 10000 (the most GetRecords returns)", "max_records_per_call")
+    return read_config
 
-    payload = _parse_payload(_Reader(source, f"{r.path}.payload", r.data.get("payload") or {}, _PAYLOAD_KEYS))
-    try:
-        output = normalize_output(r.text("output"))
-    except ValueError as exc:
-        r.fail(str(exc), "output")
 
-    return PipelineConfig(
-        name=name,
-        stream=r.text("stream"),
-        output=output,
-        schedule=schedule.strip() if isinstance(schedule, str) else None,
-        initial_position=position,
-        initial_timestamp=timestamp,
-        state_table=r.text("state_table"),
-        spark=SparkConfig(
-            master=spark.text("master", default="local[*]"),
-            conf={k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in conf.items()},
-            submit_timeout_seconds=spark.integer("submit_timeout_seconds", 6 * 3600, minimum=1),
-            emr_serverless=emr,
-        ),
-        aws_conn_id=r.text("aws_conn_id", default="aws_default"),
-        retries=r.integer("retries", 2),
-        retry_delay_seconds=r.integer("retry_delay_seconds", 60, minimum=1),
-        read=read_config,
-        payload=payload,
-        max_checkpoint_age_minutes=r.integer("max_checkpoint_age_minutes", 180, minimum=1),
-    )
+def split_s3_uri(uri: str, what: str = "S3 URI") -> tuple[str, str]:
+    """``s3://bucket/some/prefix/`` -> ``("bucket", "some/prefix")``; anything else is a ConfigError naming ``what``."""
+    if not uri.startswith("s3://"):
+        raise ConfigError(f"{what} must start with s3:// (EMR Serverless reads its code from S3), got {uri!r}")
+    bucket, _, prefix = uri.removeprefix("s3://").partition("/")
+    if not bucket:
+        raise ConfigError(f"{what} names no bucket: {uri!r}")
+    return bucket, prefix.strip("/")
 
 
 def _parse_emr(e: _Reader) -> EmrServerlessConfig:
     def s3_uri(key: str, required: bool) -> str | None:
-        from kinesis_replay.emr_serverless import split_s3_uri
-
         if not e.has(key) and not required:
             return None
         uri = e.text(key)

@@ -5,13 +5,16 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError, EndpointConnectionError
 
 from kinesis_replay.errors import EndpointUnreachableError, StateConflictError, StateCorruptError
 from kinesis_replay.ranges import SequenceRange, format_sequence_number, parse_sequence_number
 from kinesis_replay.state import Batch, BatchStatus, Gap, Head, Manifest, ShardState, StartPosition
+
+if TYPE_CHECKING:  # the boto3 stubs are for type checking only
+    from types_boto3_dynamodb.client import DynamoDBClient
 
 # Sequence numbers are stored as strings: DynamoDB numbers keep only 38 digits, sequence numbers have up to 129.
 BATCH_ID_WIDTH = 12
@@ -56,7 +59,7 @@ class DynamoDBStateStore:
     (``status``, ``stream``) are DynamoDB reserved words, and moto does not say so.
     """
 
-    def __init__(self, client: Any, table: str) -> None:
+    def __init__(self, client: DynamoDBClient, table: str) -> None:
         self.client = client
         self.table = table
 
@@ -159,7 +162,7 @@ class DynamoDBStateStore:
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
                 raise
-            return self._shard_from_item(exc.response.get("Item") or self._get(pipeline, f"shard#{shard.shard_id}") or item)
+            return self._shard_from_item(_old_item(exc) or self._get(pipeline, f"shard#{shard.shard_id}") or item)
 
     @staticmethod
     def _shard_from_item(item: dict[str, Any]) -> ShardState:
@@ -193,7 +196,7 @@ class DynamoDBStateStore:
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
                 raise
-            stored = exc.response.get("Item") or {}
+            stored = _old_item(exc)
             checkpoint = stored.get("checkpoint", {}).get("S")
             last_batch = stored.get("last_batch_id", {}).get("N")
             if checkpoint == format_sequence_number(new) and last_batch == str(batch_id):
@@ -395,3 +398,9 @@ class DynamoDBStateStore:
             )
         except (KeyError, ValueError) as exc:
             raise StateCorruptError(f"pipeline {pipeline!r}: unreadable batch item {item.get('sk')}: {exc!r}") from exc
+
+
+def _old_item(exc: ClientError) -> dict[str, Any]:
+    """What a conditional write that failed found in the table (ReturnValuesOnConditionCheckFailure=ALL_OLD), or {}."""
+    item = exc.response.get("Item")
+    return item if isinstance(item, dict) else {}

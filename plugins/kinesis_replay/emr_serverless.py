@@ -13,20 +13,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from kinesis_replay.config import DEFAULT_SPARK_CONF, EmrServerlessConfig, PipelineConfig, split_s3_uri
 from kinesis_replay.errors import ConfigError
 from kinesis_replay.output import batch_partition
-
-if TYPE_CHECKING:  # config imports split_s3_uri from here
-    from kinesis_replay.config import PipelineConfig
 
 JOB_FILE = "replay_job.py"
 SOURCE_FILE = "kinesis_source.py"
 LIBRARY_ZIP = "kinesis_replay.zip"
 SPEC_FILE = "batch.json"
-# Like build_command's for spark-submit: Spark's INFO lines would bury the job's own progress in the driver log.
-DEFAULT_CONF = {"spark.log.level": "WARN"}
 # Where EMR Serverless unpacks a --conf spark.archives=<venv.tar.gz>#environment on driver and executors.
 VENV_PYTHON = "./environment/bin/python"
 
@@ -42,16 +38,6 @@ class Upload:
     @property
     def uri(self) -> str:
         return f"s3://{self.bucket}/{self.key}"
-
-
-def split_s3_uri(uri: str, what: str = "S3 URI") -> tuple[str, str]:
-    """``s3://bucket/some/prefix/`` -> ``("bucket", "some/prefix")``; anything else is a ConfigError naming ``what``."""
-    if not uri.startswith("s3://"):
-        raise ConfigError(f"{what} must start with s3:// (EMR Serverless reads its code from S3), got {uri!r}")
-    bucket, _, prefix = uri.removeprefix("s3://").partition("/")
-    if not bucket:
-        raise ConfigError(f"{what} names no bucket: {uri!r}")
-    return bucket, prefix.strip("/")
 
 
 def batch_prefix(code_prefix: str, pipeline: str, batch_id: int) -> str:
@@ -80,81 +66,51 @@ def spark_submit_parameters(py_files: list[str], conf: Mapping[str, str]) -> str
     return " ".join(parts)
 
 
-def start_job_kwargs(
-    *,
-    application_id: str,
-    execution_role_arn: str,
-    code_prefix: str,
-    pipeline: str,
-    batch_id: int,
-    spark_conf: Mapping[str, str],
-    log_uri: str | None = None,
-    venv_archive: str | None = None,
-    deferrable: bool = True,
-) -> dict[str, Any]:
-    """Keyword arguments for ``EmrServerlessStartJobOperator`` (providers-amazon 9.x) that run one batch.
+def job_run_kwargs(p: PipelineConfig, batch_id: int) -> dict[str, Any]:
+    """``EmrServerlessStartJobOperator``'s arguments (providers-amazon 9.x) for one batch of a pipeline with ``spark.emr_serverless``.
 
-    ``venv_archive`` is an S3 URI of a packed virtualenv (venv-pack) holding the job's dependencies
-    (boto3, pyarrow, aws-kinesis-agg); without it the release image's Python must have them.
-    ``log_uri`` sends driver and executor logs to that S3 prefix. ``deferrable`` waits in the triggerer
-    (the job can run for hours), which needs aiobotocore on the Airflow side; False waits in a worker slot.
+    The config reader has checked every value (ids, role ARN, S3 URIs). The run is polled every ``poll_seconds``
+    for at most ``submit_timeout_seconds``, the limit a spark-submit replay has too.
     """
-    if not application_id:
-        raise ConfigError(f"pipeline {pipeline}: emr_serverless.application_id is required")
-    if not execution_role_arn.startswith("arn:"):
-        raise ConfigError(f"pipeline {pipeline}: emr_serverless.execution_role_arn must be an IAM role ARN, got {execution_role_arn!r}")
-    base = batch_prefix(code_prefix, pipeline, batch_id)
-    conf = {**DEFAULT_CONF, **spark_conf}
-    if venv_archive is not None:
-        split_s3_uri(venv_archive, "venv_archive")
+    emr = p.spark.emr_serverless
+    if emr is None:
+        raise ConfigError(f"pipeline {p.name}: spark.emr_serverless is not configured")
+    base = batch_prefix(emr.code_prefix, p.name, batch_id)
+    kwargs: dict[str, Any] = {
+        "application_id": emr.application_id,
+        "execution_role_arn": emr.execution_role_arn,
+        "job_driver": {
+            "sparkSubmit": {
+                "entryPoint": f"{base}/{JOB_FILE}",
+                "entryPointArguments": ["--spec", f"{base}/{SPEC_FILE}"],
+                "sparkSubmitParameters": spark_submit_parameters([f"{base}/{LIBRARY_ZIP}", f"{base}/{SOURCE_FILE}"], job_conf(p, emr)),
+            }
+        },
+        "configuration_overrides": None,
+        "name": f"kinesis-replay-{p.name}-batch-{batch_id}",
+        "deferrable": emr.deferrable,
+        "waiter_delay": emr.poll_seconds,
+        "waiter_max_attempts": max(1, -(-p.spark.submit_timeout_seconds // emr.poll_seconds)),
+    }
+    if emr.log_uri is not None:
+        kwargs["configuration_overrides"] = {"monitoringConfiguration": {"s3MonitoringConfiguration": {"logUri": emr.log_uri}}}
+    return kwargs
+
+
+def job_conf(p: PipelineConfig, emr: EmrServerlessConfig) -> dict[str, str]:
+    """The job's Spark properties: the defaults, the pipeline's own, and the packed virtualenv's Python if there is one.
+
+    ``venv_archive`` is an S3 URI of a packed virtualenv (venv-pack) holding the job's dependencies (boto3,
+    pyarrow, aws-kinesis-agg); without it the release image's Python must have them.
+    """
+    conf = {**DEFAULT_SPARK_CONF, **p.spark.conf}
+    if emr.venv_archive is not None:
         conf.update(
             {
-                "spark.archives": f"{venv_archive}#environment",
+                "spark.archives": f"{emr.venv_archive}#environment",
                 "spark.emr-serverless.driverEnv.PYSPARK_DRIVER_PYTHON": VENV_PYTHON,
                 "spark.emr-serverless.driverEnv.PYSPARK_PYTHON": VENV_PYTHON,
                 "spark.executorEnv.PYSPARK_PYTHON": VENV_PYTHON,
             }
         )
-    kwargs: dict[str, Any] = {
-        "application_id": application_id,
-        "execution_role_arn": execution_role_arn,
-        "job_driver": {
-            "sparkSubmit": {
-                "entryPoint": f"{base}/{JOB_FILE}",
-                "entryPointArguments": ["--spec", f"{base}/{SPEC_FILE}"],
-                "sparkSubmitParameters": spark_submit_parameters([f"{base}/{LIBRARY_ZIP}", f"{base}/{SOURCE_FILE}"], conf),
-            }
-        },
-        "configuration_overrides": None,
-        "name": f"kinesis-replay-{pipeline}-batch-{batch_id}",
-        "deferrable": deferrable,
-    }
-    if log_uri is not None:
-        split_s3_uri(log_uri, "log_uri")
-        kwargs["configuration_overrides"] = {"monitoringConfiguration": {"s3MonitoringConfiguration": {"logUri": log_uri}}}
-    return kwargs
-
-
-def job_run_kwargs(p: PipelineConfig, batch_id: int) -> dict[str, Any]:
-    """The operator's arguments for one batch of a pipeline configured with ``spark.emr_serverless``.
-
-    The run is polled every ``poll_seconds`` for at most ``submit_timeout_seconds``, the limit a
-    spark-submit replay has too.
-    """
-    emr = p.spark.emr_serverless
-    if emr is None:
-        raise ConfigError(f"pipeline {p.name}: spark.emr_serverless is not configured")
-    kwargs = start_job_kwargs(
-        application_id=emr.application_id,
-        execution_role_arn=emr.execution_role_arn,
-        code_prefix=emr.code_prefix,
-        pipeline=p.name,
-        batch_id=batch_id,
-        spark_conf=p.spark.conf,
-        log_uri=emr.log_uri,
-        venv_archive=emr.venv_archive,
-        deferrable=emr.deferrable,
-    )
-    kwargs["waiter_delay"] = emr.poll_seconds
-    kwargs["waiter_max_attempts"] = max(1, -(-p.spark.submit_timeout_seconds // emr.poll_seconds))
-    return kwargs
+    return conf

@@ -8,14 +8,19 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+from botocore.config import Config
 from botocore.exceptions import ClientError, EndpointConnectionError
+from botocore.retries import quota, standard
 
 from kinesis_replay.config import ReadConfig
 from kinesis_replay.errors import EndpointUnreachableError, RangeReadError, StreamNotFoundError
 from kinesis_replay.ranges import SequenceRange, ShardInfo, parse_sequence_number
 from kinesis_replay.state import StartPosition
+
+if TYPE_CHECKING:  # the boto3 stubs are for type checking only
+    from types_boto3_kinesis.client import KinesisClient
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +30,52 @@ Record = dict[str, Any]  # a record exactly as boto3's GetRecords returns it
 # Kinesis answers these when a shard's or an account's call rate is exceeded; they are the only
 # errors worth waiting out. Everything else is wrapped with what was being done, and raised.
 RETRYABLE = frozenset({"ProvisionedThroughputExceededException", "LimitExceededException"})
+
+# One retry policy for every Kinesis client, the DAG tasks' and the Spark job's, each error retried by one layer:
+# - throttling (the codes above, HTTP 429) by call() alone, up to ReadConfig.max_throttle_retries times, with
+#   waits that keep to the shard's budget, each one counted in ReadStats.throttled;
+# - what the network or Kinesis's servers get wrong (connection errors, timeouts, 5xx) by botocore, in its
+#   standard mode, up to TRANSPORT_ATTEMPTS calls in all, with its own backoff.
+# botocore's standard mode would retry throttling too, hidden from call() and its count, and on top of it.
+TRANSPORT_ATTEMPTS = 5
+CLIENT_CONFIG = Config(retries={"mode": "standard", "max_attempts": TRANSPORT_ATTEMPTS}, connect_timeout=10, read_timeout=60)
+
+
+def leave_throttling_to_call(client: KinesisClient) -> KinesisClient:
+    """Give a Kinesis client made with CLIENT_CONFIG the policy above; returns the client.
+
+    Its standard retry handler is swapped for one with the same backoff and retry quota whose conditions
+    leave throttling out: botocore's transient-error checks only.
+    """
+    events, name = client.meta.events, client.meta.service_model.service_id.hyphenize()
+    adapter = standard.RetryEventAdapter()
+    detector = standard.ThrottlingErrorDetector(adapter)
+    retry_quota = standard.RetryQuotaChecker(quota.RetryQuota(), detector)
+    handler = standard.RetryHandler(
+        retry_policy=standard.RetryPolicy(
+            retry_checker=_AllOf(standard.MaxAttemptsChecker(TRANSPORT_ATTEMPTS), standard.TransientRetryableChecker()),
+            retry_backoff=standard.ExponentialBackoff(service_name=name, throttling_detector=detector),
+        ),
+        retry_event_adapter=adapter,
+        retry_quota=retry_quota,  # type: ignore[arg-type]  # the stubs say RetryQuota; botocore passes the checker, as here
+        service_name=name,
+    )
+    events.unregister(f"needs-retry.{name}", unique_id=f"retry-config-{name}")
+    events.register(f"needs-retry.{name}", handler.needs_retry, unique_id=f"retry-config-{name}")  # type: ignore[arg-type]
+    events.register(f"after-call.{name}", retry_quota.release_retry_quota)
+    return client
+
+
+class _AllOf(standard.BaseRetryableChecker):
+    """Retryable when every checker says so (botocore has OrRetryChecker only)."""
+
+    def __init__(self, *checkers: Any) -> None:
+        self.checkers = checkers
+
+    def is_retryable(self, context: Any) -> bool:
+        return all(c.is_retryable(context) for c in self.checkers)
+
+
 # An empty response with MillisBehindLatest 0 means the iterator is at the tip. Planning takes the first
 # one at its word; the range reader, which fails the batch on it, asks this many times in a row.
 _EMPTY_AT_TIP = 3
@@ -113,7 +164,7 @@ def call(
             raise EndpointUnreachableError(f"{what}: cannot reach the Kinesis endpoint: {exc}") from exc
 
 
-def list_shards(client: Any, stream: str, limits: ReadConfig | None = None) -> list[ShardInfo]:
+def list_shards(client: KinesisClient, stream: str, limits: ReadConfig | None = None) -> list[ShardInfo]:
     """Every shard of the stream, open and closed, paginated (ListShards returns at most 1,000 a call)."""
     limits = limits or ReadConfig()
     shards: list[ShardInfo] = []
@@ -141,7 +192,7 @@ def list_shards(client: Any, stream: str, limits: ReadConfig | None = None) -> l
 class ShardCalls:
     """One shard's GetShardIterator and GetRecords calls: kept within the budget, throttling waited out, counted."""
 
-    def __init__(self, client: Any, stream: str, shard_id: str, limits: ReadConfig | None = None,
+    def __init__(self, client: KinesisClient, stream: str, shard_id: str, limits: ReadConfig | None = None,
                  stats: ReadStats | None = None, sleep: Callable[[float], None] = time.sleep) -> None:  # fmt: skip
         self.client, self.stream, self.shard_id = client, stream, shard_id
         self.limits = limits or ReadConfig()
@@ -161,10 +212,11 @@ class ShardCalls:
 
     def get_records(self, iterator: str, what: str, limit: int | None = None) -> dict[str, Any]:
         self.budget.before_get_records()
-        page: dict[str, Any] = call(
+        response = call(
             self.client.get_records, what, self.limits, self.stats, self.sleep,
             ShardIterator=iterator, Limit=limit or self.limits.max_records_per_call,
         )  # fmt: skip
+        page = cast(dict[str, Any], response)  # its records are read as plain dicts (Record) from here on
         self.stats.get_records_calls += 1
         self.stats.millis_behind_latest = page.get("MillisBehindLatest")
         self.budget.after_get_records(page["Records"])
@@ -192,7 +244,7 @@ class NextRecord:
 
 
 def first_record_after(
-    client: Any,
+    client: KinesisClient,
     stream: str,
     shard_id: str,
     checkpoint: int | None,
@@ -243,7 +295,7 @@ def _next_record(shard: ShardCalls, iterator: str | None, what: str, closed: boo
     return NextRecord(None, shard_ended=True, checkpoint_missing=look_for is not None)
 
 
-def stream_retention(client: Any, stream: str, limits: ReadConfig | None = None) -> timedelta:
+def stream_retention(client: KinesisClient, stream: str, limits: ReadConfig | None = None) -> timedelta:
     """How long the stream keeps records (24 hours to 365 days)."""
     summary = call(client.describe_stream_summary, f"stream {stream}: DescribeStreamSummary", limits or ReadConfig(), StreamName=stream)
     return timedelta(hours=int(summary["StreamDescriptionSummary"]["RetentionPeriodHours"]))
@@ -271,7 +323,7 @@ class Tip:
 
 
 def find_tip(
-    client: Any,
+    client: KinesisClient,
     stream: str,
     shard_id: str,
     start: Record,
@@ -333,7 +385,7 @@ def page_limit(records: list[Record], limits: ReadConfig) -> int:
 
 
 def iterate_range(
-    client: Any,
+    client: KinesisClient,
     stream: str,
     rng: SequenceRange,
     limits: ReadConfig | None = None,
@@ -349,73 +401,103 @@ def iterate_range(
     shard that runs dry before ``end`` fails; a closed shard is read until GetRecords returns no
     next iterator (SHARD_END).
     """
-    shard = ShardCalls(client, stream, rng.shard_id, limits, stats, sleep)
-    stats = shard.stats
-    what = f"stream {stream}, range {rng.describe()}"
-    iterator = shard.iterator(ShardIteratorType="AT_SEQUENCE_NUMBER", StartingSequenceNumber=str(rng.start))
-    last: int | None = None
-    empty_at_tip = 0
-    limit = min(shard.limits.first_page_records, shard.limits.max_records_per_call)
-    while True:
-        if iterator is None:
-            if rng.to_shard_end:
-                if last is None and not accept_gap:
-                    raise RangeReadError(f"{what}: reached SHARD_END without reading the range start")
-                return
-            raise RangeReadError(f"{what}: could not read until the end sequence number of the range: the shard ended after {last}")
-        try:
-            page = shard.get_records(iterator, f"{what}: GetRecords", limit=limit)
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") != "ExpiredIteratorException":
-                raise RangeReadError(f"{what}: GetRecords failed: {exc}") from exc
-            stats.expired_iterators += 1
-            log.info("%s: iterator expired after %s; re-opening", what, last)
-            position = (
-                {"ShardIteratorType": "AT_SEQUENCE_NUMBER", "StartingSequenceNumber": str(rng.start)}
-                if last is None
-                else {"ShardIteratorType": "AFTER_SEQUENCE_NUMBER", "StartingSequenceNumber": str(last)}
-            )
-            iterator = shard.iterator(**position)
-            continue
-        records: list[Record] = page["Records"]
-        iterator, at_tip = page.get("NextShardIterator"), page.get("MillisBehindLatest", 0) == 0
-        del page  # no page is held while the next one is fetched: a reader holds one page at a time
+    reader = _RangeReader(ShardCalls(client, stream, rng.shard_id, limits, stats, sleep), rng, accept_gap)
+    while reader.iterator is not None:
+        records = reader.next_page()
         if not records:
-            if at_tip and iterator is not None and not rng.to_shard_end:
-                empty_at_tip += 1
-                if empty_at_tip >= _EMPTY_AT_TIP:
-                    raise RangeReadError(
-                        f"{what}: could not read until the end sequence number of the range: "
-                        f"the shard has nothing after {last if last is not None else 'the start'}"
-                    )
             continue
-        empty_at_tip = 0
-        if last is None:
-            first = parse_sequence_number(records[0]["SequenceNumber"])
-            if first != rng.start:
-                if not accept_gap:
-                    raise RangeReadError(
-                        f"{what}: the first record is {first}, not the range start {rng.start}: "
-                        "records between them are gone (trimmed by retention?)"
-                    )
-                log.warning("%s: acknowledged gap: records from %d up to %d are gone", what, rng.start, first)
-        limit = page_limit(records, shard.limits)
         tail = parse_sequence_number(records[-1]["SequenceNumber"])
-        if tail <= rng.end:
-            last = tail
-            yield records
-            del records
-            if tail == rng.end and not rng.to_shard_end:
-                return
-            continue
-        # The page runs past the end: keep what is inside, and the end record must be among it.
-        keep = [r for r in records if parse_sequence_number(r["SequenceNumber"]) <= rng.end]
-        if rng.to_shard_end:
-            raise RangeReadError(f"{what}: record {tail} lies past the shard's ending sequence number")
-        if not keep or parse_sequence_number(keep[-1]["SequenceNumber"]) != rng.end:
+        if tail > rng.end:
+            yield reader.up_to_end(records, tail)
+            return
+        reader.last = tail
+        yield records
+        del records  # a reader holds one page at a time
+        if tail == rng.end and not rng.to_shard_end:
+            return
+    reader.at_shard_end()
+
+
+class _RangeReader:
+    """What reading one range keeps between pages, and the checks each page must pass."""
+
+    def __init__(self, shard: ShardCalls, rng: SequenceRange, accept_gap: bool) -> None:
+        self.shard, self.rng, self.accept_gap = shard, rng, accept_gap
+        self.what = f"stream {shard.stream}, range {rng.describe()}"
+        self.last: int | None = None  # the last record yielded
+        self.empty_at_tip = 0
+        self.limit = min(shard.limits.first_page_records, shard.limits.max_records_per_call)
+        self.iterator = shard.iterator(ShardIteratorType="AT_SEQUENCE_NUMBER", StartingSequenceNumber=str(rng.start))
+
+    def next_page(self) -> list[Record]:
+        """The next page's records, possibly none; the page itself is let go before they are returned."""
+        if self.iterator is None:
+            return []
+        try:
+            page = self.shard.get_records(self.iterator, f"{self.what}: GetRecords", limit=self.limit)
+        except ClientError as exc:
+            self._reopen(exc)
+            return []
+        records: list[Record] = page["Records"]
+        self.iterator, at_tip = page.get("NextShardIterator"), page.get("MillisBehindLatest", 0) == 0
+        if not records:
+            self._empty(at_tip)
+            return records
+        self.empty_at_tip = 0
+        if self.last is None:
+            self._check_start(parse_sequence_number(records[0]["SequenceNumber"]))
+        self.limit = page_limit(records, self.shard.limits)
+        return records
+
+    def _reopen(self, exc: ClientError) -> None:
+        """An expired iterator is opened again just after the last record read; any other error fails the range."""
+        if exc.response.get("Error", {}).get("Code") != "ExpiredIteratorException":
+            raise RangeReadError(f"{self.what}: GetRecords failed: {exc}") from exc
+        self.shard.stats.expired_iterators += 1
+        log.info("%s: iterator expired after %s; re-opening", self.what, self.last)
+        if self.last is None:
+            self.iterator = self.shard.iterator(ShardIteratorType="AT_SEQUENCE_NUMBER", StartingSequenceNumber=str(self.rng.start))
+        else:
+            self.iterator = self.shard.iterator(ShardIteratorType="AFTER_SEQUENCE_NUMBER", StartingSequenceNumber=str(self.last))
+
+    def _empty(self, at_tip: bool) -> None:
+        """An open shard with nothing more at its tip, several times in a row, will never reach the range's end."""
+        if not at_tip or self.iterator is None or self.rng.to_shard_end:
+            return
+        self.empty_at_tip += 1
+        if self.empty_at_tip >= _EMPTY_AT_TIP:
             raise RangeReadError(
-                f"{what}: could not read until the end sequence number of the range: "
-                f"no record has sequence number {rng.end} (the next after {last} is past it)"
+                f"{self.what}: could not read until the end sequence number of the range: "
+                f"the shard has nothing after {self.last if self.last is not None else 'the start'}"
             )
-        yield keep
-        return
+
+    def _check_start(self, first: int) -> None:
+        if first == self.rng.start:
+            return
+        if not self.accept_gap:
+            raise RangeReadError(
+                f"{self.what}: the first record is {first}, not the range start {self.rng.start}: "
+                "records between them are gone (trimmed by retention?)"
+            )
+        log.warning("%s: acknowledged gap: records from %d up to %d are gone", self.what, self.rng.start, first)
+
+    def up_to_end(self, records: list[Record], tail: int) -> list[Record]:
+        """A page that runs past the range's end: what is inside, which must end with the end record."""
+        if self.rng.to_shard_end:
+            raise RangeReadError(f"{self.what}: record {tail} lies past the shard's ending sequence number")
+        keep = [r for r in records if parse_sequence_number(r["SequenceNumber"]) <= self.rng.end]
+        if not keep or parse_sequence_number(keep[-1]["SequenceNumber"]) != self.rng.end:
+            raise RangeReadError(
+                f"{self.what}: could not read until the end sequence number of the range: "
+                f"no record has sequence number {self.rng.end} (the next after {self.last} is past it)"
+            )
+        return keep
+
+    def at_shard_end(self) -> None:
+        """No next iterator: the end of a closed shard's range, or an open shard that ended before the range did."""
+        if not self.rng.to_shard_end:
+            raise RangeReadError(
+                f"{self.what}: could not read until the end sequence number of the range: the shard ended after {self.last}"
+            )
+        if self.last is None and not self.accept_gap:
+            raise RangeReadError(f"{self.what}: reached SHARD_END without reading the range start")

@@ -7,6 +7,22 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+# Every row's columns, in order, with their Spark SQL types: the one definition of the output's rows. The Spark
+# job's schemas (kinesis_source.SCHEMA_DDL and ARROW_SCHEMA) and the names a payload schema may not reuse
+# (config.RECORD_COLUMNS) derive from it.
+ROW_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("stream_name", "STRING"),
+    ("shard_id", "STRING"),
+    ("sequence_number", "STRING"),  # exact: up to 129 decimal digits, more than any numeric type holds
+    ("sub_sequence_number", "BIGINT"),
+    ("partition_key", "STRING"),
+    ("approximate_arrival_timestamp", "TIMESTAMP"),
+    ("data", "BINARY"),
+    ("decode_error", "STRING"),  # null, or why the record is quarantined
+)
+# The column a reader of the output gets from each batch's directory name (batch_id=<id>).
+PARTITION_COLUMN = "batch_id"
+
 # The KPL's aggregated-record header (aws_kinesis_agg.MAGIC); checked here to skip the library for plain records.
 KPL_MAGIC = b"\xf3\x89\x9a\xc2"
 

@@ -13,6 +13,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from kinesis_replay import backfill, guards, kinesis, output
 from kinesis_replay.batches import resolve_start
@@ -20,6 +21,9 @@ from kinesis_replay.config import PipelineConfig
 from kinesis_replay.errors import KinesisReplayError
 from kinesis_replay.ranges import ShardInfo
 from kinesis_replay.state import Batch, BatchStatus, Head, ShardState, StateStore
+
+if TYPE_CHECKING:  # the boto3 stubs are for type checking only
+    from types_boto3_kinesis.client import KinesisClient
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +109,7 @@ def plan_recovery(pipeline: PipelineConfig, records: Sequence[Batch], listed: Se
     return Recovery(pipeline.name, pipeline.state_table, pipeline.output, head, ordered, restored)
 
 
-def recover(pipeline: PipelineConfig, kinesis_client: object, store: StateStore, now: datetime, dry_run: bool = False) -> Recovery:
+def recover(pipeline: PipelineConfig, kinesis_client: KinesisClient, store: StateStore, now: datetime, dry_run: bool = False) -> Recovery:
     """Rebuild the pipeline's state in its (empty) state table from the output; a dry run only says what it would write.
 
     Refused while the table holds any state for the pipeline: recovery never overwrites a ledger.

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from kinesis_replay import jvm_archive
-from kinesis_replay.config import PipelineConfig
+from kinesis_replay.config import DEFAULT_SPARK_CONF, PipelineConfig
 from kinesis_replay.errors import KinesisReplayError
 
 log = logging.getLogger(__name__)
@@ -68,8 +68,7 @@ def default_conf(master: str) -> dict[str, str]:
     A local job's JVM gets the C1-only options, and maps the class-data-sharing archive that ``warm_up``
     recorded, if there is one.
     """
-    # Spark's INFO lines (hundreds a run) would bury the job's own progress in the task log.
-    conf = {"spark.log.level": "WARN"}
+    conf = dict(DEFAULT_SPARK_CONF)
     if master.startswith("local"):
         archive = jvm_archive.for_spark(LOCAL_DRIVER_JAVA_OPTIONS)
         mapped = [archive.use_option()] if archive is not None and archive.ready() and not archive.disabled() else []
@@ -91,7 +90,7 @@ def warm_up(pipeline: PipelineConfig, job: Path, py_files: list[Path], env: Mapp
         return
     options, tmp = archive.recording()
     output = Path(tempfile.mkdtemp(prefix="kinesis-replay-warm-up-"))
-    conf = {**pipeline.spark.conf, "spark.log.level": "WARN", DEFAULT_JAVA_OPTIONS: f"{LOCAL_DRIVER_JAVA_OPTIONS} {options}"}
+    conf = {**pipeline.spark.conf, **DEFAULT_SPARK_CONF, DEFAULT_JAVA_OPTIONS: f"{LOCAL_DRIVER_JAVA_OPTIONS} {options}"}
     command = [spark_submit_binary(), "--master", pipeline.spark.master, "--name", "kinesis-replay-jvm-warm-up"]
     for key, value in sorted(conf.items()):
         command += ["--conf", f"{key}={value}"]

@@ -216,6 +216,12 @@ class Batch:
     gaps: tuple[Gap, ...] = ()
     extra: Mapping[str, Any] = field(default_factory=dict)
 
+    def verified_manifest(self) -> Manifest:
+        """The manifest verify stored with the batch; a batch that should hold one and does not is corrupt state."""
+        if self.manifest is None:
+            raise StateCorruptError(f"pipeline {self.pipeline!r}: batch {self.batch_id} ({self.status.value}) holds no verified manifest")
+        return self.manifest
+
     def with_status(self, status: BatchStatus, **changes: Any) -> Batch:
         check_transition(self.pipeline, self.batch_id, self.status, status)
         return replace(self, status=status, **changes)
@@ -256,21 +262,6 @@ class Batch:
             gaps=tuple(Gap.from_dict(g) for g in data.get("gaps", ())),
             extra=dict(data.get("extra") or {}),
         )
-
-    def spec(self, output: str, accept_gaps: frozenset[str] = frozenset()) -> dict[str, Any]:
-        """What the replay job needs, and nothing of Airflow or of the state table.
-
-        ``accept_gaps`` names the shards whose missing range start an operator has acknowledged.
-        """
-        return {
-            "pipeline": self.pipeline,
-            "stream": self.stream,
-            "batch_id": self.batch_id,
-            "output": output,
-            "ranges": [r.to_dict() for r in self.ranges],
-            "accept_gaps": sorted(accept_gaps),
-            "planned_at": self.created_at.isoformat(),  # no record of an open range arrived after this
-        }
 
 
 class StateStore(Protocol):

@@ -7,7 +7,6 @@ in local mode (the spec still read from its s3:// URI). The DAG's next run then 
 
 from __future__ import annotations
 
-import json
 import shlex
 import subprocess
 import uuid
@@ -20,7 +19,7 @@ import pytest
 
 from kinesis_replay import spark_submit
 from kinesis_replay.dynamodb_store import DynamoDBStateStore
-from kinesis_replay.ranges import SequenceRange
+from kinesis_replay.job_spec import JobSpec
 from stack import local_stack
 from stack.harness import check_exactly_once, load_dags, read_output, run_dag
 from stack.producer import produce
@@ -105,9 +104,9 @@ def test_a_batch_is_staged_on_s3_submitted_as_a_job_run_and_that_request_replays
     assert s3_object(f"{base}/kinesis_source.py") == (ROOT / "spark_jobs" / "kinesis_source.py").read_bytes()
     (tmp_path / "library.zip").write_bytes(s3_object(f"{base}/kinesis_replay.zip"))
     assert "kinesis_replay/batches.py" in zipfile.ZipFile(tmp_path / "library.zip").namelist()
-    spec = json.loads(s3_object(f"{base}/batch.json"))
-    assert [SequenceRange.from_dict(r) for r in spec["ranges"]] == list(batch.ranges)
-    assert spec["aws"]["endpoint_url"] is None, "a job in AWS must not be sent an endpoint only Airflow can reach"
+    spec = JobSpec.from_json(s3_object(f"{base}/batch.json"))
+    assert spec.ranges == batch.ranges
+    assert spec.kinesis.endpoint_url is None, "a job in AWS must not be sent an endpoint only Airflow can reach"
 
     # moto ran nothing: nothing is committed yet. Run the request as EMR would, then let the DAG finish the batch.
     assert store.get_batch(name, 1).status.value == "PLANNED" and read_output(emr_entry["output"]).num_rows == 0

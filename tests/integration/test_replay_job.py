@@ -11,6 +11,7 @@ import pytest
 
 from kinesis_replay import jvm_archive, output, spark_submit
 from kinesis_replay.config import parse_config
+from kinesis_replay.job_spec import JobSpec, KinesisEndpoint
 from kinesis_replay.ranges import SequenceRange
 from stack.harness import ROOT
 from stack.producer import produce
@@ -23,11 +24,8 @@ def test_an_unreachable_range_end_fails_the_job_naming_stream_shard_and_range(
     shard = produced[0].shard_id
     seqs = sorted(int(p.sequence_number) for p in produced if p.shard_id == shard)
     rng = SequenceRange(shard, seqs[0], seqs[-1] + 10**20)  # an end no record will ever have
-    spec = {
-        "pipeline": entry["name"], "stream": entry["stream"], "batch_id": 1, "output": entry["output"],
-        "ranges": [rng.to_dict()], "aws": {"region_name": "us-east-1", "endpoint_url": stack.kinesis_url}, "read": {},
-    }  # fmt: skip
-    (tmp_path / "batch.json").write_text(json.dumps(spec))
+    spec = JobSpec(entry["name"], entry["stream"], 1, entry["output"], (rng,), kinesis=KinesisEndpoint("us-east-1", stack.kinesis_url))
+    (tmp_path / "batch.json").write_text(spec.to_json())
     pipeline = parse_config({"pipelines": [entry]})[0]
     jobs = ROOT / "spark_jobs"
     command = spark_submit.build_command(
@@ -110,12 +108,15 @@ def one_record_replay(kinesis: Any, entry: dict[str, Any], tmp_path: Path, stack
     """A batch of one record, and what spark-submit needs to replay it."""
     (produced,) = produce(kinesis, entry["stream"], 1)
     seq = int(produced.sequence_number)
-    spec = {
-        "pipeline": entry["name"], "stream": entry["stream"], "batch_id": 1, "output": entry["output"],
-        "ranges": [SequenceRange(produced.shard_id, seq, seq).to_dict()],
-        "aws": {"region_name": "us-east-1", "endpoint_url": stack.kinesis_url}, "read": {},
-    }  # fmt: skip
-    (tmp_path / "batch.json").write_text(json.dumps(spec))
+    spec = JobSpec(
+        entry["name"],
+        entry["stream"],
+        1,
+        entry["output"],
+        (SequenceRange(produced.shard_id, seq, seq),),
+        kinesis=KinesisEndpoint("us-east-1", stack.kinesis_url),
+    )
+    (tmp_path / "batch.json").write_text(spec.to_json())
     jobs = ROOT / "spark_jobs"
     py_files = [spark_submit.package_library(tmp_path / "lib.zip"), jobs / "kinesis_source.py"]
     pipeline = parse_config({"pipelines": [entry]})[0]

@@ -110,43 +110,46 @@ def test_a_pipeline_without_emr_serverless_has_no_job_run() -> None:
         emr_serverless.job_run_kwargs(parse_config({"pipelines": [entry]})[0], 1)
 
 
+def emr_pipeline(spark_conf: dict[str, Any] | None = None, **emr: Any) -> Any:
+    """A pipeline run by EMR Serverless, with only the settings a test names beside the required ones."""
+    spark = {"emr_serverless": {"application_id": APP, "execution_role_arn": ROLE, "code_prefix": CODE, **emr}, "conf": spark_conf or {}}
+    entry = {"name": "orders", "stream": "orders", "output": "s3://lake/raw/orders", "schedule": None,
+             "initial_position": "TRIM_HORIZON", "state_table": "t", "spark": spark}  # fmt: skip
+    return parse_config({"pipelines": [entry]})[0]
+
+
 def test_without_a_log_prefix_nothing_is_overridden() -> None:
-    kwargs = emr_serverless.start_job_kwargs(
-        application_id=APP, execution_role_arn=ROLE, code_prefix=CODE, pipeline="orders", batch_id=1, spark_conf={}
-    )
-    assert kwargs["configuration_overrides"] is None
+    assert emr_serverless.job_run_kwargs(emr_pipeline(), 1)["configuration_overrides"] is None
 
 
 def test_a_virtualenv_archive_becomes_the_python_of_driver_and_executors() -> None:
-    kwargs = emr_serverless.start_job_kwargs(
-        application_id=APP, execution_role_arn=ROLE, code_prefix=CODE, pipeline="orders", batch_id=1, spark_conf={},
-        venv_archive="s3://lake-code/venvs/kinesis-replay.tar.gz",
-    )  # fmt: skip
+    kwargs = emr_serverless.job_run_kwargs(emr_pipeline(venv_archive="s3://lake-code/venvs/kinesis-replay.tar.gz"), 1)
     conf = confs(submit_parameters(kwargs))
     assert conf["spark.archives"] == "s3://lake-code/venvs/kinesis-replay.tar.gz#environment"
     assert conf["spark.emr-serverless.driverEnv.PYSPARK_PYTHON"] == conf["spark.executorEnv.PYSPARK_PYTHON"] == "./environment/bin/python"
 
 
-def test_waiting_in_a_worker_slot_can_be_chosen() -> None:
-    kwargs = emr_serverless.start_job_kwargs(
-        application_id=APP, execution_role_arn=ROLE, code_prefix=CODE, pipeline="orders", batch_id=1, spark_conf={}, deferrable=False
-    )
-    assert kwargs["deferrable"] is False
+def test_waiting_in_a_worker_slot_is_the_default_and_the_triggerer_can_be_chosen() -> None:
+    assert emr_serverless.job_run_kwargs(emr_pipeline(), 1)["deferrable"] is False
+    assert emr_serverless.job_run_kwargs(emr_pipeline(deferrable=True), 1)["deferrable"] is True
 
 
-def test_a_code_prefix_outside_s3_is_refused_by_name() -> None:
-    with pytest.raises(ConfigError, match="code_prefix must start with s3://"):
-        emr_serverless.start_job_kwargs(
-            application_id=APP, execution_role_arn=ROLE, code_prefix="/tmp/code", pipeline="orders", batch_id=1, spark_conf={}
-        )
+@pytest.mark.parametrize(
+    ("emr", "message"),
+    [
+        ({"code_prefix": "/tmp/code"}, r"spark\.emr_serverless\.code_prefix: .*must start with s3://"),
+        ({"log_uri": "logs/"}, r"spark\.emr_serverless\.log_uri: .*must start with s3://"),
+        ({"execution_role_arn": "kinesis-replay"}, r"spark\.emr_serverless\.execution_role_arn: must be an IAM role ARN"),
+    ],
+)
+def test_the_config_reader_refuses_what_emr_serverless_could_not_run_naming_the_key(emr: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        emr_pipeline(**emr)
 
 
 def test_a_conf_value_with_whitespace_is_refused_by_key() -> None:
     with pytest.raises(ConfigError, match=r"spark\.driver\.extraJavaOptions"):
-        emr_serverless.start_job_kwargs(
-            application_id=APP, execution_role_arn=ROLE, code_prefix=CODE, pipeline="orders", batch_id=1,
-            spark_conf={"spark.driver.extraJavaOptions": "-Xss4m -Dfoo=bar"},
-        )  # fmt: skip
+        emr_serverless.job_run_kwargs(emr_pipeline({"spark.driver.extraJavaOptions": "-Xss4m -Dfoo=bar"}), 1)
 
 
 def test_the_real_operator_accepts_the_arguments_inside_a_dag(kwargs: dict[str, Any]) -> None:

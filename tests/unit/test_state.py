@@ -48,20 +48,3 @@ def test_manifest_round_trips_and_sums() -> None:
     manifest = Manifest("p", 3, (ShardResult("s0", 10, 100, BIG, BIG + 9, "ab"), ShardResult("s1", 5, 50, BIG, BIG, "cd")))
     assert Manifest.from_dict(manifest.to_dict()) == manifest
     assert (manifest.records, manifest.bytes) == (15, 150)
-
-
-def test_spec_carries_ranges_and_nothing_of_the_state_table() -> None:
-    planned = batch(BatchStatus.PLANNED)
-    spec = planned.spec("/out")
-    assert spec == {
-        "pipeline": "p",
-        "stream": "stream",
-        "batch_id": 3,
-        "output": "/out",
-        "ranges": [
-            {"shard_id": "s0", "start": str(BIG), "end": str(BIG + 9), "previous_checkpoint": None, "to_shard_end": False,
-             "start_arrival": None}
-        ],
-        "accept_gaps": [],
-        "planned_at": planned.created_at.isoformat(),
-    }  # fmt: skip

@@ -1,0 +1,152 @@
+"""The replay job's input: the one typed contract that crosses from Airflow's process to Spark's.
+
+Airflow writes it as JSON beside the job (``batch.json``, or on S3 for EMR Serverless); the job reads it
+back with ``JobSpec.from_json``. Everything the job needs is here, nothing of Airflow or of the state
+table, and no credential: those come from the job's environment (or the executors' instance role).
+
+The JSON carries ``version``. A job reads only the version it was built for, so a spec written by an
+older or newer kinesis-replay fails on the driver, before any read, with both versions named: the two
+sides are then out of step (a library zip or job file left from another release).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
+from datetime import datetime
+from typing import Any
+
+from kinesis_replay.config import PayloadConfig, PipelineConfig, ReadConfig
+from kinesis_replay.errors import KinesisReplayError
+from kinesis_replay.ranges import SequenceRange
+from kinesis_replay.state import Batch
+
+# Raise it with any change of the JSON a job could misread; from_json refuses every other version.
+VERSION = 1
+
+
+class JobSpecError(KinesisReplayError):
+    """The spec cannot be read by this job: malformed, incomplete, or of another version."""
+
+    retryable = False
+
+
+@dataclass(frozen=True)
+class KinesisEndpoint:
+    """Where the job's Kinesis client connects: the region, and an endpoint URL only for a local or proxied stack."""
+
+    region_name: str | None = None
+    endpoint_url: str | None = None
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One batch's replay: its closed ranges, where its output goes, how to read and decode."""
+
+    pipeline: str
+    stream: str
+    batch_id: int
+    output: str
+    ranges: tuple[SequenceRange, ...]
+    accept_gaps: frozenset[str] = frozenset()  # shards whose missing range start an operator acknowledged
+    planned_at: datetime | None = None  # no record of an open range arrived after this
+    kinesis: KinesisEndpoint = field(default_factory=KinesisEndpoint)
+    read: ReadConfig = field(default_factory=ReadConfig)
+    payload: PayloadConfig = field(default_factory=PayloadConfig)
+    version: int = VERSION
+
+    def __post_init__(self) -> None:
+        if not self.ranges:
+            raise JobSpecError(f"pipeline {self.pipeline!r}, batch {self.batch_id}: the job spec has no ranges")
+
+    @classmethod
+    def for_batch(
+        cls, pipeline: PipelineConfig, batch: Batch, kinesis: KinesisEndpoint, accept_gaps: frozenset[str] = frozenset()
+    ) -> JobSpec:
+        """The spec of one of ``pipeline``'s stored batches."""
+        return cls(
+            pipeline=batch.pipeline,
+            stream=batch.stream,
+            batch_id=batch.batch_id,
+            output=pipeline.output,
+            ranges=tuple(batch.ranges),
+            accept_gaps=frozenset(accept_gaps),
+            planned_at=batch.created_at,
+            kinesis=kinesis,
+            read=pipeline.read,
+            payload=pipeline.payload,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "pipeline": self.pipeline,
+            "stream": self.stream,
+            "batch_id": self.batch_id,
+            "output": self.output,
+            "ranges": [r.to_dict() for r in self.ranges],
+            "accept_gaps": sorted(self.accept_gaps),
+            "planned_at": None if self.planned_at is None else self.planned_at.isoformat(),
+            "kinesis": asdict(self.kinesis),
+            "read": asdict(self.read),
+            "payload": asdict(self.payload),
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str, source: str = "the job spec") -> JobSpec:
+        """Parse and check a spec; every problem is a JobSpecError naming ``source`` and what is wrong."""
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise JobSpecError(f"{source} is not JSON: {exc}") from exc
+        if not isinstance(data, Mapping):
+            raise JobSpecError(f"{source} must be a JSON object, got {type(data).__name__}")
+        return cls.from_dict(data, source)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], source: str = "the job spec") -> JobSpec:
+        _check_version(data, source)
+        missing = [k for k in ("pipeline", "stream", "batch_id", "output", "ranges") if k not in data]
+        if missing:
+            raise JobSpecError(f"{source} lacks {', '.join(missing)}")
+        try:
+            planned_at = data.get("planned_at")
+            return cls(
+                pipeline=str(data["pipeline"]),
+                stream=str(data["stream"]),
+                batch_id=int(data["batch_id"]),
+                output=str(data["output"]),
+                ranges=tuple(SequenceRange.from_dict(r) for r in data["ranges"]),
+                accept_gaps=frozenset(str(s) for s in data.get("accept_gaps", ())),
+                planned_at=None if planned_at is None else datetime.fromisoformat(planned_at),
+                kinesis=_known(KinesisEndpoint, data.get("kinesis", {}), source, "kinesis"),
+                read=_known(ReadConfig, data.get("read", {}), source, "read"),
+                payload=_known(PayloadConfig, data.get("payload", {}), source, "payload"),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise JobSpecError(f"{source} is malformed: {exc}") from exc
+
+
+def _check_version(data: Mapping[str, Any], source: str) -> None:
+    version = data.get("version")
+    if version == VERSION:
+        return
+    written = "no version (kinesis-replay before job spec versions)" if version is None else f"version {version!r}"
+    raise JobSpecError(
+        f"{source} has {written}, and this replay job reads version {VERSION} only: the job and the Airflow side "
+        "come from different kinesis-replay releases; deploy one release to both, then run the batch again"
+    )
+
+
+def _known(kind: Any, values: object, source: str, key: str) -> Any:
+    """A dataclass from a JSON object whose keys must all be its fields (a typo never silently falls back)."""
+    if not isinstance(values, Mapping):
+        raise JobSpecError(f"{source}: {key} must be a JSON object, got {type(values).__name__}")
+    unknown = sorted(set(values) - {f.name for f in fields(kind)})
+    if unknown:
+        raise JobSpecError(f"{source}: {key} has unknown field(s) {', '.join(unknown)}")
+    return kind(**values)
