@@ -200,10 +200,11 @@ def select_batches(pipeline: str, selection: Selection, ledger: Iterable[Batch])
         if len(selection.batch_ids) > MAX_BATCHES_PER_RUN:
             raise BackfillError(f"{len(selection.batch_ids)} batch ids, more than the {MAX_BATCHES_PER_RUN} one backfill run replays")
         wanted = sorted(selection.batch_ids)
-    else:
-        assert selection.from_batch is not None and selection.to_batch is not None
+    elif selection.from_batch is not None and selection.to_batch is not None:
         _check_range(selection.from_batch, selection.to_batch)  # before the range is built
         wanted = range(selection.from_batch, selection.to_batch + 1)
+    else:
+        raise BackfillError(f"pipeline {pipeline!r}: the selection names no batch ids, no id range and no time window")
     missing = [i for i in wanted if i not in by_id]
     if missing:
         raise BackfillError(f"pipeline {pipeline!r}: no batch {listed(missing)} in the ledger (it holds 1 to {max(by_id, default=0)})")

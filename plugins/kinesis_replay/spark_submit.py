@@ -138,7 +138,8 @@ def run(command: list[str], env: Mapping[str, str], what: str) -> None:
     crash: list[str] = []
     proc = subprocess.Popen(command, env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
-        assert proc.stdout is not None
+        if proc.stdout is None:  # never, with stdout=PIPE; typed so
+            raise SparkSubmitError(f"{what}: spark-submit started with no output pipe")
         for line in proc.stdout:
             line = line.rstrip()
             tail.append(line)
