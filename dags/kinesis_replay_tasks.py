@@ -100,7 +100,7 @@ def kinesis_hook(p: PipelineConfig) -> KinesisHook:
 
 def kinesis_client(p: PipelineConfig) -> KinesisClient:
     """The connection's Kinesis client, with the one retry policy of kinesis_replay.kinesis."""
-    return kinesis.leave_throttling_to_call(kinesis_client(p))
+    return kinesis.leave_throttling_to_call(kinesis_hook(p).conn)
 
 
 def state_store(p: PipelineConfig) -> DynamoDBStateStore:

@@ -41,3 +41,27 @@ def test_an_error_a_retry_may_fix_is_left_to_the_task_retries(error: type[Kinesi
 
     with pytest.raises(error):
         step()
+
+
+def test_the_tasks_kinesis_client_leaves_throttling_to_kinesis_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The connection's client retries a 5xx itself, and hands a throttle straight back, for call() to pace and count."""
+    import json
+
+    from botocore.exceptions import ClientError
+
+    from kinesis_replay.config import parse_config
+    from stack.scripted_kinesis import OK, SERVER_ERROR, THROTTLE, ScriptedKinesis
+
+    served = ScriptedKinesis([SERVER_ERROR, THROTTLE, OK])
+    try:
+        extra = {"region_name": "us-east-1", "service_config": {"kinesis": {"endpoint_url": served.url}}}
+        conn = {"conn_type": "aws", "login": "x", "password": "x", "extra": extra}
+        monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", json.dumps(conn))
+        entry = {"name": "p", "stream": "s", "output": "/lake/p", "schedule": None, "initial_position": "LATEST",
+                 "state_table": "t", "spark": {}}  # fmt: skip
+        client = tasks.kinesis_client(parse_config({"pipelines": [entry]})[0])
+        with pytest.raises(ClientError, match="ProvisionedThroughputExceededException"):
+            client.list_shards(StreamName="s")
+        assert served.requests == 2  # the 5xx retried by botocore, the throttle not
+    finally:
+        served.stop()

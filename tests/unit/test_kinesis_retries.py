@@ -6,10 +6,7 @@ endpoint sees: a throttle retried by both layers would show as more requests tha
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import boto3
@@ -18,41 +15,9 @@ import pytest
 from kinesis_replay import kinesis
 from kinesis_replay.config import ReadConfig
 from kinesis_replay.errors import RangeReadError
+from stack.scripted_kinesis import OK, SERVER_ERROR, THROTTLE, ScriptedKinesis
 
-THROTTLE = (400, {"__type": "ProvisionedThroughputExceededException", "message": "Rate exceeded for shard"})
-SERVER_ERROR = (500, {"__type": "InternalFailure", "message": "internal failure"})
-OK = (200, {"Shards": []})
 FAST = ReadConfig(throttle_base_seconds=0.001, throttle_max_seconds=0.001, max_throttle_retries=3)
-
-
-class ScriptedKinesis:
-    """Answers each request with the next scripted reply (the last one repeats) and counts the requests."""
-
-    def __init__(self, replies: list[tuple[int, dict[str, Any]]]) -> None:
-        self.replies, self.requests = replies, 0
-        script = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                self.rfile.read(int(self.headers["Content-Length"]))
-                status, body = script.replies[min(script.requests, len(script.replies) - 1)]
-                script.requests += 1
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/x-amz-json-1.1")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
 
 
 @pytest.fixture
@@ -65,7 +30,7 @@ def endpoint() -> Iterator[Any]:
 
     yield make
     for server in made:
-        server.server.shutdown()
+        server.stop()
 
 
 def client(url: str, policy: bool = True) -> Any:
