@@ -1,7 +1,8 @@
 """BENCHMARKS.md's generated sections: the one place that reads the file, finds a section by its marker lines and writes it.
 
-Two commands write a section each: `make bench` the bench section (bench/run.py, through ``write``) and `make chaos`
-the reliability section (tests/stack/chaos.py, through ``write_section``). Every other line is written by hand, so
+Three commands write a section each: `make bench` the bench section (bench/run.py, through ``write``), `make chaos`
+the reliability section (tests/stack/chaos.py) and `make bench-ledger` the ledger section (bench/ledger.py), both
+through ``write_section``. Every other line is written by hand, so
 each write replaces one section and keeps every other byte of the file as it was.
 """
 
@@ -51,6 +52,7 @@ class Section:
 
 BENCH = Section("<!-- bench:start -->", "<!-- bench:end -->")
 RELIABILITY = Section("<!-- reliability:start -->", "<!-- reliability:end -->")
+LEDGER = Section("<!-- ledger:start -->", "<!-- ledger:end -->")
 RELIABILITY_PLACEHOLDER = "## Reliability (make chaos)\n\nNot measured yet: `make chaos` writes this table."
 
 

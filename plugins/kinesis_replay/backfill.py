@@ -6,7 +6,7 @@ import math
 import reprlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from kinesis_replay import batches, guards, kinesis, output
@@ -173,13 +173,16 @@ def _timestamp(value: Mapping[str, Any], key: str) -> datetime:
     return ts
 
 
-def select_batches(pipeline: str, selection: Selection, ledger: Iterable[Batch]) -> list[Batch]:
+def select_batches(pipeline: str, selection: Selection, ledger: Iterable[Batch], newest: int | None = None) -> list[Batch]:
     """The committed batches the selection names, in id order; anything else named is an error that says why.
 
     A time window selects every committed batch whose records may have arrived in it: from its
     earliest range start to the moment it was planned (no record of a batch arrived after that).
+    ``ledger`` holds at least the batches the selection could name (see ``candidates``); ``newest`` is the
+    ledger's newest id, when ``ledger`` is only part of it.
     """
     by_id = {b.batch_id: b for b in ledger}
+    newest = max(by_id, default=0) if newest is None else newest
     if selection.start_time is not None and selection.end_time is not None:
         start, end = selection.start_time, selection.end_time
         chosen = sorted(
@@ -207,7 +210,7 @@ def select_batches(pipeline: str, selection: Selection, ledger: Iterable[Batch])
         raise BackfillError(f"pipeline {pipeline!r}: the selection names no batch ids, no id range and no time window")
     missing = [i for i in wanted if i not in by_id]
     if missing:
-        raise BackfillError(f"pipeline {pipeline!r}: no batch {listed(missing)} in the ledger (it holds 1 to {max(by_id, default=0)})")
+        raise BackfillError(f"pipeline {pipeline!r}: no batch {listed(missing)} in the ledger (it holds 1 to {newest})")
     open_ = [f"{i} ({by_id[i].status.value})" for i in wanted if by_id[i].status != BatchStatus.COMMITTED]
     if open_:
         raise BackfillError(
@@ -227,17 +230,74 @@ def choose(
     """
     guards.require_owner(pipeline)
     selection = parse_selection(value)
-    chosen = select_batches(pipeline.name, selection, store.list_batches(pipeline.name))
     head = store.get_head(pipeline.name)
+    newest = head.next_batch_id - 1
+    retention = kinesis.stream_retention(kinesis_client, pipeline.stream, pipeline.read) if selection.start_time else None
+    chosen = select_batches(pipeline.name, selection, candidates(store, pipeline.name, selection, newest, retention), newest)
     if head.in_flight is not None:
         raise BackfillError(
             f"pipeline {pipeline.name}: regular batch {head.in_flight} is in flight; a backfill waits until it is committed "
             "(the pipeline's next run finishes it), so that the two never compete for the stream's read limits"
         )
-    retention = kinesis.stream_retention(kinesis_client, pipeline.stream, pipeline.read)
+    retention = retention or kinesis.stream_retention(kinesis_client, pipeline.stream, pipeline.read)
     for batch in chosen:
         batches.check_retention(pipeline, batch, retention, now or datetime.now(UTC))
     return selection, chosen
+
+
+# Planning clocks of different workers may disagree by a little: a window's search starts this many batches early.
+WINDOW_MARGIN = 25
+# The ledger is read in slices of this many ids while a window's batches are looked for.
+WINDOW_SLICE = 500
+
+
+def candidates(store: StateStore, pipeline: str, selection: Selection, newest: int, retention: timedelta | None) -> list[Batch]:
+    """The part of the ledger a selection can name, read without reading the rest.
+
+    Ids and id ranges read exactly those batches. A window [start, end] reads from the first batch planned at
+    or after ``start`` (found by bisecting the ids, which are planned in time order), to the last batch
+    planned before ``end`` + the stream's retention: a batch planned later cannot hold a record from the
+    window, since every record in the stream when it was planned had arrived within the retention.
+    """
+    if selection.batch_ids:
+        return list(store.get_batches(pipeline, selection.batch_ids).values())
+    if selection.from_batch is not None and selection.to_batch is not None:
+        _check_range(selection.from_batch, selection.to_batch)
+        return list(store.get_batches(pipeline, range(selection.from_batch, min(selection.to_batch, newest) + 1)).values())
+    if selection.start_time is None or selection.end_time is None or retention is None:
+        return []
+    horizon = selection.end_time + retention
+    found: list[Batch] = []
+    first = max(1, _first_planned_since(store, pipeline, selection.start_time, newest) - WINDOW_MARGIN)
+    for low in range(first, newest + 1, WINDOW_SLICE):
+        part = store.get_batches(pipeline, range(low, min(newest, low + WINDOW_SLICE - 1) + 1)).values()
+        found += [b for b in part if b.created_at <= horizon]
+        if any(b.created_at > horizon for b in part):
+            break
+    return found
+
+
+# A probe of the bisection reads this many ids from its middle, so that a few ids missing from the ledger
+# (left out by a restore) do not stop it.
+_PROBE = 4
+
+
+def _first_planned_since(store: StateStore, pipeline: str, since: datetime, newest: int) -> int:
+    """An id from which reading on finds every batch planned at or after ``since``: about log2(ids) reads.
+
+    The lowest such batch's id, or lower: a probe that finds no batch counts as "not before", which only
+    makes the read that follows start earlier.
+    """
+    low, high = 1, newest + 1
+    while low < high:
+        middle = (low + high) // 2
+        probe = store.get_batches(pipeline, range(middle, min(newest, middle + _PROBE - 1) + 1))
+        batch = probe[min(probe)] if probe else None
+        if batch is None or batch.created_at >= since:
+            high = middle
+        else:
+            low = batch.batch_id + 1
+    return low
 
 
 def committed_batch(pipeline: PipelineConfig, store: StateStore, batch_id: int) -> Batch:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import json
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -257,6 +259,26 @@ class DynamoDBStateStore:
 
     def list_batches(self, pipeline: str) -> list[Batch]:
         return [self._batch_from_item(i) for i in self._query(pipeline, "batch#")]
+
+    # BatchGetItem reads at most 100 items a call.
+    GET_CHUNK = 100
+
+    def get_batches(self, pipeline: str, batch_ids: Iterable[int]) -> dict[int, Batch]:
+        ids = sorted(set(batch_ids))
+        found: dict[int, Batch] = {}
+        for i in range(0, len(ids), self.GET_CHUNK):
+            keys = [{"pk": _s(pk(pipeline)), "sk": _s(batch_sk(b))} for b in ids[i : i + self.GET_CHUNK]]
+            request: dict[str, Any] = {self.table: {"Keys": keys, "ConsistentRead": True}}
+            for attempt in itertools.count():
+                page = self._call("batch_get_item", f"reading {len(keys)} batches of pipeline {pipeline!r}", RequestItems=request)
+                for item in page["Responses"].get(self.table, []):
+                    batch = self._batch_from_item(item)
+                    found[batch.batch_id] = batch
+                request = page.get("UnprocessedKeys") or {}
+                if not request:
+                    break
+                time.sleep(min(1.0, 0.05 * 2**attempt))  # keys left unread when the table was busy: ask again, later
+        return found
 
     def update_batch(self, batch: Batch, expected: BatchStatus) -> None:
         names = {"#status": "status", "#attempts": "attempts", "#updated": "updated_at", "#flight": "in_flight"}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
@@ -283,7 +283,17 @@ class StateStore(Protocol):
 
     def get_batch(self, pipeline: str, batch_id: int) -> Batch: ...
 
-    def list_batches(self, pipeline: str) -> list[Batch]: ...
+    def list_batches(self, pipeline: str) -> list[Batch]:
+        """The whole ledger, in id order: for tests and recovery, never on a path that runs every cycle."""
+        ...
+
+    def get_batches(self, pipeline: str, batch_ids: Iterable[int]) -> dict[int, Batch]:
+        """The named batches that exist, by id: reads those and no others, however long the ledger.
+
+        Batch ids are dense (1 to the head's next id - 1; a restore may leave a few out), so the page, the
+        backfill and the stuck check name what they need by id rather than read the ledger.
+        """
+        ...
 
     def update_batch(self, batch: Batch, expected: BatchStatus) -> None:
         """Replace the batch's status, manifest, attempts, error and gaps, conditioned on its current status."""

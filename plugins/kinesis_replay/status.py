@@ -50,11 +50,17 @@ class PipelineView:
 
 
 def pipeline_view(p: PipelineConfig, store: StateStore, now: datetime, last: int = 10) -> PipelineView:
-    ledger = sorted(store.list_batches(p.name), key=lambda b: b.batch_id)
-    by_id = {b.batch_id: b for b in ledger}
+    """The page's view of one pipeline: a few reads, however long the ledger (the last batches, and the batch
+    that last moved each shard's checkpoint)."""
+    head = store.get_head(p.name)
+    ids = range(head.next_batch_id - 1, max(0, head.next_batch_id - 1 - last), -1)
+    found = store.get_batches(p.name, ids)
+    recent = [found[i] for i in ids if i in found]  # newest first
     lag: dict[str, int] = {}
-    for batch in ledger:  # the newest measurement of each shard wins
+    for batch in reversed(recent):  # every plan measures each shard it reads; the newest measurement wins
         lag.update(batch.extra.get("lag_millis", {}))
+    states = sorted(store.get_shards(p.name).values(), key=lambda s: s.shard_id)
+    by_id = store.get_batches(p.name, {s.last_batch_id for s in states if s.last_batch_id is not None})
     shards = tuple(
         ShardView(
             shard_id=s.shard_id,
@@ -64,7 +70,7 @@ def pipeline_view(p: PipelineConfig, store: StateStore, now: datetime, last: int
             millis_behind_latest=lag.get(s.shard_id),
             checkpoint_age_seconds=_checkpoint_age(by_id.get(s.last_batch_id or 0), s.shard_id, now),
         )
-        for s in sorted(store.get_shards(p.name).values(), key=lambda s: s.shard_id)
+        for s in states
     )
     return PipelineView(
         name=p.name,
@@ -72,9 +78,9 @@ def pipeline_view(p: PipelineConfig, store: StateStore, now: datetime, last: int
         output=p.output,
         dag_id=p.dag_id,
         backfill_dag_id=p.backfill_dag_id,
-        in_flight=store.get_head(p.name).in_flight,
+        in_flight=head.in_flight,
         shards=shards,
-        batches=tuple(_batch_view(b) for b in reversed(ledger[-last:])),
+        batches=tuple(_batch_view(b) for b in recent),
     )
 
 
