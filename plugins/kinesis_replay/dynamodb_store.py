@@ -30,6 +30,20 @@ def batch_sk(batch_id: int) -> str:
     return f"batch#{batch_id:0{BATCH_ID_WIDTH}d}"
 
 
+def part_sk(batch_id: int, field: str, page: int) -> str:
+    """A page of one of a batch's long JSON fields: beside the batch, outside the ``batch#`` prefix the ledger is listed by."""
+    return f"part#{batch_id:0{BATCH_ID_WIDTH}d}#{field}#{page:04d}"
+
+
+# A batch's JSON fields that grow with the shard count: the ranges, the manifest, the gaps, the lag measurements.
+# Each is kept in the batch item up to INLINE_BYTES; a longer one is cut into part items of PART_BYTES, so no item
+# nears DynamoDB's 400 KB, and the batch item says how many (``<field>_parts``). Parts are written in the same
+# transaction as the batch item that names them, so each write's conditions cover them too.
+PART_FIELDS = ("ranges", "manifest", "gaps", "extra")
+INLINE_BYTES = 32 * 1024
+PART_BYTES = 300 * 1024
+
+
 def _s(value: str) -> dict[str, str]:
     return {"S": value}
 
@@ -244,11 +258,13 @@ class DynamoDBStateStore:
                 "ExpressionAttributeValues": {":next": _n(new_head.next_batch_id), ":batch": _n(batch.batch_id),
                                               ":new_version": _n(new_head.version), ":version": _n(head.version), ":now": _s(_now())},
             }}  # fmt: skip
+        item, parts = self._batch_item(batch)
         batch_op = {"Put": {
-            "TableName": self.table, "Item": self._batch_item(batch),
+            "TableName": self.table, "Item": item,
             "ConditionExpression": "attribute_not_exists(#pk)", "ExpressionAttributeNames": {"#pk": "pk"},
         }}  # fmt: skip
-        self._transact(f"pipeline {batch.pipeline!r}: planning batch {batch.batch_id}", [head_op, batch_op])
+        part_ops = [{"Put": {"TableName": self.table, "Item": part}} for part in parts]
+        self._transact(f"pipeline {batch.pipeline!r}: planning batch {batch.batch_id}", [head_op, batch_op, *part_ops])
         return new_head
 
     def get_batch(self, pipeline: str, batch_id: int) -> Batch:
@@ -264,20 +280,22 @@ class DynamoDBStateStore:
     GET_CHUNK = 100
 
     def get_batches(self, pipeline: str, batch_ids: Iterable[int]) -> dict[int, Batch]:
-        ids = sorted(set(batch_ids))
-        found: dict[int, Batch] = {}
-        for i in range(0, len(ids), self.GET_CHUNK):
-            keys = [{"pk": _s(pk(pipeline)), "sk": _s(batch_sk(b))} for b in ids[i : i + self.GET_CHUNK]]
-            request: dict[str, Any] = {self.table: {"Keys": keys, "ConsistentRead": True}}
+        keys = [{"pk": _s(pk(pipeline)), "sk": _s(batch_sk(b))} for b in sorted(set(batch_ids))]
+        batches = (self._batch_from_item(item) for item in self._get_items(keys, f"reading {len(keys)} batches of pipeline {pipeline!r}"))
+        return {b.batch_id: b for b in batches}
+
+    def _get_items(self, keys: list[dict[str, Any]], what: str) -> list[dict[str, Any]]:
+        """The items of these keys that exist, GET_CHUNK keys a call; keys left unread by a busy table are asked again, later."""
+        found: list[dict[str, Any]] = []
+        for i in range(0, len(keys), self.GET_CHUNK):
+            request: dict[str, Any] = {self.table: {"Keys": keys[i : i + self.GET_CHUNK], "ConsistentRead": True}}
             for attempt in itertools.count():
-                page = self._call("batch_get_item", f"reading {len(keys)} batches of pipeline {pipeline!r}", RequestItems=request)
-                for item in page["Responses"].get(self.table, []):
-                    batch = self._batch_from_item(item)
-                    found[batch.batch_id] = batch
+                page = self._call("batch_get_item", what, RequestItems=request)
+                found += page["Responses"].get(self.table, [])
                 request = page.get("UnprocessedKeys") or {}
                 if not request:
                     break
-                time.sleep(min(1.0, 0.05 * 2**attempt))  # keys left unread when the table was busy: ask again, later
+                time.sleep(min(1.0, 0.05 * 2**attempt))
         return found
 
     def update_batch(self, batch: Batch, expected: BatchStatus) -> None:
@@ -286,17 +304,26 @@ class DynamoDBStateStore:
             ":status": _s(batch.status.value), ":expected": _s(expected.value),
             ":attempts": _n(batch.attempts), ":now": _s(_now()), ":batch": _n(batch.batch_id),
         }  # fmt: skip
-        sets = ["#status = :status", "#attempts = :attempts", "#updated = :now", "#gaps = :gaps"]
-        names["#gaps"] = "gaps"
-        values[":gaps"] = _s(json.dumps([g.to_dict() for g in batch.gaps]))
-        removes = []
-        for attr, value in (("manifest", batch.manifest), ("error", batch.error)):
-            names[f"#{attr}"] = attr
-            if value is None:
-                removes.append(f"#{attr}")
-            else:
-                sets.append(f"#{attr} = :{attr}")
-                values[f":{attr}"] = _s(json.dumps(value.to_dict()) if isinstance(value, Manifest) else str(value))
+        sets = ["#status = :status", "#attempts = :attempts", "#updated = :now"]
+        removes: list[str] = []
+        names["#error"] = "error"
+        if batch.error is None:
+            removes.append("#error")
+        else:
+            sets.append("#error = :error")
+            values[":error"] = _s(batch.error)
+        manifest = None if batch.manifest is None else json.dumps(batch.manifest.to_dict())
+        parts: list[dict[str, Any]] = []
+        for field_name, text in (("gaps", json.dumps([g.to_dict() for g in batch.gaps])), ("manifest", manifest)):
+            inline, field_parts = self._split(batch, field_name, text)
+            parts += field_parts
+            for attr in (field_name, f"{field_name}_parts"):
+                names[f"#{attr}"] = attr
+                if attr in inline:
+                    sets.append(f"#{attr} = :{attr}")
+                    values[f":{attr}"] = inline[attr]
+                else:
+                    removes.append(f"#{attr}")
         expression = "SET " + ", ".join(sets) + (" REMOVE " + ", ".join(removes) if removes else "")
         head_key = {"pk": _s(pk(batch.pipeline)), "sk": _s("head")}
         self._transact(
@@ -312,6 +339,7 @@ class DynamoDBStateStore:
                     "ExpressionAttributeNames": {k: v for k, v in names.items() if k != "#flight"},
                     "ExpressionAttributeValues": {k: v for k, v in values.items() if k != ":batch"},
                 }},
+                *({"Put": {"TableName": self.table, "Item": part}} for part in parts),
             ],
         )  # fmt: skip
 
@@ -349,7 +377,7 @@ class DynamoDBStateStore:
             "TableName": self.table, "Key": key, "ConditionExpression": "attribute_not_exists(#pk)",
             "ExpressionAttributeNames": {"#pk": "pk"},
         }}  # fmt: skip
-        puts = [self._batch_item(b) for b in batches] + [self._shard_item(pipeline, s) for s in shards]
+        puts = [item for b in batches for item in self._batch_items(b)] + [self._shard_item(pipeline, s) for s in shards]
         for i in range(0, len(puts), self.RESTORE_CHUNK):
             chunk = [{"Put": {"TableName": self.table, "Item": item}} for item in puts[i : i + self.RESTORE_CHUNK]]
             self._transact(f"pipeline {pipeline!r}: restoring its state (items {i + 1} to {i + len(chunk)})", [no_head, *chunk])
@@ -377,28 +405,68 @@ class DynamoDBStateStore:
             item["last_batch_id"] = _n(shard.last_batch_id)
         return item
 
-    def _batch_item(self, batch: Batch) -> dict[str, Any]:
+    def _batch_item(self, batch: Batch) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """The batch's item, and the part items its long JSON fields need (none for a batch of a few shards)."""
         item: dict[str, Any] = {
             "pk": _s(pk(batch.pipeline)),
             "sk": _s(batch_sk(batch.batch_id)),
             "batch_id": _n(batch.batch_id),
             "status": _s(batch.status.value),
             "stream": _s(batch.stream),
-            "ranges": _s(json.dumps([r.to_dict() for r in batch.ranges])),
             "run_id": _s(batch.run_id),
             "created_at": _s(batch.created_at.isoformat()),
             "attempts": _n(batch.attempts),
             "updated_at": _s(_now()),
         }
-        if batch.gaps:
-            item["gaps"] = _s(json.dumps([g.to_dict() for g in batch.gaps]))
-        if batch.extra:
-            item["extra"] = _s(json.dumps(dict(batch.extra)))
-        if batch.manifest is not None:
-            item["manifest"] = _s(json.dumps(batch.manifest.to_dict()))
+        fields = {
+            "ranges": json.dumps([r.to_dict() for r in batch.ranges]),
+            "gaps": json.dumps([g.to_dict() for g in batch.gaps]) if batch.gaps else None,
+            "extra": json.dumps(dict(batch.extra)) if batch.extra else None,
+            "manifest": json.dumps(batch.manifest.to_dict()) if batch.manifest is not None else None,
+        }
+        parts: list[dict[str, Any]] = []
+        for name, text in fields.items():
+            inline, field_parts = self._split(batch, name, text)
+            item.update(inline)
+            parts += field_parts
         if batch.committed_at is not None:
             item["committed_at"] = _s(batch.committed_at.isoformat())
-        return item
+        if batch.error is not None:
+            item["error"] = _s(batch.error)
+        return item, parts
+
+    def _batch_items(self, batch: Batch) -> list[dict[str, Any]]:
+        item, parts = self._batch_item(batch)
+        return [item, *parts]
+
+    @staticmethod
+    def _split(batch: Batch, name: str, text: str | None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """A JSON field as the batch item's attribute, or as a count of part items and the parts ({}, [] for None)."""
+        if text is None:
+            return {}, []
+        if len(text) <= INLINE_BYTES:
+            return {name: _s(text)}, []
+        pages = [text[i : i + PART_BYTES] for i in range(0, len(text), PART_BYTES)]
+        parts = [
+            {"pk": _s(pk(batch.pipeline)), "sk": _s(part_sk(batch.batch_id, name, n)), "text": _s(page)} for n, page in enumerate(pages)
+        ]
+        return {f"{name}_parts": _n(len(pages))}, parts
+
+    def _json_field(self, item: dict[str, Any], name: str) -> Any:
+        """A JSON field of a batch item, read from its part items when it has them; None when it has neither."""
+        if name in item:
+            return json.loads(item[name]["S"])
+        if f"{name}_parts" not in item:
+            return None
+        pipeline, batch_id = item["pk"]["S"].removeprefix("pipeline#"), int(item["batch_id"]["N"])
+        keys = [{"pk": item["pk"], "sk": _s(part_sk(batch_id, name, n))} for n in range(int(item[f"{name}_parts"]["N"]))]
+        pages = {
+            p["sk"]["S"]: p["text"]["S"] for p in self._get_items(keys, f"reading the {name} of batch {batch_id} of pipeline {pipeline!r}")
+        }
+        missing = [k["sk"]["S"] for k in keys if k["sk"]["S"] not in pages]
+        if missing:
+            raise StateCorruptError(f"pipeline {pipeline!r}: batch {batch_id} lacks the part items {', '.join(missing)} of its {name}")
+        return json.loads("".join(pages[k["sk"]["S"]] for k in keys))
 
     def _batch_from_item(self, item: dict[str, Any]) -> Batch:
         pipeline = item["pk"]["S"].removeprefix("pipeline#")
@@ -407,16 +475,16 @@ class DynamoDBStateStore:
                 pipeline=pipeline,
                 batch_id=int(item["batch_id"]["N"]),
                 status=BatchStatus(item["status"]["S"]),
-                ranges=tuple(SequenceRange.from_dict(r) for r in json.loads(item["ranges"]["S"])),
+                ranges=tuple(SequenceRange.from_dict(r) for r in self._json_field(item, "ranges")),
                 stream=item["stream"]["S"],
                 run_id=item["run_id"]["S"],
                 created_at=datetime.fromisoformat(item["created_at"]["S"]),
                 committed_at=datetime.fromisoformat(item["committed_at"]["S"]) if "committed_at" in item else None,
-                manifest=Manifest.from_dict(json.loads(item["manifest"]["S"])) if "manifest" in item else None,
+                manifest=Manifest.from_dict(manifest) if (manifest := self._json_field(item, "manifest")) is not None else None,
                 attempts=int(item.get("attempts", {}).get("N", 0)),
                 error=item["error"]["S"] if "error" in item else None,
-                gaps=tuple(Gap.from_dict(g) for g in json.loads(item["gaps"]["S"])) if "gaps" in item else (),
-                extra=json.loads(item["extra"]["S"]) if "extra" in item else {},
+                gaps=tuple(Gap.from_dict(g) for g in self._json_field(item, "gaps") or ()),
+                extra=self._json_field(item, "extra") or {},
             )
         except (KeyError, ValueError) as exc:
             raise StateCorruptError(f"pipeline {pipeline!r}: unreadable batch item {item.get('sk')}: {exc!r}") from exc

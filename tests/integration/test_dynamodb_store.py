@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
-from kinesis_replay.dynamodb_store import DynamoDBStateStore
+from kinesis_replay.dynamodb_store import DynamoDBStateStore, part_sk
 from kinesis_replay.errors import EndpointUnreachableError, StateConflictError, StateCorruptError
 from kinesis_replay.ranges import SequenceRange
-from kinesis_replay.state import Batch, BatchStatus, Head, ShardState, StartPosition
+from kinesis_replay.state import Batch, BatchStatus, Head, Manifest, ShardResult, ShardState, StartPosition
 
 S = 49680458800076825667891419458951111266169532991963922434
 NOW = datetime(2026, 11, 22, tzinfo=UTC)
@@ -108,3 +110,49 @@ def test_an_unreachable_dynamodb_endpoint_is_named() -> None:
     dead = boto3.client("dynamodb", endpoint_url="http://127.0.0.1:9", config=Config(retries={"max_attempts": 1}))
     with pytest.raises(EndpointUnreachableError, match="state table kr-state: cannot reach DynamoDB"):
         DynamoDBStateStore(dead, "kr-state").ensure_table()
+
+
+def wide(batch_id: int = 1, shards: int = 1_000) -> Batch:
+    """A batch of a 1,000-shard stream: its ranges, manifest and lag measurements would not fit in one item."""
+    ids = [f"shardId-{i:012d}" for i in range(shards)]
+    ranges = tuple(SequenceRange(s, S + 1, S + 50, S, False, NOW) for s in ids)
+    lag = {"lag_millis": dict.fromkeys(ids, 1234)}
+    return Batch("orders", batch_id, BatchStatus.PLANNED, ranges, "stream", "manual__1", NOW, extra=lag)
+
+
+def item_sizes(dynamodb: Any, table: str) -> dict[str, int]:
+    """Each item's size as DynamoDB counts it, near enough: its attribute names and values, as text."""
+    items = dynamodb.scan(TableName=table)["Items"]
+    return {i["sk"]["S"]: sum(len(k) + len(json.dumps(v)) for k, v in i.items()) for i in items}
+
+
+def test_a_batch_of_1000_shards_is_stored_in_items_of_bounded_size_and_reads_back_whole(
+    store: DynamoDBStateStore, dynamodb: Any, state_table: str
+) -> None:
+    batch = wide()
+    store.create_batch(batch, Head())
+    manifest = Manifest("orders", 1, tuple(ShardResult(r.shard_id, 50, 5_000, S + 1, S + 50, "0123456789abcdef") for r in batch.ranges))
+    written = batch.with_status(BatchStatus.WRITTEN, manifest=manifest, attempts=1)
+    store.update_batch(written, expected=BatchStatus.PLANNED)
+    assert store.get_batch("orders", 1) == written
+    assert store.get_batches("orders", [1]) == {1: written} and store.list_batches("orders") == [written]
+    sizes = item_sizes(dynamodb, state_table)
+    assert max(sizes.values()) < 350_000, sizes  # DynamoDB refuses items over 400 KB
+    assert {sk.split("#")[2] for sk in sizes if sk.startswith("part#")} >= {"ranges", "manifest"}  # split, not refused
+    committing = written.with_status(BatchStatus.COMMITTING)
+    store.update_batch(committing, expected=BatchStatus.WRITTEN)
+    store.complete_batch(committing, NOW)
+    assert store.get_batch("orders", 1).status == BatchStatus.COMMITTED
+
+
+def test_a_restore_writes_the_parts_of_wide_batches(store: DynamoDBStateStore) -> None:
+    batches = [replace(wide(i), status=BatchStatus.COMMITTED, committed_at=NOW) for i in (1, 2)]
+    store.restore("orders", Head(next_batch_id=3), [], batches)
+    assert store.list_batches("orders") == batches
+
+
+def test_a_batch_missing_a_part_is_corrupt_state_named_by_its_key(store: DynamoDBStateStore, dynamodb: Any, state_table: str) -> None:
+    store.create_batch(wide(), Head())
+    dynamodb.delete_item(TableName=state_table, Key={"pk": {"S": "pipeline#orders"}, "sk": {"S": part_sk(1, "ranges", 0)}})
+    with pytest.raises(StateCorruptError, match=r"pipeline 'orders': batch 1 lacks the part items part#0+1#ranges#0000 of its ranges"):
+        store.get_batch("orders", 1)

@@ -17,7 +17,7 @@ CHUNK = 25
 
 def write_ledger(store: DynamoDBStateStore, pipeline: str, batches: Sequence[Batch]) -> None:
     """Put every batch, then the head after the newest one (no batch in flight)."""
-    items = [store._batch_item(b) for b in batches]  # the store's item format, written without its conditions
+    items = [item for b in batches for item in store._batch_items(b)]  # the store's items, written without its conditions
     for i in range(0, len(items), CHUNK):
         request = {store.table: [{"PutRequest": {"Item": item}} for item in items[i : i + CHUNK]]}
         while request:
