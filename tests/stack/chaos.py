@@ -42,6 +42,8 @@ for path in (ROOT / "plugins", ROOT / "dags", ROOT / "spark_jobs", ROOT / "tests
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
+from kinesis_replay.config import dag_ids  # noqa: E402
+
 CYCLE_FAULTS = (
     "none", "kill_spark_read", "kill_spark_write", "kill_spark_after_write", "state_unreachable", "state_lost_ack",
     "concurrent", "stop_after_plan", "stop_after_replay", "stop_after_verify", "throttle",
@@ -286,7 +288,7 @@ class Schedule:
             self.log("backfill: no committed batch yet")
             return
         chosen = sorted(self.rng.sample(committed, k=self.rng.randint(1, min(2, len(committed)))))
-        dag = self.dags()[f"kinesis_replay_backfill_{self.name}"]
+        dag = self.dags()[dag_ids(self.name)[1]]
         result = run_dag(dag, run_conf={"batches": {"batch_ids": chosen}})
         self.log(f"backfill {chosen}: {result.state} {compact(result.tasks)}")
 
@@ -304,13 +306,13 @@ class Schedule:
             self.dynamodb.delete_table(TableName=self.store.table)
             self.dynamodb.get_waiter("table_not_exists").wait(TableName=self.store.table)
         committed = committed_batch_ids(str(self.output))
-        result = run_dag(self.dags()[f"kinesis_replay_{self.name}"])
+        result = run_dag(self.dags()[dag_ids(self.name)[0]])
         self.log(f"{step}: {result.state} {compact(result.tasks)}")
         if not committed:
             return  # nothing was committed yet: the new table is a fresh start, and the cycle ran as any other
         if result.tasks.get("plan") != "failed" or self.store.get_head(self.name).version != 0:
             self.outcome.violations.append(f"{step}: the cycle after the loss was not refused before planning: {compact(result.tasks)}")
-        recovered = run_dag(self.dags()[f"kinesis_replay_{self.name}"], run_conf={"recover_from_output": True})
+        recovered = run_dag(self.dags()[dag_ids(self.name)[0]], run_conf={"recover_from_output": True})
         self.log(f"recover: {recovered.state} {compact(recovered.tasks)}")
 
     def step_share_output(self, step: Step) -> None:
@@ -324,7 +326,7 @@ class Schedule:
         produce(self.kinesis, stream, 20)
         intruder = {**self.entry, "name": f"{self.name}x", "stream": stream, "output": f"file://{self.output}/./"}
         try:
-            result = run_dag(self.dags(intruder)[f"kinesis_replay_{intruder['name']}"])
+            result = run_dag(self.dags(intruder)[dag_ids(intruder["name"])[0]])
         finally:
             self.kinesis.delete_stream(StreamName=stream, EnforceConsumerDeletion=True)
         self.log(f"{step}: the second pipeline's cycle {result.state} {compact(result.tasks)}")
@@ -336,7 +338,7 @@ class Schedule:
         from stack.harness import run_dag
 
         fault, killer = step.fault, None
-        dag = self.dags()[f"kinesis_replay_{self.name}"]
+        dag = self.dags()[dag_ids(self.name)[0]]
         if fault == "concurrent":
             self.concurrent_cycles()
             return
@@ -398,7 +400,7 @@ class Schedule:
             env = {**os.environ, "AIRFLOW_HOME": str(home), "KINESIS_REPLAY_CONFIG": str(self.work / "pipelines.yaml")}
             env.pop("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", None)
             log = (home / "dags-test.log").open("wb")
-            cmd = [str(airflow), "dags", "test", f"kinesis_replay_{self.name}"]
+            cmd = [str(airflow), "dags", "test", dag_ids(self.name)[0]]
             procs.append((subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT), home))
         states = []
         for proc, home in procs:
@@ -413,7 +415,7 @@ class Schedule:
         from stack.harness import run_dag
 
         for n in range(DRAIN_CYCLES):
-            result = run_dag(self.dags()[f"kinesis_replay_{self.name}"])
+            result = run_dag(self.dags()[dag_ids(self.name)[0]])
             self.log(f"drain {n + 1}: {result.state} {compact(result.tasks)}")
             if result.skipped:
                 return

@@ -26,6 +26,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path[:0] = [str(ROOT / "plugins"), str(ROOT / "tests")]
 
+from kinesis_replay.config import dag_ids  # noqa: E402
 from kinesis_replay.dynamodb_store import DynamoDBStateStore  # noqa: E402
 from stack import local_stack  # noqa: E402
 from stack.harness import check_exactly_once, read_output  # noqa: E402
@@ -120,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         say(f"stream {pipeline['stream']}: 4 shards, {len(produced)} records produced; now producing {args.rate:.0f}/s")
         producer = Producer(client, pipeline["stream"], args.rate, len(produced))
         producer.start()
-        dag_id = f"kinesis_replay_{pipeline['name']}"
+        dag_id = dag_ids(pipeline["name"])[0]
         ok = all(run_cycle(n, dag_id, env) for n in range(1, args.cycles + 1))
         producer.stopping.set()
         producer.join()
