@@ -95,6 +95,7 @@ def measure(entries: int, shards: int, runs: int, whole: bool) -> dict[str, Any]
 
         reads = {
             "UI page (last 10 batches, every shard)": lambda: status.pipeline_view(pipeline, store, now),
+            "of which the shard items (a Query of the shard# prefix; moto scans the partition)": lambda: store.get_shards("bench"),
             "backfill by ids (3 ids)": select(Selection(batch_ids=(7, entries // 2, entries))),
             "backfill by id range (100 batches)": select(Selection(from_batch=entries // 2, to_batch=entries // 2 + 99)),
             "backfill by time window (1 hour, 24 h retention)": select(window),

@@ -26,6 +26,9 @@ os.environ.update(
         "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
         "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
         "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+        # dag.test() writes a changed DAG to the database only when 30 s have passed since its last write: a test that
+        # changes a pipeline (its output moved) would run the new DAG or the old one depending on its timing.
+        "AIRFLOW__CORE__MIN_SERIALIZED_DAG_UPDATE_INTERVAL": "0",
         "KINESIS_REPLAY_CONFIG": str(ROOT / "dags" / "pipelines.yaml"),
     }
 )

@@ -20,8 +20,19 @@ from kinesis_replay.config import parse_config
 from kinesis_replay.dynamodb_store import DynamoDBStateStore
 from kinesis_replay.output import OWNER_FILE, read_owner
 from kinesis_replay.state import BatchStatus
-from stack.harness import SUCCESS, batch_dirs, check_exactly_once, load_dags, read_output, run_dag
+from stack.harness import SUCCESS, batch_dirs, check_exactly_once, load_dags, read_output, run_dag, scheduler_asset_pass
 from stack.producer import ensure_stream, produce, split_shard
+
+
+def asset_event_uris(pipeline: str) -> list[str]:
+    """The URI of the Asset each of the pipeline's commits emitted an event on, oldest first."""
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        query = select(AssetModel.uri).join(AssetEvent, AssetEvent.asset_id == AssetModel.id)
+        return list(session.scalars(query.where(AssetModel.name == f"kinesis_replay_{pipeline}").order_by(AssetEvent.timestamp)))
 
 
 @pytest.fixture
@@ -171,6 +182,9 @@ def test_a_changed_output_is_refused_and_a_moved_one_goes_on(
 
     shutil.move(entry["output"], moved["output"])  # moved whole, owner record and commit records with it
     assert json.loads((Path(moved["output"]) / OWNER_FILE).read_text())["pipeline"] == entry["name"]
-    assert run_dag(dag_for(moved)).tasks == SUCCESS  # the commit's Asset event names the new root
+    # The refused run registered the pipeline's Asset at the new root; the scheduler activates it on its next loop.
+    scheduler_asset_pass()
+    assert run_dag(dag_for(moved)).tasks == SUCCESS
+    assert asset_event_uris(entry["name"]) == [f"file://{entry['output']}", f"file://{moved['output']}"]  # the commit names the new root
     landed = check_exactly_once(produced, read_output(moved["output"]))
     assert landed.ok and landed.rows == 160, landed

@@ -65,6 +65,20 @@ def run_dag(dag: Any, **kwargs: Any) -> RunResult:
     return RunResult(state=str(run.state), tasks=tasks, run_id=run.run_id)
 
 
+def scheduler_asset_pass() -> None:
+    """What the scheduler does on every loop and dag.test() never does: orphan the assets no DAG references, activate the rest.
+
+    An Asset keeps its name when a pipeline's output moves, and Airflow activates a new URI under an active name only
+    in this pass; until it runs, a task with the moved Asset as its outlet is refused as having an inactive asset.
+    """
+    from airflow.jobs.scheduler_job_runner import SchedulerJobRunner
+    from airflow.utils.session import create_session
+
+    runner = SchedulerJobRunner.__new__(SchedulerJobRunner)  # the pass reads nothing of a running job
+    with create_session() as session:
+        runner._update_asset_orphanage(session=session)
+
+
 def age_batch(dynamodb: Any, table: str, pipeline: str, batch_id: int, waited: Any) -> None:
     """Make a stored batch look as if it had waited in flight for ``waited``: its ranges' starts arrived that long ago.
 
