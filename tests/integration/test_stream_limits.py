@@ -51,9 +51,11 @@ def shard_records(produced: list[Any]) -> tuple[str, list[Any]]:
 def test_a_throttled_batch_finishes_exactly_once_and_shows_its_progress(
     kinesis: Any, entry: dict[str, Any], proxy: KinesisProxy, dag_for: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    produced = produce(kinesis, entry["stream"], 400, payload_bytes=1000)
+    # About 250 KB a shard: at the proxy's 64 KiB/s, beyond its one-second burst, each shard takes seconds to read,
+    # many times the progress interval, however fast the machine.
+    produced = produce(kinesis, entry["stream"], 1_000, payload_bytes=1000)
     # A budget far above what the proxy allows: every limit is hit, and each throttle is waited out.
-    greedy = {"get_records_per_second": 50, "bytes_per_second": 10_000_000, "max_records_per_call": 40, "progress_seconds": 0.5}
+    greedy = {"get_records_per_second": 50, "bytes_per_second": 10_000_000, "max_records_per_call": 40, "progress_seconds": 0.25}
     assert run_dag(dag_for({**entry, "aws_conn_id": "aws_proxy", "read": greedy})).tasks == SUCCESS
     assert proxy.throttled() > 0
     assert "records read, at " in caplog.text and "of the range's time span" in caplog.text  # progress, while reading
