@@ -271,18 +271,19 @@ class DynamoDBStateStore:
         item = self._get(pipeline, batch_sk(batch_id))
         if item is None:
             raise StateCorruptError(f"pipeline {pipeline!r}: batch {batch_id} is not in state table {self.table}")
-        return self._batch_from_item(item)
+        (batch,) = self._batches_from_items([item])
+        return batch
 
     def list_batches(self, pipeline: str) -> list[Batch]:
-        return [self._batch_from_item(i) for i in self._query(pipeline, "batch#")]
+        return self._batches_from_items(list(self._query(pipeline, "batch#")))
 
     # BatchGetItem reads at most 100 items a call.
     GET_CHUNK = 100
 
     def get_batches(self, pipeline: str, batch_ids: Iterable[int]) -> dict[int, Batch]:
         keys = [{"pk": _s(pk(pipeline)), "sk": _s(batch_sk(b))} for b in sorted(set(batch_ids))]
-        batches = (self._batch_from_item(item) for item in self._get_items(keys, f"reading {len(keys)} batches of pipeline {pipeline!r}"))
-        return {b.batch_id: b for b in batches}
+        items = self._get_items(keys, f"reading {len(keys)} batches of pipeline {pipeline!r}")
+        return {b.batch_id: b for b in self._batches_from_items(items)}
 
     def _get_items(self, keys: list[dict[str, Any]], what: str) -> list[dict[str, Any]]:
         """The items of these keys that exist, GET_CHUNK keys a call; keys left unread by a busy table are asked again, later."""
@@ -452,39 +453,49 @@ class DynamoDBStateStore:
         ]
         return {f"{name}_parts": _n(len(pages))}, parts
 
-    def _json_field(self, item: dict[str, Any], name: str) -> Any:
-        """A JSON field of a batch item, read from its part items when it has them; None when it has neither."""
+    def _batches_from_items(self, items: list[dict[str, Any]]) -> list[Batch]:
+        """Batches from their items, with the part items of all of them read together (GET_CHUNK keys a call)."""
+        keys = [
+            {"pk": item["pk"], "sk": _s(part_sk(int(item["batch_id"]["N"]), name, n))}
+            for item in items
+            for name in PART_FIELDS
+            for n in range(int(item.get(f"{name}_parts", {}).get("N", 0)))
+        ]
+        parts = self._get_items(keys, f"reading the part items of {len(items)} batches")
+        pages = {p["sk"]["S"]: p["text"]["S"] for p in parts}
+        return [self._batch_from_item(item, pages) for item in items]
+
+    @staticmethod
+    def _json_field(item: dict[str, Any], name: str, pages: dict[str, str]) -> Any:
+        """A JSON field of a batch item, inline or joined from its part items' ``pages``; None when it has neither."""
         if name in item:
             return json.loads(item[name]["S"])
         if f"{name}_parts" not in item:
             return None
         pipeline, batch_id = item["pk"]["S"].removeprefix("pipeline#"), int(item["batch_id"]["N"])
-        keys = [{"pk": item["pk"], "sk": _s(part_sk(batch_id, name, n))} for n in range(int(item[f"{name}_parts"]["N"]))]
-        pages = {
-            p["sk"]["S"]: p["text"]["S"] for p in self._get_items(keys, f"reading the {name} of batch {batch_id} of pipeline {pipeline!r}")
-        }
-        missing = [k["sk"]["S"] for k in keys if k["sk"]["S"] not in pages]
+        sks = [part_sk(batch_id, name, n) for n in range(int(item[f"{name}_parts"]["N"]))]
+        missing = [sk for sk in sks if sk not in pages]
         if missing:
             raise StateCorruptError(f"pipeline {pipeline!r}: batch {batch_id} lacks the part items {', '.join(missing)} of its {name}")
-        return json.loads("".join(pages[k["sk"]["S"]] for k in keys))
+        return json.loads("".join(pages[sk] for sk in sks))
 
-    def _batch_from_item(self, item: dict[str, Any]) -> Batch:
+    def _batch_from_item(self, item: dict[str, Any], pages: dict[str, str]) -> Batch:
         pipeline = item["pk"]["S"].removeprefix("pipeline#")
         try:
             return Batch(
                 pipeline=pipeline,
                 batch_id=int(item["batch_id"]["N"]),
                 status=BatchStatus(item["status"]["S"]),
-                ranges=tuple(SequenceRange.from_dict(r) for r in self._json_field(item, "ranges")),
+                ranges=tuple(SequenceRange.from_dict(r) for r in self._json_field(item, "ranges", pages)),
                 stream=item["stream"]["S"],
                 run_id=item["run_id"]["S"],
                 created_at=datetime.fromisoformat(item["created_at"]["S"]),
                 committed_at=datetime.fromisoformat(item["committed_at"]["S"]) if "committed_at" in item else None,
-                manifest=Manifest.from_dict(manifest) if (manifest := self._json_field(item, "manifest")) is not None else None,
+                manifest=Manifest.from_dict(manifest) if (manifest := self._json_field(item, "manifest", pages)) is not None else None,
                 attempts=int(item.get("attempts", {}).get("N", 0)),
                 error=item["error"]["S"] if "error" in item else None,
-                gaps=tuple(Gap.from_dict(g) for g in self._json_field(item, "gaps") or ()),
-                extra=self._json_field(item, "extra") or {},
+                gaps=tuple(Gap.from_dict(g) for g in self._json_field(item, "gaps", pages) or ()),
+                extra=self._json_field(item, "extra", pages) or {},
             )
         except (KeyError, ValueError) as exc:
             raise StateCorruptError(f"pipeline {pipeline!r}: unreadable batch item {item.get('sk')}: {exc!r}") from exc

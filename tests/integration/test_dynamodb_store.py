@@ -145,10 +145,14 @@ def test_a_batch_of_1000_shards_is_stored_in_items_of_bounded_size_and_reads_bac
     assert store.get_batch("orders", 1).status == BatchStatus.COMMITTED
 
 
-def test_a_restore_writes_the_parts_of_wide_batches(store: DynamoDBStateStore) -> None:
+def test_a_restore_writes_the_parts_of_wide_batches_and_a_listing_reads_them_together(store: DynamoDBStateStore) -> None:
     batches = [replace(wide(i), status=BatchStatus.COMMITTED, committed_at=NOW) for i in (1, 2)]
     store.restore("orders", Head(next_batch_id=3), [], batches)
+    calls: list[str] = []
+    store.client.meta.events.register("before-call.dynamodb.BatchGetItem", lambda **kwargs: calls.append("BatchGetItem"))
     assert store.list_batches("orders") == batches
+    assert store.get_batches("orders", [1, 2]) == {1: batches[0], 2: batches[1]}
+    assert calls == ["BatchGetItem"] * 3  # the listing's parts in one call; the two batches, then their parts, in two
 
 
 def test_a_batch_missing_a_part_is_corrupt_state_named_by_its_key(store: DynamoDBStateStore, dynamodb: Any, state_table: str) -> None:
