@@ -104,9 +104,11 @@ def _spawn(name: str, command: list[str], state: Path) -> subprocess.Popen[bytes
     return proc
 
 
-# kinesalite 3.3.3 never answers GetShardIterator(AT_TIMESTAMP) when no record is that new: it waits for
-# the first matching record of a stream that has ended. Real Kinesis answers with an iterator at the tip,
-# which is what finding a shard's tip relies on. The fix gives the empty case LATEST's iterator.
+# kinesalite 3.3.3 differs from Kinesis in two ways that planning relies on; each fix makes it answer as Kinesis does.
+#
+# 1. It never answers GetShardIterator(AT_TIMESTAMP) when no record is that new: it waits for the first
+#    matching record of a stream that has ended. Kinesis answers with an iterator at the tip. The fix gives
+#    the empty case LATEST's iterator.
 _AT_TIMESTAMP_BUG = """        .head(function(item) {
           iteratorSeq = item.key.split('/')[1]
           cb(null, {ShardIterator: db.createShardIterator(data.StreamName, shardId, iteratorSeq)})
@@ -121,16 +123,53 @@ _AT_TIMESTAMP_FIX = """        .take(1).join(function(items) {  // patched by ki
           cb(null, {ShardIterator: db.createShardIterator(data.StreamName, shardId, iteratorSeq)})
         })"""
 
+# 2. Its GetRecords always answers MillisBehindLatest 0 on an open shard. Kinesis answers how far the page
+#    is from the tip; the fix measures it as other emulators do (kinesis-mock, for one): the arrival of the
+#    shard's newest record less that of the page's last record, 0 when the page ends at the tip.
+_MILLIS_BEHIND_BUG = """        cb(null, {
+          MillisBehindLatest: millisBehind,
+          NextShardIterator: nextShardIterator,
+          Records: items.map(function(item) {
+            delete item._seqObj
+            delete item._tooOld
+            return item
+          }),
+        })
+"""
+_MILLIS_BEHIND_FIX = """        var reply = function(millisBehind) { cb(null, {  // patched by kinesis-replay: an open shard's lag
+          MillisBehindLatest: millisBehind,
+          NextShardIterator: nextShardIterator,
+          Records: items.map(function(item) {
+            delete item._seqObj
+            delete item._tooOld
+            return item
+          }),
+        }) }
+        if (!nextShardIterator || !items.length) return reply(millisBehind)
+        var pageEnd = items[items.length - 1].ApproximateArrivalTimestamp
+        db.lazy(streamDb.createReadStream({gt: db.shardIxToHex(shardIx), lt: db.shardIxToHex(shardIx + 1), reverse: true, limit: 1}), cb)
+          .join(function(newest) {
+            reply(newest.length ? Math.max(0, Math.round((newest[0].value.ApproximateArrivalTimestamp - pageEnd) * 1000)) : 0)
+          })
+"""
+
+# (file under actions/, what kinesalite 3.3.3 has, what replaces it)
+_PATCHES = (
+    ("getShardIterator.js", _AT_TIMESTAMP_BUG, _AT_TIMESTAMP_FIX),
+    ("getRecords.js", _MILLIS_BEHIND_BUG, _MILLIS_BEHIND_FIX),
+)
+
 
 def patch_kinesalite(root: Path = HERE / "node_modules" / "kinesalite") -> None:
-    """Apply the AT_TIMESTAMP fix once; fail loudly if kinesalite's source is not the one it was written for."""
-    source = root / "actions" / "getShardIterator.js"
-    text = source.read_text()
-    if _AT_TIMESTAMP_FIX in text:
-        return
-    if _AT_TIMESTAMP_BUG not in text:
-        raise RuntimeError(f"{source} is not kinesalite 3.3.3's: review the AT_TIMESTAMP fix in {__file__}")
-    source.write_text(text.replace(_AT_TIMESTAMP_BUG, _AT_TIMESTAMP_FIX))
+    """Apply each fix once; fail loudly if kinesalite's source is not the one they were written for."""
+    for name, bug, fix in _PATCHES:
+        source = root / "actions" / name
+        text = source.read_text()
+        if fix in text:
+            continue
+        if bug not in text:
+            raise RuntimeError(f"{source} is not kinesalite 3.3.3's: review the fixes in {__file__}")
+        source.write_text(text.replace(bug, fix))
 
 
 def kinesalite_command(port: int) -> list[str]:
@@ -138,8 +177,8 @@ def kinesalite_command(port: int) -> list[str]:
     if not cli.exists():
         raise RuntimeError(f"kinesalite is not installed: run `npm ci --prefix {HERE}` (make does)")
     patch_kinesalite()
-    # Stream changes take effect at once; the default limit of 10 shards is too few for resharding tests.
-    return ["node", str(cli), "--port", str(port), "--shardLimit", "200",
+    # Stream changes take effect at once; the default limit of 10 shards is too few for resharding and 1,000-shard tests.
+    return ["node", str(cli), "--port", str(port), "--shardLimit", "3000",
             "--createStreamMs", "0", "--deleteStreamMs", "0", "--updateStreamMs", "0"]  # fmt: skip
 
 

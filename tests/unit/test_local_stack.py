@@ -1,4 +1,4 @@
-"""The local stack's kinesalite fix is applied once, and refuses a kinesalite it was not written for."""
+"""The local stack's kinesalite fixes are applied once, and refuse a kinesalite they were not written for."""
 
 from __future__ import annotations
 
@@ -21,8 +21,9 @@ def kinesalite_copy(tmp_path: Path) -> Path:
     return target
 
 
-def test_the_at_timestamp_fix_is_applied_once(kinesalite_copy: Path) -> None:
-    source = kinesalite_copy / "actions" / "getShardIterator.js"
+@pytest.mark.parametrize("name", ["getShardIterator.js", "getRecords.js"])
+def test_each_fix_is_applied_once(kinesalite_copy: Path, name: str) -> None:
+    source = kinesalite_copy / "actions" / name
     local_stack.patch_kinesalite(kinesalite_copy)
     once = source.read_text()
     local_stack.patch_kinesalite(kinesalite_copy)
