@@ -7,7 +7,7 @@ import posixpath
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -44,6 +44,45 @@ class ReadConfig:
     throttle_base_seconds: float = 0.2
     throttle_max_seconds: float = 10.0
     progress_seconds: float = 30.0  # how often each shard's reader logs its progress
+    # Shards planned at once. Each keeps to its own call budget; Kinesis limits GetShardIterator and GetRecords
+    # per shard, not per stream, so this bounds only the planner's own threads and connections.
+    plan_concurrency: int = 32
+
+
+# Kinesis takes at most 1 MiB a second into a shard: what a shard whose rate is not known yet is assumed to hold.
+SHARD_WRITE_BYTES_PER_SECOND = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class MaxBatch:
+    """How much one batch may take from a shard; a range is capped at whichever limit comes first.
+
+    ``span``: the arrival time its records may span, from its first record. ``read_minutes``: its estimated
+    read time at the shard's read budget, turned into a span by the shard's write rate (measured on its last
+    committed range, else Kinesis's per-shard write limit, the most it can hold). The capped range ends at the
+    newest record that arrived before the cap; the rest is the next batch's.
+    """
+
+    span: timedelta = timedelta(hours=1)
+    read_minutes: float = 30.0
+
+    def span_for(self, bytes_per_second: float | None, read: ReadConfig) -> timedelta:
+        """The arrival span a range of a shard writing ``bytes_per_second`` may cover."""
+        rate = bytes_per_second if bytes_per_second and bytes_per_second > 0 else SHARD_WRITE_BYTES_PER_SECOND
+        by_read_time = timedelta(seconds=self.read_minutes * 60 * read.bytes_per_second / rate)
+        return min(self.span, by_read_time)
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*$")
+_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str) -> timedelta:
+    """``"90s"``, ``"30m"``, ``"1h"``, ``"2d"``, ``"500ms"`` as a timedelta; ValueError otherwise."""
+    match = _DURATION.match(text)
+    if not match:
+        raise ValueError(f"{text!r} is not a duration such as 500ms, 90s, 30m, 1h or 2d")
+    return timedelta(seconds=float(match[1]) * _UNITS[match[2]])
 
 
 PAYLOAD_FORMATS = ("raw", "json")
@@ -107,6 +146,7 @@ class PipelineConfig:
     payload: PayloadConfig = field(default_factory=PayloadConfig)
     # The check task fails (and alerts) when a record has waited longer than this without being committed.
     max_checkpoint_age_minutes: int = 180
+    max_batch: MaxBatch = field(default_factory=MaxBatch)
 
     @property
     def dag_id(self) -> str:
@@ -125,16 +165,18 @@ def dag_ids(pipeline: str) -> tuple[str, str]:
 _PIPELINE_KEYS = {
     "name", "stream", "output", "schedule", "initial_position", "state_table", "spark",
     "initial_timestamp", "aws_conn_id", "retries", "retry_delay_seconds", "read", "payload",
-    "max_checkpoint_age_minutes",
+    "max_checkpoint_age_minutes", "max_batch",
 }  # fmt: skip
 _REQUIRED_KEYS = ("name", "stream", "output", "schedule", "initial_position", "state_table", "spark")
 _SPARK_KEYS = {"master", "conf", "submit_timeout_seconds", "emr_serverless"}
 _EMR_KEYS = {"application_id", "execution_role_arn", "code_prefix", "log_uri", "venv_archive", "deferrable", "poll_seconds"}
 _PAYLOAD_KEYS = {"format", "schema", "max_bad_share"}
+_MAX_BATCH_KEYS = {"span", "read_minutes"}
 _READ_KEYS = {
     "max_records_per_call", "page_bytes", "first_page_records", "get_records_per_second", "bytes_per_second",
     "get_shard_iterator_per_second",
     "max_throttle_retries", "throttle_base_seconds", "throttle_max_seconds", "progress_seconds",
+    "plan_concurrency",
 }  # fmt: skip
 
 
@@ -429,7 +471,21 @@ def _parse_pipeline(source: str, index: int, data: object) -> PipelineConfig:
         read=read,
         payload=payload,
         max_checkpoint_age_minutes=r.integer("max_checkpoint_age_minutes", 180, minimum=1),
+        max_batch=_parse_max_batch(_Reader(source, f"{r.path}.max_batch", r.data.get("max_batch") or {}, _MAX_BATCH_KEYS)),
     )
+
+
+def _parse_max_batch(r: _Reader) -> MaxBatch:
+    defaults = MaxBatch()
+    span = defaults.span
+    if r.has("span"):
+        try:
+            span = parse_duration(str(r.data["span"]))
+        except ValueError as exc:
+            r.fail(str(exc), "span")
+        if span <= timedelta(0):
+            r.fail(f"must be longer than 0, got {r.data['span']!r}", "span")
+    return MaxBatch(span=span, read_minutes=r.number("read_minutes", defaults.read_minutes))
 
 
 def _parse_position(r: _Reader) -> tuple[str, datetime | None]:
@@ -481,6 +537,7 @@ def _parse_read(read: _Reader) -> ReadConfig:
         throttle_base_seconds=read.number("throttle_base_seconds", defaults.throttle_base_seconds),
         throttle_max_seconds=read.number("throttle_max_seconds", defaults.throttle_max_seconds),
         progress_seconds=read.number("progress_seconds", defaults.progress_seconds),
+        plan_concurrency=read.integer("plan_concurrency", defaults.plan_concurrency, minimum=1),
     )
     if read_config.max_records_per_call > 10_000:
         read.fail("must be at most 10000 (the most GetRecords returns)", "max_records_per_call")

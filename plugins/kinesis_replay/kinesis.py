@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import random
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from botocore.config import Config
@@ -38,7 +39,10 @@ RETRYABLE = frozenset({"ProvisionedThroughputExceededException", "LimitExceededE
 #   standard mode, up to TRANSPORT_ATTEMPTS calls in all, with its own backoff.
 # botocore's standard mode would retry throttling too, hidden from call() and its count, and on top of it.
 TRANSPORT_ATTEMPTS = 5
-CLIENT_CONFIG = Config(retries={"mode": "standard", "max_attempts": TRANSPORT_ATTEMPTS}, connect_timeout=10, read_timeout=60)
+# Enough pooled connections for the planner's threads (ReadConfig.plan_concurrency), which share one client.
+CLIENT_CONFIG = Config(
+    retries={"mode": "standard", "max_attempts": TRANSPORT_ATTEMPTS}, connect_timeout=10, read_timeout=60, max_pool_connections=32
+)
 
 
 def leave_throttling_to_call(client: KinesisClient) -> KinesisClient:
@@ -251,6 +255,7 @@ def first_record_after(
     start: StartPosition | None,
     limits: ReadConfig | None = None,
     closed: bool = False,
+    calls: ShardCalls | None = None,
 ) -> NextRecord:
     """The first record after ``checkpoint`` (or at the start position when there is none).
 
@@ -261,7 +266,7 @@ def first_record_after(
     iterator: SHARD_END). A closed shard can answer empty with a next iterator before the null one,
     so it is followed to the end.
     """
-    shard = ShardCalls(client, stream, shard_id, limits)
+    shard = calls or ShardCalls(client, stream, shard_id, limits)
     what = f"stream {stream}, shard {shard_id}: GetRecords"
     if checkpoint is None:
         return _next_record(shard, shard.iterator(**_position_after(start)), what, closed, look_for=None)
@@ -272,7 +277,7 @@ def first_record_after(
             raise
         # Kinesis may refuse a sequence number it no longer holds: the checkpoint is gone.
         following = _next_record(shard, shard.iterator(ShardIteratorType="TRIM_HORIZON"), what, closed, look_for=None)
-        return NextRecord(following.record, following.shard_ended, checkpoint_missing=True)
+        return NextRecord(following.record, following.shard_ended, True, following.millis_behind_latest)
     return _next_record(shard, iterator, what, closed, look_for=checkpoint)
 
 
@@ -301,81 +306,167 @@ def stream_retention(client: KinesisClient, stream: str, limits: ReadConfig | No
     return timedelta(hours=int(summary["StreamDescriptionSummary"]["RetentionPeriodHours"]))
 
 
+# Finding where an open shard's range ends reads a handful of records, whatever the backlog.
+PROBE_RECORDS = 5  # records each probe asks for: a few KB at typical record sizes
+MAX_PROBES = 48  # a search that has not closed by then ends at the newest record it found (still a valid end)
+_FIRST_STEP_MS = 10  # the first probe looks this far back from the bound; the steps grow fourfold from there
+DONE = -1
+_NEWEST_MILLISECOND_PAGE = 500  # records put together share a millisecond: at most a PutRecords call's 500
+
+
 @dataclass(frozen=True)
-class Tip:
-    """An open shard's newest record, and what the last window read on the way (for estimates)."""
+class RangeEnd:
+    """Where an open shard's range ends: the newest record found that arrived before the bound."""
 
     end: int
     end_arrival: datetime
-    window_records: int  # records read in the last window
-    window_bytes: int
-    window_since: datetime  # where that window began (the range start's arrival if it reached back to it)
-    from_start: bool  # the window began at the range start: its counts are the range's exactly
-
-    def estimate(self, start_arrival: datetime) -> tuple[int, int]:
-        """Records and bytes of the whole range: exact from the start, else the window's rate over the range's span."""
-        if self.from_start:
-            return self.window_records, self.window_bytes
-        span = (self.end_arrival - start_arrival).total_seconds()
-        window = max((self.end_arrival - self.window_since).total_seconds(), 1e-3)
-        scale = max(1.0, span / window)
-        return round(self.window_records * scale), round(self.window_bytes * scale)
+    more_after: bool  # a record that arrived at or after the bound was seen: the shard holds more than the range
+    probes: int  # GetShardIterator(AT_TIMESTAMP) and GetRecords pairs the search took
+    records_read: int  # what it read: never the range's records, a handful per probe
 
 
-def find_tip(
+def find_end(
     client: KinesisClient,
     stream: str,
     shard_id: str,
     start: Record,
-    now: datetime,
+    before: datetime,
     limits: ReadConfig | None = None,
-    window: timedelta = timedelta(seconds=10),
-) -> Tip:
-    """The sequence number of the newest record in an open shard, without reading its backlog.
+    millis_behind: int | None = None,
+    calls: ShardCalls | None = None,
+) -> RangeEnd:
+    """The newest record of an open shard that arrived before ``before``, at or after ``start``, found by probes.
 
-    Reads from AT_TIMESTAMP(now - window) to the tip, doubling the window backwards while it is
-    empty, and falls back to reading from ``start`` once the window reaches it. The cost is the
-    last window's records, not the backlog. Records that arrive while this runs may extend the tip;
-    any record seen is a valid end, so the clock decides only when reading stops.
+    A probe is GetShardIterator(AT_TIMESTAMP, t) and one GetRecords of PROBE_RECORDS records: it tells whether
+    any record arrived between t and the bound, and which. The search keeps the newest such record (at first
+    ``start``, which arrived before the bound) and an instant after which none arrived before the bound, and
+    narrows the two together: it probes first where MillisBehindLatest puts the tip (``millis_behind`` is the
+    start page's), else just before the bound, stepping back fourfold while nothing is found, then halving.
+    It stops when a probe's page reaches past the bound or ends at the tip, or when the two meet. The cost is a
+    handful of records per probe and about log2 of the searched span in milliseconds probes at worst; it never
+    reads the range. Records that arrive during the search arrive after the bound, so they cannot move the
+    answer; the answer is a record that exists, so the range it ends is closed and fixed before any read.
     """
-    shard = ShardCalls(client, stream, shard_id, limits)
-    start_seq = parse_sequence_number(start["SequenceNumber"])
-    start_arrival: datetime = start["ApproximateArrivalTimestamp"]
-    what = f"stream {stream}, shard {shard_id}: finding the tip"
-    while True:
-        since = now - window
-        if since <= start_arrival:
-            position: dict[str, Any] = {"ShardIteratorType": "AT_SEQUENCE_NUMBER", "StartingSequenceNumber": str(start_seq)}
-        else:
-            position = {"ShardIteratorType": "AT_TIMESTAMP", "Timestamp": since}
-        before = (shard.stats.records, shard.stats.bytes)
-        newest = _read_to_tip(shard, position, what)
-        if newest is not None and newest[0] >= start_seq:
-            from_start = "StartingSequenceNumber" in position
-            return Tip(
-                end=newest[0], end_arrival=newest[1],
-                window_records=shard.stats.records - before[0], window_bytes=shard.stats.bytes - before[1],
-                window_since=start_arrival if from_start else since, from_start=from_start,
-            )  # fmt: skip
-        if "StartingSequenceNumber" in position:
-            # The start record exists (planning just read it); an empty read from it means it vanished.
-            raise RangeReadError(f"{what}: the range start {start_seq} could not be read back")
-        window *= 2
+    search = _EndSearch(calls or ShardCalls(client, stream, shard_id, limits), start, before)
+    return search.run(millis_behind)
 
 
-def _read_to_tip(shard: ShardCalls, position: dict[str, Any], what: str) -> tuple[int, datetime] | None:
-    """The newest record's sequence number and arrival, reading from ``position`` to the tip."""
-    iterator = shard.iterator(**position)
-    newest: tuple[int, datetime] | None = None
-    while iterator:
-        page = shard.get_records(iterator, what)
-        records = page["Records"]
-        if records:
-            newest = parse_sequence_number(records[-1]["SequenceNumber"]), records[-1]["ApproximateArrivalTimestamp"]
-        elif page.get("MillisBehindLatest", 0) == 0:
-            break
-        iterator = page.get("NextShardIterator")
-    return newest
+def _ms(moment: datetime) -> int:
+    return int(moment.timestamp() * 1000)
+
+
+class _EndSearch:
+    """The state of one end search: the newest record known before the bound, and the window left to search."""
+
+    def __init__(self, shard: ShardCalls, start: Record, before: datetime) -> None:
+        self.shard = shard
+        self.what = f"stream {shard.stream}, shard {shard.shard_id}: finding the range end"
+        self.best: Record = start
+        self.bound = max(_ms(before), _ms(start["ApproximateArrivalTimestamp"]) + 1)  # at least the start is before it
+        self.lo = _ms(start["ApproximateArrivalTimestamp"])  # the best record arrived at lo
+        self.hi = self.bound  # no record arrived in [hi, bound)
+        self.more_after = False
+        self.probes = 0
+        self.records_before = shard.stats.records
+        self.galloping = True  # nothing found after the start yet: step back from the bound
+
+    def run(self, millis_behind: int | None) -> RangeEnd:
+        hint = None if millis_behind is None else self.lo + millis_behind
+        while self.probes < MAX_PROBES:
+            if self.hi - self.lo <= 1:
+                # No record arrived after the best one's millisecond and before the bound: what is left is that
+                # millisecond's records after it (records put together share one).
+                self._read_newest_millisecond(self.shard.iterator(
+                    ShardIteratorType="AFTER_SEQUENCE_NUMBER", StartingSequenceNumber=self.best["SequenceNumber"]
+                ))  # fmt: skip
+                break
+            hint = self._probe(self._next_probe(hint))
+            if hint == DONE:
+                break
+        return self._result()
+
+    def _next_probe(self, hint: int | None) -> int:
+        if hint is not None and self.lo <= hint < self.hi:
+            return hint  # where MillisBehindLatest puts the tip
+        if self.galloping:
+            step = _FIRST_STEP_MS << (2 * self.probes)  # fourfold each probe
+            return max(self.lo + 1, self.bound - step)
+        return (self.lo + self.hi) // 2
+
+    def _probe(self, at: int) -> int | None:
+        """Probe at ``at`` (ms) and narrow the window; returns where MillisBehindLatest puts the tip, or DONE."""
+        self.probes += 1
+        page = self._page_at(at)
+        if page is None:
+            self.hi = at  # nothing has arrived since ``at``
+            return None
+        records: list[Record] = page["Records"]
+        below = self._keep(records)
+        if len(below) < len(records):
+            self.more_after = True
+            if below:
+                return DONE  # the page crossed the bound: its last record before it is the newest
+            self.hi = at  # nothing arrived in [at, bound)
+            return None
+        self.galloping = False
+        self.lo = _ms(self.best["ApproximateArrivalTimestamp"])
+        behind: int = page.get("MillisBehindLatest", 0)
+        if behind == 0:
+            # The page ends in the newest record's millisecond. A short page is no proof that it is the newest
+            # record: Kinesis may answer fewer records than asked for, and that millisecond may hold more.
+            self._read_newest_millisecond(page.get("NextShardIterator"))
+            return DONE
+        return self.lo + behind
+
+    def _read_newest_millisecond(self, iterator: str | None) -> None:
+        """Read on from ``iterator``, which is in the newest record's millisecond, to that record.
+
+        Records put together (one PutRecords call) can share a millisecond; this reads only those.
+        """
+        while iterator:
+            page = self.shard.get_records(iterator, f"{self.what}: GetRecords", limit=_NEWEST_MILLISECOND_PAGE)
+            records = page["Records"]
+            if not records:
+                return  # the tip
+            below = self._keep(records)
+            if len(below) < len(records):
+                self.more_after = True
+                return
+            iterator = page.get("NextShardIterator")
+
+    def _keep(self, records: list[Record]) -> list[Record]:
+        """The page's records before the first that arrived at or after the bound; the newest becomes the best.
+
+        A page that starts in the start's millisecond may begin before the start (records put together share
+        one): only a record after the best one replaces it.
+        """
+        below = list(itertools.takewhile(lambda r: _ms(r["ApproximateArrivalTimestamp"]) < self.bound, records))
+        if below and parse_sequence_number(below[-1]["SequenceNumber"]) > parse_sequence_number(self.best["SequenceNumber"]):
+            self.best = below[-1]
+        return below
+
+    def _page_at(self, at: int) -> dict[str, Any] | None:
+        """The first records at or after ``at``; None when there are none yet."""
+        try:
+            iterator = self.shard.iterator(ShardIteratorType="AT_TIMESTAMP", Timestamp=datetime.fromtimestamp(at / 1000, UTC))
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "InvalidArgumentException":
+                raise
+            return None  # a timestamp ahead of Kinesis's clock
+        for _ in range(_EMPTY_AT_TIP):
+            if not iterator:
+                return None
+            page = self.shard.get_records(iterator, f"{self.what}: GetRecords", limit=PROBE_RECORDS)
+            if page["Records"] or page.get("MillisBehindLatest", 0) == 0:
+                return page if page["Records"] else None
+            iterator = page.get("NextShardIterator")  # Kinesis may answer empty pages before the records
+        return None
+
+    def _result(self) -> RangeEnd:
+        return RangeEnd(
+            end=parse_sequence_number(self.best["SequenceNumber"]), end_arrival=self.best["ApproximateArrivalTimestamp"],
+            more_after=self.more_after, probes=self.probes, records_read=self.shard.stats.records - self.records_before,
+        )  # fmt: skip
 
 
 def page_limit(records: list[Record], limits: ReadConfig) -> int:

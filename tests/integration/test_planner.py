@@ -1,7 +1,8 @@
-"""Planning against kinesalite and the moto server: exact ranges, O(shards) tips, resume, initial positions, bad input."""
+"""Planning against kinesalite and the moto server: exact ranges, ends found by a few probes, resume, initial positions, bad input."""
 
 from __future__ import annotations
 
+import itertools
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -72,27 +73,74 @@ def test_a_concurrent_plan_fails_and_names_the_pipeline(kinesis: Any, store: Dyn
     assert [b.run_id for b in store.list_batches(entry["name"])] == ["the-other-run"]
 
 
-def test_finding_the_tip_does_not_read_the_backlog(kinesis: Any, stream: str) -> None:
-    backlog = produce(kinesis, stream, 4000)
-    time.sleep(2.5)
-    recent = produce(kinesis, stream, 8)
-    shard = recent[-1].shard_id
-    first = kinesis_api.first_record_after(kinesis, stream, shard, None, None).record
-    assert first is not None
+def arrivals(kinesis: Any, stream: str, shard: str) -> list[tuple[int, datetime]]:
+    """Every record of a shard: sequence number and arrival (read in full, for the test's own answer)."""
+    iterator = kinesis.get_shard_iterator(StreamName=stream, ShardId=shard, ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
+    found: list[tuple[int, datetime]] = []
+    while iterator:
+        page = kinesis.get_records(ShardIterator=iterator, Limit=10_000)
+        found += [(int(r["SequenceNumber"]), r["ApproximateArrivalTimestamp"]) for r in page["Records"]]
+        if not page["Records"]:
+            break
+        iterator = page.get("NextShardIterator")
+    return found
 
-    read = {"records": 0}
+
+def counting_reads(kinesis: Any) -> dict[str, int]:
+    read = {"records": 0, "bytes": 0}
     real_get_records = kinesis.get_records
 
     def counting(**kwargs: Any) -> Any:
         page = real_get_records(**kwargs)
         read["records"] += len(page["Records"])
+        read["bytes"] += sum(len(r["Data"]) for r in page["Records"])
         return page
 
     kinesis.get_records = counting
-    tip = kinesis_api.find_tip(kinesis, stream, shard, first, datetime.now(UTC), window=timedelta(seconds=1))
-    assert tip.end == max(int(p.sequence_number) for p in backlog + recent if p.shard_id == shard)
-    assert read["records"] <= 8 < sum(1 for p in backlog if p.shard_id == shard)  # the window's records only
-    assert tip.window_records == read["records"] and not tip.from_start
+    return read
+
+
+@pytest.mark.parametrize("hint", [True, False], ids=["with MillisBehindLatest", "by probes alone"])
+def test_finding_the_end_reads_a_handful_of_records_not_the_backlog(kinesis: Any, stream: str, hint: bool) -> None:
+    produce(kinesis, stream, 4000, payload_bytes=200)
+    time.sleep(2.5)
+    recent = produce(kinesis, stream, 8)
+    shard = recent[-1].shard_id
+    start = kinesis_api.first_record_after(kinesis, stream, shard, None, None)
+    assert start.record is not None and (start.millis_behind_latest or 0) > 2000  # kinesalite, fixed, says how far the tip is
+    newest = max(seq for seq, _ in arrivals(kinesis, stream, shard))
+    read = counting_reads(kinesis)
+    found = kinesis_api.find_end(
+        kinesis, stream, shard, start.record, datetime.now(UTC), millis_behind=start.millis_behind_latest if hint else None
+    )
+    assert found.end == newest and not found.more_after
+    backlog = sum(1 for p in recent if p.shard_id == shard) + 2000  # about half of the 4,000 are this shard's
+    assert found.records_read == read["records"] <= kinesis_api.PROBE_RECORDS * found.probes < backlog / 20
+    assert found.probes <= (2 if hint else kinesis_api.MAX_PROBES)
+
+
+def test_a_capped_end_is_the_newest_record_before_the_cap(kinesis: Any, stream: str) -> None:
+    for i in range(6):  # three seconds of records, in six puts
+        produce(kinesis, stream, 10, start_index=10 * i)
+        time.sleep(0.5)
+    shard = "shardId-000000000000"
+    records = arrivals(kinesis, stream, shard)
+    first = kinesis_api.first_record_after(kinesis, stream, shard, None, None)
+    assert first.record is not None
+    cap = records[0][1] + timedelta(seconds=1.5)
+    found = kinesis_api.find_end(kinesis, stream, shard, first.record, cap, millis_behind=first.millis_behind_latest)
+    assert found.end == max(seq for seq, arrival in records if arrival < cap) and found.more_after
+    assert found.end_arrival < cap and found.records_read <= kinesis_api.PROBE_RECORDS * found.probes
+
+
+def test_an_idle_shard_s_old_end_is_found_by_probes(kinesis: Any, stream: str) -> None:
+    produced = produce(kinesis, stream, 40)
+    time.sleep(3)  # the newest record is old by the time of the plan
+    shard = produced[0].shard_id
+    first = kinesis_api.first_record_after(kinesis, stream, shard, None, None)
+    assert first.record is not None
+    found = kinesis_api.find_end(kinesis, stream, shard, first.record, datetime.now(UTC))  # no hint: galloping back
+    assert found.end == max(int(p.sequence_number) for p in produced if p.shard_id == shard) and not found.more_after
 
 
 def test_latest_starts_at_the_first_plan_and_stays_there(kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any]) -> None:
@@ -139,3 +187,15 @@ def test_a_planned_batch_is_stored_as_planned(kinesis: Any, store: DynamoDBState
     plan_batch(pipeline(entry), kinesis, store, "run-1")
     batch = store.get_batch(entry["name"], 1)
     assert batch.status == BatchStatus.PLANNED and batch.run_id == "run-1" and store.get_head(entry["name"]).in_flight == 1
+
+
+def test_records_put_together_share_a_millisecond_and_the_end_is_still_the_newest(kinesis: Any, stream: str) -> None:
+    produced = produce(kinesis, stream, 400)  # one PutRecords: a shard's records arrive a few to a millisecond
+    shard = produced[0].shard_id
+    iterator = kinesis.get_shard_iterator(StreamName=stream, ShardId=shard, ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
+    records = kinesis.get_records(ShardIterator=iterator, Limit=10_000)["Records"]
+    shared = [b for a, b in itertools.pairwise(records) if a["ApproximateArrivalTimestamp"] == b["ApproximateArrivalTimestamp"]]
+    assert shared, "no two records share a millisecond"
+    middle = shared[len(shared) // 2]  # a start whose millisecond an earlier record shares
+    found = kinesis_api.find_end(kinesis, stream, shard, middle, datetime.now(UTC), millis_behind=0)
+    assert found.end == int(records[-1]["SequenceNumber"]) and not found.more_after

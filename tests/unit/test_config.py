@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -305,3 +306,35 @@ def test_a_spark_ddl_schema_is_accepted(schema: str) -> None:
 def test_a_schema_that_is_not_spark_ddl_is_refused_when_the_config_is_read(schema: str, reason: str) -> None:
     with pytest.raises(ConfigError, match=rf"pipelines\[0\] \(orders\)\.payload\.schema: is not a Spark DDL schema \({reason}"):
         parse_config(config(payload={"format": "json", "schema": schema}))
+
+
+def test_batches_are_capped_by_default_at_an_hour_or_half_an_hour_of_reading() -> None:
+    (p,) = parse_config(VALID)
+    assert p.max_batch.span == timedelta(hours=1) and p.max_batch.read_minutes == 30
+    # A shard of unknown rate is assumed full (1 MiB/s): 30 minutes at 2 MiB/s is an hour of it.
+    assert p.max_batch.span_for(None, p.read) == timedelta(hours=1)
+    # A small budget caps by read time: 30 minutes at 0.5 MiB/s hold 15 minutes of a shard writing 1 MiB/s.
+    (slow,) = parse_config(config(read={"bytes_per_second": 512 * 1024}, max_batch={"span": "2h"}))
+    assert slow.max_batch.span_for(1024 * 1024, slow.read) == timedelta(minutes=15)
+    assert slow.max_batch.span_for(1024, slow.read) == timedelta(hours=2)  # a quiet shard: the span cap binds
+
+
+@pytest.mark.parametrize("span", ["90s", "500ms", "2d", "1.5h"])
+def test_a_span_is_a_duration_with_a_unit(span: str) -> None:
+    (p,) = parse_config(config(max_batch={"span": span}))
+    assert p.max_batch.span == {"90s": timedelta(seconds=90), "500ms": timedelta(milliseconds=500),
+                                "2d": timedelta(days=2), "1.5h": timedelta(minutes=90)}[span]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("max_batch", "message"),
+    [
+        ({"span": "an hour"}, r"max_batch.span: 'an hour' is not a duration such as 500ms, 90s, 30m, 1h or 2d"),
+        ({"span": "0s"}, r"max_batch.span: must be longer than 0"),
+        ({"read_minutes": 0}, r"max_batch.read_minutes: must be a positive number, got 0"),
+        ({"rows": 5}, r"max_batch: unknown key\(s\) rows"),
+    ],
+)
+def test_a_bad_cap_is_named(max_batch: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=rf"pipelines\[0\] \(orders\)\.{message}" if "unknown" not in message else message):
+        parse_config(config(max_batch=max_batch))
