@@ -13,6 +13,10 @@ Lands a Kinesis stream in Parquet exactly once, one bounded batch per run.
 4. **commit** advances each shard's checkpoint with a conditional write, then marks the batch committed,
    and emits an event on the pipeline's output Asset (batch id and ranges in its extra).
 5. **check** fails, and so alerts, when a record has waited longer than `max_checkpoint_age_minutes`.
+6. **catch_up** and **plan_next**: a batch is capped by `max_batch` (its arrival span, its estimated read
+   time). When one was, the pipeline is behind: plan_next queues the next run at once, without waiting
+   for the schedule, until a batch reaches the tip. The commit's log says how far behind, and when it
+   will have caught up at the pace of the last batch.
 
 If anything fails nothing moves: the next run replays the same batch, with the same ranges, into the
 same paths. One DAG per pipeline in the pipelines config (`$KINESIS_REPLAY_CONFIG`, else
@@ -37,6 +41,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 from airflow.sdk import DAG, Asset, Param, get_current_context, task
 
 import kinesis_replay_tasks as tasks
@@ -148,9 +153,18 @@ def build_dag(p: PipelineConfig) -> DAG:
         def check() -> None:
             tasks.check(p)
 
+        @task.short_circuit(task_id="catch_up")
+        def catch_up(summary: dict[str, Any]) -> bool:
+            return tasks.catch_up_needed(summary)
+
+        # A capped batch left records behind: queue the next run now. max_active_runs=1 starts it when this one ends.
+        plan_next = TriggerDagRunOperator(task_id="plan_next", trigger_dag_id=p.dag_id, conf={}, retries=0)
+
         planned: Any = plan()  # an XComArg: each task below gets plan's dict when it runs
         replayed = replay(planned) if p.spark.emr_serverless is None else emr_replay(p, stage(planned))
-        replayed >> verify(planned) >> commit(planned) >> check()
+        committed: Any = commit(planned)
+        replayed >> verify(planned) >> committed >> check()
+        catch_up(committed) >> plan_next
     return dag
 
 

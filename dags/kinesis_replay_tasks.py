@@ -25,7 +25,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 from airflow.sdk.observability import stats
 from botocore.config import Config
 
-from kinesis_replay import backfill, batches, config, emr_serverless, guards, kinesis, output, recovery, spark_submit
+from kinesis_replay import backfill, batches, config, emr_serverless, guards, kinesis, output, recovery, spark_submit, status
 from kinesis_replay.config import LoadedConfig, PipelineConfig, PipelineError
 from kinesis_replay.dynamodb_store import DynamoDBStateStore
 from kinesis_replay.errors import ConfigError, KinesisReplayError
@@ -42,8 +42,10 @@ SPARK_JOBS = Path(__file__).resolve().parents[1] / "spark_jobs"
 OPERATOR_FIXED = ("application_id", "execution_role_arn", "deferrable", "waiter_delay", "waiter_max_attempts")
 # DynamoDB's and S3's clients: botocore retries their transient faults and throttling. Kinesis clients have a
 # policy of their own (kinesis.CLIENT_CONFIG): there, throttling is paced and counted by kinesis_replay.kinesis.
-_RETRIES = Config(retries={"mode": "standard", "max_attempts": 5}, connect_timeout=10, read_timeout=60)
+# The planner's threads share the DynamoDB client too (read.plan_concurrency), hence the pool.
+_RETRIES = Config(retries={"mode": "standard", "max_attempts": 5}, connect_timeout=10, read_timeout=60, max_pool_connections=32)
 START = datetime(2026, 1, 1, tzinfo=UTC)
+SUMMARY_RANGES = 100  # a batch's XCom and Asset event carry its ranges up to this many shards
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -154,7 +156,7 @@ def dry_run_report(p: PipelineConfig, result: batches.PlanResult) -> str:
     batch = result.batch
     verb = "would resume" if result.resumed else "would plan"
     report = f"dry run of pipeline {p.name}: {verb} " + backfill.describe(batch, backfill.estimate_batch(batch, p.read, result.estimates))
-    report += "\nrecord and byte counts of new ranges are estimates (the tip search's last window); nothing was written or read"
+    report += "\nrecord and byte counts of new ranges are estimates (each shard's rate on its last batch); nothing was written or read"
     log.info("%s", report)
     return report
 
@@ -253,8 +255,17 @@ def commit(p: PipelineConfig, planned: dict[str, Any]) -> dict[str, Any]:
     """Advance every checkpoint of the verified batch, conditionally, then mark it committed."""
     batch = batches.commit_batch(p, state_store(p), planned["batch_id"])
     summary = batch_summary(p, batch, "regular")
-    log.info("pipeline %s: committed %s", p.name, summary)
+    behind = status.catch_up(batch, datetime.now(UTC))
+    summary["catch_up"] = behind.to_dict()
+    stats.gauge(f"kinesis_replay.{p.name}.behind_seconds", behind.behind_seconds)
+    log.info("pipeline %s: committed %s", p.name, {k: v for k, v in summary.items() if k != "ranges"})
+    log.info("pipeline %s: %s%s", p.name, behind.describe(), "; the next batch is planned at once" if behind.behind else "")
     return summary
+
+
+def catch_up_needed(summary: dict[str, Any]) -> bool:
+    """Whether the batch just committed was capped, so the next one should run now rather than at the next interval."""
+    return bool(summary.get("catch_up", {}).get("capped_shards"))
 
 
 def batch_summary(p: PipelineConfig, batch: Batch, kind: str) -> dict[str, Any]:
@@ -276,7 +287,12 @@ def batch_summary(p: PipelineConfig, batch: Batch, kind: str) -> dict[str, Any]:
         "bytes": manifest.bytes,
         "seconds": round(seconds, 3),
         "path": output.batch_path(p.output, batch.batch_id),
-        "ranges": [r.to_dict() for r in batch.ranges],
+        # The ranges ride along while they are few; a wide stream's (about 250 bytes each) are in the commit record.
+        **(
+            {"ranges": [r.to_dict() for r in batch.ranges]}
+            if len(batch.ranges) <= SUMMARY_RANGES
+            else {"ranges_in": output.commit_record_path(p.output, batch.batch_id)}
+        ),
     }
 
 

@@ -107,6 +107,8 @@ def _render(views: list[dict[str, Any]], base: str) -> str:
             f'<p>{e(flight)} · <a href="{e(base)}/dags/{e(v["dag_id"])}" target="_top">pipeline DAG</a> · '
             f'<a class="backfill" href="{e(base)}/dags/{e(v["backfill_dag_id"])}" target="_top">trigger a backfill</a></p>'
         )
+        if v.get("behind_text"):
+            parts.append(f'<p class="behind">{"Catching up" if v["behind"]["capped_shards"] else "Keeping up"}: {e(v["behind_text"])}</p>')
         parts.append(
             "<table class=shards><tr><th>shard</th><th>checkpoint</th><th>lag (ms behind)</th><th>checkpoint age</th><th>state</th></tr>"
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -14,6 +15,7 @@ from kinesis_replay.config import PipelineConfig
 from kinesis_replay.errors import DataLossError, KinesisReplayError, StateConflictError, VerificationError
 from kinesis_replay.ranges import SequenceRange, ShardInfo, parse_sequence_number, shards_to_plan
 from kinesis_replay.state import Batch, BatchStatus, Gap, Manifest, ShardState, StartPosition, StateStore
+from kinesis_replay.status import CAPPED
 
 if TYPE_CHECKING:  # the boto3 stubs are for type checking only
     from types_boto3_kinesis.client import KinesisClient
@@ -23,6 +25,7 @@ log = logging.getLogger(__name__)
 # What a run does with the batch its plan step returns.
 REPLAY = "replay"  # read the ranges and (re)write the batch's output, then verify and commit
 FINISH_COMMIT = "finish_commit"  # a previous run verified the output and began committing: finish that
+_LOGGED_RANGES = 20  # a plan logs its first ranges one by one, then a summary
 
 
 @dataclass(frozen=True)
@@ -31,7 +34,7 @@ class PlanResult:
     resumed: bool
     waiting: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (child shard, parents it waits for)
     lag_millis: Mapping[str, int] = field(default_factory=dict)  # MillisBehindLatest after each checkpoint
-    # Records and bytes per range, where planning could tell (exact when the tip search read from the start).
+    # Records and bytes per range, where planning could tell: each shard's rate on its last committed range.
     estimates: Mapping[str, tuple[int, int]] = field(default_factory=dict)
 
     @property
@@ -91,7 +94,8 @@ def plan_batch(
 
     batch = Batch(
         pipeline=pipeline.name, batch_id=head.next_batch_id, status=BatchStatus.PLANNED, ranges=tuple(ranges),
-        stream=pipeline.stream, run_id=run_id, created_at=now, gaps=tuple(planner.gaps), extra={"lag_millis": lag},
+        stream=pipeline.stream, run_id=run_id, created_at=now, gaps=tuple(planner.gaps),
+        extra={"lag_millis": lag, CAPPED: dict(sorted(planner.left.items()))},
     )  # fmt: skip
     if dry_run:
         return PlanResult(batch, False, waiting_ids, lag, estimates)
@@ -102,13 +106,21 @@ def plan_batch(
             f"pipeline {pipeline.name!r}: another run planned a batch while this one was planning batch {batch.batch_id}; "
             f"this run stops and changes nothing ({exc})"
         ) from exc
-    for rng in ranges:
-        log.info("pipeline %s: batch %d plans %s", pipeline.name, batch.batch_id, rng.describe())
+    for rng in ranges[:_LOGGED_RANGES]:
+        log.info("pipeline %s: batch %d plans %s%s", pipeline.name, batch.batch_id, rng.describe(),
+                 " (capped by max_batch)" if rng.shard_id in planner.left else "")  # fmt: skip
+    log.info("pipeline %s: batch %d plans %d ranges, %d of them capped by max_batch; finding their ends took %d probes",
+             pipeline.name, batch.batch_id, len(ranges), len(planner.left), planner.probes)  # fmt: skip
     return PlanResult(batch, False, waiting_ids, lag, estimates)
 
 
 class _Planner:
-    """One plan's walk over the stream's shards: what it found for each, in the order resharding allows."""
+    """One plan's walk over the stream's shards: what it found for each, in the order resharding allows.
+
+    The shards that may be planned together (every shard whose parents are finished) are planned
+    concurrently, ``read.plan_concurrency`` at a time, each within its own call budget; what they found
+    is gathered in the order ListShards gave them, so a plan does not depend on which answered first.
+    """
 
     def __init__(self, pipeline: PipelineConfig, client: KinesisClient, store: StateStore, now: datetime, dry_run: bool) -> None:
         self.pipeline, self.client, self.store, self.now, self.dry_run = pipeline, client, store, now, dry_run
@@ -116,6 +128,9 @@ class _Planner:
         self.gaps: list[Gap] = []
         self.lag: dict[str, int] = {}
         self.estimates: dict[str, tuple[int, int]] = {}
+        self.left: dict[str, int] = {}  # capped shards: how far each range's end is behind the tip (ms)
+        self.probes = 0
+        self.rates: dict[str, ShardRate] = {}
 
     def plan_shards(self, shards: list[ShardInfo], acknowledged: frozenset[str], run_id: str) -> list[tuple[ShardInfo, list[str]]]:
         """Plan every shard that may be read; returns those still waiting for their parents.
@@ -123,33 +138,43 @@ class _Planner:
         A closed shard found drained is finished at once, which may free its children in this same plan.
         """
         states = self.store.get_shards(self.pipeline.name)
+        self.rates = shard_rates(self.store, self.pipeline.name, states)
         finished = {sid: s.finished for sid, s in states.items()}
         seen: set[str] = set()
-        while True:
-            ready, waiting = shards_to_plan(shards, finished)
-            ready = [s for s in ready if s.shard_id not in seen]
-            if not ready:
-                return waiting
-            for shard in ready:
-                seen.add(shard.shard_id)
-                finished[shard.shard_id] = self._plan_shard(shard, states.get(shard.shard_id), acknowledged, run_id)
+        with ThreadPoolExecutor(max_workers=self.pipeline.read.plan_concurrency, thread_name_prefix="plan") as pool:
+            while True:
+                ready, waiting = shards_to_plan(shards, finished)
+                ready = [s for s in ready if s.shard_id not in seen]
+                if not ready:
+                    return waiting
+                seen.update(s.shard_id for s in ready)
+                for state, planned in pool.map(lambda s: self._plan_shard(s, states.get(s.shard_id)), ready):
+                    finished[state.shard_id] = self._gather(state, planned, acknowledged, run_id)
 
-    def _plan_shard(self, shard: ShardInfo, state: ShardState | None, acknowledged: frozenset[str], run_id: str) -> bool:
-        """Plan one shard's range, if it has anything new; returns whether the shard is now drained."""
+    def _plan_shard(self, shard: ShardInfo, state: ShardState | None) -> tuple[ShardState, _ShardPlan]:
+        """Plan one shard's range, if it has anything new (in a worker thread: it only reads, and stores the shard)."""
         if state is None:
             new = ShardState(
                 shard.shard_id, parent_shard_ids=shard.parent_shard_ids, start_position=resolve_start(self.pipeline, shard, self.now)
             )
             state = new if self.dry_run else self.store.put_shard_if_absent(self.pipeline.name, new)
-        planned = _plan_range(self.pipeline, self.client, self.store, shard, state, self.now, self.dry_run)
+        rate = self.rates.get(shard.shard_id)
+        return state, _plan_range(self.pipeline, self.client, self.store, shard, state, self.now, self.dry_run, rate)
+
+    def _gather(self, state: ShardState, planned: _ShardPlan, acknowledged: frozenset[str], run_id: str) -> bool:
+        """Add one shard's plan to the batch; returns whether the shard is now drained."""
+        shard_id = state.shard_id
+        self.probes += planned.probes
         if planned.lag_millis is not None:
-            self.lag[shard.shard_id] = planned.lag_millis
+            self.lag[shard_id] = planned.lag_millis
         if planned.range is not None:
             if planned.checkpoint_missing:
                 self.gaps.append(_acknowledged_gap(self.pipeline, state, planned.range, self.now, acknowledged, run_id))
             self.ranges.append(planned.range)
             if planned.estimate is not None:
-                self.estimates[shard.shard_id] = planned.estimate
+                self.estimates[shard_id] = planned.estimate
+            if planned.capped:
+                self.left[shard_id] = planned.left_millis
         return planned.drained
 
 
@@ -159,13 +184,18 @@ class _ShardPlan(NamedTuple):
     checkpoint_missing: bool = False  # the checkpoint was trimmed: records between it and the range may be lost
     lag_millis: int | None = None
     estimate: tuple[int, int] | None = None  # records and bytes in the range, where known
+    capped: bool = False  # the range ends at its cap (max_batch): the shard holds more, for the next batches
+    left_millis: int = 0  # a capped range: how far its end is behind the tip
+    probes: int = 0  # what finding the end cost
 
 
 def _plan_range(
-    pipeline: PipelineConfig, client: KinesisClient, store: StateStore, shard: ShardInfo, state: ShardState, now: datetime, dry_run: bool
-) -> _ShardPlan:
+    pipeline: PipelineConfig, client: KinesisClient, store: StateStore, shard: ShardInfo, state: ShardState, now: datetime,
+    dry_run: bool, rate: ShardRate | None = None,
+) -> _ShardPlan:  # fmt: skip
+    calls = kinesis.ShardCalls(client, pipeline.stream, shard.shard_id, pipeline.read)  # one budget for all of the shard's calls
     following = kinesis.first_record_after(
-        client, pipeline.stream, shard.shard_id, state.checkpoint, state.start_position, pipeline.read, closed=shard.is_closed
+        client, pipeline.stream, shard.shard_id, state.checkpoint, state.start_position, pipeline.read, shard.is_closed, calls
     )
     if following.record is None:
         if following.checkpoint_missing:
@@ -181,13 +211,55 @@ def _plan_range(
     first = following.record
     start = parse_sequence_number(first["SequenceNumber"])
     arrival: datetime = first["ApproximateArrivalTimestamp"]
+    behind = following.millis_behind_latest
     if shard.ending_sequence_number is not None:
-        # A closed shard takes no more records: "up to SHARD_END" is already a fixed bound.
+        # A closed shard takes no more records: "up to SHARD_END" is already a fixed bound. It is never capped:
+        # its children wait for it, and its records are bounded already.
         rng = SequenceRange(shard.shard_id, start, shard.ending_sequence_number, state.checkpoint, True, arrival)
-        return _ShardPlan(rng, checkpoint_missing=following.checkpoint_missing, lag_millis=following.millis_behind_latest)
-    tip = kinesis.find_tip(client, pipeline.stream, shard.shard_id, first, now, pipeline.read)
-    rng = SequenceRange(shard.shard_id, start, tip.end, state.checkpoint, False, arrival)
-    return _ShardPlan(rng, False, following.checkpoint_missing, following.millis_behind_latest, tip.estimate(arrival))
+        return _ShardPlan(rng, checkpoint_missing=following.checkpoint_missing, lag_millis=behind)
+    cap = arrival + pipeline.max_batch.span_for(rate.bytes_per_second if rate else None, pipeline.read)
+    found = kinesis.find_end(client, pipeline.stream, shard.shard_id, first, min(now, cap), pipeline.read, behind, calls)
+    rng = SequenceRange(shard.shard_id, start, found.end, state.checkpoint, False, arrival)
+    capped = cap < now and found.more_after
+    # How far the range's end is from the tip: from the start page's MillisBehindLatest where Kinesis gave it.
+    tip = arrival + timedelta(milliseconds=behind) if behind else now
+    left = max(0, int((tip - found.end_arrival).total_seconds() * 1000)) if capped else 0
+    span = (found.end_arrival - arrival).total_seconds()
+    estimate = rate.estimate(span) if rate else None
+    return _ShardPlan(rng, False, following.checkpoint_missing, behind, estimate, capped, left, found.probes)
+
+
+@dataclass(frozen=True)
+class ShardRate:
+    """A shard's write rate, measured on its last committed range: bytes and records per second of arrival time."""
+
+    bytes_per_second: float
+    records_per_second: float
+
+    def estimate(self, span_seconds: float) -> tuple[int, int]:
+        """Records and bytes of a range spanning ``span_seconds`` (at least its one record)."""
+        return max(1, round(self.records_per_second * span_seconds)), round(self.bytes_per_second * span_seconds)
+
+
+_MIN_RATE_SPAN = 1.0  # seconds: a shorter range (a burst, one record) says nothing of its shard's rate
+
+
+def shard_rates(store: StateStore, pipeline: str, states: Mapping[str, ShardState]) -> dict[str, ShardRate]:
+    """Each shard's rate on its last committed range, from the ledger (one read of the batches they name)."""
+    ids = {s.last_batch_id for s in states.values() if s.last_batch_id is not None and not s.finished}
+    if not ids:
+        return {}
+    rates: dict[str, ShardRate] = {}
+    for batch in store.get_batches(pipeline, sorted(ids)).values():
+        results = batch.manifest.by_shard() if batch.manifest else {}
+        for rng in batch.ranges:
+            got = results.get(rng.shard_id)
+            if got is None or got.last_arrival is None or rng.start_arrival is None:
+                continue
+            span = (got.last_arrival - rng.start_arrival).total_seconds()
+            if span >= _MIN_RATE_SPAN and states.get(rng.shard_id, ShardState(rng.shard_id)).last_batch_id == batch.batch_id:
+                rates[rng.shard_id] = ShardRate(got.bytes / span, (got.records + got.bad_records) / span)
+    return rates
 
 
 def _acknowledged_gap(
@@ -396,10 +468,16 @@ def commit_batch(pipeline: PipelineConfig, store: StateStore, batch_id: int, now
     # The output's copy of the ledger entry, before any checkpoint moves: a lost state table is rebuilt from these.
     output.write_commit_record(pipeline.output, committed)
     results = batch.manifest.by_shard()
-    for rng in batch.ranges:
+
+    def advance(rng: SequenceRange) -> None:
         # A closed shard read to SHARD_END: its checkpoint is the last record read, and it is finished.
         end = results[rng.shard_id].last_sequence_number if rng.to_shard_end else rng.end
         store.advance_checkpoint(pipeline.name, rng.shard_id, rng.previous_checkpoint, end, batch_id, finished=rng.to_shard_end)
+
+    # Each checkpoint's write is conditional on its own previous value, so their order does not matter: they go
+    # out concurrently (a 1,000-shard batch is 1,000 writes), and the first refusal fails the commit.
+    with ThreadPoolExecutor(max_workers=pipeline.read.plan_concurrency, thread_name_prefix="commit") as pool:
+        list(pool.map(advance, batch.ranges))
     try:
         store.complete_batch(batch, committed_at)
     except StateConflictError as exc:

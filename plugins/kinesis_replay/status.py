@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
 from kinesis_replay.config import PipelineConfig
-from kinesis_replay.state import Batch, StateStore
+from kinesis_replay.state import Batch, BatchStatus, StateStore
+
+# The batch's extra key for its capped ranges: shard id -> how far the range's end was behind the tip (ms).
+CAPPED = "capped"
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,9 @@ class PipelineView:
     in_flight: int | None
     shards: tuple[ShardView, ...]
     batches: tuple[BatchView, ...]
+    # After the newest committed batch: how far behind the tip (time, records), and when caught up at its pace.
+    behind: dict[str, Any] | None = None
+    behind_text: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -72,6 +79,8 @@ def pipeline_view(p: PipelineConfig, store: StateStore, now: datetime, last: int
         )
         for s in states
     )
+    newest = next((b for b in recent if b.status == BatchStatus.COMMITTED), None)
+    behind = catch_up(newest, now) if newest is not None else None
     return PipelineView(
         name=p.name,
         stream=p.stream,
@@ -81,6 +90,8 @@ def pipeline_view(p: PipelineConfig, store: StateStore, now: datetime, last: int
         in_flight=head.in_flight,
         shards=shards,
         batches=tuple(_batch_view(b) for b in recent),
+        behind=behind.to_dict() if behind else None,
+        behind_text=behind.describe() if behind else None,
     )
 
 
@@ -107,3 +118,72 @@ def _batch_view(b: Batch) -> BatchView:
         gaps=len(b.gaps),
         error=b.error,
     )
+
+
+@dataclass(frozen=True)
+class CatchUp:
+    """How far a pipeline is behind after a batch, and when it will have caught up at the rate that batch went.
+
+    A batch with capped ranges (max_batch) leaves records for the next batches: the pipeline is behind by
+    at least the worst capped shard's distance from the tip, which grows by the time since the plan while
+    the shard keeps writing. Each batch moved the capped shards ``covered_seconds`` of arrival time forward in
+    ``took_seconds`` of wall time, plan to commit; the stream meanwhile moved ``took_seconds`` forward.
+    """
+
+    capped_shards: tuple[str, ...]
+    behind_seconds: float
+    behind_records: int | None  # at the rate the capped shards wrote in this batch, where it could tell
+    covered_seconds: float
+    took_seconds: float
+
+    @property
+    def behind(self) -> bool:
+        return bool(self.capped_shards)
+
+    @property
+    def eta_seconds(self) -> float | None:
+        """Wall time until caught up at this batch's pace; None when it is not gaining on the tip."""
+        gain = self.covered_seconds / self.took_seconds - 1 if self.took_seconds > 0 else 0.0
+        return self.behind_seconds / gain if self.behind and gain > 0 else None
+
+    def describe(self) -> str:
+        if not self.behind:
+            return "within one batch of the tip"
+        records = f", about {self.behind_records:,} records" if self.behind_records is not None else ""
+        eta = self.eta_seconds
+        pace = f"{self.covered_seconds:.0f}s of the stream in {self.took_seconds:.0f}s"
+        when = f"caught up in about {_duration(eta)} at this pace ({pace})" if eta is not None else f"not gaining on the tip ({pace})"
+        return f"{len(self.capped_shards)} capped shards are {_duration(self.behind_seconds)} behind the tip{records}; {when}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "capped_shards": len(self.capped_shards), "behind_seconds": round(self.behind_seconds, 1),
+            "behind_records": self.behind_records, "eta_seconds": None if self.eta_seconds is None else round(self.eta_seconds),
+        }  # fmt: skip
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    if seconds < 120:
+        return f"{seconds}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+def catch_up(batch: Batch, now: datetime) -> CatchUp:
+    """What a committed (or verified) batch says of the pipeline's distance from the tip; see CatchUp."""
+    left: Mapping[str, int] = batch.extra.get(CAPPED) or {}
+    results = batch.manifest.by_shard() if batch.manifest else {}
+    since_plan = max(0.0, (now - batch.created_at).total_seconds())
+    took = max(0.0, ((batch.committed_at or now) - batch.created_at).total_seconds())
+    behind = max((ms / 1000 for ms in left.values()), default=0.0) + (since_plan if left else 0.0)
+    spans, records = [], 0
+    known = bool(left) and all(s in results for s in left)
+    for rng in batch.ranges:
+        got = results.get(rng.shard_id)
+        if rng.shard_id not in left or got is None or got.last_arrival is None or rng.start_arrival is None:
+            continue
+        span = max((got.last_arrival - rng.start_arrival).total_seconds(), 1e-3)
+        spans.append(span)
+        records += round((got.records + got.bad_records) / span * (left[rng.shard_id] / 1000 + since_plan))
+    # The slowest capped shard sets the pace: the pipeline has caught up when its last shard has.
+    return CatchUp(tuple(sorted(left)), behind, records if known else None, min(spans, default=0.0), took)

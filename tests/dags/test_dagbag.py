@@ -25,14 +25,18 @@ def test_every_dag_imports_without_errors(monkeypatch: pytest.MonkeyPatch) -> No
 
 def test_each_pipeline_dag_runs_plan_replay_verify_commit_one_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
     dag = dagbag(ROOT / "dags" / "pipelines.yaml", monkeypatch).dags["kinesis_replay_demo"]  # type: ignore[attr-defined]
-    assert [t.task_id for t in dag.topological_sort()] == ["plan", "replay", "verify", "commit", "check"]
+    order = [t.task_id for t in dag.topological_sort()]
+    assert [t for t in order if t not in ("catch_up", "plan_next")] == ["plan", "replay", "verify", "commit", "check"]
     assert dag.get_task("commit").upstream_task_ids == {"plan", "verify"}
     assert dag.get_task("check").trigger_rule == "none_failed"  # it runs after a skipped (idle) run too
+    # A capped batch queues the next run of the same DAG at once; an uncapped one skips plan_next.
+    assert dag.get_task("catch_up").upstream_task_ids == {"commit"} and dag.get_task("plan_next").upstream_task_ids == {"catch_up"}
+    assert dag.get_task("plan_next").trigger_dag_id == "kinesis_replay_demo"
     assert [a.name for a in dag.get_task("commit").outlets] == ["kinesis_replay_demo"]
     assert dag.max_active_runs == 1 and dag.catchup is False
     assert dag.doc_md and "plan → replay → verify → commit" in dag.doc_md
     for t in dag.tasks:
-        assert t.retries == (0 if t.task_id == "check" else 2) and t.retry_exponential_backoff
+        assert t.retries == (0 if t.task_id in ("check", "plan_next") else 2) and t.retry_exponential_backoff
     assert set(dag.params.keys()) == {"dry_run", "acknowledge_data_loss", "recover_from_output"}
 
 
@@ -139,7 +143,8 @@ def test_an_emr_serverless_pipeline_stages_its_batch_then_runs_it_as_a_job_run(t
     bag = dagbag(emr_pipeline(tmp_path, poll_seconds=20), monkeypatch)
     assert bag.import_errors == {}  # type: ignore[attr-defined]
     dag = bag.dags["kinesis_replay_demo"]  # type: ignore[attr-defined]
-    assert [t.task_id for t in dag.topological_sort()] == ["plan", "stage", "replay", "verify", "commit", "check"]
+    order = [t.task_id for t in dag.topological_sort()]
+    assert [t for t in order if t not in ("catch_up", "plan_next")] == ["plan", "stage", "replay", "verify", "commit", "check"]
     replay = dag.get_task("replay")
     assert replay.operator_class is EmrServerlessStartJobOperator
     assert replay.partial_kwargs["application_id"] == "00fabcdefgh12345"

@@ -103,7 +103,8 @@ def test_dry_runs_write_and_read_nothing(
     assert dry.tasks["plan"] == "skipped" and dry.tasks["replay"] == "skipped"
     assert store.list_batches(entry["name"]) == [] and store.get_shards(entry["name"]) == {}
     assert not Path(entry["output"]).exists()
-    assert "would plan batch 1 (PLANNED), 4 shard ranges" in caplog.text and "120 records" in caplog.text
+    # A first plan reads no range, and knows no shard's rate yet: what it would read is known only once read.
+    assert "would plan batch 1 (PLANNED), 4 shard ranges" in caplog.text and "records and bytes: unknown until read" in caplog.text
 
     # Airflow 3.3.2 runs dag.test() tasks in this process, and its process_params() sets a run's conf on
     # the DAG's own Param objects: a later run of the same DAG object would inherit dry_run. Build it anew.

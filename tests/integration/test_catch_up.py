@@ -1,0 +1,47 @@
+"""A first load larger than max_batch lands as several capped batches, one after another, exactly once."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from kinesis_replay.dynamodb_store import DynamoDBStateStore
+from kinesis_replay.status import CAPPED
+from stack.harness import SUCCESS, check_exactly_once, load_dags, queued_runs, read_output, run_dag, run_queued
+from stack.producer import produce
+
+CAP_SECONDS = 6
+
+
+def test_a_capped_initial_load_lands_as_several_batches_and_catches_up_at_once(
+    kinesis: Any, entry: dict[str, Any], store: DynamoDBStateStore, tmp_path: Path, airflow_db: Path
+) -> None:
+    # Records arriving over about 24 seconds, four times the cap, in puts of 20 every 0.4 s.
+    produced = []
+    for i in range(60):
+        produced += produce(kinesis, entry["stream"], 20, start_index=20 * i)
+        time.sleep(0.4)
+    capped = {**entry, "schedule": "@daily", "max_batch": {"span": f"{CAP_SECONDS}s"}}
+    dag = load_dags(tmp_path / "p.yaml", capped)[f"kinesis_replay_{entry['name']}"]
+
+    first = run_dag(dag)
+    assert first.tasks == {**SUCCESS, "plan_next": "success"}, first  # capped: the next run is queued at once
+    queued = queued_runs(dag.dag_id)
+    assert len(queued) == 1 and queued[0][3] == "DagRunTriggeredByType.OPERATOR", queued  # by plan_next, not the schedule
+    then = run_queued(dag)
+    assert [r.tasks for r in then[:-1]] == [{**SUCCESS, "plan_next": "success"}] * (len(then) - 1), then
+    assert then[-1].tasks == SUCCESS, then  # the last batch reached the tip: nothing more is queued
+    assert not queued_runs(dag.dag_id)
+
+    ledger = store.list_batches(entry["name"])
+    assert len(ledger) == 1 + len(then) >= 4 and all(b.status.value == "COMMITTED" for b in ledger)
+    for batch in ledger:
+        assert batch.manifest is not None
+        results = batch.manifest.by_shard()
+        for rng in batch.ranges:  # each range holds records that arrived within the cap of its first
+            last = results[rng.shard_id].last_arrival
+            assert rng.start_arrival is not None and last is not None
+            assert (last - rng.start_arrival).total_seconds() < CAP_SECONDS, (batch.batch_id, rng.describe())
+    assert [bool(b.extra.get(CAPPED)) for b in ledger] == [True] * (len(ledger) - 1) + [False]
+    assert check_exactly_once(produced, read_output(entry["output"])).ok
