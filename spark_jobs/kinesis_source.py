@@ -1,7 +1,8 @@
-"""The Spark side of reading closed ranges: one partition per shard range, read in the task with mapInArrow."""
+"""The Spark side of reading closed ranges: each task reads some of the shard ranges, with mapInArrow."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import time
@@ -62,22 +63,43 @@ def first_call_accumulator(spark: SparkSession) -> Accumulator[float]:
     return spark.sparkContext.accumulator(math.inf, Earliest())
 
 
-def read_ranges(spark: SparkSession, spec: JobSpec, first_call: Accumulator[float] | None = None) -> DataFrame:
-    """Exactly the spec's ranges as rows: one Spark partition, so one task, per range.
+# A task per range costs a Python round trip and a client each: at hundreds of shards that is most of a job.
+# Tasks read their ranges one after another, so no more tasks than this many per core are needed to balance them.
+TASKS_PER_CORE = 4
 
-    ``spark.range`` gives one row (the partition's index) to each of n partitions, and ``mapInArrow``
-    turns it into that range's records. Not a Python Data Source: Spark would start three Python
-    processes on the driver (to look up static data sources, create the source and plan its read)
-    before the first task, seconds of every run's fixed cost.
+
+def read_ranges(spark: SparkSession, spec: JobSpec, first_call: Accumulator[float] | None = None) -> DataFrame:
+    """Exactly the spec's ranges as rows: each Spark task reads some of them, one after another.
+
+    ``spark.range`` gives each of its partitions a run of range indexes, and ``mapInArrow`` turns each
+    index into that range's records. A job of few ranges has a task per range; one of many ranges has
+    TASKS_PER_CORE tasks per core of ``spark.default.parallelism``, each reading its ranges in turn (as
+    tasks of one range each would run in waves), with one client per Python worker. Not a Python Data
+    Source: Spark would start three Python processes on the driver (to look up static data sources,
+    create the source and plan its read) before the first task, seconds of every run's fixed cost.
     """
     planned = partitions(spec)
+    tasks = max(1, min(len(planned), spark.sparkContext.defaultParallelism * TASKS_PER_CORE))
 
     def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for index in batch.column(0).to_pylist():
                 yield from read_partition(planned[index], first_call)
 
-    return spark.range(0, len(planned), 1, len(planned)).mapInArrow(read, SCHEMA_DDL)
+    return spark.range(0, len(planned), 1, tasks).mapInArrow(read, SCHEMA_DDL)
+
+
+@functools.lru_cache(maxsize=4)
+def kinesis_client(endpoint: KinesisEndpoint) -> Any:
+    """One client per endpoint in each Python worker, shared by the ranges its tasks read (boto3 clients are thread-safe)."""
+    import boto3
+
+    from kinesis_replay.kinesis import CLIENT_CONFIG, leave_throttling_to_call
+
+    session = boto3.session.Session(botocore_session=utc_botocore_session())
+    return leave_throttling_to_call(
+        session.client("kinesis", region_name=endpoint.region_name, endpoint_url=endpoint.endpoint_url, config=CLIENT_CONFIG)
+    )
 
 
 def sample_ranges(spark: SparkSession, spec: JobSpec, first_call: Accumulator[float] | None = None) -> DataFrame:
@@ -105,20 +127,14 @@ def sample_ranges(spark: SparkSession, spec: JobSpec, first_call: Accumulator[fl
 
 
 def read_partition(partition: RangePartition, first_call: Accumulator[float] | None = None) -> Iterator[pa.RecordBatch]:
-    """In the task: open a client, read the range page by page, yield each page as an Arrow batch.
+    """In the task: read the range page by page with the worker's client, yield each page as an Arrow batch.
 
     Only one page is held at a time: each is converted and let go before the next is fetched.
     """
-    import boto3
-
-    from kinesis_replay.kinesis import CLIENT_CONFIG, ReadStats, iterate_range, leave_throttling_to_call
+    from kinesis_replay.kinesis import ReadStats, iterate_range
 
     rng, limits = partition.range, partition.read
-    session = boto3.session.Session(botocore_session=utc_botocore_session())
-    endpoint = partition.kinesis
-    client = leave_throttling_to_call(
-        session.client("kinesis", region_name=endpoint.region_name, endpoint_url=endpoint.endpoint_url, config=CLIENT_CONFIG)
-    )
+    client = kinesis_client(partition.kinesis)
     stats = ReadStats()
     if first_call is not None:
         first_call.add(time.time())
