@@ -86,6 +86,31 @@ def produce(
     return produced
 
 
+def produce_to_every_shard(client: Any, stream: str, per_shard: int, payload_bytes: int = 0) -> list[Produced]:
+    """Put ``per_shard`` events into every open shard (each aimed by an ExplicitHashKey at its shard's hash range)."""
+    shards = [s for s in client.list_shards(StreamName=stream)["Shards"] if "EndingSequenceNumber" not in s["SequenceNumberRange"]]
+    token = client.list_shards(StreamName=stream).get("NextToken")
+    while token:
+        page = client.list_shards(NextToken=token)
+        shards += [s for s in page["Shards"] if "EndingSequenceNumber" not in s["SequenceNumberRange"]]
+        token = page.get("NextToken")
+    wanted = [(s["HashKeyRange"]["StartingHashKey"], i) for i in range(per_shard) for s in shards]
+    produced: list[Produced] = []
+    for first in range(0, len(wanted), PUT_RECORDS_MAX):
+        pending = [(hash_key, *event(first + n, payload_bytes)) for n, (hash_key, _) in enumerate(wanted[first : first + PUT_RECORDS_MAX])]
+        while pending:
+            records = [{"PartitionKey": k, "Data": d, "ExplicitHashKey": h} for h, k, d in pending]
+            response = client.put_records(StreamName=stream, Records=records)
+            retry = []
+            for (hash_key, key, data), result in zip(pending, response["Records"], strict=True):
+                if "SequenceNumber" in result:
+                    produced.append(Produced(result["ShardId"], result["SequenceNumber"], key, data))
+                else:
+                    retry.append((hash_key, key, data))
+            pending = retry
+    return produced
+
+
 def produce_aggregated(client: Any, stream: str, aggregates: int, per_aggregate: int, start_index: int = 0) -> list[Produced]:
     """Put ``aggregates`` KPL aggregated records of ``per_aggregate`` user records each, built by aws-kinesis-agg."""
     from aws_kinesis_agg.aggregator import RecordAggregator
