@@ -49,8 +49,8 @@ CYCLE_FAULTS = (
     "concurrent", "stop_after_plan", "stop_after_replay", "stop_after_verify", "throttle",
 )  # fmt: skip
 SHARDS = 2
-STEP_KINDS = ("produce", "produce_aggregated", "cycle", "backfill", "split", "merge", "lose_state", "share_output")
-STEP_WEIGHTS = (3, 2, 6, 1, 1, 1, 3, 1)  # lose_state often: its recovery is the newest path
+STEP_KINDS = ("produce", "produce_aggregated", "cycle", "backfill", "split", "merge", "lose_state", "share_output", "cap")
+STEP_WEIGHTS = (3, 2, 6, 1, 1, 1, 3, 1, 2)
 LOSSES = ("deleted", "renamed")  # how a lose_state step loses the table
 DRAIN_CYCLES = 4  # clean cycles after the steps; a drained stream makes the last one idle
 
@@ -68,6 +68,8 @@ class Step:
             return f"cycle fault={self.fault}" + (f" write={self.n}" if self.fault.startswith("state_") else "")
         if self.kind == "lose_state":
             return f"lose_state {self.fault}"
+        if self.kind == "cap":
+            return f"cap span={self.n}ms"
         return self.kind
 
 
@@ -97,6 +99,8 @@ def generate(seed: int, steps: int, spark_steps_max: int = 2) -> list[Step]:
             schedule.append(Step("produce_aggregated", n=rng.randint(1, 8)))
         elif kind == "lose_state":
             schedule.append(Step("lose_state", rng.choice(LOSSES)))
+        elif kind == "cap":
+            schedule.append(Step("cap", n=rng.randint(1, 400)))
         else:
             schedule.append(Step(kind))
     return schedule
@@ -256,6 +260,15 @@ class Schedule:
         shards = self.kinesis.list_shards(StreamName=self.name)["Shards"]
         return [s for s in shards if "EndingSequenceNumber" not in s.get("SequenceNumberRange", {})]
 
+    def step_cap(self, step: Step) -> None:
+        """The operator caps the pipeline's batches (max_batch.span), and records arrive spread over more than the cap:
+        the next cycles land them in several capped batches, each queuing the next."""
+        self.entry["max_batch"] = {"span": f"{step.n}ms"}
+        for _ in range(4):
+            self.step_produce(Step("produce", n=self.rng.randint(5, 30)))
+            time.sleep(0.15)
+        self.log(f"{step}: batches are capped from here on")
+
     def step_split(self, step: Step) -> None:
         from stack.producer import split_shard
 
@@ -413,6 +426,9 @@ class Schedule:
 
     def drain(self) -> None:
         from stack.harness import run_dag
+
+        if self.entry.pop("max_batch", None) is not None:
+            self.log("drain: the operator lifts the cap")
 
         for n in range(DRAIN_CYCLES):
             result = run_dag(self.dags()[dag_ids(self.name)[0]])
@@ -646,7 +662,7 @@ def reliability_table(old: str, totals: Totals, seeds: list[int], steps: int, co
             "",
             "Randomized fault schedules (`tests/stack/chaos.py`): every run of `make chaos` adds a row, on "
             f"{platform.node() or 'this machine'}, {os.cpu_count()} cores. The run of 2026-11-22 16:51 predates the operator "
-            "steps (lose_state, share_output).",
+            "steps (lose_state, share_output, cap).",
             "",
             "| run (UTC) | command | schedules | steps each | records | lost | duplicated | failed schedules | time |",
             "|---|---|---:|---|---:|---:|---:|---|---:|",
