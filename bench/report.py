@@ -53,6 +53,7 @@ class Section:
 BENCH = Section("<!-- bench:start -->", "<!-- bench:end -->")
 RELIABILITY = Section("<!-- reliability:start -->", "<!-- reliability:end -->")
 LEDGER = Section("<!-- ledger:start -->", "<!-- ledger:end -->")
+PLANNING = Section("<!-- planning:start -->", "<!-- planning:end -->")
 RELIABILITY_PLACEHOLDER = "## Reliability (make chaos)\n\nNot measured yet: `make chaos` writes this table."
 
 
