@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STACK := tests/stack
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help install browser demo up down test test-unit test-integration chaos bench bench-ledger lint typecheck package stack-up stack-down clean
+.PHONY: help install browser demo up down test test-unit test-integration chaos bench bench-ledger bench-planning lint typecheck package stack-up stack-down clean
 
 help:
 	@echo "make demo     run the DAG for several cycles on a local stack and check every record landed exactly once"
@@ -19,6 +19,7 @@ help:
 	@echo "make package  build dist/kinesis_replay.zip, the library for spark-submit --py-files"
 	@echo "make bench    measure replay speed against bare reads and a naive exporter; writes BENCHMARKS.md (SIZES=... RUNS=...)"
 	@echo "make bench-ledger  time the page, the backfill selection and the stuck check on a ledger of 100,000 batches"
+	@echo "make bench-planning  time a plan at 4, 100 and 1,000 shards through a proxy at Kinesis's limits"
 
 install: $(VENV)/.installed $(STACK)/node_modules/.installed browser
 
@@ -82,6 +83,12 @@ bench: install
 LEDGER_ENTRIES ?= 100000
 bench-ledger: install
 	$(BIN)/python bench/ledger.py --entries $(LEDGER_ENTRIES)
+
+# Planning a batch at 4, 100 and 1,000 shards, busy and idle, through the throttling proxy at Kinesis's limits;
+# kinesalite holds every stream in memory (about 5 GB with the defaults).
+PLAN_SHARDS ?= 4 100 1000
+bench-planning: install
+	$(BIN)/python bench/planning.py --shards $(PLAN_SHARDS)
 
 stack-up: install
 	$(BIN)/python $(STACK)/local_stack.py start
