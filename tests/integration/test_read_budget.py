@@ -166,6 +166,8 @@ def test_a_backfill_replays_its_batches_one_at_a_time_and_names_a_missing_pool(
     status, body = request(f"{services.base}/kinesis-replay/api/pipelines", auth)
     (view,) = json.loads(body)
     assert view["pool"] == pool and f"Airflow pool '{pool}' does not exist" in view["pool_error"]
+    status, body = request(f"{services.base}/kinesis-replay/", {**auth, "Accept": "text/html"})
+    assert status == 200 and f"Airflow pool &#x27;{pool}&#x27; does not exist" in body.decode()
     command = re.search(r"Create it: (.*)$", view["pool_error"])
     assert command is not None and command[1].startswith(f"airflow pools set {pool} 1 ")
     subprocess.run(["bash", "-c", command[1]], env={**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"},
