@@ -52,6 +52,8 @@ from kinesis_replay.guards import RECOVER_PARAM
 
 CONFIG_PATH = resolve_config_path(Path(__file__).with_name("pipelines.yaml"))
 START = tasks.START
+# Above the weight of any backfill replay (1, or 2 with its EMR Serverless check), whatever Airflow's weight rule adds.
+REGULAR_REPLAY_PRIORITY = 10
 
 BACKFILL_DOC = """
 ### kinesis-replay backfill: replay stored batches into their own paths
@@ -63,6 +65,10 @@ whose records may have arrived in that window). Each chosen batch is replayed fr
 into `<output>/batch_id=<id>/` and must come out identical to its first run (same rows, same
 checksum). No checkpoint moves. Refused, before anything is read, while the pipeline's regular batch
 is in flight, for batches that are not committed, and for ranges that have left the stream's retention.
+The batches replay one at a time: every replay of the pipeline, regular or backfill, takes the one slot of
+its Airflow pool (`kinesis_replay_<name>` unless the config's `pool` says otherwise), so the shards are never
+read harder than the per-shard budget. A replay that stays *scheduled* may be waiting for a pool that does not
+exist: the Kinesis replay page (Browse) says so, with the command that creates it.
 `dry_run` shows what would be read, and its cost, without reading.
 """
 
@@ -82,7 +88,7 @@ def default_args(p: PipelineConfig) -> dict[str, Any]:
     }
 
 
-def emr_replay(p: PipelineConfig, staged: Any) -> Any:
+def emr_replay(p: PipelineConfig, staged: Any, priority_weight: int = 1) -> Any:
     """EMR Serverless runs the replay job: one job run per dict of kwargs that a stage task returned."""
     from airflow.providers.amazon.aws.operators.emr import EmrServerlessStartJobOperator
 
@@ -90,6 +96,8 @@ def emr_replay(p: PipelineConfig, staged: Any) -> Any:
     return EmrServerlessStartJobOperator.partial(
         task_id="replay",
         aws_conn_id=p.aws_conn_id,
+        pool=p.pool,  # a deferred job run holds its slot: the pool is created with --include-deferred
+        priority_weight=priority_weight,
         execution_timeout=timedelta(seconds=p.spark.submit_timeout_seconds),
         map_index_template="{{ task.name }}",
         **fixed,
@@ -129,7 +137,13 @@ def build_dag(p: PipelineConfig) -> DAG:
             context = get_current_context()
             return tasks.plan(p, context["run_id"], context["params"])
 
-        @task(task_id="replay", execution_timeout=timedelta(seconds=p.spark.submit_timeout_seconds))
+        # The regular batch takes the pool's next free slot before a backfill's remaining batches do.
+        @task(
+            task_id="replay",
+            pool=p.pool,
+            priority_weight=REGULAR_REPLAY_PRIORITY,
+            execution_timeout=timedelta(seconds=p.spark.submit_timeout_seconds),
+        )
         def replay(planned: dict[str, Any]) -> None:
             tasks.replay(p, planned, get_current_context()["params"])
 
@@ -161,7 +175,7 @@ def build_dag(p: PipelineConfig) -> DAG:
         plan_next = TriggerDagRunOperator(task_id="plan_next", trigger_dag_id=p.dag_id, conf={}, retries=0)
 
         planned: Any = plan()  # an XComArg: each task below gets plan's dict when it runs
-        replayed = replay(planned) if p.spark.emr_serverless is None else emr_replay(p, stage(planned))
+        replayed = replay(planned) if p.spark.emr_serverless is None else emr_replay(p, stage(planned), REGULAR_REPLAY_PRIORITY)
         committed: Any = commit(planned)
         replayed >> verify(planned) >> committed >> check()
         catch_up(committed) >> plan_next
@@ -195,6 +209,7 @@ def build_backfill_dag(p: PipelineConfig) -> DAG:
 
         @task(
             task_id="replay",
+            pool=p.pool,  # one slot: the mapped batches replay one after another, never all at once
             outlets=[asset],
             map_index_template="batch {{ task.op_kwargs['batch_id'] }}",
             execution_timeout=timedelta(seconds=p.spark.submit_timeout_seconds),

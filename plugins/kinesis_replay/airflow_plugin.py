@@ -55,7 +55,7 @@ def _pipeline_views(user: "BaseUser") -> list[dict[str, Any]]:
     from airflow.configuration import conf
     from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
 
-    from kinesis_replay.config import load_pipelines, resolve_config_path
+    from kinesis_replay.config import load_pipelines, missing_pool_message, resolve_config_path
     from kinesis_replay.dynamodb_store import DynamoDBStateStore
     from kinesis_replay.errors import KinesisReplayError
     from kinesis_replay.status import pipeline_view
@@ -68,13 +68,25 @@ def _pipeline_views(user: "BaseUser") -> list[dict[str, Any]]:
     invalid = [_Invalid(e) for e in loaded.errors]
     for bad in _readable_by(user, invalid):
         views.append({"name": bad.name, "stream": "-", "error": f"invalid config: {bad.error.message}", "shards": [], "batches": []})
+    pools = _existing_pools()
     for p in _readable_by(user, loaded.pipelines):
         try:
             client = AwsBaseHook(aws_conn_id=p.aws_conn_id, client_type="dynamodb").conn
-            views.append(pipeline_view(p, DynamoDBStateStore(client, p.state_table), now).to_dict())
+            view = pipeline_view(p, DynamoDBStateStore(client, p.state_table), now).to_dict()
         except KinesisReplayError as exc:  # a pipeline that has never run has no state table yet
-            views.append({"name": p.name, "stream": p.stream, "error": str(exc), "shards": [], "batches": []})
+            view = {"name": p.name, "stream": p.stream, "error": str(exc), "shards": [], "batches": []}
+        view["pool"] = p.pool
+        view["pool_error"] = None if p.pool in pools else missing_pool_message(loaded.pipelines, p.pool)
+        views.append(view)
     return views
+
+
+def _existing_pools() -> set[str]:
+    """The names of Airflow's pools. Only Airflow's own processes can see them: a task (Task SDK) cannot, so a replay
+    whose pool is missing just stays scheduled, and this page is where its pipeline learns why."""
+    from airflow.models.pool import Pool
+
+    return {pool.pool for pool in Pool.get_pools() if pool.pool}
 
 
 class _Invalid:
@@ -99,6 +111,8 @@ def _render(views: list[dict[str, Any]], base: str) -> str:
         parts.append(
             f'<section class="pipeline" id="pipeline-{e(v["name"])}"><h2>{e(v["name"])} <small>stream {e(v["stream"])}</small></h2>'
         )
+        if v.get("pool_error"):
+            parts.append(f'<p class="error pool-error">{e(v["pool_error"])}</p>')
         if v.get("error"):
             parts.append(f'<p class="error">{e(v["error"])}</p></section>')
             continue

@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 import posixpath
 import re
-from collections.abc import Mapping
+import shlex
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -17,6 +18,8 @@ from kinesis_replay.records import PARTITION_COLUMN, ROW_COLUMNS
 CONFIG_ENV = "KINESIS_REPLAY_CONFIG"
 INITIAL_POSITIONS = ("TRIM_HORIZON", "LATEST", "AT_TIMESTAMP")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+# An Airflow pool's name: what `airflow pools set` and a shell accept unquoted, within the 256 characters Airflow stores.
+_POOL = re.compile(r"^[A-Za-z0-9_.-]{1,256}$")
 
 
 @dataclass(frozen=True)
@@ -147,10 +150,17 @@ class PipelineConfig:
     # The check task fails (and alerts) when a record has waited longer than this without being committed.
     max_checkpoint_age_minutes: int = 180
     max_batch: MaxBatch = field(default_factory=MaxBatch)
+    # The Airflow pool every replay of the pipeline, regular or backfill, takes a slot of; None: kinesis_replay_<name>.
+    pool_name: str | None = None
 
     @property
     def dag_id(self) -> str:
         return dag_ids(self.name)[0]
+
+    @property
+    def pool(self) -> str:
+        """The Airflow pool of the pipeline's replays: one slot, so that one replay at a time reads the stream's shards."""
+        return self.pool_name or default_pool(self.name)
 
     @property
     def backfill_dag_id(self) -> str:
@@ -162,10 +172,43 @@ def dag_ids(pipeline: str) -> tuple[str, str]:
     return f"kinesis_replay_{pipeline}", f"kinesis_replay_backfill_{pipeline}"
 
 
+def default_pool(pipeline: str) -> str:
+    """The pool a pipeline's replays take a slot of unless its config names another."""
+    return f"kinesis_replay_{pipeline}"
+
+
+# Each replay reads every shard of the stream at the full per-shard read budget (read.*), so the pool has one slot.
+POOL_SLOTS = 1
+AIRFLOW_DEFAULT_POOL = "default_pool"  # Airflow's own pool, for every task that names none
+
+
+def pool_set_args(pool: str) -> list[str]:
+    """The command that creates (or resets) a pipelines' pool: one slot, deferred replays counted as running.
+
+    A replay on EMR Serverless may wait deferred in the triggerer; a pool counts deferred tasks only with
+    --include-deferred, and without it a second replay would start while the first still reads.
+    """
+    return ["airflow", "pools", "set", pool, str(POOL_SLOTS), "kinesis-replay: one replay at a time", "--include-deferred"]
+
+
+def pool_set_command(pools: Iterable[str]) -> str:
+    """The shell command that creates the pools, one ``airflow pools set`` each."""
+    return " && ".join(shlex.join(pool_set_args(pool)) for pool in sorted(set(pools)))
+
+
+def missing_pool_message(pipelines: Iterable[PipelineConfig], pool: str) -> str:
+    """What a missing pool means, naming it, its pipelines and the command that creates it."""
+    names = ", ".join(sorted(p.name for p in pipelines if p.pool == pool))
+    return (
+        f"Airflow pool {pool!r} does not exist: the replays of pipeline(s) {names} (regular and backfill) wait for it "
+        f"forever, and only the scheduler's log says so. Create it: {pool_set_command([pool])}"
+    )
+
+
 _PIPELINE_KEYS = {
     "name", "stream", "output", "schedule", "initial_position", "state_table", "spark",
     "initial_timestamp", "aws_conn_id", "retries", "retry_delay_seconds", "read", "payload",
-    "max_checkpoint_age_minutes", "max_batch",
+    "max_checkpoint_age_minutes", "max_batch", "pool",
 }  # fmt: skip
 _REQUIRED_KEYS = ("name", "stream", "output", "schedule", "initial_position", "state_table", "spark")
 _SPARK_KEYS = {"master", "conf", "submit_timeout_seconds", "emr_serverless"}
@@ -456,6 +499,15 @@ def _parse_pipeline(source: str, index: int, data: object) -> PipelineConfig:
         output = normalize_output(r.text("output"))
     except ValueError as exc:
         r.fail(str(exc), "output")
+    pool = r.text("pool", required=False) if r.has("pool") else None
+    if pool is not None and not _POOL.match(pool):
+        r.fail(f"must be an Airflow pool name of letters, digits, '_', '.' and '-' (at most 256), got {pool!r}", "pool")
+    if pool == AIRFLOW_DEFAULT_POOL:
+        r.fail(
+            f"must be a pool of kinesis-replay's own: {AIRFLOW_DEFAULT_POOL} is shared by every task and has many slots, "
+            "so several replays would read the same shards at once, each at the full read budget",
+            "pool",
+        )
     return PipelineConfig(
         name=name,
         stream=r.text("stream"),
@@ -472,6 +524,7 @@ def _parse_pipeline(source: str, index: int, data: object) -> PipelineConfig:
         payload=payload,
         max_checkpoint_age_minutes=r.integer("max_checkpoint_age_minutes", 180, minimum=1),
         max_batch=_parse_max_batch(_Reader(source, f"{r.path}.max_batch", r.data.get("max_batch") or {}, _MAX_BATCH_KEYS)),
+        pool_name=pool,
     )
 
 

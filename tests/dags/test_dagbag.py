@@ -166,3 +166,14 @@ def test_deferring_without_aiobotocore_is_an_import_error_naming_the_pipeline(tm
     (message,) = bag.import_errors.values()  # type: ignore[attr-defined]
     assert "pipeline demo: spark.emr_serverless.deferrable needs aiobotocore" in message
     assert bag.dag_ids == []  # type: ignore[attr-defined]
+
+
+def test_every_replay_of_a_pipeline_takes_a_slot_of_its_one_pool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A per-DAG limit (max_active_tis_per_dag) could not span the regular DAG and the backfill DAG; one pool does."""
+    for config in (ROOT / "dags" / "pipelines.yaml", emr_pipeline(tmp_path)):
+        bag = dagbag(config, monkeypatch)
+        regular, backfill = (bag.dags[d] for d in ("kinesis_replay_demo", "kinesis_replay_backfill_demo"))  # type: ignore[attr-defined]
+        pools = {(dag.dag_id, t.task_id): t.pool for dag in (regular, backfill) for t in dag.tasks if t.pool != "default_pool"}
+        assert pools == {(regular.dag_id, "replay"): "kinesis_replay_demo", (backfill.dag_id, "replay"): "kinesis_replay_demo"}
+        # When the slot frees, the regular batch goes before a backfill's remaining batches.
+        assert regular.get_task("replay").priority_weight > backfill.get_task("replay").priority_weight

@@ -71,6 +71,15 @@ def clear_demo_output() -> None:
             print(f"removed {output}, the demo output of an earlier `make up` (its stream and state table were in memory)")
 
 
+def create_pools(env: dict[str, str]) -> None:
+    """Each pipeline's replays wait for a slot of its pool, which Airflow does not create: a missing one stalls them for good."""
+    from kinesis_replay.config import load_pipelines, pool_set_args
+
+    for pool in sorted({p.pool for p in load_pipelines(env["KINESIS_REPLAY_CONFIG"]).pipelines}):
+        subprocess.run(pool_set_args(pool), env=env, check=True, capture_output=True)
+        print(f"created the Airflow pool {pool} (1 slot): one replay at a time reads the stream")
+
+
 def start(port: int, rate: float) -> None:
     stop(quiet=True)
     STATE.mkdir(parents=True, exist_ok=True)
@@ -85,6 +94,7 @@ def start(port: int, rate: float) -> None:
     )
     env = airflow_env(port)
     subprocess.run(["airflow", "db", "migrate"], env=env, check=True, capture_output=True)
+    create_pools(env)
     _spawn("airflow", ["airflow", "standalone"], env)
     local_stack.wait_for_http(f"http://127.0.0.1:{port}/api/v2/monitor/health", 180, "Airflow", log=STATE / "airflow.log")
     passwords = STATE / "airflow" / "simple_auth_manager_passwords.json.generated"
@@ -93,6 +103,7 @@ def start(port: int, rate: float) -> None:
 kinesis-replay is up.
   Airflow UI:    http://127.0.0.1:{port}   (user admin, password {password})
   Pipelines:     kinesis_replay_demo runs every 5 minutes; kinesis_replay_backfill_demo is triggered by hand
+  Read budget:   their replays take turns in the pool kinesis_replay_demo (1 slot)
   Status page:   Browse > Kinesis replay
   Producer:      {rate:g} records/s into the stream "demo"; output in /tmp/kinesis-replay/demo
   Logs:          {STATE}

@@ -33,7 +33,7 @@ import pytest
 import yaml
 from cryptography.fernet import Fernet
 
-from kinesis_replay.config import PipelineConfig, parse_config
+from kinesis_replay.config import PipelineConfig, parse_config, pool_set_command
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
@@ -757,6 +757,14 @@ def test_the_pipelines_config_inside_the_stack_is_valid_and_replays_on_its_spark
     for name in readers:
         pipelines = stack_pipelines(compose, name)
         assert {p.spark.master for p in pipelines} == {f"spark://spark-master:{master[master.index('--port') + 1]}"}
+
+
+def test_the_init_service_creates_the_pool_of_every_pipeline_in_the_stack() -> None:
+    """A replay whose pool does not exist waits forever, and only the scheduler's log says so."""
+    compose = load_compose()
+    command = compose["services"]["airflow-init"]["command"]
+    pools = {p.pool for p in stack_pipelines(compose, "airflow-scheduler")}
+    assert command[:2] == ["bash", "-c"] and command[2] == f"airflow db migrate && {pool_set_command(pools)}"
 
 
 def test_the_output_lives_on_a_volume_the_spark_driver_and_the_executors_share() -> None:

@@ -16,6 +16,7 @@ from kinesis_replay.config import (
     outputs_overlap,
     parse_config,
     parse_pipelines,
+    pool_set_command,
     resolve_config_path,
 )
 
@@ -59,6 +60,32 @@ def test_a_missing_required_key_is_named(key: str) -> None:
     del data["pipelines"][0][key]
     with pytest.raises(ConfigError, match=rf"pipelines\[0\].*{key}: is required"):
         parse_config(data, "p.yaml")
+
+
+def test_replays_take_turns_in_a_pool_of_the_pipeline_unless_another_is_named() -> None:
+    assert parse_config(VALID)[0].pool == "kinesis_replay_orders"
+    # Pipelines that read the same stream may share one pool: the shards' read limits are the stream's.
+    assert parse_config(config(pool="stream-orders.replays"))[0].pool == "stream-orders.replays"
+
+
+@pytest.mark.parametrize(
+    ("pool", "message"),
+    [
+        ("", "must be a non-empty string"),
+        ("two words", "must be an Airflow pool name"),
+        ("default_pool", "must be a pool of kinesis-replay.s own: default_pool is shared by every task"),
+    ],
+)
+def test_a_pool_that_cannot_hold_the_replays_to_the_budget_is_refused(pool: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=rf"pipelines\[0\] \(orders\)\.pool: {message}"):
+        parse_config(config(pool=pool))
+
+
+def test_the_pool_command_creates_one_slot_that_counts_deferred_replays() -> None:
+    assert pool_set_command(["b", "a", "b"]) == (
+        "airflow pools set a 1 'kinesis-replay: one replay at a time' --include-deferred && "
+        "airflow pools set b 1 'kinesis-replay: one replay at a time' --include-deferred"
+    )
 
 
 def test_an_unknown_key_is_an_error_not_ignored() -> None:
