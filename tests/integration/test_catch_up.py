@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from kinesis_replay.airflow_plugin import _render
+from kinesis_replay.config import parse_config
 from kinesis_replay.dynamodb_store import DynamoDBStateStore
-from kinesis_replay.status import CAPPED
+from kinesis_replay.status import CAPPED, pipeline_view
 from stack.harness import SUCCESS, check_exactly_once, load_dags, queued_runs, read_output, run_dag, run_queued
 from stack.producer import produce
 
@@ -27,6 +30,11 @@ def test_a_capped_initial_load_lands_as_several_batches_and_catches_up_at_once(
 
     first = run_dag(dag)
     assert first.tasks == {**SUCCESS, "plan_next": "success"}, first  # capped: the next run is queued at once
+    # The page says how far behind the pipeline is, and when it will have caught up.
+    view = pipeline_view(parse_config({"pipelines": [capped]})[0], store, datetime.now(UTC)).to_dict()
+    assert view["behind"]["capped_shards"] == 4 and view["behind"]["behind_seconds"] > CAP_SECONDS
+    assert view["behind"]["behind_records"] > 0
+    assert "Catching up: 4 capped shards are" in _render([view], "") and "behind the tip, about" in view["behind_text"]
     queued = queued_runs(dag.dag_id)
     assert len(queued) == 1 and queued[0][3] == "DagRunTriggeredByType.OPERATOR", queued  # by plan_next, not the schedule
     then = run_queued(dag)
@@ -44,4 +52,6 @@ def test_a_capped_initial_load_lands_as_several_batches_and_catches_up_at_once(
             assert rng.start_arrival is not None and last is not None
             assert (last - rng.start_arrival).total_seconds() < CAP_SECONDS, (batch.batch_id, rng.describe())
     assert [bool(b.extra.get(CAPPED)) for b in ledger] == [True] * (len(ledger) - 1) + [False]
+    caught_up = pipeline_view(parse_config({"pipelines": [capped]})[0], store, datetime.now(UTC))
+    assert caught_up.behind_text == "within one batch of the tip"
     assert check_exactly_once(produced, read_output(entry["output"])).ok
