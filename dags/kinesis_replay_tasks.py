@@ -208,7 +208,8 @@ def job_credentials(p: PipelineConfig, batch: Batch, hook: AwsBaseHook) -> crede
     keys = None
     if conn.aws_access_key_id and conn.aws_secret_access_key:
         keys = credentials.Keys(conn.aws_access_key_id, conn.aws_secret_access_key, conn.aws_session_token)
-    connection = credentials.Connection(role, keys, conn.profile_name, hook.conn_region_name)
+    region = conn.region_name or hook.conn_region_name  # the latter resolves the region through a client of the hook's session
+    connection = credentials.Connection(role, keys, conn.profile_name, region)
     base = None
     if role is not None and keys is None and conn.profile_name is None:
         base = worker_credentials(hook)
@@ -223,7 +224,7 @@ def frozen_credentials(hook: AwsBaseHook) -> credentials.Keys:
 
 def worker_credentials(hook: AwsBaseHook) -> credentials.BaseCredentials | None:
     """What the worker's default chain gives the hook to assume the connection's role with, when the connection holds no keys."""
-    found = BaseSessionFactory(conn=hook.conn_config, region_name=hook.conn_region_name).basic_session.get_credentials()
+    found = BaseSessionFactory(conn=hook.conn_config, region_name=hook.conn_config.region_name).basic_session.get_credentials()
     if found is None:
         return None
     keys = _keys(found.get_frozen_credentials(), f"the worker's {found.method} credentials")
