@@ -114,6 +114,8 @@ def read_partition(partition: RangePartition, first_call: Accumulator[float] | N
     from kinesis_replay.kinesis import CLIENT_CONFIG, ReadStats, iterate_range, leave_throttling_to_call
 
     rng, limits = partition.range, partition.read
+    # Credentials from the default chain: for a role connection, the AWS_PROFILE that assumes the role, which this
+    # session renews itself while it reads (kinesis_replay.credentials); never keys fixed when the job started.
     session = boto3.session.Session(botocore_session=utc_botocore_session())
     endpoint = partition.kinesis
     client = leave_throttling_to_call(
