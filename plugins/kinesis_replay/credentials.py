@@ -128,7 +128,13 @@ def for_job(connection: Connection, default_session_name: str, base: BaseCredent
         )
     config = profile_config(connection.role, source, default_session_name, connection.region)
     how = f"a profile that assumes role {connection.role.arn} and renews its credentials"
-    return JobCredentials(how, {**dict.fromkeys(CREDENTIAL_VARS), **region}, config, renews=True)
+    warning = None
+    if isinstance(source, Keys) and source.token:
+        warning = (
+            f"the base credentials that assume role {connection.role.arn} are temporary (a session token): the job renews "
+            "the role's credentials only as long as they last"
+        )
+    return JobCredentials(how, {**dict.fromkeys(CREDENTIAL_VARS), **region}, config, warning, renews=True)
 
 
 def _without_role(connection: Connection, region: dict[str, str]) -> JobCredentials:

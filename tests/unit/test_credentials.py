@@ -76,6 +76,12 @@ def test_a_role_connection_gives_the_job_a_profile_that_assumes_the_role_and_ren
     assert session.full_config["services"][credentials.PROFILE] == {"sts": {"endpoint_url": ROLE.sts_endpoint_url}}
 
 
+def test_temporary_base_keys_beneath_a_role_are_named_in_a_warning() -> None:
+    given = credentials.for_job(Connection(ROLE, Keys("ASIABASE", "s", "base-token")), SESSION, None, never_frozen)
+    assert given.renews and given.config is not None and "aws_session_token = base-token\n" in given.config
+    assert given.warning is not None and "only as long as they last" in given.warning
+
+
 def test_the_roles_session_name_and_external_id_come_from_assume_role_kwargs() -> None:
     role = Role(ROLE.arn, kwargs={"RoleSessionName": "etl", "ExternalId": "x-1"})
     config = credentials.profile_config(role, KEYS, SESSION, None)
