@@ -28,7 +28,7 @@ from stack.producer import produce
 RENEW_AFTER = 3
 DURATION = 15 * 60 + RENEW_AFTER
 TOKEN_LIFETIME = 6.0
-# One GetRecords call a second of 5 records: a shard of about 40 records takes about 8 s to read.
+# One GetRecords call a second of 5 records: a shard of 34 to 49 records (these keys, 4 shards) takes 7 to 10 s to read.
 SLOW_READ = {"get_records_per_second": 1, "max_records_per_call": 5, "first_page_records": 5}
 ROLE_ARN = "arn:aws:iam::123456789012:role/kinesis-replay"
 
@@ -49,19 +49,29 @@ def proxy(stack: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[KinesisProxy]
 
 
 @pytest.fixture
-def dag(tmp_path: Path, airflow_db: Path, entry: dict[str, Any], proxy: KinesisProxy) -> Any:
-    entry = {**entry, "aws_conn_id": "aws_role", "read": SLOW_READ}
-    return load_dags(tmp_path / f"{entry['name']}.yaml", entry)[f"kinesis_replay_{entry['name']}"]
+def plan_then_pace(tmp_path: Path, airflow_db: Path, entry: dict[str, Any], proxy: KinesisProxy) -> Any:
+    """Plan the batch at the default read budget, then give back the pipeline's DAG with the slow one for the replay.
+
+    The planner reads each shard's newest records, shard after shard, at the same budget: paced, it would take
+    several times as long as the replay. The budget is not part of the batch, so the replay may take another.
+    """
+    # One core per shard: the four ranges read side by side (mostly waiting on the budget), in one wave, not two.
+    entry = {**entry, "aws_conn_id": "aws_role", "spark": {**entry["spark"], "master": "local[4]"}}
+    config, dag_id = tmp_path / "pipelines.yaml", f"kinesis_replay_{entry['name']}"
+
+    def run() -> Any:
+        assert run_dag(load_dags(config, entry)[dag_id].partial_subset(task_ids=["plan"])).tasks == {"plan": "success"}
+        proxy.read_tokens.clear()  # from here on, only the replay reads
+        return load_dags(config, {**entry, "read": SLOW_READ})[dag_id]
+
+    return run
 
 
 def test_a_role_connections_job_renews_its_credentials_and_commits_the_batch_exactly_once(
-    kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any], proxy: KinesisProxy, dag: Any
+    kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any], proxy: KinesisProxy, plan_then_pace: Any
 ) -> None:
     produced = produce(kinesis, entry["stream"], 160)
-    assert run_dag(dag.partial_subset(task_ids=["plan"])).tasks == {"plan": "success"}
-    proxy.read_tokens.clear()  # from here on, only the replay reads
-
-    assert run_dag(dag).tasks == SUCCESS
+    assert run_dag(plan_then_pace()).tasks == SUCCESS
     assert proxy.expired == 0
     # Each shard's read outlived a token: its job session renewed the role's credentials and read on.
     assert max(len(tokens) for tokens in proxy.read_tokens.values()) >= 2, dict(proxy.read_tokens)
@@ -75,7 +85,12 @@ def test_a_role_connections_job_renews_its_credentials_and_commits_the_batch_exa
 
 
 def test_frozen_credentials_expire_mid_read_and_nothing_commits(
-    kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any], proxy: KinesisProxy, dag: Any, monkeypatch: pytest.MonkeyPatch
+    kinesis: Any,
+    store: DynamoDBStateStore,
+    entry: dict[str, Any],
+    proxy: KinesisProxy,
+    plan_then_pace: Any,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The control: the job gets the role's credentials once, as before this change, and the same read fails."""
 
@@ -87,9 +102,9 @@ def test_frozen_credentials_expire_mid_read_and_nothing_commits(
     monkeypatch.setattr(tasks, "job_credentials", once)
     produce(kinesis, entry["stream"], 160)
 
-    failed = run_dag(dag)
+    failed = run_dag(plan_then_pace())
     assert failed.tasks["replay"] == "failed" and failed.tasks["commit"] == "upstream_failed"
-    assert proxy.expired > 0 and sum(c.records for c in proxy.counters.values()) > 0  # refused after reading had begun
+    assert proxy.expired > 0 and any(proxy.read_tokens.values())  # refused after the job had begun reading
     batch = store.get_batch(entry["name"], 1)
     assert batch.status == BatchStatus.FAILED and "ExpiredTokenException" in (batch.error or "")
     assert all(s.checkpoint is None for s in store.get_shards(entry["name"]).values())
