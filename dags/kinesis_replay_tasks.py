@@ -17,15 +17,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
+from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook, BaseSessionFactory
 from airflow.providers.amazon.aws.hooks.kinesis import KinesisHook
 from airflow.providers.amazon.aws.hooks.s3 import S3Hook
 from airflow.sdk import DAG
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 from airflow.sdk.observability import stats
 from botocore.config import Config
+from botocore.credentials import ReadOnlyCredentials, RefreshableCredentials
 
-from kinesis_replay import backfill, batches, config, emr_serverless, guards, kinesis, output, recovery, spark_submit, status
+from kinesis_replay import backfill, batches, config, credentials, emr_serverless, guards, kinesis, output, recovery, spark_submit, status
 from kinesis_replay.config import LoadedConfig, PipelineConfig, PipelineError
 from kinesis_replay.dynamodb_store import DynamoDBStateStore
 from kinesis_replay.errors import ConfigError, KinesisReplayError
@@ -181,16 +182,13 @@ def job_spec(p: PipelineConfig, batch: Batch, accept_gaps: frozenset[str] = froz
 def submit(p: PipelineConfig, batch: Batch, accept_gaps: frozenset[str] = frozenset()) -> None:
     """spark-submit the replay job with the batch's spec; endpoint and credentials come from the hook."""
     hook = kinesis_hook(p)
-    credentials = hook.get_credentials()
-    given = {
-        "AWS_ACCESS_KEY_ID": credentials.access_key,
-        "AWS_SECRET_ACCESS_KEY": credentials.secret_key,
-        "AWS_SESSION_TOKEN": credentials.token,
-        "AWS_DEFAULT_REGION": hook.conn_region_name,
-    }
-    env = {name: value for name, value in given.items() if value}
+    given = job_credentials(p, batch, hook)
+    log.info("pipeline %s, batch %d: the job's AWS credentials: %s", p.name, batch.batch_id, given.how)
+    if given.warning:
+        log.warning("pipeline %s, batch %d: %s", p.name, batch.batch_id, given.warning)
     work = Path(tempfile.mkdtemp(prefix=f"kinesis-replay-{p.name}-{batch.batch_id}-"))
     try:
+        env = given.write(work)  # the config file with the role's base keys stays in this private folder
         spec_path = work / "batch.json"
         spec_path.write_text(job_spec(p, batch, accept_gaps).to_json())
         library = spark_submit.package_library(work / "kinesis_replay.zip")
@@ -200,6 +198,45 @@ def submit(p: PipelineConfig, batch: Batch, accept_gaps: frozenset[str] = frozen
         spark_submit.run(command, spark_submit.submit_env(p.spark.master, env), f"pipeline {p.name}, batch {batch.batch_id}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def job_credentials(p: PipelineConfig, batch: Batch, hook: AwsBaseHook) -> credentials.JobCredentials:
+    """How the replay job gets the connection's credentials: a profile that assumes its role, so that they last as long as the job."""
+    conn = hook.conn_config
+    role = None
+    if conn.role_arn:
+        sts = conn.get_service_endpoint_url("sts", sts_connection_assume=True)
+        role = credentials.Role(conn.role_arn, conn.assume_role_method or "assume_role", dict(conn.assume_role_kwargs), sts)
+    keys = None
+    if conn.aws_access_key_id and conn.aws_secret_access_key:
+        keys = credentials.Keys(conn.aws_access_key_id, conn.aws_secret_access_key, conn.aws_session_token)
+    region = conn.region_name or hook.conn_region_name  # the latter resolves the region through a client of the hook's session
+    connection = credentials.Connection(role, keys, conn.profile_name, region)
+    base = None
+    if role is not None and keys is None and conn.profile_name is None:
+        base = worker_credentials(hook)
+    session_name = credentials.session_name(p.name, batch.batch_id)
+    return credentials.for_job(connection, session_name, base, lambda: frozen_credentials(hook))
+
+
+def frozen_credentials(hook: AwsBaseHook) -> credentials.Keys:
+    """The connection's credentials as they are now (an assumed role's expire, by default within the hour)."""
+    return _keys(hook.get_credentials(), f"connection {hook.aws_conn_id}")
+
+
+def worker_credentials(hook: AwsBaseHook) -> credentials.BaseCredentials | None:
+    """What the worker's default chain gives the hook to assume the connection's role with, when the connection holds no keys."""
+    found = BaseSessionFactory(conn=hook.conn_config, region_name=hook.conn_config.region_name).basic_session.get_credentials()
+    if found is None:
+        return None
+    keys = _keys(found.get_frozen_credentials(), f"the worker's {found.method} credentials")
+    return credentials.BaseCredentials(found.method, isinstance(found, RefreshableCredentials), keys)
+
+
+def _keys(found: ReadOnlyCredentials, what: str) -> credentials.Keys:
+    if not found.access_key or not found.secret_key:
+        raise ConfigError(f"{what}: no access key, so there is nothing to give the replay job")
+    return credentials.Keys(found.access_key, found.secret_key, found.token)
 
 
 def stage_emr(p: PipelineConfig, batch: Batch, accept_gaps: frozenset[str] = frozenset()) -> dict[str, Any]:

@@ -134,6 +134,8 @@ def read_partition(partition: RangePartition, first_call: Accumulator[float] | N
     from kinesis_replay.kinesis import ReadStats, iterate_range
 
     rng, limits = partition.range, partition.read
+    # Credentials from the default chain: for a role connection, the AWS_PROFILE that assumes the role, which the
+    # worker's session renews itself while it reads (kinesis_replay.credentials); never keys fixed when the job started.
     client = kinesis_client(partition.kinesis)
     stats = ReadStats()
     if first_call is not None:

@@ -2,7 +2,8 @@
 
 Airflow writes it as JSON beside the job (``batch.json``, or on S3 for EMR Serverless); the job reads it
 back with ``JobSpec.from_json``. Everything the job needs is here, nothing of Airflow or of the state
-table, and no credential: those come from the job's environment (or the executors' instance role).
+table, and no credential: those come from the job's environment (for a role connection, a profile that
+assumes the role: ``kinesis_replay.credentials``), or the executors' instance role.
 
 The JSON carries ``version``. A job reads only the version it was built for, so a spec written by an
 older or newer kinesis-replay fails on the driver, before any read, with both versions named: the two

@@ -118,15 +118,22 @@ def build_command(pipeline: PipelineConfig, batch_id: int, spec_path: Path, job:
     return command
 
 
-def submit_env(master: str, extra: Mapping[str, str]) -> dict[str, str]:
-    """The job's environment: this venv's Python for the workers, a routable local IP, and what the caller adds."""
+def submit_env(master: str, extra: Mapping[str, str | None]) -> dict[str, str]:
+    """The job's environment: this venv's Python for the workers, a routable local IP, and what the caller adds.
+
+    A variable the caller gives as None is removed: the worker's own credential variables would otherwise reach the job.
+    """
     env = dict(os.environ)
     bin_dir = str(Path(sys.executable).parent)
     env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"  # spark-submit finds SPARK_HOME through PATH
     env.setdefault("PYSPARK_PYTHON", sys.executable)  # else workers take python3 from PATH, outside the venv
     if master.startswith("local"):
         env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # else Spark may bind to an unroutable address
-    env.update(extra)
+    for name, value in extra.items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
     return env
 
 

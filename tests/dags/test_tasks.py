@@ -65,3 +65,45 @@ def test_the_tasks_kinesis_client_leaves_throttling_to_kinesis_call(monkeypatch:
         assert served.requests == 2  # the 5xx retried by botocore, the throttle not
     finally:
         served.stop()
+
+
+def test_the_replay_jobs_credentials_are_read_from_the_pipelines_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A role connection gives the job a profile that assumes the role (no STS call yet); a keys connection, its keys."""
+    import json
+    from datetime import UTC, datetime
+
+    from kinesis_replay.config import parse_config
+    from kinesis_replay.ranges import SequenceRange
+    from kinesis_replay.state import Batch, BatchStatus
+
+    extra = {
+        "region_name": "eu-west-1", "role_arn": "arn:aws:iam::123456789012:role/replay",
+        "assume_role_kwargs": {"DurationSeconds": 7200}, "service_config": {"sts": {"endpoint_url": "http://127.0.0.1:1"}},
+    }  # fmt: skip
+    monkeypatch.setenv("AIRFLOW_CONN_AWS_ROLE", json.dumps({"conn_type": "aws", "login": "AKIDBASE", "password": "s", "extra": extra}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_AWS_KEYS",
+        json.dumps({"conn_type": "aws", "login": "AKIDKEYS", "password": "s", "extra": {"region_name": "eu-west-1"}}),
+    )
+    entry = {
+        "name": "orders",
+        "stream": "s",
+        "output": "/lake/p",
+        "schedule": None,
+        "initial_position": "LATEST",
+        "state_table": "t",
+        "spark": {},
+    }
+    batch = Batch("orders", 7, BatchStatus.PLANNED, (SequenceRange("shardId-000000000000", 1, 2),), "s", "run", datetime.now(UTC))
+
+    role = parse_config({"pipelines": [{**entry, "aws_conn_id": "aws_role"}]})[0]
+    given = tasks.job_credentials(role, batch, tasks.kinesis_hook(role))
+    assert given.renews and given.config is not None and given.warning is None
+    for line in ("role_arn = arn:aws:iam::123456789012:role/replay", "source_profile = kinesis-replay-source",
+                 "role_session_name = kinesis-replay-orders-7", "duration_seconds = 7200", "region = eu-west-1",
+                 "aws_access_key_id = AKIDBASE", "  endpoint_url = http://127.0.0.1:1"):  # fmt: skip
+        assert f"{line}\n" in given.config
+
+    keys = parse_config({"pipelines": [{**entry, "aws_conn_id": "aws_keys"}]})[0]
+    given = tasks.job_credentials(keys, batch, tasks.kinesis_hook(keys))
+    assert given.config is None and given.env["AWS_ACCESS_KEY_ID"] == "AKIDKEYS" and given.env["AWS_SESSION_TOKEN"] is None

@@ -2,7 +2,8 @@
 
 No emulator throttles, so this one does: per shard, GetRecords calls and bytes a second and
 GetShardIterator calls a second, answering ProvisionedThroughputExceededException as Kinesis does.
-It can also hide a shard's records below a sequence number, as retention trims them.
+It can also hide a shard's records below a sequence number, as retention trims them, and refuse a session
+token a set time after it first saw it, as Kinesis refuses expired credentials (no emulator checks expiry).
 
     proxy = KinesisProxy("http://127.0.0.1:4567", ProxyLimits(bytes_per_second=100_000)).start()
     ... point the Kinesis endpoint at proxy.url ...
@@ -30,6 +31,8 @@ class ProxyLimits:
     get_records_per_second: int = 5
     bytes_per_second: float = 2 * 1024 * 1024
     get_shard_iterator_per_second: int = 5
+    # Seconds after the proxy first sees a session token (X-Amz-Security-Token) that it refuses it as expired; None: never.
+    token_lifetime: float | None = None
 
 
 @dataclass
@@ -88,6 +91,9 @@ class KinesisProxy(LocalServer):
         self.trim_below: dict[str, int] = {}
         self._shards: dict[str, _Shard] = defaultdict(lambda: _Shard(tokens=self.limits.bytes_per_second))
         self._iterators: dict[str, str] = {}
+        self.session_tokens: dict[str, float] = {}  # session token -> when the proxy first saw it
+        self.expired = 0  # requests refused with ExpiredTokenException
+        self.read_tokens: dict[str, set[str]] = defaultdict(set)  # shard id -> the session tokens its GetRecords calls carried
         self._lock = threading.Lock()
         self._listen(self._handler(), port)
 
@@ -147,6 +153,18 @@ class KinesisProxy(LocalServer):
         moved = {**request, "ShardIteratorType": "AT_SEQUENCE_NUMBER", "StartingSequenceNumber": str(horizon)}
         return json.dumps(moved).encode()
 
+    def _token_expired(self, token: str | None) -> bool:
+        """Whether the request's session token is past its lifetime; notes when each token was first seen."""
+        if token is None:
+            return False
+        now = time.monotonic()
+        with self._lock:
+            first = self.session_tokens.setdefault(token, now)
+            if self.limits.token_lifetime is None or now - first <= self.limits.token_lifetime:
+                return False
+            self.expired += 1
+            return True
+
     # -- HTTP ------------------------------------------------------------------------------------
 
     def _forward(self, method: str, path: str, headers: dict[str, str], body: bytes) -> tuple[int, dict[str, str], bytes]:
@@ -179,8 +197,16 @@ class KinesisProxy(LocalServer):
                         "message": f"Rate exceeded for shard {shard_id} (kinesis-replay test proxy)."}  # fmt: skip
                 self._reply(400, {"Content-Type": "application/x-amz-json-1.1"}, json.dumps(body).encode())
 
+            def _expired_token(self) -> None:
+                # As Kinesis answers (HTTP 400 and this body, as the KPL logged it in awslabs/amazon-kinesis-producer#49).
+                body = {"__type": "ExpiredTokenException", "message": "The security token included in the request is expired"}
+                self._reply(400, {"Content-Type": "application/x-amz-json-1.1"}, json.dumps(body).encode())
+
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                if proxy._token_expired(self.headers.get("X-Amz-Security-Token")):
+                    self._expired_token()
+                    return
                 operation = self.headers.get("X-Amz-Target", "").rsplit(".", 1)[-1]
                 headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
                 request = json.loads(body or b"{}") if operation in ("GetRecords", "GetShardIterator") else {}
@@ -202,6 +228,8 @@ class KinesisProxy(LocalServer):
                     if page.get("NextShardIterator"):
                         proxy._iterators[page["NextShardIterator"]] = shard_id
                     proxy._served(shard_id, page["Records"])
+                    if token := self.headers.get("X-Amz-Security-Token"):
+                        proxy.read_tokens[shard_id].add(token)
                 self._reply(status, response_headers, payload)
 
         return Handler
