@@ -218,7 +218,7 @@ def _plan_range(
         rng = SequenceRange(shard.shard_id, start, shard.ending_sequence_number, state.checkpoint, True, arrival)
         return _ShardPlan(rng, checkpoint_missing=following.checkpoint_missing, lag_millis=behind)
     cap = arrival + pipeline.max_batch.span_for(rate.bytes_per_second if rate else None, pipeline.read)
-    found = kinesis.find_end(client, pipeline.stream, shard.shard_id, first, min(now, cap), pipeline.read, behind, calls)
+    found = kinesis.find_end(client, pipeline.stream, shard.shard_id, first, min(now, cap), pipeline.read, behind, calls, following.after)
     rng = SequenceRange(shard.shard_id, start, found.end, state.checkpoint, False, arrival)
     capped = cap < now and found.more_after
     # How far the range's end is from the tip: from the start page's MillisBehindLatest where Kinesis gave it.

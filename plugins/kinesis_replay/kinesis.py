@@ -245,6 +245,7 @@ class NextRecord:
     # The checkpoint record itself is gone (trimmed): records after it may be gone too.
     checkpoint_missing: bool = False
     millis_behind_latest: int | None = None  # how far the position after the checkpoint is behind the tip
+    after: str | None = None  # the iterator just after the record, when its page ended with it
 
 
 def first_record_after(
@@ -292,7 +293,7 @@ def _next_record(shard: ShardCalls, iterator: str | None, what: str, closed: boo
                 return NextRecord(records[0], checkpoint_missing=True, millis_behind_latest=behind)
             records, look_for = records[1:], None
         if records:
-            return NextRecord(records[0], millis_behind_latest=behind)
+            return NextRecord(records[0], millis_behind_latest=behind, after=page.get("NextShardIterator") if len(records) == 1 else None)
         iterator = page.get("NextShardIterator")
         if iterator and not closed and page.get("MillisBehindLatest", 0) == 0:
             # At the tip. A checkpoint never seen here is gone, but nothing readable follows it yet.
@@ -334,6 +335,7 @@ def find_end(
     limits: ReadConfig | None = None,
     millis_behind: int | None = None,
     calls: ShardCalls | None = None,
+    after_start: str | None = None,
 ) -> RangeEnd:
     """The newest record of an open shard that arrived before ``before``, at or after ``start``, found by probes.
 
@@ -348,7 +350,7 @@ def find_end(
     answer; the answer is a record that exists, so the range it ends is closed and fixed before any read.
     """
     search = _EndSearch(calls or ShardCalls(client, stream, shard_id, limits), start, before)
-    return search.run(millis_behind)
+    return search.run(millis_behind, after_start)
 
 
 def _ms(moment: datetime) -> int:
@@ -370,7 +372,11 @@ class _EndSearch:
         self.records_before = shard.stats.records
         self.galloping = True  # nothing found after the start yet: step back from the bound
 
-    def run(self, millis_behind: int | None) -> RangeEnd:
+    def run(self, millis_behind: int | None, after_start: str | None = None) -> RangeEnd:
+        if millis_behind == 0 and after_start is not None:
+            # The start's page ended in the newest record's millisecond: read on from it, no probe needed.
+            self._read_newest_millisecond(after_start)
+            return self._result()
         hint = None if millis_behind is None else self.lo + millis_behind
         while self.probes < MAX_PROBES:
             if self.hi - self.lo <= 1:
