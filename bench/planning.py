@@ -58,6 +58,7 @@ class Result:
     bytes_read: list[int]
     records_read: list[int]
     throttled: int
+    steady_seconds: float  # the next plan, every checkpoint at its shard's newest record: nothing new to plan
 
 
 def produce(client: Any, stream: str, scenario: Scenario) -> int:
@@ -77,11 +78,56 @@ def produce(client: Any, stream: str, scenario: Scenario) -> int:
     return len(wanted)
 
 
-def plan_once(stack: Any, proxy: Any, store: Any, stream: str, scenario: Scenario) -> Result:
+class ProxyProcess:
+    """The throttling proxy in a process of its own, as Kinesis is: its work does not take the planner's interpreter."""
+
+    def __init__(self, upstream: str) -> None:
+        import multiprocessing
+
+        context = multiprocessing.get_context("spawn")
+        self._conn, child = context.Pipe()
+        self._process = context.Process(target=_serve, args=(upstream, child), daemon=True)
+        self._process.start()
+        self.url: str = self._conn.recv()
+
+    def _ask(self, command: str) -> Any:
+        self._conn.send(command)
+        return self._conn.recv()
+
+    def clear(self) -> None:
+        self._ask("clear")
+
+    def counters(self) -> dict[str, dict[str, Any]]:
+        result: dict[str, dict[str, Any]] = self._ask("counters")
+        return result
+
+    def stop(self) -> None:
+        self._ask("stop")
+        self._process.join(timeout=10)
+
+
+def _serve(upstream: str, conn: Any) -> None:
+    from stack.kinesis_proxy import KinesisProxy
+
+    proxy = KinesisProxy(upstream).start()  # Kinesis's own limits
+    conn.send(proxy.url)
+    while True:
+        command = conn.recv()
+        if command == "clear":
+            proxy.counters.clear()
+            conn.send(None)
+        elif command == "counters":
+            conn.send({shard: vars(c) for shard, c in proxy.counters.items()})
+        else:
+            proxy.stop()
+            conn.send(None)
+            return
+
+
+def plan_once(stack: Any, proxy: ProxyProcess, store: Any, stream: str, scenario: Scenario) -> Result:
     import boto3
 
     from kinesis_replay import kinesis
-    from kinesis_replay.batches import plan_batch
     from kinesis_replay.config import parse_config
     from stack import local_stack
 
@@ -91,29 +137,54 @@ def plan_once(stack: Any, proxy: Any, store: Any, stream: str, scenario: Scenari
     pipeline = parse_config({"pipelines": [entry]})[0]
     raw = boto3.client("kinesis", endpoint_url=proxy.url, region_name=local_stack.REGION, config=kinesis.CLIENT_CONFIG)
     client = kinesis.leave_throttling_to_call(raw)
-    proxy.counters.clear()
+    first, planned = _timed_plan(proxy, pipeline, client, store, scenario)
+    per_shard = _per_shard(proxy, scenario)  # what the first plan took from each shard
+    _commit_without_reading(pipeline, store, planned)
+    steady, _ = _timed_plan(proxy, pipeline, client, store, scenario)  # every checkpoint at its shard's newest record
+    return Result(scenario, first, len(planned.ranges), *per_shard, steady)
+
+
+def _timed_plan(proxy: ProxyProcess, pipeline: Any, client: Any, store: Any, scenario: Scenario) -> tuple[float, Any]:
+    from kinesis_replay.batches import plan_batch
+
+    proxy.clear()
     started = time.perf_counter()
     result = plan_batch(pipeline, client, store, "bench-run")
-    seconds = time.perf_counter() - started
-    assert result.batch is not None, f"{scenario}: nothing planned"
-    shards = [proxy.counters[f"shardId-{i:012d}"] for i in range(scenario.shards)]
-    return Result(
-        scenario, seconds, len(result.batch.ranges), [c.get_shard_iterator for c in shards], [c.get_records for c in shards],
-        [c.bytes for c in shards], [c.records for c in shards], sum(c.throttled for c in shards),
+    return time.perf_counter() - started, result.batch
+
+
+def _per_shard(proxy: ProxyProcess, scenario: Scenario) -> tuple[list[int], list[int], list[int], list[int], int]:
+    counters = proxy.counters()
+    shards = [counters[f"shardId-{i:012d}"] for i in range(scenario.shards)]
+    return (
+        [c["get_shard_iterator"] for c in shards], [c["get_records"] for c in shards], [c["bytes"] for c in shards],
+        [c["records"] for c in shards], sum(c["throttled"] for c in shards),
     )  # fmt: skip
 
 
-def measure(shard_counts: list[int], mb_per_shard: float, wide_mb_per_shard: float, age: float) -> list[Result]:
+def _commit_without_reading(pipeline: Any, store: Any, batch: Any) -> None:
+    """Setup, not measured: commit the first batch as if it had been replayed (no Spark here), so that the next plan
+    finds every checkpoint at its shard's newest record, as a pipeline that keeps up does."""
+    from kinesis_replay.batches import commit_batch
+    from kinesis_replay.state import BatchStatus, Manifest, ShardResult
+
+    results = tuple(ShardResult(r.shard_id, 1, 1, r.start, r.end, "-") for r in batch.ranges)
+    store.update_batch(
+        batch.with_status(BatchStatus.WRITTEN, manifest=Manifest(pipeline.name, batch.batch_id, results)), BatchStatus.PLANNED
+    )
+    commit_batch(pipeline, store, batch.batch_id)
+
+
+def measure(shard_counts: list[int], mb_per_shard: float, wide_mb_per_shard: float, age: float, kinds: list[str]) -> list[Result]:
     import boto3
 
     from kinesis_replay.dynamodb_store import DynamoDBStateStore
     from stack import local_stack
-    from stack.kinesis_proxy import KinesisProxy
     from stack.producer import ensure_stream
 
     state = Path(tempfile.mkdtemp(prefix="kinesis-replay-planning-bench-"))
     stack = local_stack.start(state, local_stack.free_port(), local_stack.free_port())
-    proxy = KinesisProxy(stack.kinesis_url).start()  # Kinesis's own limits
+    proxy = ProxyProcess(stack.kinesis_url)
     try:
         os.environ.update({"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": local_stack.REGION})
         producer = boto3.client("kinesis", endpoint_url=stack.kinesis_url, region_name=local_stack.REGION)
@@ -123,7 +194,7 @@ def measure(shard_counts: list[int], mb_per_shard: float, wide_mb_per_shard: flo
         scenarios = []
         for n in shard_counts:
             per_shard = int((wide_mb_per_shard if n >= 1000 else mb_per_shard) * 1024 * 1024)
-            scenarios += [Scenario("busy", n, per_shard), Scenario("idle", n, 0)]
+            scenarios += [s for s in (Scenario("busy", n, per_shard), Scenario("idle", n, 0)) if s.kind in kinds]
         streams = {}
         for s in scenarios:
             stream = f"bench-{s.kind}-{s.shards}-{uuid.uuid4().hex[:4]}"
@@ -150,7 +221,7 @@ def render(results: list[Result], age: float) -> str:
         "## Planning a batch (make bench-planning)",
         "",
         f"One plan of a fresh pipeline (from TRIM_HORIZON) over streams whose records were written about {age / 60:.0f} minutes "
-        f"before it, through the project's throttling proxy at Kinesis's per-shard limits, with the shards planned "
+        f"before it, through the project's throttling proxy at Kinesis's per-shard limits (a process of its own), shards planned "
         f"{_concurrency()} at a time; on {platform.node() or 'this machine'}, {os.cpu_count()} cores, kinesalite and the moto "
         "server. The time covers ListShards, each shard's calls, its shard item and the batch written to the state table. "
         f"Records are {RECORD_BYTES:,} bytes, put {PER_SHARD_PER_CALL} a shard per PutRecords call. Calls, records and bytes "
@@ -158,16 +229,16 @@ def render(results: list[Result], age: float) -> str:
         "its first record after the checkpoint, a probe or two of 5 records, and the rest of its newest record's "
         "millisecond (records put in one call share one, and the plan reads them to the last).",
         "",
-        "| stream | shards | data a shard | plan seconds | GetShardIterator a shard (max) | GetRecords a shard (max) "
-        "| records read a shard (max) | KiB read a shard (mean / max) | throttled |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| stream | shards | data a shard | first plan, seconds | GetShardIterator a shard (max) | GetRecords a shard (max) "
+        "| records read a shard (max) | KiB read a shard (mean / max) | throttled | next plan (nothing new), seconds |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         data = f"{r.scenario.bytes_per_shard / 1024 / 1024:.0f} MiB" if r.scenario.kind == "busy" else "1 record"
         lines.append(
             f"| {r.scenario.kind} | {r.scenario.shards:,} | {data} | {r.seconds:.1f} | {max(r.get_shard_iterator)} | "
             f"{max(r.get_records)} | {max(r.records_read)} | {statistics.mean(r.bytes_read) / 1024:.1f} / {max(r.bytes_read) / 1024:.1f} "
-            f"| {r.throttled} |"
+            f"| {r.throttled} | {r.steady_seconds:.1f} |"
         )
     by = {(r.scenario.kind, r.scenario.shards): r.seconds for r in results}
     for kind in ("busy", "idle"):
@@ -194,8 +265,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mb-per-shard", type=float, default=10.0, help="busy streams below 1,000 shards")
     parser.add_argument("--wide-mb-per-shard", type=float, default=1.0, help="busy streams of 1,000 shards (kinesalite holds all of it)")
     parser.add_argument("--age", type=float, default=120.0, help="seconds between the last write and the plans")
+    parser.add_argument("--kinds", nargs="+", default=["busy", "idle"], choices=["busy", "idle"])
     args = parser.parse_args(argv)
-    results = measure(args.shards, args.mb_per_shard, args.wide_mb_per_shard, args.age)
+    results = measure(args.shards, args.mb_per_shard, args.wide_mb_per_shard, args.age, args.kinds)
     body = render(results, args.age)
     print(body)
     report.write_section(ROOT / "BENCHMARKS.md", report.PLANNING, lambda _old: body)
