@@ -662,7 +662,7 @@ def reliability_table(old: str, totals: Totals, seeds: list[int], steps: int, co
             "",
             "Randomized fault schedules (`tests/stack/chaos.py`): every run of `make chaos` adds a row, on "
             f"{platform.node() or 'this machine'}, {os.cpu_count()} cores. The run of 2026-11-22 16:51 predates the operator "
-            "steps (lose_state, share_output, cap).",
+            "steps (lose_state, share_output), and every run before 2026-11-23 07:10 the cap step (max_batch).",
             "",
             "| run (UTC) | command | schedules | steps each | records | lost | duplicated | failed schedules | time |",
             "|---|---|---:|---|---:|---:|---:|---|---:|",
