@@ -1,4 +1,4 @@
-"""A stream of 1,000 open shards: planned, replayed, verified and committed exactly once; the page and backfill work."""
+"""A stream of 1,000 open shards: planned, replayed, verified and committed exactly once; the page and a backfill work."""
 
 from __future__ import annotations
 
@@ -38,7 +38,8 @@ def test_a_thousand_shard_stream_lands_exactly_once(
     produced = produce_to_every_shard(kinesis, wide_stream, 2)
     assert len({p.shard_id for p in produced}) == SHARDS
     entry = pipeline_entry(f"w{uuid.uuid4().hex[:8]}", wide_stream, tmp_path / "out", state_table)
-    dag = load_dags(tmp_path / "wide.yaml", entry)[f"kinesis_replay_{entry['name']}"]
+    dags = load_dags(tmp_path / "wide.yaml", entry)
+    dag, backfill_dag = dags[f"kinesis_replay_{entry['name']}"], dags[f"kinesis_replay_backfill_{entry['name']}"]
 
     started = time.monotonic()
     assert run_dag(dag).tasks == SUCCESS
@@ -58,10 +59,15 @@ def test_a_thousand_shard_stream_lands_exactly_once(
     view = pipeline_view(p, store, datetime.now(UTC))
     assert len(view.shards) == SHARDS and view.batches[0].records == len(produced) and view.in_flight is None
 
-    # A backfill selects the 1,000-range batch and prices it; nothing moves.
+    # A backfill selects the 1,000-range batch, prices it, and replays it identically; nothing moves.
     _, chosen = backfill.choose(p, kinesis, store, {"batch_ids": [1]})
     assert [b.batch_id for b in chosen] == [1] and len(chosen[0].ranges) == SHARDS
     assert backfill.estimate_batch(chosen[0], p.read).records == len(produced)
+    shards, head = store.get_shards(entry["name"]), store.get_head(entry["name"])
+    replayed = run_dag(backfill_dag, run_conf={"batches": {"batch_ids": [1]}})
+    assert replayed.tasks == {"select": "success", "replay": "success"}, replayed
+    assert check_exactly_once(produced, read_output(entry["output"])).ok
+    assert store.get_shards(entry["name"]) == shards and store.get_head(entry["name"]) == head
 
     # A second cycle with nothing new plans nothing, and reads each shard once.
     again = run_dag(dag)
