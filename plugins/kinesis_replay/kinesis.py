@@ -429,11 +429,17 @@ class _EndSearch:
 
         Records put together (one PutRecords call) can share a millisecond; this reads only those.
         """
+        empty = 0
         while iterator:
             page = self.shard.get_records(iterator, f"{self.what}: GetRecords", limit=_NEWEST_MILLISECOND_PAGE)
             records = page["Records"]
             if not records:
-                return  # the tip
+                empty += 1
+                if page.get("MillisBehindLatest", 0) == 0 or empty >= _EMPTY_AT_TIP:
+                    return  # the tip
+                iterator = page.get("NextShardIterator")  # Kinesis may answer empty pages before the records
+                continue
+            empty = 0
             below = self._keep(records)
             if len(below) < len(records):
                 self.more_after = True
