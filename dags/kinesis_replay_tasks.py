@@ -43,8 +43,10 @@ SPARK_JOBS = Path(__file__).resolve().parents[1] / "spark_jobs"
 OPERATOR_FIXED = ("application_id", "execution_role_arn", "deferrable", "waiter_delay", "waiter_max_attempts")
 # DynamoDB's and S3's clients: botocore retries their transient faults and throttling. Kinesis clients have a
 # policy of their own (kinesis.CLIENT_CONFIG): there, throttling is paced and counted by kinesis_replay.kinesis.
-# The planner's threads share the DynamoDB client too (read.plan_concurrency), hence the pool.
-_RETRIES = Config(retries={"mode": "standard", "max_attempts": 5}, connect_timeout=10, read_timeout=60, max_pool_connections=32)
+# The planner's and the commit's threads share the DynamoDB client too, hence the pool.
+_RETRIES = Config(
+    retries={"mode": "standard", "max_attempts": 5}, connect_timeout=10, read_timeout=60, max_pool_connections=kinesis.POOL_CONNECTIONS
+)
 START = datetime(2026, 1, 1, tzinfo=UTC)
 SUMMARY_RANGES = 100  # a batch's XCom and Asset event carry its ranges up to this many shards
 

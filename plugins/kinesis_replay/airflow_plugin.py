@@ -98,10 +98,9 @@ class _Invalid:
 
 
 def _age(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    minutes = int(seconds // 60)
-    return f"{minutes // 60}h{minutes % 60:02d}m" if minutes >= 60 else f"{minutes}m{int(seconds % 60):02d}s"
+    from kinesis_replay.status import duration
+
+    return "-" if seconds is None else duration(seconds)
 
 
 def _render(views: list[dict[str, Any]], base: str) -> str:

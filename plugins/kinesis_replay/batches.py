@@ -257,7 +257,8 @@ def shard_rates(store: StateStore, pipeline: str, states: Mapping[str, ShardStat
             if got is None or got.last_arrival is None or rng.start_arrival is None:
                 continue
             span = (got.last_arrival - rng.start_arrival).total_seconds()
-            if span >= _MIN_RATE_SPAN and states.get(rng.shard_id, ShardState(rng.shard_id)).last_batch_id == batch.batch_id:
+            state = states.get(rng.shard_id)
+            if span >= _MIN_RATE_SPAN and state is not None and state.last_batch_id == batch.batch_id:
                 rates[rng.shard_id] = ShardRate(got.bytes / span, (got.records + got.bad_records) / span)
     return rates
 

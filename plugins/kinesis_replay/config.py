@@ -47,8 +47,8 @@ class ReadConfig:
     throttle_base_seconds: float = 0.2
     throttle_max_seconds: float = 10.0
     progress_seconds: float = 30.0  # how often each shard's reader logs its progress
-    # Shards planned at once. Each keeps to its own call budget; Kinesis limits GetShardIterator and GetRecords
-    # per shard, not per stream, so this bounds only the planner's own threads and connections.
+    # Shards planned (and checkpoints committed) at once. Each shard keeps to its own call budget; Kinesis limits
+    # GetShardIterator and GetRecords per shard, not per stream, so this bounds only our own threads and connections.
     plan_concurrency: int = 32
 
 

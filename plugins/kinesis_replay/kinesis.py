@@ -39,10 +39,12 @@ RETRYABLE = frozenset({"ProvisionedThroughputExceededException", "LimitExceededE
 #   standard mode, up to TRANSPORT_ATTEMPTS calls in all, with its own backoff.
 # botocore's standard mode would retry throttling too, hidden from call() and its count, and on top of it.
 TRANSPORT_ATTEMPTS = 5
-# Enough pooled connections for the planner's threads (ReadConfig.plan_concurrency), which share one client.
+# Enough pooled connections for the threads that share one client: the planner's and the commit's (ReadConfig.plan_concurrency).
+POOL_CONNECTIONS = ReadConfig().plan_concurrency
 CLIENT_CONFIG = Config(
-    retries={"mode": "standard", "max_attempts": TRANSPORT_ATTEMPTS}, connect_timeout=10, read_timeout=60, max_pool_connections=32
-)
+    retries={"mode": "standard", "max_attempts": TRANSPORT_ATTEMPTS}, connect_timeout=10, read_timeout=60,
+    max_pool_connections=POOL_CONNECTIONS,
+)  # fmt: skip
 
 
 def leave_throttling_to_call(client: KinesisClient) -> KinesisClient:

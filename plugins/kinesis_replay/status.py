@@ -152,8 +152,8 @@ class CatchUp:
         records = f", about {self.behind_records:,} records" if self.behind_records is not None else ""
         eta = self.eta_seconds
         pace = f"{self.covered_seconds:.0f}s of the stream in {self.took_seconds:.0f}s"
-        when = f"caught up in about {_duration(eta)} at this pace ({pace})" if eta is not None else f"not gaining on the tip ({pace})"
-        return f"{len(self.capped_shards)} capped shards are {_duration(self.behind_seconds)} behind the tip{records}; {when}"
+        when = f"caught up in about {duration(eta)} at this pace ({pace})" if eta is not None else f"not gaining on the tip ({pace})"
+        return f"{len(self.capped_shards)} capped shards are {duration(self.behind_seconds)} behind the tip{records}; {when}"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -162,7 +162,8 @@ class CatchUp:
         }  # fmt: skip
 
 
-def _duration(seconds: float) -> str:
+def duration(seconds: float) -> str:
+    """A span of time as people read it: 45s, 12m05s, 3h20m."""
     seconds = int(seconds)
     if seconds < 120:
         return f"{seconds}s"
