@@ -13,8 +13,10 @@ token a set time after it first saw it, as Kinesis refuses expired credentials (
 from __future__ import annotations
 
 import base64
+import contextlib
 import http.client
 import json
+import socket
 import threading
 import time
 from collections import defaultdict, deque
@@ -95,7 +97,18 @@ class KinesisProxy(LocalServer):
         self.expired = 0  # requests refused with ExpiredTokenException
         self.read_tokens: dict[str, set[str]] = defaultdict(set)  # shard id -> the session tokens its GetRecords calls carried
         self._lock = threading.Lock()
+        self._upstream_connections = threading.local()  # one kept-alive connection to the emulator per handler thread
+        self._clients: set[socket.socket] = set()  # kept-alive client connections, closed by stop()
         self._listen(self._handler(), port)
+
+    def stop(self) -> None:
+        """Stop listening and end every kept-alive connection: after stop, no call reaches the emulator through here."""
+        super().stop()
+        with self._lock:
+            clients = list(self._clients)
+        for client in clients:
+            with contextlib.suppress(OSError):
+                client.shutdown(socket.SHUT_RDWR)
 
     def throttled(self) -> int:
         return sum(c.throttled for c in self.counters.values())
@@ -168,18 +181,39 @@ class KinesisProxy(LocalServer):
     # -- HTTP ------------------------------------------------------------------------------------
 
     def _forward(self, method: str, path: str, headers: dict[str, str], body: bytes) -> tuple[int, dict[str, str], bytes]:
-        connection = http.client.HTTPConnection(*self.upstream, timeout=60)
-        try:
-            connection.request(method, path, body=body, headers=headers)
-            response = connection.getresponse()
-            return response.status, dict(response.getheaders()), response.read()
-        finally:
-            connection.close()
+        """Send the call on, over this thread's kept-alive connection; once more on a new one if the emulator closed it."""
+        for attempt in range(2):
+            connection = getattr(self._upstream_connections, "connection", None)
+            if connection is None:
+                connection = self._upstream_connections.connection = http.client.HTTPConnection(*self.upstream, timeout=60)
+            try:
+                connection.request(method, path, body=body, headers=headers)
+                response = connection.getresponse()
+                return response.status, dict(response.getheaders()), response.read()
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                connection.close()
+                self._upstream_connections.connection = None
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
+            # Keep-alive, as Kinesis's endpoint does: a client reuses its connection, not a new one (and a thread here) a call.
+            protocol_version = "HTTP/1.1"
+
+            def setup(self) -> None:
+                super().setup()
+                with proxy._lock:
+                    proxy._clients.add(self.connection)
+
+            def finish(self) -> None:
+                with proxy._lock:
+                    proxy._clients.discard(self.connection)
+                super().finish()
+
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 

@@ -17,17 +17,18 @@ def kinesalite_copy(tmp_path: Path) -> Path:
     if not KINESALITE.exists():
         pytest.fail("kinesalite is not installed: `make test` installs it")
     target = tmp_path / "kinesalite"
-    shutil.copytree(KINESALITE / "actions", target / "actions")
+    for folder in ("actions", "db"):
+        shutil.copytree(KINESALITE / folder, target / folder)
     return target
 
 
-@pytest.mark.parametrize("name", ["getShardIterator.js", "getRecords.js"])
-def test_each_fix_is_applied_once(kinesalite_copy: Path, name: str) -> None:
-    source = kinesalite_copy / "actions" / name
+@pytest.mark.parametrize(("name", "fixes"), [("actions/getShardIterator.js", 2), ("actions/getRecords.js", 2), ("db/index.js", 2)])
+def test_each_fix_is_applied_once(kinesalite_copy: Path, name: str, fixes: int) -> None:
+    source = kinesalite_copy / name
     local_stack.patch_kinesalite(kinesalite_copy)
     once = source.read_text()
     local_stack.patch_kinesalite(kinesalite_copy)
-    assert source.read_text() == once and once.count("patched by kinesis-replay") == 1
+    assert source.read_text() == once and once.count("patched by kinesis-replay") == fixes
 
 
 def test_an_unknown_kinesalite_is_refused(kinesalite_copy: Path) -> None:
