@@ -148,16 +148,22 @@ class _Planner:
                 if not ready:
                     return waiting
                 seen.update(s.shard_id for s in ready)
-                for state, planned in pool.map(lambda s: self._plan_shard(s, states.get(s.shard_id)), ready):
+                states.update(self._store_new_shards([s for s in ready if s.shard_id not in states]))
+                for state, planned in pool.map(lambda s: self._plan_shard(s, states[s.shard_id]), ready):
                     finished[state.shard_id] = self._gather(state, planned, acknowledged, run_id)
 
-    def _plan_shard(self, shard: ShardInfo, state: ShardState | None) -> tuple[ShardState, _ShardPlan]:
-        """Plan one shard's range, if it has anything new (in a worker thread: it only reads, and stores the shard)."""
-        if state is None:
-            new = ShardState(
-                shard.shard_id, parent_shard_ids=shard.parent_shard_ids, start_position=resolve_start(self.pipeline, shard, self.now)
-            )
-            state = new if self.dry_run else self.store.put_shard_if_absent(self.pipeline.name, new)
+    def _store_new_shards(self, shards: list[ShardInfo]) -> dict[str, ShardState]:
+        """Fix the start of each shard seen for the first time, and store it (all at once) before its range is planned."""
+        new = [
+            ShardState(s.shard_id, parent_shard_ids=s.parent_shard_ids, start_position=resolve_start(self.pipeline, s, self.now))
+            for s in shards
+        ]
+        if self.dry_run or not new:
+            return {s.shard_id: s for s in new}
+        return self.store.put_shards_if_absent(self.pipeline.name, new)
+
+    def _plan_shard(self, shard: ShardInfo, state: ShardState) -> tuple[ShardState, _ShardPlan]:
+        """Plan one shard's range, if it has anything new (in a worker thread: it only reads)."""
         rate = self.rates.get(shard.shard_id)
         return state, _plan_range(self.pipeline, self.client, self.store, shard, state, self.now, self.dry_run, rate)
 

@@ -277,6 +277,11 @@ class StateStore(Protocol):
         """Store a newly seen shard; if a concurrent plan stored it first, return what it stored."""
         ...
 
+    def put_shards_if_absent(self, pipeline: str, shards: Sequence[ShardState]) -> dict[str, ShardState]:
+        """Store newly seen shards, each only if absent, in as few round trips as the table allows; returns each
+        shard as stored (what a concurrent plan stored first, where one did)."""
+        ...
+
     def create_batch(self, batch: Batch, head: Head) -> Head:
         """Write the batch and the new head in one transaction, conditioned on ``head`` being current."""
         ...

@@ -79,6 +79,23 @@ def test_the_first_stored_start_position_wins(store: DynamoDBStateStore) -> None
     assert store.put_shard_if_absent("orders", later).start_position == first.start_position
 
 
+def test_new_shards_are_stored_a_transaction_at_a_time_and_the_first_stored_start_wins(store: DynamoDBStateStore) -> None:
+    """150 shards take two transactions; one shard a concurrent plan stored first fails the second, whose shards are
+    then stored one by one: that shard keeps the start the other plan fixed, the rest get this plan's."""
+    later = StartPosition("AT_TIMESTAMP", datetime(2027, 1, 1, tzinfo=UTC))
+    shards = [ShardState(f"shardId-{i:012d}", start_position=later) for i in range(150)]
+    first = ShardState("shardId-000000000120", start_position=StartPosition("AT_TIMESTAMP", NOW))
+    store.put_shard_if_absent("orders", first)
+    stored = store.put_shards_if_absent("orders", shards)
+    assert stored["shardId-000000000120"].start_position == first.start_position
+    assert all(stored[s.shard_id] == s for s in shards if s.shard_id != first.shard_id)
+    in_table = store.get_shards("orders")
+    assert len(in_table) == 150 and in_table["shardId-000000000120"].start_position == first.start_position
+    assert {sid: s.start_position for sid, s in in_table.items() if sid != first.shard_id} == dict.fromkeys(
+        (s.shard_id for s in shards if s.shard_id != first.shard_id), later
+    )
+
+
 def test_only_the_batch_in_flight_can_change_status(store: DynamoDBStateStore) -> None:
     store.create_batch(planned(), Head())
     with pytest.raises(StateConflictError, match="setting batch 2"):
