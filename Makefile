@@ -49,9 +49,10 @@ down:
 # Two pytest-xdist workers, one per core, stealing work from each other (the schedules are long, and next to each
 # other in collection order): the suite waits mostly on spark-submit start-ups, which each keep
 # about one core busy. Each worker has its own local stack and Airflow database.
+# --durations: CI's log names the slowest tests, where the suite's time goes before it grows past its budget.
 TEST_WORKERS ?= 2
 test: install
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=25
 
 test-unit: install
 	$(BIN)/python -m pytest tests/unit tests/dags

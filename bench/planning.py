@@ -59,6 +59,23 @@ class Result:
     records_read: list[int]
     throttled: int
     steady_seconds: float  # the next plan, every checkpoint at its shard's newest record: nothing new to plan
+    cpu: dict[str, float]  # CPU seconds the first plan took, by process (PROCESSES)
+
+
+# Where a plan's CPU goes on this machine: the planner (this process), the proxy, and the two emulators.
+PROCESSES = ("planner", "proxy", "kinesalite", "moto")
+
+
+class CpuMeter:
+    """CPU seconds (user and system) of the processes that serve a plan, read before and after it."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        import psutil
+
+        self._processes = {name: psutil.Process(pid) for name, pid in pids.items()}
+
+    def read(self) -> dict[str, float]:
+        return {name: sum(p.cpu_times()[:2]) for name, p in self._processes.items()}
 
 
 def produce(client: Any, stream: str, scenario: Scenario) -> int:
@@ -89,6 +106,7 @@ class ProxyProcess:
         self._process = context.Process(target=_serve, args=(upstream, child), daemon=True)
         self._process.start()
         self.url: str = self._conn.recv()
+        self.pid: int = self._process.pid or 0
 
     def _ask(self, command: str) -> Any:
         self._conn.send(command)
@@ -124,7 +142,7 @@ def _serve(upstream: str, conn: Any) -> None:
             return
 
 
-def plan_once(stack: Any, proxy: ProxyProcess, store: Any, stream: str, scenario: Scenario) -> Result:
+def plan_once(meter: CpuMeter, proxy: ProxyProcess, store: Any, stream: str, scenario: Scenario) -> Result:
     import boto3
 
     from kinesis_replay import kinesis
@@ -137,11 +155,13 @@ def plan_once(stack: Any, proxy: ProxyProcess, store: Any, stream: str, scenario
     pipeline = parse_config({"pipelines": [entry]})[0]
     raw = boto3.client("kinesis", endpoint_url=proxy.url, region_name=local_stack.REGION, config=kinesis.CLIENT_CONFIG)
     client = kinesis.leave_throttling_to_call(raw)
+    before = meter.read()
     first, planned = _timed_plan(proxy, pipeline, client, store, scenario)
+    after = meter.read()
     per_shard = _per_shard(proxy, scenario)  # what the first plan took from each shard
     _commit_without_reading(pipeline, store, planned)
     steady, _ = _timed_plan(proxy, pipeline, client, store, scenario)  # every checkpoint at its shard's newest record
-    return Result(scenario, first, len(planned.ranges), *per_shard, steady)
+    return Result(scenario, first, len(planned.ranges), *per_shard, steady, {k: after[k] - before[k] for k in after})
 
 
 def _timed_plan(proxy: ProxyProcess, pipeline: Any, client: Any, store: Any, scenario: Scenario) -> tuple[float, Any]:
@@ -185,6 +205,8 @@ def measure(shard_counts: list[int], mb_per_shard: float, wide_mb_per_shard: flo
     state = Path(tempfile.mkdtemp(prefix="kinesis-replay-planning-bench-"))
     stack = local_stack.start(state, local_stack.free_port(), local_stack.free_port())
     proxy = ProxyProcess(stack.kinesis_url)
+    pids = {name: int((state / f"{name}.pid").read_text()) for name in ("kinesalite", "moto")}
+    meter = CpuMeter({"planner": os.getpid(), "proxy": proxy.pid, **pids})
     try:
         os.environ.update({"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": local_stack.REGION})
         producer = boto3.client("kinesis", endpoint_url=stack.kinesis_url, region_name=local_stack.REGION)
@@ -207,7 +229,7 @@ def measure(shard_counts: list[int], mb_per_shard: float, wide_mb_per_shard: flo
         time.sleep(max(0.0, age - (time.monotonic() - written)))  # the newest record is ``age`` seconds old at the plans
         results = []
         for s in scenarios:
-            results.append(plan_once(stack, proxy, store, streams[s], s))
+            results.append(plan_once(meter, proxy, store, streams[s], s))
             r = results[-1]
             print(f"{s}: planned {r.ranges} ranges in {r.seconds:.1f}s, at most {max(r.bytes_read) / 1024:.1f} KiB a shard", flush=True)
         return results
@@ -240,6 +262,20 @@ def render(results: list[Result], age: float) -> str:
             f"{max(r.get_records)} | {max(r.records_read)} | {statistics.mean(r.bytes_read) / 1024:.1f} / {max(r.bytes_read) / 1024:.1f} "
             f"| {r.throttled} | {r.steady_seconds:.1f} |"
         )
+    lines += [
+        "",
+        "Where the first plan's CPU went, in milliseconds a shard, by process (user and system time, read before and after "
+        "the plan): the planner is this benchmark's own process, the proxy and the emulators stand in for Kinesis and DynamoDB.",
+        "",
+        "| stream | shards | " + " | ".join(PROCESSES) + " | all | all, seconds |",
+        "|---|---|" + "---|" * (len(PROCESSES) + 2),
+    ]
+    for r in results:
+        per_shard = [r.cpu[name] * 1000 / r.scenario.shards for name in PROCESSES]
+        lines.append(
+            f"| {r.scenario.kind} | {r.scenario.shards:,} | " + " | ".join(f"{ms:.1f}" for ms in per_shard)
+            + f" | {sum(per_shard):.1f} | {sum(r.cpu.values()):.1f} |"
+        )  # fmt: skip
     by = {(r.scenario.kind, r.scenario.shards): r.seconds for r in results}
     for kind in ("busy", "idle"):
         if (kind, 100) in by and (kind, 1000) in by:
