@@ -81,12 +81,30 @@ def migrate(env: dict[str, str]) -> None:
             db.execute("PRAGMA journal_mode=WAL")
 
 
+# Started once the api-server answers: they start task processes, whose supervisors call its execution API at once.
+# Started together, on a busy 2-core machine, the first task found nothing listening ("Connection refused") and failed.
+NEED_API = ("scheduler", "triggerer")
+
+
 def start_airflow(env: dict[str, str], logs: Path, components: tuple[str, ...] = tuple(COMPONENTS)) -> dict[str, subprocess.Popen[bytes]]:
-    """Start Airflow's components, each in a process group of its own, logging to ``logs/<name>.log`` (pid in ``<name>.pid``)."""
+    """Start Airflow's components, each in a process group of its own, logging to ``logs/<name>.log`` (pid in ``<name>.pid``):
+    the api-server and DAG processor first, the scheduler and triggerer when the api-server answers.
+
+    Every process started is in the result, even when the api-server fails to answer (then RuntimeError is raised
+    after stopping them)."""
     logs.mkdir(parents=True, exist_ok=True)
     port = env["AIRFLOW__API__PORT"]
     commands = {name: COMPONENTS[name] + (["--port", port] if name == "api-server" else []) for name in components}
-    return {name: _spawn(name, command, env, logs) for name, command in commands.items()}
+    procs = {name: _spawn(name, command, env, logs) for name, command in commands.items() if name not in NEED_API}
+    if "api-server" in procs:
+        try:
+            local_stack.wait_for_http(f"{env['AIRFLOW__API__BASE_URL']}/api/v2/monitor/health", 180, "Airflow's api-server",
+                                      procs["api-server"], logs / "api-server.log")  # fmt: skip
+        except RuntimeError:
+            stop_airflow([p.pid for p in procs.values()])
+            raise
+    procs.update({name: _spawn(name, command, env, logs) for name, command in commands.items() if name in NEED_API})
+    return procs
 
 
 def stop_airflow(pids: list[int]) -> list[str]:
@@ -166,7 +184,6 @@ def start(port: int, rate: float) -> None:
     migrate(env)
     create_pools(env)
     start_airflow(env, STATE)
-    local_stack.wait_for_http(f"http://127.0.0.1:{port}/api/v2/monitor/health", 180, "Airflow", log=STATE / "api-server.log")
     passwords = STATE / "airflow" / "simple_auth_manager_passwords.json.generated"
     password = json.loads(passwords.read_text())["admin"] if passwords.exists() else "(see the log)"
     print(f"""
