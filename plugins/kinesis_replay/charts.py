@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 WIDTH, HEIGHT = 640, 120  # the plot area's viewBox size; the SVG scales to the page's width
-LEFT, BOTTOM, TOP = 64, 18, 8  # room for the y axis's labels, the x axis's labels, and the top label
+LEFT, RIGHT, BOTTOM, TOP = 64, 8, 18, 8  # room for the y axis's labels, the last dot, the x axis's labels, the top label
 
 
 @dataclass(frozen=True)
@@ -31,17 +31,17 @@ def _e(value: object) -> str:
 
 def _frame(kind: str, label: str, top: str, bottom: str, left: str, right: str, body: str) -> str:
     """The SVG around a plot: its label, the largest value at the top left, the x range below."""
-    w, h = LEFT + WIDTH, TOP + HEIGHT + BOTTOM
+    w, h = LEFT + WIDTH + RIGHT, TOP + HEIGHT + BOTTOM
     return (
         f'<figure class="chart chart-{_e(kind)}"><figcaption>{_e(label)}</figcaption>'
         f'<svg role="img" aria-label="{_e(label)}" viewBox="0 0 {w} {h}" preserveAspectRatio="xMinYMin meet" '
         f'xmlns="http://www.w3.org/2000/svg">'
-        f'<line class="axis" x1="{LEFT}" y1="{TOP + HEIGHT}" x2="{w}" y2="{TOP + HEIGHT}"/>'
+        f'<line class="axis" x1="{LEFT}" y1="{TOP + HEIGHT}" x2="{LEFT + WIDTH}" y2="{TOP + HEIGHT}"/>'
         f'<line class="axis" x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{TOP + HEIGHT}"/>'
         f'<text class="tick" x="{LEFT - 4}" y="{TOP + 8}" text-anchor="end">{_e(top)}</text>'
         f'<text class="tick" x="{LEFT - 4}" y="{TOP + HEIGHT}" text-anchor="end">{_e(bottom)}</text>'
         f'<text class="tick" x="{LEFT}" y="{h - 2}">{_e(left)}</text>'
-        f'<text class="tick" x="{w}" y="{h - 2}" text-anchor="end">{_e(right)}</text>'
+        f'<text class="tick" x="{LEFT + WIDTH}" y="{h - 2}" text-anchor="end">{_e(right)}</text>'
         f"{body}</svg></figure>"
     )
 
