@@ -198,14 +198,13 @@ Stop everything with `make down`.""")
 
 
 def stop(quiet: bool = False) -> None:
-    stopped = []
-    for name in (*COMPONENTS, "airflow", "producer"):  # "airflow": the standalone process of an earlier `make up`
-        pid_file = STATE / f"{name}.pid"
-        if pid_file.exists():
-            stop_airflow([int(pid_file.read_text())])
-            pid_file.unlink()
-            stopped.append(name)
-    stopped += local_stack.stop(STATE / "stack")
+    # All at once: each component takes many seconds to shut down. "airflow": the standalone process of an older `make up`.
+    pid_files = {name: STATE / f"{name}.pid" for name in (*COMPONENTS, "airflow", "producer")}
+    running = {name: pid_file for name, pid_file in pid_files.items() if pid_file.exists()}
+    stop_airflow([int(pid_file.read_text()) for pid_file in running.values()])
+    for pid_file in running.values():
+        pid_file.unlink()
+    stopped = [*running, *local_stack.stop(STATE / "stack")]
     if not quiet:
         print("stopped: " + (", ".join(stopped) or "nothing was running"))
 
