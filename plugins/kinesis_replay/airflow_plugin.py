@@ -176,7 +176,7 @@ def _failures(v: dict[str, Any]) -> str:
     if not failures:
         return '<p class="failures none">No failure in the last day.</p>'
     rows = "".join(
-        f'<tr data-batch="{f["batch_id"]}"><td>{f["batch_id"]}</td><td>{e(f["created_at"])}</td><td>{f["attempts"]}</td>'
+        f'<tr data-batch="{f["batch_id"]}"><td>{f["batch_id"]}</td><td>{e(f["created_at"])}</td><td>{f["failures"]}</td>'
         f'<td>{e(f["status"])}</td><td class="cause">{e(f["error"])}</td></tr>'
         for f in failures
     )

@@ -286,7 +286,7 @@ class DynamoDBStateStore:
         return {b.batch_id: b for b in self._batches_from_items(items)}
 
     # What get_summaries reads of a batch item: never its ranges, manifest or their parts.
-    SUMMARY_ATTRIBUTES = ("batch_id", "status", "created_at", "committed_at", "attempts", "error", "figures")
+    SUMMARY_ATTRIBUTES = ("batch_id", "status", "created_at", "committed_at", "attempts", "error", "figures", "failures", "last_error")
 
     def get_summaries(self, pipeline: str, batch_ids: Iterable[int]) -> dict[int, BatchSummary]:
         keys = [{"pk": _s(pk(pipeline)), "sk": _s(batch_sk(b))} for b in sorted(set(batch_ids))]
@@ -305,6 +305,8 @@ class DynamoDBStateStore:
                     attempts=int(item.get("attempts", {}).get("N", 0)),
                     error=item["error"]["S"] if "error" in item else None,
                     figures=json.loads(item["figures"]["S"]) if "figures" in item else {},
+                    failures=int(item.get("failures", {}).get("N", 0)),
+                    last_error=item["last_error"]["S"] if "last_error" in item else None,
                 )
             except (KeyError, ValueError) as exc:
                 raise StateCorruptError(f"pipeline {pipeline!r}: batch {batch_id} in table {self.table} is malformed: {exc!r}") from exc
@@ -360,6 +362,11 @@ class DynamoDBStateStore:
         else:
             sets.append("#error = :error")
             values[":error"] = _s(batch.error)
+        if batch.status == BatchStatus.FAILED and batch.error is not None:
+            # A new failure: counted, and its cause kept after verify clears 'error' (the page's last failures).
+            names.update({"#failures": "failures", "#last_error": "last_error"})
+            sets += ["#failures = if_not_exists(#failures, :zero) + :one", "#last_error = :error"]
+            values.update({":zero": _n(0), ":one": _n(1)})
         manifest = None if batch.manifest is None else json.dumps(batch.manifest.to_dict())
         parts: list[dict[str, Any]] = []
         for field_name, text in (("gaps", json.dumps([g.to_dict() for g in batch.gaps])), ("manifest", manifest)):

@@ -293,12 +293,10 @@ class BatchSummary:
     created_at: datetime
     committed_at: datetime | None = None
     attempts: int = 0
-    error: str | None = None
+    error: str | None = None  # the current failure, cleared when a later attempt verifies the batch
     figures: Mapping[str, Any] = field(default_factory=dict)  # empty for a batch written before figures were stored
-
-    @classmethod
-    def of(cls, batch: Batch) -> BatchSummary:
-        return cls(batch.batch_id, batch.status, batch.created_at, batch.committed_at, batch.attempts, batch.error, batch.figures())
+    failures: int = 0  # how many of its attempts failed
+    last_error: str | None = None  # the cause of the last of them, kept after a later attempt succeeded
 
 
 @dataclass(frozen=True)

@@ -61,7 +61,7 @@ class PipelineView:
     behind: dict[str, Any] | None = None
     behind_text: str | None = None
     history: tuple[dict[str, Any], ...] = ()  # the last day's batches, oldest first: what the charts draw
-    failures: tuple[dict[str, Any], ...] = ()  # the batches of that day that failed at least once, newest first
+    failures: tuple[dict[str, Any], ...] = ()  # the batches of that day that failed at least once, newest first, and why
     progress: dict[str, Any] | None = None  # the in-flight batch's replay, per shard
 
     def to_dict(self) -> dict[str, Any]:
@@ -106,7 +106,7 @@ def pipeline_view(p: PipelineConfig, store: StateStore, now: datetime, last: int
         behind=behind.to_dict() if behind else None,
         behind_text=behind.describe() if behind else None,
         history=tuple(_history_point(b) for b in day),
-        failures=tuple(_failure(b) for b in reversed(day) if b.error is not None)[:FAILURES],
+        failures=tuple(_failure(b) for b in reversed(day) if b.last_error is not None)[:FAILURES],
         progress=_progress(store, p.name, found.get(head.in_flight)) if head.in_flight is not None else None,
     )
 
@@ -136,8 +136,8 @@ def _history_point(b: BatchSummary) -> dict[str, Any]:
 
 
 def _failure(b: BatchSummary) -> dict[str, Any]:
-    return {"batch_id": b.batch_id, "status": b.status.value, "attempts": b.attempts,
-            "created_at": b.created_at.isoformat(timespec="seconds"), "error": b.error}  # fmt: skip
+    return {"batch_id": b.batch_id, "status": b.status.value, "failures": b.failures,
+            "created_at": b.created_at.isoformat(timespec="seconds"), "error": b.last_error}  # fmt: skip
 
 
 def _progress(store: StateStore, pipeline: str, batch: Batch | None) -> dict[str, Any] | None:

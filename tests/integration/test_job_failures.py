@@ -62,7 +62,7 @@ def test_a_hadoop_failure_is_reported_by_its_root_cause_and_the_rerun_lands_the_
     # The status page lists the failure with its cause, and the batch in flight with each of its ranges.
     pipeline = parse_config({"pipelines": [entry]})[0]
     view = status.pipeline_view(pipeline, store, datetime.now(UTC))
-    assert [(f["batch_id"], f["status"], f["attempts"], f["error"]) for f in view.failures] == [(1, "FAILED", 1, batch.error)]
+    assert [(f["batch_id"], f["status"], f["failures"], f["error"]) for f in view.failures] == [(1, "FAILED", 1, batch.error)]
     assert view.progress is not None and view.progress["batch_id"] == 1
     assert sorted(s["shard_id"] for s in view.progress["shards"]) == sorted(r.shard_id for r in batch.ranges)
 
@@ -76,6 +76,6 @@ def test_a_hadoop_failure_is_reported_by_its_root_cause_and_the_rerun_lands_the_
     assert run_dag(dag).tasks == SUCCESS
     assert store.get_batch(entry["name"], 1).status == BatchStatus.COMMITTED
     (failure,) = status.pipeline_view(pipeline, store, datetime.now(UTC)).failures  # still listed, with its cause
-    assert (failure["status"], failure["attempts"], failure["error"]) == ("COMMITTED", 1, batch.error)
+    assert (failure["status"], failure["failures"], failure["error"]) == ("COMMITTED", 1, batch.error)
     result = check_exactly_once(produced, read_output(output))
     assert result.ok and result.rows == 20, result

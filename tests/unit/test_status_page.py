@@ -81,7 +81,7 @@ def test_the_page_draws_a_days_batches_the_replay_in_flight_and_the_last_failure
     view = {
         "name": "p", "stream": "s", "dag_id": "d", "backfill_dag_id": "b", "in_flight": 4, "shards": [], "batches": [],
         "history": history,
-        "failures": [{"batch_id": 4, "status": "FAILED", "attempts": 2, "created_at": "2026-11-01T00:04:00+00:00",
+        "failures": [{"batch_id": 4, "status": "FAILED", "failures": 2, "created_at": "2026-11-01T00:04:00+00:00",
                       "error": "spark-submit exited with 1: kinesis-replay: replay failed: shard s0 ran dry"}],
         "progress": {"batch_id": 4, "status": "PLANNED", "updated_at": "2026-11-01T00:04:30+00:00", "read": 120, "estimate": 400,
                      "shards": [{"shard_id": "s0", "read": 100, "estimate": 200, "done": False},
