@@ -126,6 +126,9 @@ def _alive(pid: int) -> bool:
         return False
 
 
+# Above the suite's 600 s: the run waits for minute boundaries, and on a 2-core machine shared with other work (load
+# average 14) it took 580 to 630 s; each wait inside it has its own limit, which names what it waited for.
+@pytest.mark.timeout(1200)
 def test_the_scheduler_lands_a_live_stream_and_the_page_shows_it(
     kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any], airflow: Airflow
 ) -> None:
@@ -192,7 +195,7 @@ def test_the_scheduler_lands_a_live_stream_and_the_page_shows_it(
         state = airflow.request(f"/api/v2/dags/{backfill_id}/dagRuns/{run_id}")[1]["state"]
         return state if state in ("success", "failed") else None
 
-    assert wait_until(finished, "the backfill run") == "success", airflow.log("scheduler")[-3000:]
+    assert wait_until(finished, "the backfill run", timeout=480) == "success", airflow.log("scheduler")[-3000:]
     status, body = airflow.request(f"/api/v2/dags/{backfill_id}/dagRuns/{run_id}/taskInstances?task_ids=replay")
     replays = [ti for ti in body["task_instances"] if ti["task_id"] == "replay"]
     assert sorted((ti["map_index"], ti["state"], ti["pool"]) for ti in replays) == [(i, "success", pool) for i in range(BATCHES)]
