@@ -93,9 +93,11 @@ def measure(entries: int, shards: int, runs: int, whole: bool) -> dict[str, Any]
                 "bench", selection, backfill.candidates(store, "bench", selection, newest, RETENTION), newest
             )
 
+        head = store.get_head("bench")
         reads = {
-            "UI page (last 10 batches, every shard)": lambda: status.pipeline_view(pipeline, store, now),
+            "UI page (last 10 batches, a day of figures, every shard)": lambda: status.pipeline_view(pipeline, store, now),
             "of which the shard items (a Query of the shard# prefix; moto scans the partition)": lambda: store.get_shards("bench"),
+            "of which a day of figures for the charts (288 batches)": lambda: status.last_day(store, "bench", head, now),
             "backfill by ids (3 ids)": select(Selection(batch_ids=(7, entries // 2, entries))),
             "backfill by id range (100 batches)": select(Selection(from_batch=entries // 2, to_batch=entries // 2 + 99)),
             "backfill by time window (1 hour, 24 h retention)": select(window),

@@ -25,13 +25,14 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 from airflow.sdk.observability import stats
 from botocore.config import Config
 from botocore.credentials import ReadOnlyCredentials, RefreshableCredentials
+from botocore.exceptions import BotoCoreError, ClientError
 
 from kinesis_replay import backfill, batches, config, credentials, emr_serverless, guards, kinesis, output, recovery, spark_submit, status
 from kinesis_replay.config import LoadedConfig, PipelineConfig, PipelineError
 from kinesis_replay.dynamodb_store import DynamoDBStateStore
 from kinesis_replay.errors import ConfigError, KinesisReplayError
 from kinesis_replay.job_spec import JobSpec, KinesisEndpoint
-from kinesis_replay.state import Batch
+from kinesis_replay.state import Batch, Progress
 
 if TYPE_CHECKING:  # the boto3 stubs are for type checking only
     from types_boto3_kinesis.client import KinesisClient
@@ -197,9 +198,24 @@ def submit(p: PipelineConfig, batch: Batch, accept_gaps: frozenset[str] = frozen
         job, py_files = SPARK_JOBS / "replay_job.py", [library, SPARK_JOBS / "kinesis_source.py"]
         spark_submit.warm_up(p, job, py_files, spark_submit.submit_env(p.spark.master, {}))  # once per machine
         command = spark_submit.build_command(p, batch.batch_id, spec_path, job, py_files)
-        spark_submit.run(command, spark_submit.submit_env(p.spark.master, env), f"pipeline {p.name}, batch {batch.batch_id}")
+        progress = status.ReplayProgress(batch.batch_id, progress_publisher(p), p.read.progress_seconds)
+        spark_submit.run(command, spark_submit.submit_env(p.spark.master, env), f"pipeline {p.name}, batch {batch.batch_id}", progress.line)
+        progress.flush()
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def progress_publisher(p: PipelineConfig) -> Callable[[Progress], None]:
+    """Store the replay's progress for the status page; a failed write is logged, and never stops the replay."""
+    store = state_store(p)
+
+    def publish(progress: Progress) -> None:
+        try:
+            store.put_progress(progress, p.name)
+        except (KinesisReplayError, BotoCoreError, ClientError) as exc:
+            log.warning("pipeline %s, batch %d: the replay's progress was not stored: %s", p.name, progress.batch_id, exc)
+
+    return publish
 
 
 def job_credentials(p: PipelineConfig, batch: Batch, hook: AwsBaseHook) -> credentials.JobCredentials:

@@ -103,6 +103,106 @@ def _age(seconds: float | None) -> str:
     return "-" if seconds is None else duration(seconds)
 
 
+SHARD_ROWS = 20  # shards shown at once; the rest (a wide stream has a thousand) behind a "more shards" toggle
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"  # unreachable; typed so
+
+
+def _count(n: float) -> str:
+    return f"{n:,.0f}"
+
+
+def _seconds(n: float) -> str:
+    from kinesis_replay.status import duration
+
+    return duration(n)
+
+
+def _charts(v: dict[str, Any]) -> str:
+    """Lag behind the tip at each plan, and each batch's records, bytes and duration: inline SVG (kinesis_replay.charts)."""
+    from kinesis_replay.charts import Mark, bars, line
+
+    history = v.get("history") or []
+    lag = [
+        Mark(h["batch_id"], h["behind_seconds"], f"batch {h['batch_id']} planned {h['created_at']}: {_seconds(h['behind_seconds'])} behind",
+             datetime.fromisoformat(h["created_at"]))
+        for h in history if h["behind_seconds"] is not None
+    ]  # fmt: skip
+    done = [h for h in history if h["records"] is not None]
+    figures = [
+        ("records", "Records per batch", _count, " records"),
+        ("bytes", "Bytes per batch", _size, ""),
+        ("seconds", "Duration per batch, plan to commit", _seconds, ""),
+    ]
+    panels = [line("lag", "Behind the tip at each plan (age of the oldest record waiting)", lag, _seconds)]
+    for key, label, fmt, unit in figures:
+        marks = [Mark(h["batch_id"], h[key], f"batch {h['batch_id']}: {fmt(h[key])}{unit}") for h in done if h[key] is not None]
+        panels.append(bars(key, label, marks, fmt))
+    return f'<div class="charts">{"".join(panels)}</div>'
+
+
+def _progress(v: dict[str, Any]) -> str:
+    """The in-flight batch's replay, per shard: records read so far against the plan's estimate."""
+    e = html.escape
+    p = v.get("progress")
+    if not p:
+        return ""
+    when = f"reported {p['updated_at']}" if p["updated_at"] else "no progress reported yet"
+    total = f"{p['read']:,} of about {p['estimate']:,} records" if p["estimate"] else f"{p['read']:,} records"
+    rows = []
+    for s in sorted(p["shards"], key=lambda s: (s["done"], s["read"] / s["estimate"] if s["estimate"] else 0.0))[:SHARD_ROWS]:
+        bar = f'<progress value="{min(s["read"], s["estimate"])}" max="{s["estimate"]}"></progress>' if s["estimate"] else ""
+        estimate = "-" if s["estimate"] is None else f"{s['estimate']:,}"
+        rows.append(f'<tr data-shard="{e(s["shard_id"])}" data-read="{s["read"]}"><td>{e(s["shard_id"])}</td><td>{s["read"]:,}</td>'
+                    f"<td>{estimate}</td><td>{bar}</td><td>{'done' if s['done'] else 'reading'}</td></tr>")  # fmt: skip
+    more = f"<p>{len(p['shards']) - SHARD_ROWS:,} more shards, furthest along last, not shown</p>" if len(p["shards"]) > SHARD_ROWS else ""
+    return (
+        f'<div class="progress" data-batch="{p["batch_id"]}">'
+        f"<h3>Batch {p['batch_id']} replaying ({e(p['status'])}): {e(total)}, {e(when)}</h3>"
+        "<table><tr><th>shard</th><th>read</th><th>plan's estimate</th><th></th><th></th></tr>"
+        f"{''.join(rows)}</table>{more}</div>"
+    )
+
+
+def _failures(v: dict[str, Any]) -> str:
+    e = html.escape
+    failures = v.get("failures") or []
+    if not failures:
+        return '<p class="failures none">No failure in the last day.</p>'
+    rows = "".join(
+        f'<tr data-batch="{f["batch_id"]}"><td>{f["batch_id"]}</td><td>{e(f["created_at"])}</td><td>{f["failures"]}</td>'
+        f'<td>{e(f["status"])}</td><td class="cause">{e(f["error"])}</td></tr>'
+        for f in failures
+    )
+    return ('<table class="failures"><caption>Last failures</caption><tr><th>batch</th><th>planned</th><th>failed attempts</th>'
+            f"<th>status now</th><th>cause (the last)</th></tr>{rows}</table>")  # fmt: skip
+
+
+def _shard_rows(shards: list[dict[str, Any]]) -> tuple[str, str]:
+    """The shards most likely stuck first (open, oldest checkpoint, never committed before that), as table rows:
+    the first SHARD_ROWS, then the rest."""
+    e = html.escape
+
+    def stuck_first(s: dict[str, Any]) -> tuple[bool, float]:
+        age = s["checkpoint_age_seconds"]
+        return s["finished"], -(float("inf") if age is None else age)
+
+    rows = []
+    for s in sorted(shards, key=stuck_first):
+        lag = "-" if s["millis_behind_latest"] is None else f"{s['millis_behind_latest']:,}"
+        rows.append(
+            f'<tr data-shard="{e(s["shard_id"])}"><td>{e(s["shard_id"])}</td><td class=seq>{e(s["checkpoint"] or "-")}</td><td>{lag}</td>'
+            f"<td>{_age(s['checkpoint_age_seconds'])}</td><td>{'finished' if s['finished'] else 'open'}</td></tr>"
+        )
+    return "".join(rows[:SHARD_ROWS]), "".join(rows[SHARD_ROWS:])
+
+
 def _render(views: list[dict[str, Any]], base: str) -> str:
     e = html.escape
     parts = []
@@ -122,30 +222,37 @@ def _render(views: list[dict[str, Any]], base: str) -> str:
         )
         if v.get("behind_text"):
             parts.append(f'<p class="behind">{"Catching up" if v["behind"]["capped_shards"] else "Keeping up"}: {e(v["behind_text"])}</p>')
-        parts.append(
-            "<table class=shards><tr><th>shard</th><th>checkpoint</th><th>lag (ms behind)</th><th>checkpoint age</th><th>state</th></tr>"
-        )
-        for s in v["shards"]:
-            lag = "-" if s["millis_behind_latest"] is None else f"{s['millis_behind_latest']:,}"
+        parts.append(_progress(v))
+        parts.append(_charts(v))
+        parts.append(_failures(v))
+        head = "<tr><th>shard</th><th>checkpoint</th><th>lag (ms behind)</th><th>checkpoint age</th><th>state</th></tr>"
+        shown, rest = _shard_rows(v["shards"])
+        parts.append(f"<table class=shards>{head}{shown}</table>")
+        if rest:
+            more = len(v["shards"]) - SHARD_ROWS
             parts.append(
-                f"<tr><td>{e(s['shard_id'])}</td><td class=seq>{e(s['checkpoint'] or '-')}</td><td>{lag}</td>"
-                f"<td>{_age(s['checkpoint_age_seconds'])}</td><td>{'finished' if s['finished'] else 'open'}</td></tr>"
+                f'<details class="more-shards"><summary>{more:,} more shards</summary><table class=shards>{head}{rest}</table></details>'
             )
-        parts.append("</table><table class=batches><tr><th>batch</th><th>status</th><th>shards</th><th>records</th>"
+        parts.append("<table class=batches><tr><th>batch</th><th>status</th><th>shards</th><th>records</th>"
                      "<th>bad</th><th>bytes</th><th>seconds</th><th>planned</th><th>gaps</th></tr>")  # fmt: skip
         for b in v["batches"]:
             cells = [b["batch_id"], b["status"], b["shards"], b["records"], b["bad_records"], b["bytes"],
                      None if b["seconds"] is None else f"{b['seconds']:.1f}", b["created_at"], b["gaps"]]  # fmt: skip
             row = "".join(f"<td>{e('-' if c is None else str(c))}</td>" for c in cells)
             title = f' title="{e(b["error"])}"' if b["error"] else ""
-            parts.append(f'<tr class="status-{e(b["status"].lower())}"{title}>{row}</tr>')
+            parts.append(f'<tr class="status-{e(b["status"].lower())}" data-batch="{b["batch_id"]}"{title}>{row}</tr>')
         parts.append("</table></section>")
     body = "".join(parts) or '<p class="empty">No pipeline to show: none is configured, or you may read none of their DAGs.</p>'
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>kinesis-replay</title>
 <style>body{{font-family:system-ui,sans-serif;margin:1.5rem;color:#222}}table{{border-collapse:collapse;margin:.5rem 0 1.5rem}}
 td,th{{border:1px solid #ccc;padding:.25rem .6rem;text-align:left;font-size:.9rem}}td.seq{{font-family:monospace;font-size:.75rem}}
 small{{color:#777;font-weight:normal}}.status-failed td{{background:#fde8e8}}.status-committed td:nth-child(2){{color:#13795b}}
-.error{{color:#b00020}}</style></head><body><h1>kinesis-replay</h1>{body}</body></html>"""
+.error{{color:#b00020}}caption{{text-align:left;font-weight:600;padding:.25rem 0}}td.cause{{max-width:48rem;font-size:.8rem}}
+.charts{{display:grid;grid-template-columns:repeat(auto-fit,minmax(24rem,1fr));gap:.5rem 1.5rem;margin:.5rem 0 1rem}}
+figure.chart{{margin:0}}figcaption{{font-size:.85rem;font-weight:600;margin-bottom:.2rem}}svg{{width:100%;height:auto}}
+svg .axis{{stroke:#999;stroke-width:1}}svg .tick{{font-size:11px;fill:#666}}svg rect.mark{{fill:#3b73b9}}
+svg .series{{stroke:#3b73b9;stroke-width:1.5}}svg circle.mark{{fill:#3b73b9}}svg .mark:hover{{fill:#e07b00}}
+progress{{width:10rem}}</style></head><body><h1>kinesis-replay</h1>{body}</body></html>"""
 
 
 def create_app() -> Any:

@@ -15,7 +15,7 @@ from kinesis_replay.config import PipelineConfig
 from kinesis_replay.errors import DataLossError, KinesisReplayError, StateConflictError, VerificationError
 from kinesis_replay.ranges import SequenceRange, ShardInfo, parse_sequence_number, shards_to_plan
 from kinesis_replay.state import Batch, BatchStatus, Gap, Manifest, ShardState, StartPosition, StateStore
-from kinesis_replay.status import CAPPED
+from kinesis_replay.status import CAPPED, ESTIMATED
 
 if TYPE_CHECKING:  # the boto3 stubs are for type checking only
     from types_boto3_kinesis.client import KinesisClient
@@ -95,7 +95,7 @@ def plan_batch(
     batch = Batch(
         pipeline=pipeline.name, batch_id=head.next_batch_id, status=BatchStatus.PLANNED, ranges=tuple(ranges),
         stream=pipeline.stream, run_id=run_id, created_at=now, gaps=tuple(planner.gaps),
-        extra={"lag_millis": lag, CAPPED: dict(sorted(planner.left.items()))},
+        extra={"lag_millis": lag, CAPPED: dict(sorted(planner.left.items())), ESTIMATED: {s: r for s, (r, _) in sorted(estimates.items())}},
     )  # fmt: skip
     if dry_run:
         return PlanResult(batch, False, waiting_ids, lag, estimates)

@@ -13,7 +13,7 @@ from botocore.exceptions import ClientError, EndpointConnectionError
 
 from kinesis_replay.errors import EndpointUnreachableError, StateConflictError, StateCorruptError
 from kinesis_replay.ranges import SequenceRange, format_sequence_number, parse_sequence_number
-from kinesis_replay.state import Batch, BatchStatus, Gap, Head, Manifest, ShardState, StartPosition
+from kinesis_replay.state import Batch, BatchStatus, BatchSummary, Gap, Head, Manifest, Progress, ShardState, StartPosition
 
 if TYPE_CHECKING:  # the boto3 stubs are for type checking only
     from types_boto3_dynamodb.client import DynamoDBClient
@@ -310,11 +310,60 @@ class DynamoDBStateStore:
         items = self._get_items(keys, f"reading {len(keys)} batches of pipeline {pipeline!r}")
         return {b.batch_id: b for b in self._batches_from_items(items)}
 
-    def _get_items(self, keys: list[dict[str, Any]], what: str) -> list[dict[str, Any]]:
+    # What get_summaries reads of a batch item: never its ranges, manifest or their parts.
+    SUMMARY_ATTRIBUTES = ("batch_id", "status", "created_at", "committed_at", "attempts", "error", "figures", "failures", "last_error")
+
+    def get_summaries(self, pipeline: str, batch_ids: Iterable[int]) -> dict[int, BatchSummary]:
+        keys = [{"pk": _s(pk(pipeline)), "sk": _s(batch_sk(b))} for b in sorted(set(batch_ids))]
+        names = {f"#a{i}": name for i, name in enumerate(self.SUMMARY_ATTRIBUTES)}
+        projection = {"ProjectionExpression": ", ".join(names), "ExpressionAttributeNames": names}
+        items = self._get_items(keys, f"reading the figures of {len(keys)} batches of pipeline {pipeline!r}", projection)
+        summaries = {}
+        for item in items:
+            batch_id = int(item["batch_id"]["N"])
+            try:
+                summaries[batch_id] = BatchSummary(
+                    batch_id=batch_id,
+                    status=BatchStatus(item["status"]["S"]),
+                    created_at=datetime.fromisoformat(item["created_at"]["S"]),
+                    committed_at=datetime.fromisoformat(item["committed_at"]["S"]) if "committed_at" in item else None,
+                    attempts=int(item.get("attempts", {}).get("N", 0)),
+                    error=item["error"]["S"] if "error" in item else None,
+                    figures=json.loads(item["figures"]["S"]) if "figures" in item else {},
+                    failures=int(item.get("failures", {}).get("N", 0)),
+                    last_error=item["last_error"]["S"] if "last_error" in item else None,
+                )
+            except (KeyError, ValueError) as exc:
+                raise StateCorruptError(f"pipeline {pipeline!r}: batch {batch_id} in table {self.table} is malformed: {exc!r}") from exc
+        return summaries
+
+    def put_progress(self, progress: Progress, pipeline: str) -> None:
+        self._call(
+            "put_item", f"storing the replay progress of batch {progress.batch_id} of pipeline {pipeline!r}",
+            TableName=self.table,
+            Item={
+                "pk": _s(pk(pipeline)), "sk": _s("progress"), "batch_id": _n(progress.batch_id),
+                "records": _s(json.dumps(dict(progress.records))), "done": _s(json.dumps(sorted(progress.done))),
+                "updated_at": _s(progress.updated_at.isoformat()),
+            },
+        )  # fmt: skip
+
+    def get_progress(self, pipeline: str) -> Progress | None:
+        item = self._get(pipeline, "progress")
+        if item is None:
+            return None
+        return Progress(
+            batch_id=int(item["batch_id"]["N"]),
+            records={k: int(v) for k, v in json.loads(item["records"]["S"]).items()},
+            done=frozenset(json.loads(item["done"]["S"])),
+            updated_at=datetime.fromisoformat(item["updated_at"]["S"]),
+        )
+
+    def _get_items(self, keys: list[dict[str, Any]], what: str, projection: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         """The items of these keys that exist, GET_CHUNK keys a call; keys left unread by a busy table are asked again, later."""
         found: list[dict[str, Any]] = []
         for i in range(0, len(keys), self.GET_CHUNK):
-            request: dict[str, Any] = {self.table: {"Keys": keys[i : i + self.GET_CHUNK], "ConsistentRead": True}}
+            request: dict[str, Any] = {self.table: {"Keys": keys[i : i + self.GET_CHUNK], "ConsistentRead": True, **(projection or {})}}
             for attempt in itertools.count():
                 page = self._call("batch_get_item", what, RequestItems=request)
                 found += page["Responses"].get(self.table, [])
@@ -338,6 +387,11 @@ class DynamoDBStateStore:
         else:
             sets.append("#error = :error")
             values[":error"] = _s(batch.error)
+        if batch.status == BatchStatus.FAILED and batch.error is not None:
+            # A new failure: counted, and its cause kept after verify clears 'error' (the page's last failures).
+            names.update({"#failures": "failures", "#last_error": "last_error"})
+            sets += ["#failures = if_not_exists(#failures, :zero) + :one", "#last_error = :error"]
+            values.update({":zero": _n(0), ":one": _n(1)})
         manifest = None if batch.manifest is None else json.dumps(batch.manifest.to_dict())
         parts: list[dict[str, Any]] = []
         for field_name, text in (("gaps", json.dumps([g.to_dict() for g in batch.gaps])), ("manifest", manifest)):
@@ -350,6 +404,9 @@ class DynamoDBStateStore:
                     values[f":{attr}"] = inline[attr]
                 else:
                     removes.append(f"#{attr}")
+        names["#figures"] = "figures"
+        sets.append("#figures = :figures")
+        values[":figures"] = _s(json.dumps(batch.figures()))
         expression = "SET " + ", ".join(sets) + (" REMOVE " + ", ".join(removes) if removes else "")
         head_key = {"pk": _s(pk(batch.pipeline)), "sk": _s("head")}
         self._transact(
@@ -443,6 +500,7 @@ class DynamoDBStateStore:
             "created_at": _s(batch.created_at.isoformat()),
             "attempts": _n(batch.attempts),
             "updated_at": _s(_now()),
+            "figures": _s(json.dumps(batch.figures())),
         }
         fields = {
             "ranges": json.dumps([r.to_dict() for r in batch.ranges]),

@@ -13,7 +13,7 @@ import sys
 import tempfile
 import zipfile
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from kinesis_replay import jvm_archive
@@ -137,8 +137,9 @@ def submit_env(master: str, extra: Mapping[str, str | None]) -> dict[str, str]:
     return env
 
 
-def run(command: list[str], env: Mapping[str, str], what: str) -> None:
-    """Run spark-submit, logging its output as it comes; kill it (and its JVM) if this task is stopped or times out."""
+def run(command: list[str], env: Mapping[str, str], what: str, on_line: Callable[[str], None] | None = None) -> None:
+    """Run spark-submit, logging its output as it comes (and giving each line to ``on_line``); kill it (and its JVM) if
+    this task is stopped or times out."""
     log.info("%s: %s", what, " ".join(command))
     tail: deque[str] = deque(maxlen=200)  # a JVM stack trace's last "Caused by:" may come a hundred frames before the end
     own: deque[str] = deque(maxlen=10)  # the job's own lines: its error may come before many of Spark's or the JVM's
@@ -155,6 +156,8 @@ def run(command: list[str], env: Mapping[str, str], what: str) -> None:
             if jvm_archive.JVM_CRASH in line:
                 crash.append(line)
             log.info("%s", line)
+            if on_line is not None:
+                on_line(line)
         code = proc.wait()
     except BaseException:
         _stop(proc)

@@ -222,6 +222,26 @@ class Batch:
             raise StateCorruptError(f"pipeline {self.pipeline!r}: batch {self.batch_id} ({self.status.value}) holds no verified manifest")
         return self.manifest
 
+    @property
+    def behind_seconds(self) -> float | None:
+        """How far behind the tip its plan found the pipeline: how long the oldest record it reads had waited, at
+        planning time (None when no range knows its start's arrival)."""
+        arrivals = [r.start_arrival for r in self.ranges if r.start_arrival is not None]
+        return max(0.0, (self.created_at - min(arrivals)).total_seconds()) if arrivals else None
+
+    def figures(self) -> dict[str, Any]:
+        """The few numbers the page charts, stored beside the batch so that a day of batches reads in a few calls,
+        whatever the shard count (the ranges and the manifest grow with it)."""
+        m = self.manifest
+        behind = self.behind_seconds
+        return {
+            "shards": len(self.ranges),
+            "behind_seconds": None if behind is None else round(behind, 3),
+            "records": m.records if m else None,
+            "bytes": m.bytes if m else None,
+            "bad_records": m.bad_records if m else None,
+        }
+
     def with_status(self, status: BatchStatus, **changes: Any) -> Batch:
         check_transition(self.pipeline, self.batch_id, self.status, status)
         return replace(self, status=status, **changes)
@@ -264,6 +284,31 @@ class Batch:
         )
 
 
+@dataclass(frozen=True)
+class BatchSummary:
+    """A batch without its ranges and manifest: its status, times, failures and the figures of Batch.figures()."""
+
+    batch_id: int
+    status: BatchStatus
+    created_at: datetime
+    committed_at: datetime | None = None
+    attempts: int = 0
+    error: str | None = None  # the current failure, cleared when a later attempt verifies the batch
+    figures: Mapping[str, Any] = field(default_factory=dict)  # empty for a batch written before figures were stored
+    failures: int = 0  # how many of its attempts failed
+    last_error: str | None = None  # the cause of the last of them, kept after a later attempt succeeded
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What the replay of a batch has read so far, per shard, as its job last reported it."""
+
+    batch_id: int
+    records: Mapping[str, int]  # shard id -> records read so far
+    done: frozenset[str]  # the shards whose range the job has read to its end
+    updated_at: datetime
+
+
 class StateStore(Protocol):
     """Where checkpoints and the batch ledger live; every mutation is conditional."""
 
@@ -299,6 +344,16 @@ class StateStore(Protocol):
         backfill and the stuck check name what they need by id rather than read the ledger.
         """
         ...
+
+    def get_summaries(self, pipeline: str, batch_ids: Iterable[int]) -> dict[int, BatchSummary]:
+        """The named batches that exist, by id, without their ranges and manifest: the page's charts read a day of them."""
+        ...
+
+    def put_progress(self, progress: Progress, pipeline: str) -> None:
+        """Store the replay's progress (one item per pipeline, replaced each time; nothing depends on it but the page)."""
+        ...
+
+    def get_progress(self, pipeline: str) -> Progress | None: ...
 
     def update_batch(self, batch: Batch, expected: BatchStatus) -> None:
         """Replace the batch's status, manifest, attempts, error and gaps, conditioned on its current status."""

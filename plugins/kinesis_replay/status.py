@@ -1,17 +1,26 @@
-"""What the UI page shows of a pipeline: shards with checkpoint, lag and age, and the last batches."""
+"""What the UI page shows of a pipeline: shards with checkpoint, lag and age, the last batches, a day of batches'
+figures, the in-flight batch's progress and the last failures."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from kinesis_replay.config import PipelineConfig
-from kinesis_replay.state import Batch, BatchStatus, StateStore
+from kinesis_replay.state import Batch, BatchStatus, BatchSummary, Head, Progress, StateStore
 
 # The batch's extra key for its capped ranges: shard id -> how far the range's end was behind the tip (ms).
 CAPPED = "capped"
+# The batch's extra key for the plan's estimate of each range's records (shards with a measured rate only).
+ESTIMATED = "estimated_records"
+
+HISTORY = timedelta(hours=24)  # the charts' window
+HISTORY_MAX = 1440  # batches: a day of a pipeline scheduled every minute, read 100 to a call
+FAILURES = 10  # the last failures listed
 
 
 @dataclass(frozen=True)
@@ -51,6 +60,9 @@ class PipelineView:
     # After the newest committed batch: how far behind the tip (time, records), and when caught up at its pace.
     behind: dict[str, Any] | None = None
     behind_text: str | None = None
+    history: tuple[dict[str, Any], ...] = ()  # the last day's batches, oldest first: what the charts draw
+    failures: tuple[dict[str, Any], ...] = ()  # the batches of that day that failed at least once, newest first, and why
+    progress: dict[str, Any] | None = None  # the in-flight batch's replay, per shard
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -66,6 +78,7 @@ def pipeline_view(p: PipelineConfig, store: StateStore, now: datetime, last: int
     lag: dict[str, int] = {}
     for batch in reversed(recent):  # every plan measures each shard it reads; the newest measurement wins
         lag.update(batch.extra.get("lag_millis", {}))
+    day = last_day(store, p.name, head, now)
     states = sorted(store.get_shards(p.name).values(), key=lambda s: s.shard_id)
     by_id = store.get_batches(p.name, {s.last_batch_id for s in states if s.last_batch_id is not None})
     shards = tuple(
@@ -92,7 +105,102 @@ def pipeline_view(p: PipelineConfig, store: StateStore, now: datetime, last: int
         batches=tuple(_batch_view(b) for b in recent),
         behind=behind.to_dict() if behind else None,
         behind_text=behind.describe() if behind else None,
+        history=tuple(_history_point(b) for b in day),
+        failures=tuple(_failure(b) for b in reversed(day) if b.last_error is not None)[:FAILURES],
+        progress=_progress(store, p.name, found.get(head.in_flight)) if head.in_flight is not None else None,
     )
+
+
+def last_day(store: StateStore, pipeline: str, head: Head, now: datetime) -> list[BatchSummary]:
+    """The batches planned within HISTORY of ``now`` (at most HISTORY_MAX), oldest first: read newest first, a hundred
+    ids to a call, until one is older than the window; never the whole ledger."""
+    newest, since = head.next_batch_id - 1, now - HISTORY
+    found: list[BatchSummary] = []
+    while newest >= 1 and len(found) < HISTORY_MAX:
+        ids = range(newest, max(0, newest - 100), -1)
+        chunk = store.get_summaries(pipeline, ids)
+        found += [chunk[i] for i in ids if i in chunk]
+        newest -= 100
+        if any(b.created_at < since for b in chunk.values()):
+            break
+    return [b for b in reversed(found[:HISTORY_MAX]) if b.created_at >= since]
+
+
+def _history_point(b: BatchSummary) -> dict[str, Any]:
+    f = b.figures
+    return {
+        "batch_id": b.batch_id, "status": b.status.value, "created_at": b.created_at.isoformat(timespec="seconds"),
+        "seconds": (b.committed_at - b.created_at).total_seconds() if b.committed_at else None,
+        "records": f.get("records"), "bytes": f.get("bytes"), "behind_seconds": f.get("behind_seconds"), "shards": f.get("shards"),
+    }  # fmt: skip
+
+
+def _failure(b: BatchSummary) -> dict[str, Any]:
+    return {"batch_id": b.batch_id, "status": b.status.value, "failures": b.failures,
+            "created_at": b.created_at.isoformat(timespec="seconds"), "error": b.last_error}  # fmt: skip
+
+
+def _progress(store: StateStore, pipeline: str, batch: Batch | None) -> dict[str, Any] | None:
+    """Each range of the in-flight batch: records read so far (as its replay last reported), against the plan's estimate."""
+    if batch is None:
+        return None
+    reported = store.get_progress(pipeline)
+    current = reported if reported is not None and reported.batch_id == batch.batch_id else None
+    estimates: Mapping[str, int] = batch.extra.get(ESTIMATED) or {}
+    shards = [
+        {
+            "shard_id": r.shard_id,
+            "read": current.records.get(r.shard_id, 0) if current else 0,
+            "estimate": estimates.get(r.shard_id),
+            "done": current is not None and r.shard_id in current.done,
+        }
+        for r in batch.ranges
+    ]
+    return {
+        "batch_id": batch.batch_id,
+        "status": batch.status.value,
+        "updated_at": current.updated_at.isoformat(timespec="seconds") if current else None,
+        "read": sum(s["read"] for s in shards),
+        "estimate": sum(e for s in shards if (e := s["estimate"]) is not None) if estimates else None,
+        "shards": shards,
+    }
+
+
+# The replay job's reader logs, per range, "<shard> [<start> .. <end>]: N records read, ..." every
+# read.progress_seconds, and "<shard> [...]: done, N records, ..." at its end (spark_jobs/kinesis_source.py).
+_PROGRESS_LINE = re.compile(r"(\S+) \[\d+ \.\. [^\]]*\]: (?:(\d+) records read|done, (\d+) records)")
+
+
+class ReplayProgress:
+    """Follows a replay job's log lines and publishes what each shard has read, at most every ``every_seconds`` (one
+    write for all shards, however many), and once more at the end (``flush``)."""
+
+    def __init__(
+        self, batch_id: int, publish: Callable[[Progress], None], every_seconds: float, clock: Callable[[], float] = time.monotonic
+    ):
+        self.batch_id, self._publish, self._every, self._clock = batch_id, publish, every_seconds, clock
+        self.records: dict[str, int] = {}
+        self.done: set[str] = set()
+        self._published = clock()
+        self._pending = False
+
+    def line(self, text: str) -> None:
+        found = _PROGRESS_LINE.search(text)
+        if found is None:
+            return
+        shard, read, done = found[1], found[2], found[3]
+        self.records[shard] = int(read if read is not None else done)
+        if done is not None:
+            self.done.add(shard)
+        self._pending = True
+        if self._clock() - self._published >= self._every:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self._pending:
+            return
+        self._pending, self._published = False, self._clock()
+        self._publish(Progress(self.batch_id, dict(self.records), frozenset(self.done), datetime.now(UTC)))
 
 
 def _checkpoint_age(batch: Batch | None, shard_id: str, now: datetime) -> float | None:

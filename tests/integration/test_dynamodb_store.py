@@ -177,3 +177,20 @@ def test_a_batch_missing_a_part_is_corrupt_state_named_by_its_key(store: DynamoD
     dynamodb.delete_item(TableName=state_table, Key={"pk": {"S": "pipeline#orders"}, "sk": {"S": part_sk(1, "ranges", 0)}})
     with pytest.raises(StateCorruptError, match=r"pipeline 'orders': batch 1 lacks the part items part#0+1#ranges#0000 of its ranges"):
         store.get_batch("orders", 1)
+
+
+def test_a_wide_batchs_summary_reads_its_figures_and_failures_without_its_ranges(store: DynamoDBStateStore) -> None:
+    batch = wide()
+    store.create_batch(batch, Head())
+    failed = batch
+    for cause in ("first cause", "second cause"):
+        failed = failed.with_status(BatchStatus.FAILED, attempts=failed.attempts + 1, error=cause)
+        store.update_batch(failed, expected=BatchStatus.PLANNED if cause == "first cause" else BatchStatus.FAILED)
+    manifest = Manifest("orders", 1, tuple(ShardResult(r.shard_id, 50, 5_000, S + 1, S + 50, "0123456789abcdef") for r in batch.ranges))
+    store.update_batch(failed.with_status(BatchStatus.WRITTEN, manifest=manifest, attempts=3, error=None), expected=BatchStatus.FAILED)
+
+    (summary,) = store.get_summaries("orders", [1, 2]).values()  # batch 2 does not exist
+    assert (summary.batch_id, summary.status, summary.error, summary.failures, summary.last_error) == (
+        1, BatchStatus.WRITTEN, None, 2, "second cause"
+    )  # fmt: skip
+    assert summary.figures == {"shards": 1_000, "behind_seconds": 0.0, "records": 50_000, "bytes": 5_000_000, "bad_records": 0}

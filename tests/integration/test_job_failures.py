@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +10,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
 import kinesis_replay_tasks as tasks
+from kinesis_replay import status
 from kinesis_replay.config import parse_config
 from kinesis_replay.dynamodb_store import DynamoDBStateStore
 from kinesis_replay.state import BatchStatus
@@ -58,8 +59,14 @@ def test_a_hadoop_failure_is_reported_by_its_root_cause_and_the_rerun_lands_the_
     assert all(s.checkpoint is None for s in store.get_shards(entry["name"]).values())
     assert not list(output.rglob("batch_id=*"))  # neither the batch, its quarantine, nor its manifest
 
-    # The stuck alert quotes the ledger's error once the batch has waited too long.
+    # The status page lists the failure with its cause, and the batch in flight with each of its ranges.
     pipeline = parse_config({"pipelines": [entry]})[0]
+    view = status.pipeline_view(pipeline, store, datetime.now(UTC))
+    assert [(f["batch_id"], f["status"], f["failures"], f["error"]) for f in view.failures] == [(1, "FAILED", 1, batch.error)]
+    assert view.progress is not None and view.progress["batch_id"] == 1
+    assert sorted(s["shard_id"] for s in view.progress["shards"]) == sorted(r.shard_id for r in batch.ranges)
+
+    # The stuck alert quotes the ledger's error once the batch has waited too long.
     age_batch(dynamodb, store.table, entry["name"], 1, timedelta(minutes=pipeline.max_checkpoint_age_minutes + 60))
     with pytest.raises(AirflowFailException) as alert:
         tasks.check(pipeline)
@@ -68,5 +75,7 @@ def test_a_hadoop_failure_is_reported_by_its_root_cause_and_the_rerun_lands_the_
     blocker.unlink()
     assert run_dag(dag).tasks == SUCCESS
     assert store.get_batch(entry["name"], 1).status == BatchStatus.COMMITTED
+    (failure,) = status.pipeline_view(pipeline, store, datetime.now(UTC)).failures  # still listed, with its cause
+    assert (failure["status"], failure["failures"], failure["error"]) == ("COMMITTED", 1, batch.error)
     result = check_exactly_once(produced, read_output(output))
     assert result.ok and result.rows == 20, result

@@ -18,7 +18,7 @@ from kinesis_replay.backfill import BackfillError, Selection
 from kinesis_replay.config import parse_config
 from kinesis_replay.dynamodb_store import DynamoDBStateStore
 from kinesis_replay.ranges import SequenceRange
-from kinesis_replay.state import Batch, BatchStatus, Manifest, ShardResult, ShardState
+from kinesis_replay.state import Batch, BatchStatus, BatchSummary, Manifest, ShardResult, ShardState
 from stack.ledger import write_ledger
 
 S = 10**55
@@ -46,7 +46,7 @@ class CountingStore:
     """The real store, counting the batches each read returns; reading the whole ledger is refused outright."""
 
     def __init__(self, store: DynamoDBStateStore) -> None:
-        self.store, self.read = store, 0
+        self.store, self.read, self.summaries = store, 0, 0
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.store, name)
@@ -57,6 +57,11 @@ class CountingStore:
     def get_batches(self, pipeline: str, batch_ids: Iterable[int]) -> dict[int, Batch]:
         found = self.store.get_batches(pipeline, batch_ids)
         self.read += len(found)
+        return found
+
+    def get_summaries(self, pipeline: str, batch_ids: Iterable[int]) -> dict[int, BatchSummary]:
+        found = self.store.get_summaries(pipeline, batch_ids)
+        self.summaries += len(found)
         return found
 
 
@@ -128,5 +133,12 @@ def test_the_page_and_the_stuck_check_read_a_few_batches(long_ledger: DynamoDBSt
     assert [s.millis_behind_latest for s in view.shards] == [LEDGER, LEDGER]
     assert [s.checkpoint_age_seconds for s in view.shards] == [(now - (T0 + LEDGER * EVERY)).total_seconds()] * 2
     assert counting.read == 10 + 1  # the last ten, and the batch that last moved both checkpoints
+    # The charts: the last day's figures (288 batches at five minutes), read a hundred to a call until one is older.
+    assert [h["batch_id"] for h in view.history] == list(range(LEDGER - 287, LEDGER + 1)) and counting.summaries == 300
+    assert view.history[-2] == {
+        "batch_id": LEDGER - 1, "status": "COMMITTED", "created_at": (T0 + (LEDGER - 1) * EVERY).isoformat(),
+        "seconds": EVERY.total_seconds() / 2, "records": 20, "bytes": 200, "behind_seconds": EVERY.total_seconds(), "shards": 2,
+    }  # fmt: skip
+    assert view.history[-1]["status"] == "FAILED" and view.history[-1]["seconds"] is None  # batch 3000 never committed
     found = batches.staleness(pipeline(), counting, now)
     assert (found.age_seconds, found.batch) == (0.0, None)

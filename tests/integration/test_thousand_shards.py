@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from kinesis_replay import backfill
+from kinesis_replay.airflow_plugin import SHARD_ROWS, _render
 from kinesis_replay.config import parse_config
 from kinesis_replay.dynamodb_store import DynamoDBStateStore
 from kinesis_replay.status import pipeline_view
@@ -58,6 +59,11 @@ def test_a_thousand_shard_stream_lands_exactly_once(
     p = parse_config({"pipelines": [entry]})[0]
     view = pipeline_view(p, store, datetime.now(UTC))
     assert len(view.shards) == SHARDS and view.batches[0].records == len(produced) and view.in_flight is None
+    assert (view.history[-1]["records"], view.history[-1]["shards"]) == (len(produced), SHARDS)  # the chart's figures
+    progress = store.get_progress(entry["name"])  # the replay's last progress: one item for all 1,000 shards
+    assert progress is not None and sum(progress.records.values()) == len(produced) and len(progress.done) == SHARDS
+    page = _render([view.to_dict()], "")
+    assert page.count("data-shard=") == SHARDS and f"{SHARDS - SHARD_ROWS:,} more shards" in page  # the rest folded
 
     # A backfill selects the 1,000-range batch, prices it, and replays it identically; nothing moves.
     _, chosen = backfill.choose(p, kinesis, store, {"batch_ids": [1]})

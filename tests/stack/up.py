@@ -23,29 +23,117 @@ sys.path[:0] = [str(ROOT / "plugins"), str(ROOT / "tests")]
 from stack import local_stack  # noqa: E402
 from stack.producer import ensure_stream, kinesis_client  # noqa: E402
 
+# Airflow's own components, as `make up` runs them (and as tests/integration/test_live.py starts them): one process
+# group each, so that stopping a component stops the task processes and spark-submit jobs it started too.
+COMPONENTS = {
+    "api-server": ["airflow", "api-server", "--host", "127.0.0.1"],
+    "scheduler": ["airflow", "scheduler"],
+    "dag-processor": ["airflow", "dag-processor"],
+    "triggerer": ["airflow", "triggerer"],
+}
 
-def airflow_env(port: int) -> dict[str, str]:
+
+def airflow_env(port: int, home: Path | None = None, config: Path | None = None) -> dict[str, str]:
+    """The environment of every Airflow component: the LocalExecutor, whose task processes reach the api-server's
+    execution API on ``port``, with its metadata database in ``home``."""
+    base = f"http://127.0.0.1:{port}"
     return {
         **os.environ,
-        "AIRFLOW_HOME": str(STATE / "airflow"),
+        "AIRFLOW_HOME": str(home or STATE / "airflow"),
         "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
         "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__PARALLELISM": "4",  # standalone otherwise starts 32 workers
+        "AIRFLOW__CORE__PARALLELISM": "4",  # the LocalExecutor otherwise starts 32 workers
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",  # the pipelines run on their schedule at once
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
+        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
         "AIRFLOW__API__PORT": str(port),
-        "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
-        "KINESIS_REPLAY_CONFIG": os.environ.get("KINESIS_REPLAY_CONFIG", str(ROOT / "dags" / "pipelines.yaml")),
+        "AIRFLOW__API__BASE_URL": base,
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{base}/execution/",
+        # A task's supervisor gives the execution API 5 s per call by default; on a busy 2-core machine the api-server's
+        # first answers took longer, and the task failed before it started ("httpx.ReadTimeout" in the scheduler's log).
+        "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "30",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS": "stack.airflow_sqlite.CONNECT_ARGS",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC": "stack.airflow_sqlite.CONNECT_ARGS",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "tests"), os.environ.get("PYTHONPATH")])),
+        "KINESIS_REPLAY_CONFIG": str(config) if config else os.environ.get("KINESIS_REPLAY_CONFIG", str(ROOT / "dags" / "pipelines.yaml")),
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
     }
 
 
-def _spawn(name: str, command: list[str], env: dict[str, str]) -> int:
-    log = (STATE / f"{name}.log").open("wb")
+def _spawn(name: str, command: list[str], env: dict[str, str], logs: Path = STATE) -> subprocess.Popen[bytes]:
+    log = (logs / f"{name}.log").open("wb")
     proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    (STATE / f"{name}.pid").write_text(str(proc.pid))
-    return proc.pid
+    (logs / f"{name}.pid").write_text(str(proc.pid))
+    return proc
+
+
+def migrate(env: dict[str, str]) -> None:
+    """Create (or upgrade) the metadata database in the environment's AIRFLOW_HOME."""
+    import sqlite3
+
+    home = Path(env["AIRFLOW_HOME"])
+    home.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["airflow", "db", "migrate"], env=env, check=True, capture_output=True)
+    database = home / "airflow.db"  # SQLite, Airflow's default: WAL mode stays with the file (see stack/airflow_sqlite.py)
+    if database.exists() and "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN" not in env:
+        with contextlib.closing(sqlite3.connect(database)) as db:
+            db.execute("PRAGMA journal_mode=WAL")
+
+
+# Started once the api-server answers: they start task processes, whose supervisors call its execution API at once.
+# Started together, on a busy 2-core machine, the first task found nothing listening ("Connection refused") and failed.
+NEED_API = ("scheduler", "triggerer")
+
+
+def start_airflow(env: dict[str, str], logs: Path, components: tuple[str, ...] = tuple(COMPONENTS)) -> dict[str, subprocess.Popen[bytes]]:
+    """Start Airflow's components, each in a process group of its own, logging to ``logs/<name>.log`` (pid in ``<name>.pid``):
+    the api-server and DAG processor first, the scheduler and triggerer when the api-server answers.
+
+    Every process started is in the result, even when the api-server fails to answer (then RuntimeError is raised
+    after stopping them)."""
+    logs.mkdir(parents=True, exist_ok=True)
+    port = env["AIRFLOW__API__PORT"]
+    commands = {name: COMPONENTS[name] + (["--port", port] if name == "api-server" else []) for name in components}
+    procs = {name: _spawn(name, command, env, logs) for name, command in commands.items() if name not in NEED_API}
+    if "api-server" in procs:
+        try:
+            local_stack.wait_for_http(f"{env['AIRFLOW__API__BASE_URL']}/api/v2/monitor/health", 180, "Airflow's api-server",
+                                      procs["api-server"], logs / "api-server.log")  # fmt: skip
+        except RuntimeError:
+            stop_airflow([p.pid for p in procs.values()])
+            raise
+    procs.update({name: _spawn(name, command, env, logs) for name, command in commands.items() if name in NEED_API})
+    return procs
+
+
+def stop_airflow(pids: list[int]) -> list[str]:
+    """Stop the components and everything they started (task processes, spark-submit and its JVM, which run in
+    sessions of their own): SIGTERM to each process group and to every descendant, then SIGKILL to whatever is left.
+
+    Returns the processes that had to be killed, described: none when every process stopped on SIGTERM.
+    """
+    import psutil
+
+    family: list[psutil.Process] = []
+    for pid in pids:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            root = psutil.Process(pid)
+            family += [root, *root.children(recursive=True)]
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGTERM)
+    for proc in family:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.send_signal(signal.SIGTERM)
+    _, alive = psutil.wait_procs(family, timeout=30)
+    killed = []
+    for proc in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            killed.append(f"{proc.pid} {' '.join(proc.cmdline())[:200]}")
+            proc.kill()
+    psutil.wait_procs(alive, timeout=10)
+    return killed
 
 
 def clear_demo_output() -> None:
@@ -93,10 +181,9 @@ def start(port: int, rate: float) -> None:
         dict(os.environ),
     )
     env = airflow_env(port)
-    subprocess.run(["airflow", "db", "migrate"], env=env, check=True, capture_output=True)
+    migrate(env)
     create_pools(env)
-    _spawn("airflow", ["airflow", "standalone"], env)
-    local_stack.wait_for_http(f"http://127.0.0.1:{port}/api/v2/monitor/health", 180, "Airflow", log=STATE / "airflow.log")
+    start_airflow(env, STATE)
     passwords = STATE / "airflow" / "simple_auth_manager_passwords.json.generated"
     password = json.loads(passwords.read_text())["admin"] if passwords.exists() else "(see the log)"
     print(f"""
@@ -110,33 +197,14 @@ kinesis-replay is up.
 Stop everything with `make down`.""")
 
 
-def _terminate_tree(pid: int) -> None:
-    """SIGTERM a process's children first (standalone's scheduler, api-server, ...), then the process, then SIGKILL."""
-    import psutil
-
-    try:
-        root = psutil.Process(pid)
-    except psutil.NoSuchProcess:
-        return
-    family = [*root.children(recursive=True), root]
-    for proc in family:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            proc.send_signal(signal.SIGTERM)
-    _, alive = psutil.wait_procs(family, timeout=20)
-    for proc in alive:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            proc.kill()
-
-
 def stop(quiet: bool = False) -> None:
-    stopped = []
-    for name in ("airflow", "producer"):
-        pid_file = STATE / f"{name}.pid"
-        if pid_file.exists():
-            _terminate_tree(int(pid_file.read_text()))
-            pid_file.unlink()
-            stopped.append(name)
-    stopped += local_stack.stop(STATE / "stack")
+    # All at once: each component takes many seconds to shut down. "airflow": the standalone process of an older `make up`.
+    pid_files = {name: STATE / f"{name}.pid" for name in (*COMPONENTS, "airflow", "producer")}
+    running = {name: pid_file for name, pid_file in pid_files.items() if pid_file.exists()}
+    stop_airflow([int(pid_file.read_text()) for pid_file in running.values()])
+    for pid_file in running.values():
+        pid_file.unlink()
+    stopped = [*running, *local_stack.stop(STATE / "stack")]
     if not quiet:
         print("stopped: " + (", ".join(stopped) or "nothing was running"))
 

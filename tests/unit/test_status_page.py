@@ -1,0 +1,115 @@
+"""The status page's new parts, rendered on their own: charts with the right numbers, the replay's progress, the failures."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+
+from kinesis_replay.charts import Mark, bars, line
+from kinesis_replay.ranges import SequenceRange
+from kinesis_replay.state import Batch, BatchStatus, Manifest, Progress, ShardResult
+from kinesis_replay.status import ReplayProgress
+
+T0 = datetime(2026, 11, 1, tzinfo=UTC)
+S = 10**50
+
+
+def values(svg: str) -> list[tuple[int, str]]:
+    return [(int(b), v) for b, v in re.findall(r'class="mark" data-batch="(\d+)" data-value="([^"]+)"', svg)]
+
+
+def test_bars_carry_each_batch_figure_and_scale_from_zero() -> None:
+    svg = bars("records", "Records", [Mark(1, 100, "batch 1: 100"), Mark(2, 50, "batch 2: 50")], str)
+    assert values(svg) == [(1, "100"), (2, "50")]
+    heights = [float(h) for h in re.findall(r'height="([\d.]+)"><title>', svg)]
+    assert heights[0] == 2 * heights[1]  # 100 is twice 50
+    assert "<title>batch 2: 50</title>" in svg and ">batch 1<" in svg and ">batch 2<" in svg
+
+
+def test_a_line_over_time_places_each_plan_at_its_time() -> None:
+    marks = [Mark(i, v, f"batch {i}", T0 + timedelta(minutes=m)) for i, v, m in [(1, 30.5, 0), (2, 0, 1), (3, 61, 4)]]
+    svg = line("lag", "Behind", marks, lambda s: f"{s:.0f}s")
+    assert values(svg) == [(1, "30.500"), (2, "0"), (3, "61")]
+    xs = [float(x) for x in re.findall(r'cx="([\d.]+)"', svg)]
+    assert (xs[1] - xs[0]) * 3 == xs[2] - xs[1]  # one minute, then three
+    assert "2026-11-01 00:00" in svg and "2026-11-01 00:04" in svg
+
+
+def test_charts_with_nothing_to_draw_say_so() -> None:
+    assert "no batch yet" in bars("records", "Records", [], str) and "no measurement yet" in line("lag", "Behind", [], str)
+
+
+def test_the_replay_progress_follows_the_jobs_lines_and_writes_at_most_every_interval() -> None:
+    published: list[Progress] = []
+    now = [0.0]
+    progress = ReplayProgress(4, published.append, every_seconds=10, clock=lambda: now[0])
+    progress.line("WARN kinesis_source: shardId-000000000001 [100 .. 900]: 300 records read, at 400 (arrived ...)")
+    assert published == []  # within the interval: kept for the next write
+    now[0] = 11
+    progress.line("shardId-000000000002 [5 .. SHARD_END (<= 90)]: 20 records read, at 25")
+    progress.line("Spark's own line, ignored")
+    progress.line("shardId-000000000001 [100 .. 900]: done, 801 records, 12.0 KiB in 2.0s")
+    first = {"shardId-000000000001": 300, "shardId-000000000002": 20}
+    assert [(p.batch_id, dict(p.records), p.done) for p in published] == [(4, first, frozenset())]
+    progress.flush()
+    assert (published[-1].records, published[-1].done) == (
+        {"shardId-000000000001": 801, "shardId-000000000002": 20},
+        frozenset({"shardId-000000000001"}),
+    )
+    progress.flush()
+    assert len(published) == 2  # nothing new: no write
+
+
+def test_a_batch_records_how_far_behind_its_plan_found_the_pipeline_and_its_figures() -> None:
+    ranges = (SequenceRange("a", S, S + 9, None, False, T0), SequenceRange("b", S, S + 9, None, False, T0 + timedelta(seconds=30)))
+    batch = Batch("p", 1, BatchStatus.PLANNED, ranges, "s", "r", created_at=T0 + timedelta(minutes=2))
+    assert batch.behind_seconds == 120  # the oldest record waiting, at planning time
+    assert batch.figures() == {"shards": 2, "behind_seconds": 120, "records": None, "bytes": None, "bad_records": None}
+    results = (ShardResult("a", 10, 1000, S, S + 9, "x"), ShardResult("b", 8, 900, S, S + 9, "y", bad_records=2))
+    written = batch.with_status(BatchStatus.WRITTEN, manifest=Manifest("p", 1, results))
+    assert written.figures() == {"shards": 2, "behind_seconds": 120, "records": 18, "bytes": 1900, "bad_records": 2}
+
+
+def test_the_page_draws_a_days_batches_the_replay_in_flight_and_the_last_failures() -> None:
+    from kinesis_replay.airflow_plugin import _render
+
+    history = [
+        {"batch_id": i, "status": "COMMITTED", "created_at": (T0 + timedelta(minutes=i)).isoformat(), "seconds": 40.0 + i,
+         "records": 100 * i, "bytes": 2048 * i, "behind_seconds": 60.0 + i, "shards": 4}
+        for i in (1, 2, 3)
+    ]  # fmt: skip
+    view = {
+        "name": "p", "stream": "s", "dag_id": "d", "backfill_dag_id": "b", "in_flight": 4, "shards": [], "batches": [],
+        "history": history,
+        "failures": [{"batch_id": 4, "status": "FAILED", "failures": 2, "created_at": "2026-11-01T00:04:00+00:00",
+                      "error": "spark-submit exited with 1: kinesis-replay: replay failed: shard s0 ran dry"}],
+        "progress": {"batch_id": 4, "status": "PLANNED", "updated_at": "2026-11-01T00:04:30+00:00", "read": 120, "estimate": 400,
+                     "shards": [{"shard_id": "s0", "read": 100, "estimate": 200, "done": False},
+                                {"shard_id": "s1", "read": 20, "estimate": 200, "done": False}]},
+    }  # fmt: skip
+    page = _render([view], "http://airflow")
+    charts = dict(re.findall(r'<figure class="chart chart-(\w+)">(.*?)</figure>', page))
+    assert values(charts["lag"]) == [(1, "61"), (2, "62"), (3, "63")]
+    assert values(charts["records"]) == [(1, "100"), (2, "200"), (3, "300")]
+    assert values(charts["bytes"]) == [(1, "2048"), (2, "4096"), (3, "6144")]
+    assert values(charts["seconds"]) == [(1, "41"), (2, "42"), (3, "43")]
+    assert "Batch 4 replaying (PLANNED): 120 of about 400 records" in page
+    assert '<tr data-shard="s1" data-read="20">' in page and '<progress value="20" max="200">' in page
+    assert "kinesis-replay: replay failed: shard s0 ran dry" in page and "<td>2</td>" in page
+    assert not re.search(r"""(src|href)=["']?(https?:)?//""", page.replace('href="http://airflow/', ""))  # nothing from elsewhere
+
+
+def test_a_wide_stream_shows_its_most_stuck_shards_and_folds_the_rest() -> None:
+    from kinesis_replay.airflow_plugin import SHARD_ROWS, _render
+
+    shards = [
+        {"shard_id": f"shardId-{i:012d}", "checkpoint": str(S + i), "finished": False, "last_batch_id": 1,
+         "millis_behind_latest": 0, "checkpoint_age_seconds": float(i)}
+        for i in range(1000)
+    ]  # fmt: skip
+    view = {"name": "p", "stream": "s", "dag_id": "d", "backfill_dag_id": "b", "in_flight": None, "shards": shards, "batches": []}
+    page = _render([view], "")
+    shown, folded = page.split('<details class="more-shards">')
+    assert f"<summary>{1000 - SHARD_ROWS:,} more shards</summary>" in folded
+    assert re.findall(r'data-shard="shardId-0*(\d+)"', shown) == [str(i) for i in range(999, 999 - SHARD_ROWS, -1)]  # oldest first
+    assert len(re.findall("data-shard=", folded)) == 1000 - SHARD_ROWS
