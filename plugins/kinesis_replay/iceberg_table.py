@@ -228,7 +228,8 @@ def commit_batch(
     ``before_commit(table)`` runs just before each try (a test's hook: a concurrent commit lands there).
     """
     import pyarrow.parquet as pq
-    from pyiceberg.exceptions import CommitFailedException
+    from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
+    from pyiceberg.io import load_file_io
 
     paths = sorted(iceberg_location(f) for f in files)
     if not paths:
@@ -236,10 +237,8 @@ def commit_batch(
     catalog = catalog or load_catalog(pipeline)
     where = f"pipeline {pipeline.name!r}, batch {batch_id}, {require_table(pipeline).describe()}"
     table = load_table(pipeline, catalog)
-    if table is None:
-        from pyiceberg.io.pyarrow import PyArrowFileIO
-
-        with PyArrowFileIO().new_input(paths[0]).open() as stream:
+    if table is None:  # the first commit: the table takes the files' columns
+        with load_file_io(catalog.properties, paths[0]).new_input(paths[0]).open() as stream:
             file_schema = pq.read_schema(stream)
         table = create_or_load_table(pipeline, file_schema, catalog)
     props = snapshot_properties(pipeline.name, batch_id, attempt, run_id)
@@ -252,7 +251,8 @@ def commit_batch(
             before_commit(table)
         try:
             return _commit_once(table, batch_id, paths, props, where)
-        except CommitFailedException as exc:
+        except (CommitFailedException, CommitStateUnknownException) as exc:
+            # Lost the race (or the catalog's answer): reload, and look for this attempt's snapshot before trying again.
             log.warning("%s: the table changed under the commit (%s); retrying against its new metadata (%d)", where, exc, attempt_no)
             time.sleep(min(0.05 * 2**attempt_no, 2.0))
             table = catalog.load_table(require_table(pipeline).identifier)
