@@ -24,7 +24,6 @@ and a reader that travels back to one of them must find its files.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections.abc import Iterable, Mapping
@@ -52,6 +51,7 @@ ATTEMPT_PROPERTY = "kinesis-replay.attempt"
 RUN_PROPERTY = "kinesis-replay.run-id"
 # Table properties: the pipeline and stream that own the table (two pipelines never share one).
 STREAM_PROPERTY = "kinesis-replay.stream"
+COMMIT_RETRIES_PROPERTY = "commit.retry.num-retries"
 COMMIT_ATTEMPTS = 10  # a commit that lost the race for the table is retried against the new metadata this often
 
 
@@ -86,10 +86,18 @@ def load_catalog(pipeline: PipelineConfig, extra: Mapping[str, str] | None = Non
         import os
 
         os.makedirs(f"{pipeline.output.rstrip('/')}/{CATALOG_DIR}", exist_ok=True)
-    try:
-        return pyiceberg_load_catalog(table.catalog, **properties)
-    except (ValueError, ImportError) as exc:
-        raise KinesisReplayError(f"pipeline {pipeline.name!r}: cannot load Iceberg catalog {table.catalog!r}: {exc}") from exc
+    for attempt in range(3):
+        try:
+            return pyiceberg_load_catalog(table.catalog, **properties)
+        except (ValueError, ImportError) as exc:
+            raise KinesisReplayError(f"pipeline {pipeline.name!r}: cannot load Iceberg catalog {table.catalog!r}: {exc}") from exc
+        except Exception:
+            # The SQL catalog creates its own tables on first use; two tasks doing so at once: one of them fails ("table
+            # iceberg_tables already exists"), and finds them the next time.
+            if not table.embedded or attempt == 2:
+                raise
+            time.sleep(0.1)
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def require_table(pipeline: PipelineConfig) -> TableConfig:
@@ -142,7 +150,6 @@ def create_or_load_table(pipeline: PipelineConfig, file_schema: pa.Schema, catal
     Partitioned by identity(batch_id), sorted by arrival time; its properties name the pipeline and stream.
     """
     from pyiceberg.catalog import Catalog as BaseCatalog
-    from pyiceberg.exceptions import NamespaceAlreadyExistsError, TableAlreadyExistsError
     from pyiceberg.partitioning import PartitionField, PartitionSpec
     from pyiceberg.schema import assign_fresh_schema_ids
     from pyiceberg.table.sorting import NullOrder, SortDirection, SortField, SortOrder
@@ -161,13 +168,20 @@ def create_or_load_table(pipeline: PipelineConfig, file_schema: pa.Schema, catal
     if ARRIVAL_COLUMN in file_schema.names:
         arrival = schema.find_field(ARRIVAL_COLUMN)
         sort_order = SortOrder(SortField(arrival.field_id, IdentityTransform(), SortDirection.ASC, NullOrder.NULLS_LAST))
-    with contextlib.suppress(NamespaceAlreadyExistsError):
+    try:
         catalog.create_namespace(config.namespace)
+    except Exception:  # NamespaceAlreadyExistsError, or the catalog's own error when another commit created it first
+        if not catalog.namespace_exists(config.namespace):
+            raise
     properties = {
         PIPELINE_PROPERTY: pipeline.name,
         STREAM_PROPERTY: pipeline.stream,
         "schema.name-mapping.default": schema.name_mapping.model_dump_json(),  # Spark's files carry no field ids
         "write.parquet.compression-codec": "snappy",  # what Spark writes
+        # pyiceberg would retry a lost race by re-applying the append to the new metadata, adding the batch a second
+        # time if the winner was another run of the same commit. commit_batch retries itself instead: it reloads the
+        # table, looks for its own snapshot, and recomputes the batch's files to replace.
+        COMMIT_RETRIES_PROPERTY: "0",
     }
     try:
         table = catalog.create_table(
@@ -178,7 +192,9 @@ def create_or_load_table(pipeline: PipelineConfig, file_schema: pa.Schema, catal
             sort_order=sort_order,
             properties=properties,
         )
-    except TableAlreadyExistsError:  # another run created it first
+    except Exception:  # TableAlreadyExistsError, or the catalog's own error when another commit created it first
+        if not catalog.table_exists(config.identifier):
+            raise
         table = catalog.load_table(config.identifier)
     check_table_owner(pipeline, table)
     log.info("pipeline %s: created %s at %s", pipeline.name, config.describe(), table.location())
