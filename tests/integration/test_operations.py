@@ -58,7 +58,7 @@ class TableReader(threading.Thread):
         self._halt = threading.Event()
 
     def run(self) -> None:
-        while not self._halt.wait(0.05):
+        while not self._halt.wait(0.2):  # a reader polling the table; it shares the two cores with the backfill
             try:
                 self.scan()
             except Exception as exc:  # a scan that fails is a reader that could not read the table: note it
