@@ -159,7 +159,14 @@ def write_batch(spark: SparkSession, rows: DataFrame, spec: JobSpec, attempt: st
         )
     rows.withColumn(PART, part).write.partitionBy(PART).parquet(staging)
     fs.swap(f"{staging}/{PART}=data", rows_path(spec, attempt))
-    fs.swap(f"{staging}/{PART}=quarantine", quarantine_path(output, batch_id))
+    quarantined, quarantine = f"{staging}/{PART}=quarantine", quarantine_path(output, batch_id)
+    if spec.output_format == "iceberg" and fs.exists(quarantined):
+        # The quarantine is no part of the table: its files keep batch_id in their folder's name only, as a directory
+        # output's do (a column of that name too would clash with the folder's in a reader). Few rows, read from disk.
+        fs.delete(quarantine)
+        spark.read.parquet(quarantined).drop(PARTITION_COLUMN).write.parquet(quarantine)
+    else:
+        fs.swap(quarantined, quarantine)
     fs.delete(staging)
 
 
