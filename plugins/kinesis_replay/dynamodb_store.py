@@ -426,18 +426,38 @@ class DynamoDBStateStore:
             ],
         )  # fmt: skip
 
+    def set_snapshot(self, pipeline: str, batch_id: int, snapshot_id: int, expected: BatchStatus) -> None:
+        what = f"pipeline {pipeline!r}: keeping snapshot {snapshot_id} with batch {batch_id}"
+        try:
+            self._call(
+                "update_item", what, TableName=self.table, Key={"pk": _s(pk(pipeline)), "sk": _s(batch_sk(batch_id))},
+                UpdateExpression="SET #snapshot = :snapshot, #updated = :now", ConditionExpression="#status = :expected",
+                ExpressionAttributeNames={"#snapshot": "snapshot_id", "#updated": "updated_at", "#status": "status"},
+                ExpressionAttributeValues={":snapshot": _n(snapshot_id), ":now": _s(_now()), ":expected": _s(expected.value)},
+            )  # fmt: skip
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+                raise StateConflictError(f"{what}: the batch is no longer {expected.value}") from exc
+            raise
+
     def complete_batch(self, batch: Batch, committed_at: datetime) -> None:
         key = {"pk": _s(pk(batch.pipeline))}
+        # The table snapshot that holds the batch is kept in the same write that marks it COMMITTED.
+        snapshot_set, snapshot_names, snapshot_values = "", {}, {}
+        if batch.snapshot_id is not None:
+            snapshot_set, snapshot_names = ", #snapshot = :snapshot", {"#snapshot": "snapshot_id"}
+            snapshot_values = {":snapshot": _n(batch.snapshot_id)}
         self._transact(
             f"pipeline {batch.pipeline!r}: completing the commit of batch {batch.batch_id}",
             [
                 {"Update": {
                     "TableName": self.table, "Key": {**key, "sk": _s(batch_sk(batch.batch_id))},
-                    "UpdateExpression": "SET #status = :committed, #committed_at = :at, #updated = :at",
+                    "UpdateExpression": "SET #status = :committed, #committed_at = :at, #updated = :at" + snapshot_set,
                     "ConditionExpression": "#status = :committing",
-                    "ExpressionAttributeNames": {"#status": "status", "#committed_at": "committed_at", "#updated": "updated_at"},
+                    "ExpressionAttributeNames": {"#status": "status", "#committed_at": "committed_at", "#updated": "updated_at",
+                                                 **snapshot_names},
                     "ExpressionAttributeValues": {":committed": _s(BatchStatus.COMMITTED.value), ":at": _s(committed_at.isoformat()),
-                                                  ":committing": _s(BatchStatus.COMMITTING.value)},
+                                                  ":committing": _s(BatchStatus.COMMITTING.value), **snapshot_values},
                 }},
                 {"Update": {
                     "TableName": self.table, "Key": {**key, "sk": _s("head")},
@@ -517,6 +537,8 @@ class DynamoDBStateStore:
             item["committed_at"] = _s(batch.committed_at.isoformat())
         if batch.error is not None:
             item["error"] = _s(batch.error)
+        if batch.snapshot_id is not None:
+            item["snapshot_id"] = _n(batch.snapshot_id)
         return item, parts
 
     def _batch_items(self, batch: Batch) -> list[dict[str, Any]]:
@@ -579,6 +601,7 @@ class DynamoDBStateStore:
                 error=item["error"]["S"] if "error" in item else None,
                 gaps=tuple(Gap.from_dict(g) for g in self._json_field(item, "gaps", pages) or ()),
                 extra=self._json_field(item, "extra", pages) or {},
+                snapshot_id=int(item["snapshot_id"]["N"]) if "snapshot_id" in item else None,
             )
         except (KeyError, ValueError) as exc:
             raise StateCorruptError(f"pipeline {pipeline!r}: unreadable batch item {item.get('sk')}: {exc!r}") from exc

@@ -45,6 +45,7 @@ class BatchView:
     created_at: str
     gaps: int
     error: str | None
+    snapshot_id: int | None = None  # the table snapshot that holds the batch (None: not in a table, or not yet)
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,7 @@ class PipelineView:
     history: tuple[dict[str, Any], ...] = ()  # the last day's batches, oldest first: what the charts draw
     failures: tuple[dict[str, Any], ...] = ()  # the batches of that day that failed at least once, newest first, and why
     progress: dict[str, Any] | None = None  # the in-flight batch's replay, per shard
+    table: str | None = None  # the table's identity (table, namespace, catalog); None for a directory output
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -108,6 +110,7 @@ def pipeline_view(p: PipelineConfig, store: StateStore, now: datetime, last: int
         history=tuple(_history_point(b) for b in day),
         failures=tuple(_failure(b) for b in reversed(day) if b.last_error is not None)[:FAILURES],
         progress=_progress(store, p.name, found.get(head.in_flight)) if head.in_flight is not None else None,
+        table=p.table.describe() if p.table is not None else None,
     )
 
 
@@ -225,6 +228,7 @@ def _batch_view(b: Batch) -> BatchView:
         created_at=b.created_at.isoformat(timespec="seconds"),
         gaps=len(b.gaps),
         error=b.error,
+        snapshot_id=b.snapshot_id,
     )
 
 
