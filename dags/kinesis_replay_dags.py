@@ -159,8 +159,9 @@ def build_dag(p: PipelineConfig) -> DAG:
 
         @task(task_id="commit", outlets=[asset])
         def commit(planned: dict[str, Any]) -> dict[str, Any]:
-            summary = tasks.commit(p, planned)
-            get_current_context()["outlet_events"][asset].extra = summary
+            context = get_current_context()
+            summary = tasks.commit(p, planned, context["run_id"])
+            context["outlet_events"][asset].extra = summary
             return summary
 
         @task(task_id="check", trigger_rule="none_failed", retries=0)

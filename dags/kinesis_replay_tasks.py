@@ -290,9 +290,9 @@ def verify(p: PipelineConfig, planned: dict[str, Any], params: dict[str, Any], r
 
 
 @fail_fast
-def commit(p: PipelineConfig, planned: dict[str, Any]) -> dict[str, Any]:
+def commit(p: PipelineConfig, planned: dict[str, Any], run_id: str = "") -> dict[str, Any]:
     """Advance every checkpoint of the verified batch, conditionally, then mark it committed."""
-    batch = batches.commit_batch(p, state_store(p), planned["batch_id"])
+    batch = batches.commit_batch(p, state_store(p), planned["batch_id"], run_id=run_id)
     summary = batch_summary(p, batch, "regular")
     behind = status.catch_up(batch, datetime.now(UTC))
     summary["catch_up"] = behind.to_dict()
@@ -325,7 +325,9 @@ def batch_summary(p: PipelineConfig, batch: Batch, kind: str) -> dict[str, Any]:
         "bad_records": manifest.bad_records,
         "bytes": manifest.bytes,
         "seconds": round(seconds, 3),
-        "path": output.batch_path(p.output, batch.batch_id),
+        "path": output.batch_path(p.output, batch.batch_id) if p.table is None else p.output,
+        # A table output: the table, and the snapshot that holds this batch (read the table as of it to see the batch).
+        **({"table": p.table.identifier, "catalog": p.table.catalog, "snapshot_id": batch.snapshot_id} if p.table is not None else {}),
         # The ranges ride along while they are few; a wide stream's (about 250 bytes each) are in the commit record.
         **(
             {"ranges": [r.to_dict() for r in batch.ranges]}

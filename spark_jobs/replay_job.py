@@ -8,9 +8,15 @@ The spec is a ``kinesis_replay.job_spec.JobSpec`` as JSON: the batch's ranges, i
 the read budget and the payload's format. Credentials come from the environment (or the executors' instance
 role), never from the spec.
 
-The batch is written in one pass to a staging path of its own, then swapped into place: its rows to
-<output>/batch_id=<id>/, rows that could not be decoded to <output>/_quarantine/batch_id=<id>/. Each
-swap first removes what an earlier run of the batch left there, so a rerun replaces all of it.
+The batch is written in one pass to a staging path of its own, then moved into place. Rows that could not be
+decoded go to <output>/_quarantine/batch_id=<id>/, replacing what an earlier run of the batch left there. The
+batch's rows go:
+
+- for a table output (the default), to a folder of this attempt's own, <output>/data/batch_id=<id>/attempt=<attempt>/,
+  with batch_id as a column and each file sorted by arrival time. Nothing there is visible until the commit step
+  (on the Airflow side) puts the files in the Iceberg table in one snapshot; a rerun never touches the files a
+  snapshot references;
+- for a directory output, to <output>/batch_id=<id>/, replacing what an earlier run left there.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import re
 import sys
 import time
 import traceback
+import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -34,8 +41,9 @@ from pyspark.sql.types import StructType
 from kinesis_replay.config import PayloadConfig
 from kinesis_replay.errors import KinesisReplayError
 from kinesis_replay.job_spec import JobSpec
-from kinesis_replay.output import batch_path, manifest_path, owner_path, quarantine_path, staging_path
+from kinesis_replay.output import batch_path, data_path, manifest_path, owner_path, quarantine_path, staging_path
 from kinesis_replay.ranges import SequenceRange
+from kinesis_replay.records import DIGEST_SEPARATOR, DIGEST_TEXT_COLUMNS, PARTITION_COLUMN, format_digest
 from kinesis_replay.state import Manifest, ShardResult
 from kinesis_source import first_call_accumulator, read_ranges, sample_ranges
 
@@ -123,16 +131,34 @@ def decode_payload(rows: DataFrame, payload: PayloadConfig, pipeline: str) -> Da
     )
 
 
-def write_batch(spark: SparkSession, rows: DataFrame, spec: JobSpec) -> None:
-    """Write the batch in one pass to its staging path, then swap data and quarantine into place."""
+def new_attempt() -> str:
+    """This run's attempt id: when it started, and a random part (two runs may start in one second)."""
+    return f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"
+
+
+def rows_path(spec: JobSpec, attempt: str | None) -> str:
+    """Where the batch's decoded rows go: the attempt's table folder, or the batch's directory."""
+    if spec.output_format == "iceberg" and attempt is not None:
+        return data_path(spec.output, spec.batch_id, attempt)
+    return batch_path(spec.output, spec.batch_id)
+
+
+def write_batch(spark: SparkSession, rows: DataFrame, spec: JobSpec, attempt: str | None = None) -> None:
+    """Write the batch in one pass to its staging path, then move data and quarantine into place."""
     output, batch_id = spec.output, spec.batch_id
     staging = staging_path(output, batch_id)
     fs = HadoopFS(spark, staging)
     check_owner(fs, spec)
     fs.delete(staging)  # what a crashed run of this batch left
     part = F.when(F.col("decode_error").isNull(), F.lit("data")).otherwise(F.lit("quarantine"))
+    if spec.output_format == "iceberg":
+        # The table's partition column is in the files (Iceberg reads a file's partition from its statistics), and
+        # each file is sorted by arrival, so its column metrics bound its arrival times for a query's pruning.
+        rows = rows.withColumn(PARTITION_COLUMN, F.lit(batch_id).cast("bigint")).sortWithinPartitions(
+            "approximate_arrival_timestamp", "sequence_number", "sub_sequence_number"
+        )
     rows.withColumn(PART, part).write.partitionBy(PART).parquet(staging)
-    fs.swap(f"{staging}/{PART}=data", batch_path(output, batch_id))
+    fs.swap(f"{staging}/{PART}=data", rows_path(spec, attempt))
     fs.swap(f"{staging}/{PART}=quarantine", quarantine_path(output, batch_id))
     fs.delete(staging)
 
@@ -199,12 +225,28 @@ class HadoopFS:
         self.swap(tmp, path)
 
 
-def summarize(spark: SparkSession, spec: JobSpec, seconds: float) -> Manifest:
-    """Per-shard rows, bad rows, bytes, first and last sequence numbers and a row checksum, read back from the files."""
+def row_digest_column() -> Any:
+    """records.row_digest as a Spark column: md5 of the joined row, its first 8 bytes as an unsigned number."""
+    text = F.concat_ws(DIGEST_SEPARATOR, *(F.col(c).cast("string") for c in DIGEST_TEXT_COLUMNS), F.lit(""))
+    joined = F.concat(text.cast("binary"), F.coalesce(F.col("data"), F.lit(bytearray())))
+    return F.conv(F.substring(F.md5(joined), 1, 16), 16, 10).cast("decimal(20,0)")
+
+
+def summarize(spark: SparkSession, spec: JobSpec, seconds: float, attempt: str | None = None) -> Manifest:
+    """Per-shard rows, bad rows, bytes, first and last sequence numbers and row checksums, read back from the files."""
     output, batch_id = spec.output, spec.batch_id
     fs = HadoopFS(spark, output)
-    paths = [p for p in (batch_path(output, batch_id), quarantine_path(output, batch_id)) if fs.exists(p)]
-    written = spark.read.parquet(*paths)
+    paths = [p for p in (rows_path(spec, attempt), quarantine_path(output, batch_id)) if fs.exists(p)]
+    columns = [
+        "shard_id",
+        "sequence_number",
+        "sub_sequence_number",
+        "partition_key",
+        "data",
+        "decode_error",
+        "approximate_arrival_timestamp",
+    ]
+    written = spark.read.parquet(*paths).select(*columns)  # the quarantine's files have no batch_id column
     seq = F.lpad("sequence_number", SEQ_WIDTH, "0")
     row_hash = F.xxhash64("shard_id", "sequence_number", "sub_sequence_number", "partition_key", "data")
     rows = (
@@ -216,6 +258,7 @@ def summarize(spark: SparkSession, spec: JobSpec, seconds: float) -> Manifest:
             F.min(seq).alias("first"),
             F.max(seq).alias("last"),
             F.sum(row_hash.cast("decimal(38,0)")).alias("hash"),  # decimal: no overflow below 10^19 rows
+            F.sum(row_digest_column().cast("decimal(38,0)")).alias("digest"),
             # As microseconds: collect() would turn a timestamp into the driver's local time.
             F.max(F.unix_micros("approximate_arrival_timestamp")).alias("last_arrival"),
         )
@@ -231,10 +274,11 @@ def summarize(spark: SparkSession, spec: JobSpec, seconds: float) -> Manifest:
             checksum=f"{int(r['hash']) % 2**64:016x}",
             bad_records=int(r["bad"]),
             last_arrival=datetime.fromtimestamp(r["last_arrival"] / 1e6, UTC) if r["last_arrival"] is not None else None,
+            digest=format_digest(int(r["digest"])),
         )
         for r in sorted(rows, key=lambda r: r["shard_id"])
     )
-    return Manifest(pipeline=spec.pipeline, batch_id=batch_id, shards=shards, seconds=round(seconds, 3))
+    return Manifest(pipeline=spec.pipeline, batch_id=batch_id, shards=shards, seconds=round(seconds, 3), attempt=attempt)
 
 
 def run(spec: JobSpec, source: Callable[..., DataFrame] = read_ranges) -> Manifest:
@@ -249,11 +293,12 @@ def run(spec: JobSpec, source: Callable[..., DataFrame] = read_ranges) -> Manife
     try:
         first_call = first_call_accumulator(spark)
         rows = decode_payload(source(spark, spec, first_call), spec.payload, spec.pipeline)
-        write_batch(spark, rows, spec)
+        attempt = new_attempt() if spec.output_format == "iceberg" else None
+        write_batch(spark, rows, spec, attempt)
         lap("read_write")
         # Of that phase, the part from the first Kinesis call on: before it, the tasks start (Python workers, imports).
         from_first_call = max(0.0, time.time() - first_call.value) if math.isfinite(first_call.value) else 0.0
-        manifest = summarize(spark, spec, time.monotonic() - started)
+        manifest = summarize(spark, spec, time.monotonic() - started, attempt)
         lap("summary")
         path = manifest_path(spec.output, spec.batch_id)
         HadoopFS(spark, path).write_text(path, json.dumps(manifest.to_dict(), indent=2))

@@ -10,10 +10,11 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, NamedTuple
 
-from kinesis_replay import guards, kinesis, output
+from kinesis_replay import guards, iceberg_table, kinesis, output
 from kinesis_replay.config import PipelineConfig
 from kinesis_replay.errors import DataLossError, KinesisReplayError, StateConflictError, VerificationError
 from kinesis_replay.ranges import SequenceRange, ShardInfo, parse_sequence_number, shards_to_plan
+from kinesis_replay.records import format_digest
 from kinesis_replay.state import Batch, BatchStatus, Gap, Manifest, ShardState, StartPosition, StateStore
 from kinesis_replay.status import CAPPED
 
@@ -361,17 +362,53 @@ def verify_batch(
     return written
 
 
+def batch_files(pipeline: PipelineConfig, batch_id: int, manifest: Manifest) -> list[str]:
+    """The files that hold the batch's rows: its attempt's table files, or its directory's."""
+    if pipeline.table is None:
+        return output.parquet_files(output.batch_path(pipeline.output, batch_id))
+    if manifest.attempt is None:
+        raise VerificationError(
+            f"pipeline {pipeline.name!r}, batch {batch_id}: the result manifest names no attempt, so it was written by a "
+            "replay job of another release (or for a directory output); deploy one release to both sides and run the batch again"
+        )
+    return output.parquet_files(output.data_path(pipeline.output, batch_id, manifest.attempt))
+
+
 def check_files(pipeline: PipelineConfig, batch_id: int, manifest: Manifest) -> None:
-    """The files under the batch's paths hold the rows the manifest counts, and few enough are bad."""
+    """The batch's files hold exactly the rows the manifest describes, shard by shard, before anything is committed.
+
+    Per shard: the rows (and bad rows in the quarantine) the manifest counts, each (sequence number, sub-sequence
+    number) once, and the manifest's row digest recomputed from the files with pyarrow (records.row_digest).
+    """
     where = f"pipeline {pipeline.name!r}, batch {batch_id}"
-    for path, expected in (
-        (output.batch_path(pipeline.output, batch_id), {s.shard_id: s.records for s in manifest.shards if s.records}),
-        (output.quarantine_path(pipeline.output, batch_id), {s.shard_id: s.bad_records for s in manifest.shards if s.bad_records}),
+    quarantine = output.quarantine_path(pipeline.output, batch_id)
+    data_files = batch_files(pipeline, batch_id, manifest)
+    scanned = {}
+    for files, expected, place in (
+        (data_files, {s.shard_id: s.records for s in manifest.shards if s.records}, "the batch's files"),
+        (output.parquet_files(quarantine), {s.shard_id: s.bad_records for s in manifest.shards if s.bad_records}, quarantine),
     ):
-        found = dict(output.count_rows_by_shard(path))
+        rows = output.scan_rows(files)
+        found = {shard: r.rows for shard, r in rows.items()}
         if found != expected:
             raise VerificationError(
-                f"{where}: rows per shard in {path} are {dict(sorted(found.items()))}, the manifest says {dict(sorted(expected.items()))}"
+                f"{where}: rows per shard in {place} are {dict(sorted(found.items()))}, the manifest says {dict(sorted(expected.items()))}"
+            )
+        repeated = {shard: r.duplicates for shard, r in rows.items() if r.duplicates}
+        if repeated:
+            raise VerificationError(
+                f"{where}: {place} hold a (sequence number, sub-sequence number) more than once: {dict(sorted(repeated.items()))} rows "
+                "repeated per shard"
+            )
+        scanned[place] = rows
+    for shard in manifest.shards:
+        if shard.digest is None:
+            continue  # a manifest of a release before row digests: its counts and bounds were checked
+        total = sum(rows[shard.shard_id].digest for rows in scanned.values() if shard.shard_id in rows)
+        if format_digest(total) != shard.digest:
+            raise VerificationError(
+                f"{where}, shard {shard.shard_id}: the row digest of the files is {format_digest(total)}, the manifest says "
+                f"{shard.digest}: the files do not hold the rows the replay job wrote"
             )
     total = manifest.records + manifest.bad_records
     if manifest.bad_records and manifest.bad_records > pipeline.payload.max_bad_share * total:
@@ -441,13 +478,15 @@ def check_manifest(batch: Batch, manifest: Manifest, acknowledged: frozenset[str
     return gaps
 
 
-def commit_batch(pipeline: PipelineConfig, store: StateStore, batch_id: int, now: datetime | None = None) -> Batch:
-    """Advance every checkpoint of a verified batch, then mark it COMMITTED; resumable and idempotent.
+def commit_batch(pipeline: PipelineConfig, store: StateStore, batch_id: int, now: datetime | None = None, run_id: str = "") -> Batch:
+    """Make a verified batch visible, advance every checkpoint, then mark it COMMITTED; resumable and idempotent.
 
     1. WRITTEN -> COMMITTING, conditioned on the batch being in flight and still WRITTEN;
     2. the batch's commit record into the output (rewritten by a resumed commit);
-    3. each shard's checkpoint from the range's previous checkpoint to its end, conditionally;
-    4. COMMITTED and the head's in-flight id cleared, in one transaction.
+    3. for a table output, the batch's files into the table in one snapshot (found, not made again, by a resumed
+       commit: its summary names the attempt), and the snapshot id kept in the ledger and the commit record;
+    4. each shard's checkpoint from the range's previous checkpoint to its end, conditionally;
+    5. COMMITTED and the head's in-flight id cleared, in one transaction.
     A run that finds the batch COMMITTING resumes at step 2. The output must be this pipeline's (its owner record).
     """
     guards.require_owner(pipeline)
@@ -468,7 +507,13 @@ def commit_batch(pipeline: PipelineConfig, store: StateStore, batch_id: int, now
     committed = replace(batch, status=BatchStatus.COMMITTED, committed_at=committed_at)
     # The output's copy of the ledger entry, before any checkpoint moves: a lost state table is rebuilt from these.
     output.write_commit_record(pipeline.output, committed)
-    results = batch.manifest.by_shard()
+    if pipeline.table is not None:
+        snapshot_id = commit_to_table(pipeline, batch, run_id or batch.run_id)
+        if batch.snapshot_id != snapshot_id:
+            store.set_snapshot(pipeline.name, batch_id, snapshot_id, expected=BatchStatus.COMMITTING)
+            batch, committed = replace(batch, snapshot_id=snapshot_id), replace(committed, snapshot_id=snapshot_id)
+            output.write_commit_record(pipeline.output, committed)
+    results = batch.verified_manifest().by_shard()
 
     def advance(rng: SequenceRange) -> None:
         # A closed shard read to SHARD_END: its checkpoint is the last record read, and it is finished.
@@ -484,6 +529,14 @@ def commit_batch(pipeline: PipelineConfig, store: StateStore, batch_id: int, now
     except StateConflictError as exc:
         raise StateConflictError(f"{where}: another run completed this commit first ({exc})") from exc
     return committed
+
+
+def commit_to_table(pipeline: PipelineConfig, batch: Batch, run_id: str) -> int:
+    """Put the verified attempt's files in the table in one snapshot (or find the snapshot that did); its id."""
+    manifest = batch.verified_manifest()
+    files = batch_files(pipeline, batch.batch_id, manifest)
+    attempt = manifest.attempt or ""  # batch_files refused a manifest without one
+    return iceberg_table.commit_batch(pipeline, batch.batch_id, attempt, files, run_id)
 
 
 def record_failure(pipeline: PipelineConfig, store: StateStore, batch_id: int, error: str) -> None:

@@ -132,6 +132,42 @@ class SparkConfig:
     emr_serverless: EmrServerlessConfig | None = None  # set: EMR Serverless runs the job, not spark-submit
 
 
+# The two layouts of a pipeline's output: an Apache Iceberg table (the default), or today's plain directories.
+OUTPUT_FORMATS = ("iceberg", "directory")
+EMBEDDED_CATALOG = "kinesis_replay"  # the name of the default catalog: pyiceberg's SQL catalog on a SQLite file
+DEFAULT_NAMESPACE = "kinesis_replay"
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,254}$")  # what Glue, Athena and the SQL catalog all accept
+
+
+@dataclass(frozen=True)
+class TableConfig:
+    """The Iceberg table a pipeline commits its batches to: a catalog, a namespace and a table name.
+
+    ``catalog_properties`` are pyiceberg's own (``type``, ``uri``, ``warehouse``, ``glue.region``...), as its docs
+    name them; empty means the embedded catalog: pyiceberg's SQL catalog on a SQLite file under the output root,
+    which needs no server. The table's location is always the pipeline's output root.
+    """
+
+    name: str
+    namespace: str = DEFAULT_NAMESPACE
+    catalog: str = EMBEDDED_CATALOG
+    catalog_properties: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def embedded(self) -> bool:
+        return not self.catalog_properties
+
+    @property
+    def identifier(self) -> str:
+        """``namespace.name``, as pyiceberg's ``load_table`` takes it."""
+        return f"{self.namespace}.{self.name}"
+
+    def describe(self) -> str:
+        """The table's identity for people: ``table kinesis_replay.demo in catalog kinesis_replay (sql, embedded)``."""
+        kind = "sql, embedded" if self.embedded else str(self.catalog_properties.get("type", "catalog"))
+        return f"table {self.identifier} in catalog {self.catalog} ({kind})"
+
+
 @dataclass(frozen=True)
 class PipelineConfig:
     name: str
@@ -152,6 +188,12 @@ class PipelineConfig:
     max_batch: MaxBatch = field(default_factory=MaxBatch)
     # The Airflow pool every replay of the pipeline, regular or backfill, takes a slot of; None: kinesis_replay_<name>.
     pool_name: str | None = None
+    # The Iceberg table the batches are committed to; None: output_format is directory (plain batch_id=<id> folders).
+    table: TableConfig | None = None
+
+    @property
+    def output_format(self) -> str:
+        return "directory" if self.table is None else "iceberg"
 
     @property
     def dag_id(self) -> str:
@@ -208,12 +250,13 @@ def missing_pool_message(pipelines: Iterable[PipelineConfig], pool: str) -> str:
 _PIPELINE_KEYS = {
     "name", "stream", "output", "schedule", "initial_position", "state_table", "spark",
     "initial_timestamp", "aws_conn_id", "retries", "retry_delay_seconds", "read", "payload",
-    "max_checkpoint_age_minutes", "max_batch", "pool",
+    "max_checkpoint_age_minutes", "max_batch", "pool", "output_format", "table",
 }  # fmt: skip
 _REQUIRED_KEYS = ("name", "stream", "output", "schedule", "initial_position", "state_table", "spark")
 _SPARK_KEYS = {"master", "conf", "submit_timeout_seconds", "emr_serverless"}
 _EMR_KEYS = {"application_id", "execution_role_arn", "code_prefix", "log_uri", "venv_archive", "deferrable", "poll_seconds"}
 _PAYLOAD_KEYS = {"format", "schema", "max_bad_share"}
+_TABLE_KEYS = {"catalog", "catalog_properties", "namespace", "name"}
 _MAX_BATCH_KEYS = {"span", "read_minutes"}
 _READ_KEYS = {
     "max_records_per_call", "page_bytes", "first_page_records", "get_records_per_second", "bytes_per_second",
@@ -525,7 +568,41 @@ def _parse_pipeline(source: str, index: int, data: object) -> PipelineConfig:
         max_checkpoint_age_minutes=r.integer("max_checkpoint_age_minutes", 180, minimum=1),
         max_batch=_parse_max_batch(_Reader(source, f"{r.path}.max_batch", r.data.get("max_batch") or {}, _MAX_BATCH_KEYS)),
         pool_name=pool,
+        table=_parse_table(r, name, output),
     )
+
+
+def _parse_table(r: _Reader, pipeline: str, output: str) -> TableConfig | None:
+    """output_format (iceberg unless the pipeline says directory) and its table: catalog, namespace, name."""
+    output_format = r.text("output_format", default="iceberg").lower()
+    if output_format not in OUTPUT_FORMATS:
+        r.fail(f"must be one of {', '.join(OUTPUT_FORMATS)}, got {r.data['output_format']!r}", "output_format")
+    if output_format == "directory":
+        if r.has("table"):
+            r.fail("is only allowed with output_format iceberg (a directory output has no table)", "table")
+        return None
+    t = _Reader(r.source, f"{r.path}.table", r.data.get("table") or {}, _TABLE_KEYS)
+    names = {}
+    for key, default in (("name", pipeline.replace("-", "_")), ("namespace", DEFAULT_NAMESPACE), ("catalog", EMBEDDED_CATALOG)):
+        value = t.text(key, default=default)
+        if not _IDENTIFIER.match(value):
+            t.fail(f"must be letters, digits and '_', starting with a letter or '_' (Glue and Athena accept no more), got {value!r}", key)
+        names[key] = value
+    properties = t.data.get("catalog_properties") or {}
+    if not isinstance(properties, Mapping):
+        t.fail(f"must be a mapping of pyiceberg catalog properties (type, uri, warehouse, glue.region...), got {properties!r}",
+               "catalog_properties")  # fmt: skip
+    for k, v in properties.items():
+        if not isinstance(k, str) or isinstance(v, (Mapping, list)) or v is None:
+            t.fail(f"{k!r} must be a scalar property, got {v!r}", "catalog_properties")
+    if not properties and "://" in output:
+        t.fail(
+            f"the embedded catalog keeps a SQLite file under the output root, and {output} is not a local path; name a "
+            "catalog that lives elsewhere, such as the Glue Data Catalog: catalog_properties: {type: glue, glue.region: ...}",
+            "catalog_properties",
+        )
+    text_properties = {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in properties.items()}
+    return TableConfig(names["name"], names["namespace"], names["catalog"], text_properties)
 
 
 def _parse_max_batch(r: _Reader) -> MaxBatch:

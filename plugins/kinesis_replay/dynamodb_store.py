@@ -344,6 +344,20 @@ class DynamoDBStateStore:
             ],
         )  # fmt: skip
 
+    def set_snapshot(self, pipeline: str, batch_id: int, snapshot_id: int, expected: BatchStatus) -> None:
+        what = f"pipeline {pipeline!r}: keeping snapshot {snapshot_id} with batch {batch_id}"
+        try:
+            self._call(
+                "update_item", what, TableName=self.table, Key={"pk": _s(pk(pipeline)), "sk": _s(batch_sk(batch_id))},
+                UpdateExpression="SET #snapshot = :snapshot, #updated = :now", ConditionExpression="#status = :expected",
+                ExpressionAttributeNames={"#snapshot": "snapshot_id", "#updated": "updated_at", "#status": "status"},
+                ExpressionAttributeValues={":snapshot": _n(snapshot_id), ":now": _s(_now()), ":expected": _s(expected.value)},
+            )  # fmt: skip
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+                raise StateConflictError(f"{what}: the batch is no longer {expected.value}") from exc
+            raise
+
     def complete_batch(self, batch: Batch, committed_at: datetime) -> None:
         key = {"pk": _s(pk(batch.pipeline))}
         self._transact(
@@ -434,6 +448,8 @@ class DynamoDBStateStore:
             item["committed_at"] = _s(batch.committed_at.isoformat())
         if batch.error is not None:
             item["error"] = _s(batch.error)
+        if batch.snapshot_id is not None:
+            item["snapshot_id"] = _n(batch.snapshot_id)
         return item, parts
 
     def _batch_items(self, batch: Batch) -> list[dict[str, Any]]:
@@ -496,6 +512,7 @@ class DynamoDBStateStore:
                 error=item["error"]["S"] if "error" in item else None,
                 gaps=tuple(Gap.from_dict(g) for g in self._json_field(item, "gaps", pages) or ()),
                 extra=self._json_field(item, "extra", pages) or {},
+                snapshot_id=int(item["snapshot_id"]["N"]) if "snapshot_id" in item else None,
             )
         except (KeyError, ValueError) as exc:
             raise StateCorruptError(f"pipeline {pipeline!r}: unreadable batch item {item.get('sk')}: {exc!r}") from exc

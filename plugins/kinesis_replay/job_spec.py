@@ -18,13 +18,13 @@ from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
-from kinesis_replay.config import PayloadConfig, PipelineConfig, ReadConfig
+from kinesis_replay.config import OUTPUT_FORMATS, PayloadConfig, PipelineConfig, ReadConfig
 from kinesis_replay.errors import KinesisReplayError
 from kinesis_replay.ranges import SequenceRange
 from kinesis_replay.state import Batch
 
 # Raise it with any change of the JSON a job could misread; from_json refuses every other version.
-VERSION = 1
+VERSION = 2  # 2: output_format (a table output is written per attempt, with batch_id in the files)
 
 
 class JobSpecError(KinesisReplayError):
@@ -55,6 +55,7 @@ class JobSpec:
     kinesis: KinesisEndpoint = field(default_factory=KinesisEndpoint)
     read: ReadConfig = field(default_factory=ReadConfig)
     payload: PayloadConfig = field(default_factory=PayloadConfig)
+    output_format: str = "iceberg"  # or "directory": config.OUTPUT_FORMATS
     version: int = VERSION
 
     def __post_init__(self) -> None:
@@ -77,6 +78,7 @@ class JobSpec:
             kinesis=kinesis,
             read=pipeline.read,
             payload=pipeline.payload,
+            output_format=pipeline.output_format,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -92,6 +94,7 @@ class JobSpec:
             "kinesis": asdict(self.kinesis),
             "read": asdict(self.read),
             "payload": asdict(self.payload),
+            "output_format": self.output_format,
         }
 
     def to_json(self) -> str:
@@ -127,9 +130,16 @@ class JobSpec:
                 kinesis=_known(KinesisEndpoint, data.get("kinesis", {}), source, "kinesis"),
                 read=_known(ReadConfig, data.get("read", {}), source, "read"),
                 payload=_known(PayloadConfig, data.get("payload", {}), source, "payload"),
+                output_format=_output_format(data.get("output_format", "iceberg"), source),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise JobSpecError(f"{source} is malformed: {exc}") from exc
+
+
+def _output_format(value: object, source: str) -> str:
+    if value not in OUTPUT_FORMATS:
+        raise JobSpecError(f"{source}: output_format must be one of {', '.join(OUTPUT_FORMATS)}, got {value!r}")
+    return str(value)
 
 
 def _check_version(data: Mapping[str, Any], source: str) -> None:

@@ -22,6 +22,9 @@ STAGING_DIR = "_staging"  # where the replay job writes a batch before swapping 
 # table is rebuilt. Written after the batch is COMMITTING and before any checkpoint moves.
 COMMITS_DIR = "_commits"
 OWNER_FILE = "_kinesis_replay_owner.json"  # who owns this output root: one pipeline, one stream, one state table
+# A table output's data files (Iceberg's own layout under the table location, which is the output root): one folder per
+# attempt of a batch, so that a replay never overwrites a file a snapshot references. Not for reading directly.
+DATA_DIR = "data"
 
 
 def batch_partition(batch_id: int) -> str:
@@ -32,6 +35,14 @@ def batch_partition(batch_id: int) -> str:
 def batch_path(output: str, batch_id: int) -> str:
     """The only directory a batch's rows are written to; a rewrite of the batch replaces all of it."""
     return f"{output.rstrip('/')}/batch_id={batch_partition(batch_id)}"
+
+
+def data_path(output: str, batch_id: int, attempt: str) -> str:
+    """Where one attempt of a batch writes its table files: ``<output>/data/batch_id=<id>/attempt=<attempt>``.
+
+    A batch's rows are deterministic; its files are per attempt, and the table's snapshot says which attempt is live.
+    """
+    return f"{output.rstrip('/')}/{DATA_DIR}/batch_id={batch_partition(batch_id)}/attempt={attempt}"
 
 
 def quarantine_path(output: str, batch_id: int) -> str:
@@ -103,6 +114,68 @@ def count_rows_by_shard(path: str) -> Counter[str]:
     dataset = ds.dataset(local, filesystem=filesystem, format="parquet")
     shard_ids = dataset.to_table(columns=["shard_id"]).column("shard_id")
     return Counter({row["values"]: row["counts"] for row in pc.value_counts(shard_ids).to_pylist()})
+
+
+def parquet_files(path: str) -> list[str]:
+    """The Parquet files under a folder (none if it does not exist), as full paths or URIs, in order."""
+    from pyarrow import fs
+
+    filesystem, local = _filesystem(path)
+    if filesystem.get_file_info(local).type != fs.FileType.Directory:
+        return []
+    infos = filesystem.get_file_info(fs.FileSelector(local, recursive=True))
+    found = sorted(i.path for i in infos if i.type == fs.FileType.File and i.base_name.endswith(".parquet"))
+    if "://" not in path:
+        return found
+    scheme = path.split("://", 1)[0]
+    return [f"{scheme}://{f}" for f in found]
+
+
+@dataclass(frozen=True)
+class ShardRows:
+    """What a shard's rows in a set of files add up to: their count, their row digest, and repeated (sequence, sub-sequence) pairs."""
+
+    rows: int
+    digest: int  # the sum of records.row_digest over the rows (not yet reduced modulo 2**64)
+    duplicates: int  # rows whose (sequence number, sub-sequence number) an earlier row of the shard has
+
+
+def scan_rows(files: list[str]) -> dict[str, ShardRows]:
+    """Rows, row digest and repeated keys per shard, read file by file and batch by batch with pyarrow.
+
+    Memory stays bounded by a record batch, plus the shards' keys (no payload) for the uniqueness check.
+    """
+    import hashlib
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from kinesis_replay.records import DIGEST_SEPARATOR, DIGEST_TEXT_COLUMNS
+
+    digests: Counter[str] = Counter()
+    keys: list[Any] = []
+    columns = [*DIGEST_TEXT_COLUMNS, "data"]
+    for path in files:
+        filesystem, local = _filesystem(path)
+        with filesystem.open_input_file(local) as stream:
+            for batch in pq.ParquetFile(stream).iter_batches(columns=columns, batch_size=65536):
+                text = [pc.cast(batch.column(c), pa.string()) for c in DIGEST_TEXT_COLUMNS]
+                joined = pc.binary_join_element_wise(*text, "", DIGEST_SEPARATOR, null_handling="skip")
+                data = pc.fill_null(pc.cast(batch.column("data"), pa.binary()), b"")
+                rows = pc.binary_join_element_wise(pc.cast(joined, pa.binary()), data, b"")
+                for shard, value in zip(batch.column("shard_id").to_pylist(), rows.to_pylist(), strict=True):
+                    digests[shard] += int.from_bytes(hashlib.md5(value).digest()[:8], "big")
+                keys.append(pa.table({c: batch.column(c) for c in DIGEST_TEXT_COLUMNS[:3]}))
+    if not keys:
+        return {}
+    table = pa.concat_tables(keys)
+    counts = table.group_by(list(DIGEST_TEXT_COLUMNS[:3])).aggregate([([], "count_all")])
+    rows = Counter(table.column("shard_id").to_pylist())
+    repeated: Counter[str] = Counter()
+    for shard, count in zip(counts.column("shard_id").to_pylist(), counts.column("count_all").to_pylist(), strict=True):
+        repeated[shard] += count - 1
+    return {shard: ShardRows(rows[shard], digests[shard], repeated[shard]) for shard in sorted(rows)}
 
 
 def _read_json(path: str) -> Any | None:

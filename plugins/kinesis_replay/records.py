@@ -23,6 +23,25 @@ ROW_COLUMNS: tuple[tuple[str, str], ...] = (
 # The column a reader of the output gets from each batch's directory name (batch_id=<id>).
 PARTITION_COLUMN = "batch_id"
 
+# The row digest, which the replay job computes with Spark and verify recomputes from the files with pyarrow:
+# md5 of the row's identity and payload (the text columns joined by a newline, a null left out, then a newline and
+# the data), its first 8 bytes as an unsigned integer, summed over a shard's rows modulo 2**64.
+DIGEST_TEXT_COLUMNS = ("shard_id", "sequence_number", "sub_sequence_number", "partition_key")
+DIGEST_SEPARATOR = "\n"
+
+
+def row_digest(text_parts: list[str | None], data: bytes | None) -> int:
+    """One row's digest term (see DIGEST_TEXT_COLUMNS): the first 8 bytes of the md5 of the joined row."""
+    import hashlib
+
+    joined = DIGEST_SEPARATOR.join(p for p in text_parts if p is not None) + DIGEST_SEPARATOR
+    return int.from_bytes(hashlib.md5(joined.encode() + (data or b"")).digest()[:8], "big")
+
+
+def format_digest(total: int) -> str:
+    return f"{total % 2**64:016x}"
+
+
 # The KPL's aggregated-record header (aws_kinesis_agg.MAGIC); checked here to skip the library for plain records.
 KPL_MAGIC = b"\xf3\x89\x9a\xc2"
 

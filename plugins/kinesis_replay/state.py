@@ -90,6 +90,9 @@ class ShardResult:
     checksum: str
     bad_records: int = 0
     last_arrival: datetime | None = None  # when the shard's last record in the batch arrived
+    # The row digest (records.row_digest summed over the shard's rows): unlike ``checksum`` (Spark's xxhash64, which
+    # backfills compare), verify recomputes it from the files with pyarrow. None in manifests of older releases.
+    digest: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -101,6 +104,7 @@ class ShardResult:
             "checksum": self.checksum,
             "bad_records": self.bad_records,
             "last_arrival": None if self.last_arrival is None else self.last_arrival.isoformat(),
+            **({"digest": self.digest} if self.digest is not None else {}),
         }
 
     @classmethod
@@ -115,6 +119,7 @@ class ShardResult:
             checksum=str(data["checksum"]),
             bad_records=int(data.get("bad_records", 0)),
             last_arrival=datetime.fromisoformat(data["last_arrival"]) if data.get("last_arrival") else None,
+            digest=str(data["digest"]) if data.get("digest") is not None else None,
         )
 
 
@@ -126,6 +131,9 @@ class Manifest:
     batch_id: int
     shards: tuple[ShardResult, ...]
     seconds: float = 0.0
+    # The replay that wrote the batch's table files (output.data_path): each run writes a folder of its own, and the
+    # table's snapshot says which attempt is the batch's. None for a directory output.
+    attempt: str | None = None
 
     @property
     def records(self) -> int:
@@ -151,6 +159,7 @@ class Manifest:
             "bad_records": self.bad_records,
             "seconds": self.seconds,
             "shards": [s.to_dict() for s in self.shards],
+            **({"attempt": self.attempt} if self.attempt is not None else {}),
         }
 
     @classmethod
@@ -160,6 +169,7 @@ class Manifest:
             batch_id=int(data["batch_id"]),
             shards=tuple(ShardResult.from_dict(s) for s in data["shards"]),
             seconds=float(data.get("seconds", 0.0)),
+            attempt=str(data["attempt"]) if data.get("attempt") else None,
         )
 
 
@@ -215,6 +225,9 @@ class Batch:
     error: str | None = None
     gaps: tuple[Gap, ...] = ()
     extra: Mapping[str, Any] = field(default_factory=dict)
+    # The Iceberg snapshot that made the batch's rows the table's (its latest replay's, after a backfill); None
+    # for a directory output, and until the commit's table step.
+    snapshot_id: int | None = None
 
     def verified_manifest(self) -> Manifest:
         """The manifest verify stored with the batch; a batch that should hold one and does not is corrupt state."""
@@ -242,6 +255,7 @@ class Batch:
             "error": self.error,
             "gaps": [g.to_dict() for g in self.gaps],
             "extra": dict(self.extra),
+            "snapshot_id": self.snapshot_id,
         }
 
     @classmethod
@@ -261,6 +275,7 @@ class Batch:
             error=data.get("error"),
             gaps=tuple(Gap.from_dict(g) for g in data.get("gaps", ())),
             extra=dict(data.get("extra") or {}),
+            snapshot_id=int(data["snapshot_id"]) if data.get("snapshot_id") is not None else None,
         )
 
 
@@ -301,6 +316,10 @@ class StateStore(Protocol):
 
     def advance_checkpoint(self, pipeline: str, shard_id: str, previous: int | None, new: int, batch_id: int, finished: bool) -> None:
         """Move a checkpoint from ``previous`` to ``new``, conditioned on it still being ``previous``."""
+        ...
+
+    def set_snapshot(self, pipeline: str, batch_id: int, snapshot_id: int, expected: BatchStatus) -> None:
+        """Keep the table snapshot that holds the batch, conditioned on the batch's status being ``expected``."""
         ...
 
     def complete_batch(self, batch: Batch, committed_at: datetime) -> None:

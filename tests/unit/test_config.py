@@ -256,7 +256,7 @@ def test_emr_serverless_requires_an_application() -> None:
 )
 def test_an_output_root_has_one_spelling(given: str, normalized: str) -> None:
     assert normalize_output(given) == normalized
-    (p,) = parse_config(config(output=given))
+    (p,) = parse_config(config(output=given, output_format="directory" if "://" in given else "iceberg"))
     assert p.output == normalized
 
 
@@ -365,3 +365,41 @@ def test_a_span_is_a_duration_with_a_unit(span: str) -> None:
 def test_a_bad_cap_is_named(max_batch: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=rf"pipelines\[0\] \(orders\)\.{message}" if "unknown" not in message else message):
         parse_config(config(max_batch=max_batch))
+
+
+def test_a_pipeline_lands_in_an_iceberg_table_on_the_embedded_catalog_by_default() -> None:
+    (p,) = parse_config(VALID)
+    assert p.output_format == "iceberg" and p.table is not None
+    assert (p.table.catalog, p.table.namespace, p.table.name) == ("kinesis_replay", "kinesis_replay", "orders")
+    assert p.table.embedded and p.table.identifier == "kinesis_replay.orders"
+
+
+def test_a_table_names_its_catalog_with_pyiceberg_properties() -> None:
+    table = {"catalog": "glue", "namespace": "lake", "name": "orders_v2",
+             "catalog_properties": {"type": "glue", "glue.region": "eu-west-1", "glue.skip-archive": True}}  # fmt: skip
+    (p,) = parse_config(config(output="s3://bucket/orders", table=table))
+    assert p.table is not None and not p.table.embedded
+    assert p.table.catalog_properties == {"type": "glue", "glue.region": "eu-west-1", "glue.skip-archive": "true"}
+    assert p.table.describe() == "table lake.orders_v2 in catalog glue (glue)"
+
+
+def test_a_directory_output_says_so_and_has_no_table() -> None:
+    (p,) = parse_config(config(output_format="directory"))
+    assert p.table is None and p.output_format == "directory"
+    with pytest.raises(ConfigError, match=r"pipelines\[0\] \(orders\)\.table: is only allowed with output_format iceberg"):
+        parse_config(config(output_format="directory", table={"name": "x"}))
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"output_format": "delta"}, r"output_format: must be one of iceberg, directory, got 'delta'"),
+        ({"table": {"name": "orders-v2"}}, r"table\.name: must be letters, digits and '_'"),
+        ({"table": {"catalog_properties": ["type", "glue"]}}, r"table\.catalog_properties: must be a mapping of pyiceberg"),
+        ({"table": {"schema": "x"}}, r"table: unknown key\(s\) schema"),
+        ({"output": "s3://bucket/orders"}, r"table\.catalog_properties: the embedded catalog keeps a SQLite file under the output"),
+    ],
+)
+def test_a_bad_table_config_names_the_key(changes: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_config(config(**changes))

@@ -26,6 +26,7 @@ def pipeline() -> Any:
         "name": "orders",
         "stream": "orders",
         "output": "s3a://lake/raw/orders",
+        "table": {"catalog": "glue", "catalog_properties": {"type": "glue"}},
         "schedule": None,
         "initial_position": "TRIM_HORIZON",
         "state_table": "kinesis-replay-state",
@@ -113,7 +114,7 @@ def test_a_pipeline_without_emr_serverless_has_no_job_run() -> None:
 def emr_pipeline(spark_conf: dict[str, Any] | None = None, **emr: Any) -> Any:
     """A pipeline run by EMR Serverless, with only the settings a test names beside the required ones."""
     spark = {"emr_serverless": {"application_id": APP, "execution_role_arn": ROLE, "code_prefix": CODE, **emr}, "conf": spark_conf or {}}
-    entry = {"name": "orders", "stream": "orders", "output": "s3://lake/raw/orders", "schedule": None,
+    entry = {"name": "orders", "stream": "orders", "output": "s3://lake/raw/orders", "output_format": "directory", "schedule": None,
              "initial_position": "TRIM_HORIZON", "state_table": "t", "spark": spark}  # fmt: skip
     return parse_config({"pipelines": [entry]})[0]
 

@@ -18,6 +18,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "kinesis",
         "dynamodb_store",
         "output",
+        "iceberg_table",
         "credentials",
         "jvm_archive",
         "spark_submit",

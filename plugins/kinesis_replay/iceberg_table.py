@@ -1,0 +1,291 @@
+"""The pipeline's Apache Iceberg table, through pyiceberg: load the catalog, create or load the table, commit a batch.
+
+A batch becomes visible in one snapshot. Its first commit adds the files of the attempt that was verified; a
+replay of a committed batch (a backfill) replaces the batch's files with the new attempt's in one OVERWRITE
+snapshot, so that no snapshot ever holds the batch twice, or none of it once it was committed. Every snapshot's
+summary names the pipeline, the batch, the attempt and the Airflow run: a resumed commit finds its own snapshot
+there and adds nothing twice. A commit that loses the race for the table (Iceberg's optimistic concurrency: the
+catalog refuses a commit whose base metadata is no longer current) reloads the table and tries again.
+
+The table:
+
+- lives at the pipeline's output root: metadata under ``<output>/metadata/``, data under ``<output>/data/``, one
+  folder per attempt of a batch (``data/batch_id=<id>/attempt=<attempt>/``), so a replay never overwrites a file
+  that a snapshot references;
+- has the output's columns plus ``batch_id`` (a column in the files: add_files reads each file's partition from
+  its column statistics);
+- is partitioned by ``identity(batch_id)``, so a batch's files are replaced without touching other batches';
+- is sorted by ``approximate_arrival_timestamp`` (the job sorts each file so), so the column metrics of each
+  file (and each row group) bound its arrival times, and a query by arrival time skips the files outside them.
+
+Files superseded by a backfill stay until snapshot expiry removes them: older snapshots still reference them,
+and a reader that travels back to one of them must find its files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from kinesis_replay.config import PipelineConfig, TableConfig
+from kinesis_replay.errors import KinesisReplayError, OutputOwnershipError, VerificationError
+from kinesis_replay.records import PARTITION_COLUMN
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.manifest import DataFile
+    from pyiceberg.table import Table
+    from pyiceberg.table.snapshots import Snapshot
+
+log = logging.getLogger(__name__)
+
+CATALOG_DIR = "_catalog"  # the embedded catalog's SQLite file, under the output root
+ARRIVAL_COLUMN = "approximate_arrival_timestamp"  # the table's sort order
+# Snapshot summary properties: who made the snapshot, for which batch and attempt.
+PIPELINE_PROPERTY = "kinesis-replay.pipeline"
+BATCH_PROPERTY = "kinesis-replay.batch-id"
+ATTEMPT_PROPERTY = "kinesis-replay.attempt"
+RUN_PROPERTY = "kinesis-replay.run-id"
+# Table properties: the pipeline and stream that own the table (two pipelines never share one).
+STREAM_PROPERTY = "kinesis-replay.stream"
+COMMIT_ATTEMPTS = 10  # a commit that lost the race for the table is retried against the new metadata this often
+
+
+class TableCommitError(KinesisReplayError):
+    """The batch could not be committed to the table; nothing of it is in the table."""
+
+
+def iceberg_location(path: str) -> str:
+    """A path as Iceberg readers want it: ``s3://`` for Hadoop's ``s3a://``, ``file://`` before a local path."""
+    if path.startswith(("s3a://", "s3n://")):
+        return "s3://" + path.split("://", 1)[1]
+    if "://" not in path:
+        return "file://" + path
+    return path
+
+
+def catalog_properties(table: TableConfig, output: str) -> dict[str, str]:
+    """pyiceberg's properties of the pipeline's catalog: the configured ones, or the embedded SQL catalog's."""
+    if not table.embedded:
+        return dict(table.catalog_properties)
+    root = output.rstrip("/")
+    return {"type": "sql", "uri": f"sqlite:///{root}/{CATALOG_DIR}/catalog.db", "warehouse": f"file://{root}/{CATALOG_DIR}"}
+
+
+def load_catalog(pipeline: PipelineConfig, extra: Mapping[str, str] | None = None) -> Catalog:
+    """The pipeline's catalog; ``extra`` properties (credentials, an endpoint) come from the caller's hook."""
+    from pyiceberg.catalog import load_catalog as pyiceberg_load_catalog
+
+    table = require_table(pipeline)
+    properties = {**catalog_properties(table, pipeline.output), **(extra or {})}
+    if table.embedded:
+        import os
+
+        os.makedirs(f"{pipeline.output.rstrip('/')}/{CATALOG_DIR}", exist_ok=True)
+    try:
+        return pyiceberg_load_catalog(table.catalog, **properties)
+    except (ValueError, ImportError) as exc:
+        raise KinesisReplayError(f"pipeline {pipeline.name!r}: cannot load Iceberg catalog {table.catalog!r}: {exc}") from exc
+
+
+def require_table(pipeline: PipelineConfig) -> TableConfig:
+    if pipeline.table is None:
+        raise KinesisReplayError(f"pipeline {pipeline.name!r} has output_format directory: it has no table")
+    return pipeline.table
+
+
+def load_table(pipeline: PipelineConfig, catalog: Catalog | None = None) -> Table | None:
+    """The pipeline's table, or None before its first commit; refused when another pipeline owns it."""
+    from pyiceberg.exceptions import NoSuchTableError
+
+    table_config = require_table(pipeline)
+    catalog = catalog or load_catalog(pipeline)
+    try:
+        table = catalog.load_table(table_config.identifier)
+    except NoSuchTableError:
+        return None
+    check_table_owner(pipeline, table)
+    return table
+
+
+def check_table_owner(pipeline: PipelineConfig, table: Table) -> None:
+    """The table names this pipeline and stream, and lives at its output root."""
+    props = table.properties
+    owner = (props.get(PIPELINE_PROPERTY), props.get(STREAM_PROPERTY))
+    where = f"pipeline {pipeline.name!r}: {require_table(pipeline).describe()}"
+    if owner != (pipeline.name, pipeline.stream):
+        raise OutputOwnershipError(
+            f"{where} belongs to pipeline {owner[0]!r} (stream {owner[1]}); give each pipeline a table of its own. Nothing was written."
+        )
+    if table.location().rstrip("/") != iceberg_location(pipeline.output).rstrip("/"):
+        raise OutputOwnershipError(
+            f"{where} is at {table.location()}, and the pipeline's output is {pipeline.output}: the output moved. Point output "
+            "back to the table's location. Nothing was written."
+        )
+
+
+def table_schema(file_schema: pa.Schema) -> pa.Schema:
+    """The table's columns: the files' own, as Spark wrote them (batch_id among them)."""
+    if PARTITION_COLUMN not in file_schema.names:
+        raise VerificationError(f"the batch's files have no {PARTITION_COLUMN} column, which the table is partitioned by")
+    return file_schema
+
+
+def create_or_load_table(pipeline: PipelineConfig, file_schema: pa.Schema, catalog: Catalog | None = None) -> Table:
+    """The pipeline's table, created on first use from the first batch's file schema.
+
+    Partitioned by identity(batch_id), sorted by arrival time; its properties name the pipeline and stream.
+    """
+    from pyiceberg.catalog import Catalog as BaseCatalog
+    from pyiceberg.exceptions import NamespaceAlreadyExistsError, TableAlreadyExistsError
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.table.sorting import NullOrder, SortDirection, SortField, SortOrder
+    from pyiceberg.transforms import IdentityTransform
+
+    catalog = catalog or load_catalog(pipeline)
+    found = load_table(pipeline, catalog)
+    if found is not None:
+        return found
+    config = require_table(pipeline)
+    schema = BaseCatalog._convert_schema_if_needed(table_schema(file_schema))
+    batch_field = schema.find_field(PARTITION_COLUMN)
+    spec = PartitionSpec(PartitionField(batch_field.field_id, 1000, IdentityTransform(), PARTITION_COLUMN))
+    sort_order = SortOrder()
+    if ARRIVAL_COLUMN in file_schema.names:
+        arrival = schema.find_field(ARRIVAL_COLUMN)
+        sort_order = SortOrder(SortField(arrival.field_id, IdentityTransform(), SortDirection.ASC, NullOrder.NULLS_LAST))
+    with contextlib.suppress(NamespaceAlreadyExistsError):
+        catalog.create_namespace(config.namespace)
+    properties = {
+        PIPELINE_PROPERTY: pipeline.name,
+        STREAM_PROPERTY: pipeline.stream,
+        "schema.name-mapping.default": schema.name_mapping.model_dump_json(),  # Spark's files carry no field ids
+        "write.parquet.compression-codec": "snappy",  # what Spark writes
+    }
+    try:
+        table = catalog.create_table(
+            config.identifier,
+            schema=schema,
+            location=iceberg_location(pipeline.output),
+            partition_spec=spec,
+            sort_order=sort_order,
+            properties=properties,
+        )
+    except TableAlreadyExistsError:  # another run created it first
+        table = catalog.load_table(config.identifier)
+    check_table_owner(pipeline, table)
+    log.info("pipeline %s: created %s at %s", pipeline.name, config.describe(), table.location())
+    return table
+
+
+def snapshot_properties(pipeline: str, batch_id: int, attempt: str, run_id: str) -> dict[str, str]:
+    return {PIPELINE_PROPERTY: pipeline, BATCH_PROPERTY: str(batch_id), ATTEMPT_PROPERTY: attempt, RUN_PROPERTY: run_id}
+
+
+def find_batch_snapshot(table: Table, pipeline: str, batch_id: int, attempt: str) -> Snapshot | None:
+    """The snapshot that committed this attempt of the batch, if the table's history (newest first) holds it."""
+    for snapshot in sorted(table.metadata.snapshots, key=lambda s: s.sequence_number or 0, reverse=True):
+        summary = snapshot.summary
+        if summary is None:
+            continue
+        if (summary.get(PIPELINE_PROPERTY), summary.get(BATCH_PROPERTY), summary.get(ATTEMPT_PROPERTY)) == (
+            pipeline,
+            str(batch_id),
+            attempt,
+        ):
+            return snapshot
+    return None
+
+
+def batch_data_files(table: Table, batch_id: int, snapshot_id: int | None = None) -> list[DataFile]:
+    """The data files that hold the batch in the current (or the given) snapshot: pruned by the partition."""
+    if table.current_snapshot() is None:
+        return []
+    scan = table.scan(row_filter=f"{PARTITION_COLUMN} = {int(batch_id)}", snapshot_id=snapshot_id)
+    return [task.file for task in scan.plan_files()]
+
+
+def commit_batch(
+    pipeline: PipelineConfig,
+    batch_id: int,
+    attempt: str,
+    files: Iterable[str],
+    run_id: str,
+    catalog: Catalog | None = None,
+    before_commit: Any = None,
+) -> int:
+    """Make the attempt's files the batch's rows in the table, in one snapshot; returns the snapshot's id.
+
+    Idempotent: a snapshot of this attempt already in the table's history is returned as it is. The batch's
+    files in the current snapshot, if any (a committed batch replayed), are replaced in the same snapshot.
+    ``before_commit(table)`` runs just before each try (a test's hook: a concurrent commit lands there).
+    """
+    import pyarrow.parquet as pq
+    from pyiceberg.exceptions import CommitFailedException
+
+    paths = sorted(iceberg_location(f) for f in files)
+    if not paths:
+        raise TableCommitError(f"pipeline {pipeline.name!r}, batch {batch_id}: attempt {attempt} wrote no data file")
+    catalog = catalog or load_catalog(pipeline)
+    where = f"pipeline {pipeline.name!r}, batch {batch_id}, {require_table(pipeline).describe()}"
+    table = load_table(pipeline, catalog)
+    if table is None:
+        from pyiceberg.io.pyarrow import PyArrowFileIO
+
+        with PyArrowFileIO().new_input(paths[0]).open() as stream:
+            file_schema = pq.read_schema(stream)
+        table = create_or_load_table(pipeline, file_schema, catalog)
+    props = snapshot_properties(pipeline.name, batch_id, attempt, run_id)
+    for attempt_no in range(1, COMMIT_ATTEMPTS + 1):
+        found = find_batch_snapshot(table, pipeline.name, batch_id, attempt)
+        if found is not None:
+            log.info("%s: attempt %s is committed already, in snapshot %d", where, attempt, found.snapshot_id)
+            return found.snapshot_id
+        if before_commit is not None:
+            before_commit(table)
+        try:
+            return _commit_once(table, batch_id, paths, props, where)
+        except CommitFailedException as exc:
+            log.warning("%s: the table changed under the commit (%s); retrying against its new metadata (%d)", where, exc, attempt_no)
+            time.sleep(min(0.05 * 2**attempt_no, 2.0))
+            table = catalog.load_table(require_table(pipeline).identifier)
+    raise TableCommitError(f"{where}: {COMMIT_ATTEMPTS} commits in a row lost the race for the table; nothing was committed")
+
+
+def _commit_once(table: Table, batch_id: int, paths: list[str], props: dict[str, str], where: str) -> int:
+    """One try: the batch's current files (if any) out and ``paths`` in, in one snapshot of ``table``'s metadata."""
+    from pyiceberg.io.pyarrow import parquet_file_to_data_file
+
+    attempt = props[ATTEMPT_PROPERTY]
+    old = batch_data_files(table, batch_id)
+    if any(f.file_path in set(paths) for f in old):
+        raise TableCommitError(f"{where}: the table already holds files of attempt {attempt}, in no snapshot of its own")
+    try:
+        with table.transaction() as tx:
+            data_files = [parquet_file_to_data_file(table.io, tx.table_metadata, p) for p in paths]
+            wrong = [f.file_path for f in data_files if f.partition[0] != batch_id]
+            if wrong:
+                raise TableCommitError(f"{where}: files {wrong} hold rows of another batch_id")
+            update = tx.update_snapshot(snapshot_properties=props)
+            if old:  # a replay of a committed batch: its old files out and the new ones in, one OVERWRITE snapshot
+                with update.overwrite() as overwrite:
+                    for data_file in old:
+                        overwrite.delete_data_file(data_file)
+                    for data_file in data_files:
+                        overwrite.append_data_file(data_file)
+            else:
+                with update.fast_append() as append:
+                    for data_file in data_files:
+                        append.append_data_file(data_file)
+    except ValueError as exc:  # pyiceberg: a file's schema the table does not have
+        raise TableCommitError(f"{where}: the files of attempt {attempt} do not fit the table: {exc}") from exc
+    snapshot = table.current_snapshot()
+    if snapshot is None:  # pragma: no cover - a commit always makes a snapshot
+        raise TableCommitError(f"{where}: the commit made no snapshot")
+    log.info("%s: committed attempt %s in snapshot %d (%s %d files)", where, attempt, snapshot.snapshot_id,
+             "replacing" if old else "adding", len(paths))  # fmt: skip
+    return snapshot.snapshot_id
