@@ -9,7 +9,8 @@ forever. ``maintain`` does both halves, in this order:
    always the current snapshot and every branch or tag head. pyiceberg 0.12's ``table.maintenance.expire_snapshots()``
    does the metadata commit; like Iceberg's Java action it is an optimistic commit that fails, and is retried, if
    a batch committed in between. It deletes no file: step 2 does.
-2. **Remove orphan files** under the table's location: files that no remaining snapshot references (data files,
+2. **Remove orphan files** under the table's ``data/`` and ``metadata/`` folders (never elsewhere under its
+   location, which is the pipeline's output root): files that no remaining snapshot references (data files,
    manifests, manifest lists, statistics) and that are not the current or a logged metadata file, and that were
    last modified longer ago than ``orphan_age`` (3 days by default, Iceberg's ``remove_orphan_files`` default).
    pyiceberg 0.12 has no orphan-file action, so this module holds the smallest correct one.
@@ -173,18 +174,35 @@ def _location(root: str, path: str) -> str:
     return f"file://{path}" if scheme == "file" else f"{scheme}://{path}"
 
 
+def table_folders(table: Table) -> list[str]:
+    """The folders that hold the table's own files: ``data/`` and ``metadata/`` under its location (or where
+    ``write.data.path`` and ``write.metadata.path`` say).
+
+    Never the whole location: the table's location is the pipeline's output root, which also holds the result
+    manifests, the commit records, the owner record, quarantine and the embedded catalog, none of them the table's.
+    """
+    location = table.location().rstrip("/")
+    return [
+        table.properties.get("write.data.path", f"{location}/data").rstrip("/"),
+        table.properties.get("write.metadata.path", f"{location}/metadata").rstrip("/"),
+    ]
+
+
 def _listing(table: Table) -> list[tuple[str, datetime]]:
-    """Every file under the table's location, with its modification time, through the table's own file system."""
+    """Every file under the table's folders, with its modification time, through the table's own file system."""
     from pyarrow import fs as pafs
     from pyiceberg.io.pyarrow import PyArrowFileIO
 
     io = table.io
     if not isinstance(io, PyArrowFileIO):
         io = PyArrowFileIO(table.io.properties)
-    scheme, netloc, root = PyArrowFileIO.parse_location(table.location(), io.properties)
-    filesystem = io.fs_by_scheme(scheme, netloc)
-    infos = filesystem.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
-    return [(i.path, i.mtime if i.mtime.tzinfo else i.mtime.replace(tzinfo=UTC)) for i in infos if i.type == pafs.FileType.File]
+    files = []
+    for folder in table_folders(table):
+        scheme, netloc, root = PyArrowFileIO.parse_location(folder, io.properties)
+        filesystem = io.fs_by_scheme(scheme, netloc)
+        infos = filesystem.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
+        files += [(i.path, i.mtime if i.mtime.tzinfo else i.mtime.replace(tzinfo=UTC)) for i in infos if i.type == pafs.FileType.File]
+    return files
 
 
 def in_flight_pattern(batch_ids: Iterable[int]) -> re.Pattern[str] | None:

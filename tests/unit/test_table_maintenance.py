@@ -157,3 +157,18 @@ def test_a_bad_retention_property_is_named(tmp_path: Path) -> None:
         tm.maintain(table)
     with pytest.raises(ValueError, match="orphan_age must be at least an hour"):
         tm.Policy(orphan_age=timedelta(minutes=5))
+
+
+def test_only_the_tables_own_folders_are_cleaned_never_the_rest_of_its_location(tmp_path: Path) -> None:
+    table = make_table(tmp_path)
+    commit(table, 1)
+    root = Path(table.location().removeprefix("file://"))
+    others = [root / "_manifests" / "batch_id=0000000001.json", root / "_commits" / "batch_id=0000000001.json", root / "_catalog.db"]
+    for other in others:
+        other.parent.mkdir(parents=True, exist_ok=True)
+        other.write_text("{}")
+    make_old(*(str(o) for o in others))
+
+    report = tm.maintain(table, now=datetime.now(UTC) + LATER)
+
+    assert report.orphans_removed == () and all(o.exists() for o in others)
