@@ -216,8 +216,9 @@ def build_backfill_dag(p: PipelineConfig) -> DAG:
             execution_timeout=timedelta(seconds=p.spark.submit_timeout_seconds),
         )
         def replay(batch_id: int) -> dict[str, Any]:
-            summary = tasks.backfill_batch(p, batch_id)
-            get_current_context()["outlet_events"][asset].extra = summary
+            context = get_current_context()
+            summary = tasks.backfill_batch(p, batch_id, context["run_id"])
+            context["outlet_events"][asset].extra = summary
             return summary
 
         @task(task_id="stage", map_index_template="batch {{ task.op_kwargs['batch_id'] }}")
@@ -226,8 +227,9 @@ def build_backfill_dag(p: PipelineConfig) -> DAG:
 
         @task(task_id="check", outlets=[asset], map_index_template="batch {{ task.op_kwargs['batch_id'] }}")
         def check(batch_id: int) -> dict[str, Any]:
-            summary = tasks.check_backfill(p, batch_id)
-            get_current_context()["outlet_events"][asset].extra = summary
+            context = get_current_context()
+            summary = tasks.check_backfill(p, batch_id, context["run_id"])
+            context["outlet_events"][asset].extra = summary
             return summary
 
         chosen = select()

@@ -360,10 +360,10 @@ def select_backfill(p: PipelineConfig, params: dict[str, Any]) -> list[int]:
 
 
 @fail_fast
-def backfill_batch(p: PipelineConfig, batch_id: int) -> dict[str, Any]:
+def backfill_batch(p: PipelineConfig, batch_id: int, run_id: str = "") -> dict[str, Any]:
     """Replay one committed batch into its own paths and check it holds what it held; never touches a checkpoint."""
     submit(p, backfill.committed_batch(p, state_store(p), batch_id))
-    return check_backfill(p, batch_id)
+    return check_backfill(p, batch_id, run_id)
 
 
 @fail_fast
@@ -373,9 +373,9 @@ def stage_backfill(p: PipelineConfig, batch_id: int) -> dict[str, Any]:
 
 
 @fail_fast
-def check_backfill(p: PipelineConfig, batch_id: int) -> dict[str, Any]:
-    """A backfilled batch must hold what its first run held: same shards, same counts, same checksums."""
-    batch = backfill.check_replayed(p, state_store(p), batch_id)
+def check_backfill(p: PipelineConfig, batch_id: int, run_id: str = "") -> dict[str, Any]:
+    """A backfilled batch must hold what its first run held (same shards, counts, checksums); then it replaces the table's."""
+    batch = backfill.check_replayed(p, state_store(p), batch_id, run_id)
     summary = batch_summary(p, batch, "backfill")
     log.info("pipeline %s: backfilled %s", p.name, summary)
     return summary

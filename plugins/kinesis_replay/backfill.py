@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import reprlib
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -14,7 +14,7 @@ from kinesis_replay.config import PipelineConfig, ReadConfig
 from kinesis_replay.errors import KinesisReplayError, VerificationError
 from kinesis_replay.output import BATCH_DIGITS
 from kinesis_replay.ranges import SequenceRange
-from kinesis_replay.state import Batch, BatchStatus, StateStore
+from kinesis_replay.state import Batch, BatchStatus, ShardResult, StateStore
 
 if TYPE_CHECKING:  # the boto3 stubs are for type checking only
     from types_boto3_kinesis.client import KinesisClient
@@ -306,20 +306,37 @@ def committed_batch(pipeline: PipelineConfig, store: StateStore, batch_id: int) 
     return store.get_batch(pipeline.name, batch_id)
 
 
-def check_replayed(pipeline: PipelineConfig, store: StateStore, batch_id: int) -> Batch:
-    """A backfilled batch must hold what its first run held: shard by shard, the same rows and checksum."""
+def check_replayed(pipeline: PipelineConfig, store: StateStore, batch_id: int, run_id: str = "") -> Batch:
+    """A backfilled batch must hold what its first run held: shard by shard, the same rows and checksum.
+
+    For a table output, the checked attempt's files then replace the batch's in one snapshot, whose id the ledger
+    and the commit record keep. Until that snapshot, readers see the batch's earlier files; from it on, the new
+    ones: never both, never none. The replaced files stay for older snapshots until snapshot expiry removes them.
+    """
     batch = store.get_batch(pipeline.name, batch_id)
     first_run = batch.verified_manifest()
     manifest = output.read_manifest(pipeline.output, batch_id)
     batches.check_files(pipeline, batch_id, manifest)
     before, after = first_run.by_shard(), manifest.by_shard()
-    changed = sorted(sid for sid in set(before) | set(after) if before.get(sid) != after.get(sid))
+
+    def same(a: ShardResult | None, b: ShardResult | None) -> bool:
+        if a is None or b is None or a.digest is None or b.digest is None:  # a first run of a release before row digests
+            return a is not None and b is not None and replace(a, digest=None) == replace(b, digest=None)
+        return a == b
+
+    changed = sorted(sid for sid in set(before) | set(after) if not same(before.get(sid), after.get(sid)))
     if changed:
         raise VerificationError(
             f"pipeline {pipeline.name!r}, batch {batch_id}: the backfill wrote different rows than the batch's first run "
             f"for shards {', '.join(changed)} (first run: {[before[s].to_dict() for s in changed if s in before]}; "
             f"now: {[after[s].to_dict() for s in changed if s in after]})"
         )
+    if pipeline.table is not None:
+        replayed = replace(batch, manifest=manifest)
+        snapshot_id = batches.commit_to_table(pipeline, replayed, run_id or batch.run_id, first=False)
+        store.set_snapshot(pipeline.name, batch_id, snapshot_id, expected=BatchStatus.COMMITTED)
+        batch = replace(batch, snapshot_id=snapshot_id)
+        output.write_commit_record(pipeline.output, batch)
     return batch
 
 

@@ -531,12 +531,29 @@ def commit_batch(pipeline: PipelineConfig, store: StateStore, batch_id: int, now
     return committed
 
 
-def commit_to_table(pipeline: PipelineConfig, batch: Batch, run_id: str) -> int:
-    """Put the verified attempt's files in the table in one snapshot (or find the snapshot that did); its id."""
+def commit_to_table(pipeline: PipelineConfig, batch: Batch, run_id: str, first: bool = True) -> int:
+    """Put the verified attempt's files in the table in one snapshot (or find the snapshot that did); its id.
+
+    A ``first`` commit of the batch (the regular one, not a backfill's) then removes the folders of the batch's
+    other attempts: replays that failed before a commit, which no snapshot ever referenced. A backfill leaves the
+    files it superseded to snapshot expiry: older snapshots still reference them.
+    """
     manifest = batch.verified_manifest()
     files = batch_files(pipeline, batch.batch_id, manifest)
     attempt = manifest.attempt or ""  # batch_files refused a manifest without one
-    return iceberg_table.commit_batch(pipeline, batch.batch_id, attempt, files, run_id)
+    snapshot_id = iceberg_table.commit_batch(pipeline, batch.batch_id, attempt, files, run_id)
+    if first:
+        live = output.data_path(pipeline.output, batch.batch_id, attempt)
+        table = iceberg_table.load_table(pipeline)
+        held = [f.file_path for f in iceberg_table.batch_data_files(table, batch.batch_id)] if table is not None else []
+        if held and all(f.startswith(iceberg_table.iceberg_location(live) + "/") for f in held):
+            for other, path in output.attempt_paths(pipeline.output, batch.batch_id).items():
+                if other != attempt:
+                    log.info(
+                        "pipeline %s, batch %d: removing attempt %s, which no snapshot references", pipeline.name, batch.batch_id, other
+                    )
+                    output.remove_folder(path)
+    return snapshot_id
 
 
 def record_failure(pipeline: PipelineConfig, store: StateStore, batch_id: int, error: str) -> None:

@@ -143,6 +143,7 @@ def create_or_load_table(pipeline: PipelineConfig, file_schema: pa.Schema, catal
     from pyiceberg.catalog import Catalog as BaseCatalog
     from pyiceberg.exceptions import NamespaceAlreadyExistsError, TableAlreadyExistsError
     from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.schema import assign_fresh_schema_ids
     from pyiceberg.table.sorting import NullOrder, SortDirection, SortField, SortOrder
     from pyiceberg.transforms import IdentityTransform
 
@@ -151,7 +152,8 @@ def create_or_load_table(pipeline: PipelineConfig, file_schema: pa.Schema, catal
     if found is not None:
         return found
     config = require_table(pipeline)
-    schema = BaseCatalog._convert_schema_if_needed(table_schema(file_schema))
+    # Spark's files carry no field ids: number the columns here, so the partition and sort fields name the right ones.
+    schema = assign_fresh_schema_ids(BaseCatalog._convert_schema_if_needed(table_schema(file_schema)))
     batch_field = schema.find_field(PARTITION_COLUMN)
     spec = PartitionSpec(PartitionField(batch_field.field_id, 1000, IdentityTransform(), PARTITION_COLUMN))
     sort_order = SortOrder()

@@ -45,6 +45,28 @@ def data_path(output: str, batch_id: int, attempt: str) -> str:
     return f"{output.rstrip('/')}/{DATA_DIR}/batch_id={batch_partition(batch_id)}/attempt={attempt}"
 
 
+def attempt_paths(output: str, batch_id: int) -> dict[str, str]:
+    """The batch's attempt folders under the table's data (attempt -> path), whether or not a snapshot references them."""
+    from pyarrow import fs
+
+    folder = f"{output.rstrip('/')}/{DATA_DIR}/batch_id={batch_partition(batch_id)}"
+    filesystem, local = _filesystem(folder)
+    if filesystem.get_file_info(local).type != fs.FileType.Directory:
+        return {}
+    found = {}
+    for info in filesystem.get_file_info(fs.FileSelector(local)):
+        if info.type == fs.FileType.Directory and info.base_name.startswith("attempt="):
+            attempt = info.base_name[len("attempt=") :]
+            found[attempt] = data_path(output, batch_id, attempt)
+    return found
+
+
+def remove_folder(path: str) -> None:
+    """Delete a folder and everything under it (on S3, every object under the prefix)."""
+    filesystem, local = _filesystem(path)
+    filesystem.delete_dir(local)
+
+
 def quarantine_path(output: str, batch_id: int) -> str:
     """The batch's quarantine partition: rows whose payload could not be decoded, with ``decode_error`` set."""
     return f"{output.rstrip('/')}/{QUARANTINE_DIR}/batch_id={batch_partition(batch_id)}"

@@ -14,7 +14,7 @@ from kinesis_replay.config import parse_config
 from kinesis_replay.dynamodb_store import DynamoDBStateStore
 from kinesis_replay.errors import StateConflictError
 from kinesis_replay.state import BatchStatus
-from stack.harness import SUCCESS, batch_dirs, check_exactly_once, load_dags, pipeline_entry, read_output, run_dag
+from stack.harness import SUCCESS, batch_dirs, check_exactly_once, check_table_history, load_dags, pipeline_entry, read_output, run_dag
 from stack.producer import produce
 
 
@@ -45,6 +45,9 @@ def test_each_cycle_lands_what_is_new_exactly_once(kinesis: Any, store: DynamoDB
     second = check_exactly_once(produced, read_output(entry["output"]))
     assert second.ok and second.rows == 500, second
     assert batch_dirs(entry["output"]) == ["batch_id=0000000001", "batch_id=0000000002"]
+    assert check_table_history(entry["output"]) == []
+    snapshots = [store.get_batch(entry["name"], i).snapshot_id for i in (1, 2)]
+    assert len(read_output(entry["output"], snapshot_id=snapshots[0])) == 300  # as of batch 1's snapshot
 
     idle = run_dag(dag)
     assert idle.skipped and idle.state == "success", idle
@@ -87,8 +90,7 @@ def test_output_that_disagrees_with_the_plan_is_not_committed(
     produced = produce(kinesis, entry["stream"], 200)
     dag = dag_for(entry)
     assert run_dag(dag.partial_subset(task_ids=["replay"], include_upstream=True)).tasks["replay"] == "success"
-    batch_dir = Path(entry["output"]) / "batch_id=0000000001"
-    next(batch_dir.glob("part-*.parquet")).unlink()  # a lost file
+    next(Path(entry["output"]).glob("data/batch_id=0000000001/attempt=*/part-*.parquet")).unlink()  # a lost file
 
     tampered = run_dag(dag, mark_success_pattern="^replay$")  # verify the damaged output as it is
     assert tampered.tasks["verify"] == "failed" and tampered.tasks["commit"] == "upstream_failed"

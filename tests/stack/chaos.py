@@ -29,6 +29,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 import uuid
@@ -47,6 +48,7 @@ from kinesis_replay.config import dag_ids  # noqa: E402
 CYCLE_FAULTS = (
     "none", "kill_spark_read", "kill_spark_write", "kill_spark_after_write", "state_unreachable", "state_lost_ack",
     "concurrent", "stop_after_plan", "stop_after_replay", "stop_after_verify", "throttle",
+    "state_unreachable_after_table_commit", "concurrent_table_commits",
 )  # fmt: skip
 SHARDS = 2
 STEP_KINDS = ("produce", "produce_aggregated", "cycle", "backfill", "split", "merge", "lose_state", "share_output", "cap")
@@ -357,8 +359,15 @@ class Schedule:
             return
         if fault.startswith("stop_after_"):
             dag = dag.partial_subset(task_ids=[fault.removeprefix("stop_after_")], include_upstream=True, include_downstream=False)
-        if fault.startswith("state_"):
+        if fault == "state_unreachable_after_table_commit":  # the batch is in the table; its checkpoints have not moved
+            from stack.faults import TABLE_COMMITTED
+
+            self.state_proxy.arm(StateFault("unreachable", 1, marker=TABLE_COMMITTED))
+        elif fault.startswith("state_"):
             self.state_proxy.arm(StateFault(fault.removeprefix("state_"), step.n))
+        committer = TableCommitter(self.output) if fault == "concurrent_table_commits" else None
+        if committer is not None:
+            committer.start()
         if fault == "throttle":
             from stack.kinesis_proxy import ProxyLimits
 
@@ -372,7 +381,9 @@ class Schedule:
             if killer is not None:
                 killer.cancel()
                 killer.join()
-            fired = killer.fired if killer is not None else self.state_proxy.fired
+            if committer is not None:
+                committer.stop()
+            fired = killer.fired if killer is not None else committer.fired() if committer is not None else self.state_proxy.fired
             self.state_proxy.arm(None)
             self.kinesis_proxy.limits = self.unlimited
         what = f"; fault: {fired or 'did not fire'}" if fault not in ("none", "throttle") and not fault.startswith("stop_") else ""
@@ -441,12 +452,13 @@ class Schedule:
 
     def check(self) -> None:
         """The output (read with pyarrow by the shared harness) against what Kinesis acknowledged, then state and files."""
-        from stack.harness import check_exactly_once, read_output
+        from stack.harness import check_exactly_once, check_table_history, read_output
 
         result = check_exactly_once(self.produced, read_output(self.output))
         self.outcome.records, self.outcome.lost, self.outcome.duplicated = result.expected, result.lost, result.duplicated
         if not result.ok:
             self.outcome.violations.append(f"not exactly once: {result}")
+        self.outcome.violations += check_table_history(self.output)
         committed = self.committed()
         self.outcome.violations += (
             self.check_state() + self.check_commit_records() + check_manifests(self.output, committed) + check_files(self.output, committed)
@@ -495,6 +507,39 @@ class Schedule:
         return problems
 
 
+class TableCommitter(threading.Thread):
+    """Another writer of the pipeline's table: commits a table property change in a loop, as fast as the catalog takes them.
+
+    A batch's commit that starts from metadata one of these replaced loses the race (the catalog refuses it) and must
+    retry against the new metadata, adding its files once.
+    """
+
+    def __init__(self, output: Path) -> None:
+        super().__init__(daemon=True)
+        self.output, self.commits, self._stop = output, 0, threading.Event()
+
+    def run(self) -> None:
+        from stack.harness import output_table
+
+        while not self._stop.is_set():
+            table = output_table(self.output)
+            if table is not None:
+                try:
+                    with table.transaction() as tx:
+                        tx.set_properties({"chaos.concurrent-commit": str(self.commits)})
+                    self.commits += 1
+                except Exception:  # it lost a race itself (or the catalog was busy): try again
+                    pass
+            self._stop.wait(0.02)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.join()
+
+    def fired(self) -> str | None:
+        return f"{self.commits} concurrent table commits" if self.commits else None
+
+
 def compact(tasks: dict[str, str]) -> str:
     return "[" + " ".join(f"{task}={state}" for task, state in tasks.items()) + "]"
 
@@ -512,6 +557,8 @@ def check_manifests(output: Path, committed: list[int]) -> list[str]:
             continue
         manifest = json.loads(manifest_file.read_text())
         data_dir = output / f"batch_id={batch_id:010d}"
+        if "attempt" in manifest:  # a table output: the files of the attempt the manifest describes
+            data_dir = output / "data" / f"batch_id={batch_id:010d}" / f"attempt={manifest['attempt']}"
         table = pq.read_table(data_dir) if data_dir.exists() else None
         for shard in manifest["shards"]:
             if table is None:
@@ -530,18 +577,31 @@ def check_manifests(output: Path, committed: list[int]) -> list[str]:
 
 
 def check_files(output: Path, committed: list[int]) -> list[str]:
-    """No file outside a committed batch's paths (after the drain nothing is in flight) but the owner record."""
+    """No file outside a committed batch's paths (after the drain nothing is in flight) but the owner record.
+
+    A table output's metadata and catalog are its own; its data files lie under committed batches' folders
+    (a backfill's superseded attempts too, until snapshot expiry), and the table references no other.
+    """
     from kinesis_replay.output import COMMITS_DIR, OWNER_FILE
+    from stack.harness import output_table
 
     allowed = {f"batch_id={b:010d}" for b in committed}
     problems = []
     if not output.exists():
         return problems
+    table = output_table(output)
+    if table is not None and table.current_snapshot() is not None:
+        for task in table.scan().plan_files():
+            parts = Path(task.file.file_path.removeprefix("file://")).relative_to(output).parts
+            if parts[0] != "data" or parts[1] not in allowed:
+                problems.append(f"the table references {task.file.file_path}, outside every committed batch's files")
     for path in output.rglob("*"):
         if path.is_dir():
             continue
         parts = path.relative_to(output).parts
-        if parts[0] in allowed or (parts[0] == "_quarantine" and parts[1] in allowed):
+        if parts[0] in allowed or (parts[0] in ("_quarantine", "data") and parts[1] in allowed):
+            continue
+        if parts[0] in ("metadata", "_catalog"):
             continue
         if parts[0] in ("_manifests", COMMITS_DIR) and path.name.lstrip(".").removesuffix(".crc").removesuffix(".json") in allowed:
             continue

@@ -29,10 +29,17 @@ WRITES = ("TransactWriteItems", "UpdateItem", "PutItem", "DeleteItem")
 @dataclass(frozen=True)
 class StateFault:
     """``unreachable``: from the ``write``-th write on, nothing is answered (nor forwarded) until disarmed.
-    ``lost_ack``: the ``write``-th write is applied upstream, and its connection closed without an answer."""
+    ``lost_ack``: the ``write``-th write is applied upstream, and its connection closed without an answer.
+    With a ``marker``, only writes whose request body holds it count: ``TABLE_COMMITTED`` is the ledger's write of
+    a batch's snapshot id, the first write after the batch's table commit and before any checkpoint moves."""
 
     kind: str
     write: int
+    marker: bytes | None = None
+
+
+# The body of the state table write that keeps a batch's Iceberg snapshot id (DynamoDBStateStore.set_snapshot).
+TABLE_COMMITTED = b'":snapshot"'
 
 
 class StateTableProxy(LocalServer):
@@ -52,12 +59,14 @@ class StateTableProxy(LocalServer):
         with self._lock:
             self.fault, self.fired, self._writes, self._dark = fault, None, 0, False
 
-    def _decide(self, operation: str) -> str:
+    def _decide(self, operation: str, body: bytes = b"") -> str:
         """forward, drop (no answer, not forwarded) or lose (forwarded, no answer)."""
         with self._lock:
             if self._dark:
                 return "drop"
             if self.fault is None or operation not in WRITES:
+                return "forward"
+            if self.fault.marker is not None and self.fault.marker not in body:
                 return "forward"
             self._writes += 1
             if self._writes != self.fault.write:
@@ -86,7 +95,7 @@ class StateTableProxy(LocalServer):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 operation = self.headers.get("X-Amz-Target", "").rpartition(".")[2]
-                decision = proxy._decide(operation)
+                decision = proxy._decide(operation, body)
                 if decision == "drop":
                     self.close_connection = True
                     return

@@ -128,20 +128,89 @@ def age_batch(dynamodb: Any, table: str, pipeline: str, batch_id: int, waited: A
     )  # fmt: skip
 
 
-def read_output(output: Path | str, quarantine: bool = False) -> Any:
-    """Every row under the output root (or its quarantine), read with pyarrow (not with project code), batch_id from the path."""
+def output_table(output: Path | str) -> Any | None:
+    """The Iceberg table of an output on the embedded catalog, loaded with pyiceberg itself (not project code); None without one.
+
+    The embedded catalog is pyiceberg's SQL catalog on ``<output>/_catalog/catalog.db``, holding the one table of the output.
+    """
+    db = Path(output) / "_catalog" / "catalog.db"
+    if not db.exists():
+        return None
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    catalog = SqlCatalog("kinesis_replay", uri=f"sqlite:///{db}", warehouse=f"file://{db.parent}")
+    tables = [t for ns in catalog.list_namespaces() for t in catalog.list_tables(ns)]
+    assert len(tables) <= 1, f"{db} holds more than one table: {tables}"
+    return catalog.load_table(tables[0]) if tables else None
+
+
+def is_table_output(output: Path | str) -> bool:
+    return (Path(output) / "_catalog").exists() or (Path(output) / "metadata").exists()
+
+
+EMPTY_COLUMNS = ("shard_id", "sequence_number", "sub_sequence_number", "data", "batch_id")
+
+
+def read_output(output: Path | str, quarantine: bool = False, snapshot_id: int | None = None) -> Any:
+    """Every row the output holds, read with pyiceberg and pyarrow (not with project code).
+
+    A table output: the rows of the table's current snapshot (or of ``snapshot_id``), as a reader of the table sees
+    them. A directory output: every row under the root, batch_id from the path. ``quarantine``: the undecodable rows.
+    """
     import pyarrow as pa
     import pyarrow.dataset as ds
 
+    empty = pa.table({c: [] for c in EMPTY_COLUMNS})
+    if not quarantine and is_table_output(output):
+        table = output_table(output)
+        if table is None or table.current_snapshot() is None:
+            return empty
+        return table.scan(snapshot_id=snapshot_id).to_arrow()
     root = Path(output) / "_quarantine" if quarantine else Path(output)
     if not root.exists():
-        return pa.table({"shard_id": [], "sequence_number": [], "sub_sequence_number": [], "data": [], "batch_id": []})
+        return empty
     return ds.dataset(str(root), format="parquet", partitioning="hive").to_table()
 
 
 def batch_dirs(output: Path | str) -> list[str]:
-    """The partition directories under the output root (Spark's file names differ per run; these must not)."""
+    """The batches the output holds, as their partitions (``batch_id=0000000001``).
+
+    A table output: the batches of the table's current snapshot. A directory output: the partition directories
+    under the root (Spark's file names differ per run; these must not).
+    """
+    if is_table_output(output):
+        rows = read_output(output)
+        return sorted({f"batch_id={b:010d}" for b in rows.column("batch_id").to_pylist()})
     return sorted(p.name for p in Path(output).iterdir() if p.is_dir() and not p.name.startswith(("_", ".")))
+
+
+def check_table_history(output: Path | str) -> list[str]:
+    """Every snapshot in the table's history holds each batch wholly or not at all, and never twice.
+
+    Wholly: a batch's rows in any snapshot are the rows it holds now (a batch's rows are deterministic, whichever
+    attempt wrote them). Never twice: no (shard, sequence number, sub-sequence number) repeats in a snapshot.
+    """
+    table = output_table(output)
+    if table is None or table.current_snapshot() is None:
+        return []
+    current = _keys_by_batch(table.scan().to_arrow())
+    problems = []
+    for snapshot in table.metadata.snapshots:
+        held = _keys_by_batch(table.scan(snapshot_id=snapshot.snapshot_id).to_arrow())
+        for batch_id, keys in sorted(held.items()):
+            if len(keys) != len(set(keys)):
+                problems.append(f"snapshot {snapshot.snapshot_id}: batch {batch_id} holds {len(keys) - len(set(keys))} rows twice")
+            elif batch_id in current and set(keys) != set(current[batch_id]):
+                problems.append(f"snapshot {snapshot.snapshot_id}: batch {batch_id} holds {len(keys)} rows, {len(current[batch_id])} now")
+    return problems
+
+
+def _keys_by_batch(rows: Any) -> dict[int, list[tuple[Any, ...]]]:
+    found: dict[int, list[tuple[Any, ...]]] = {}
+    columns = [rows.column(c).to_pylist() for c in ("batch_id", "shard_id", "sequence_number", "sub_sequence_number")]
+    for batch_id, *key in zip(*columns, strict=True):
+        found.setdefault(batch_id, []).append(tuple(key))
+    return found
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,128 @@
+"""The table adapter on pyiceberg's real SQL catalog (SQLite in a temporary folder): create, add, replace, resume, race."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from kinesis_replay import iceberg_table, output
+from kinesis_replay.config import PipelineConfig, parse_config
+from kinesis_replay.errors import OutputOwnershipError
+
+
+def pipeline(root: Path, name: str = "orders", stream: str = "orders-stream") -> PipelineConfig:
+    entry = {"name": name, "stream": stream, "output": str(root), "schedule": None, "initial_position": "TRIM_HORIZON",
+             "state_table": "t", "spark": {}}  # fmt: skip
+    return parse_config({"pipelines": [entry]})[0]
+
+
+def write_attempt(root: Path, batch_id: int, attempt: str, rows: int, shard: str = "shardId-0") -> list[str]:
+    """One attempt's file as the replay job writes it: the output's columns plus batch_id, sorted by arrival."""
+    folder = Path(output.data_path(str(root), batch_id, attempt))
+    folder.mkdir(parents=True)
+    arrival = [datetime(2026, 1, 1, 0, 0, i % 60, tzinfo=UTC) for i in range(rows)]
+    table = pa.table({
+        "shard_id": [shard] * rows,
+        "sequence_number": [str(batch_id * 1000 + i) for i in range(rows)],
+        "sub_sequence_number": pa.array([0] * rows, pa.int64()),
+        "partition_key": ["k"] * rows,
+        "approximate_arrival_timestamp": pa.array(arrival, pa.timestamp("us", tz="UTC")),
+        "data": pa.array([b"x%d" % i for i in range(rows)], pa.binary()),
+        "batch_id": pa.array([batch_id] * rows, pa.int64()),
+    })  # fmt: skip
+    pq.write_table(table, folder / "part-00000.parquet")
+    return [str(folder / "part-00000.parquet")]
+
+
+def counts(table: Any, snapshot_id: int | None = None) -> dict[int, int]:
+    rows = table.scan(snapshot_id=snapshot_id).to_arrow()
+    return dict(sorted((r["batch_id"], r["count_all"]) for r in rows.group_by("batch_id").aggregate([([], "count_all")]).to_pylist()))
+
+
+def test_the_first_commit_creates_the_table_partitioned_by_batch_and_sorted_by_arrival(tmp_path: Path) -> None:
+    p = pipeline(tmp_path)
+    snapshot_id = iceberg_table.commit_batch(p, 1, "a", write_attempt(tmp_path, 1, "a", 3), "run-1")
+    table = iceberg_table.load_table(p)
+    assert table is not None and table.location() == f"file://{tmp_path}"
+    assert [(f.name, str(f.transform)) for f in table.spec().fields] == [("batch_id", "identity")]
+    (sort,) = table.sort_order().fields
+    assert table.schema().find_field(sort.source_id).name == "approximate_arrival_timestamp"
+    assert table.properties[iceberg_table.PIPELINE_PROPERTY] == "orders"
+    snapshot = table.current_snapshot()
+    assert snapshot is not None and snapshot.snapshot_id == snapshot_id
+    assert snapshot.summary is not None and snapshot.summary.operation.value == "append"
+    assert {k: snapshot.summary[k] for k in ("kinesis-replay.pipeline", "kinesis-replay.batch-id", "kinesis-replay.attempt",
+            "kinesis-replay.run-id")} == {"kinesis-replay.pipeline": "orders", "kinesis-replay.batch-id": "1",
+            "kinesis-replay.attempt": "a", "kinesis-replay.run-id": "run-1"}  # fmt: skip
+    assert counts(table) == {1: 3}
+    assert (tmp_path / "_catalog" / "catalog.db").exists() and (tmp_path / "metadata").is_dir()
+
+
+def test_a_replay_replaces_the_batch_in_one_snapshot_and_leaves_other_batches(tmp_path: Path) -> None:
+    p = pipeline(tmp_path)
+    first = iceberg_table.commit_batch(p, 1, "a", write_attempt(tmp_path, 1, "a", 3), "run-1")
+    second = iceberg_table.commit_batch(p, 2, "a", write_attempt(tmp_path, 2, "a", 4), "run-2")
+    replaced = iceberg_table.commit_batch(p, 1, "b", write_attempt(tmp_path, 1, "b", 3), "backfill-1")
+    table = iceberg_table.load_table(p)
+    assert table is not None
+    assert [s.snapshot_id for s in table.metadata.snapshots] == [first, second, replaced]  # one snapshot per commit
+    snapshot = table.current_snapshot()
+    assert snapshot is not None and snapshot.summary is not None and snapshot.summary.operation.value == "overwrite"
+    assert (snapshot.summary["deleted-data-files"], snapshot.summary["added-data-files"]) == ("1", "1")
+    assert counts(table, first) == {1: 3} and counts(table, second) == {1: 3, 2: 4} and counts(table) == {1: 3, 2: 4}
+    files = {f.file_path for f in iceberg_table.batch_data_files(table, 1)}
+    assert files == {f"file://{tmp_path}/data/batch_id=0000000001/attempt=b/part-00000.parquet"}
+    assert (tmp_path / "data" / "batch_id=0000000001" / "attempt=a").exists()  # older snapshots still reference it
+
+
+def test_a_resumed_commit_finds_its_own_snapshot_and_adds_nothing(tmp_path: Path) -> None:
+    p = pipeline(tmp_path)
+    files = write_attempt(tmp_path, 1, "a", 3)
+    first = iceberg_table.commit_batch(p, 1, "a", files, "run-1")
+    again = iceberg_table.commit_batch(p, 1, "a", files, "run-2")  # the run crashed after the table commit; this one resumes
+    table = iceberg_table.load_table(p)
+    assert table is not None and again == first and len(table.metadata.snapshots) == 1 and counts(table) == {1: 3}
+
+
+def test_a_commit_that_loses_the_race_retries_against_the_new_metadata(tmp_path: Path) -> None:
+    p = pipeline(tmp_path)
+    iceberg_table.commit_batch(p, 1, "a", write_attempt(tmp_path, 1, "a", 3), "run-1")
+    other_files = write_attempt(tmp_path, 2, "a", 4)
+    raced: list[int] = []
+
+    def concurrent_commit(stale: Any) -> None:
+        """Another writer commits from its own handle between this commit's load and its commit, once."""
+        if raced:
+            return
+        other = iceberg_table.load_table(p)
+        assert other is not None
+        with other.transaction() as tx:
+            tx.set_properties({"someone.else": "was here"})
+        raced.append(1)
+
+    snapshot_id = iceberg_table.commit_batch(p, 2, "a", other_files, "run-2", before_commit=concurrent_commit)
+    table = iceberg_table.load_table(p)
+    assert table is not None and raced == [1]
+    assert table.properties["someone.else"] == "was here"  # the other writer's change survived
+    current = table.current_snapshot()
+    assert current is not None and current.snapshot_id == snapshot_id and counts(table) == {1: 3, 2: 4}
+
+
+def test_another_pipelines_table_is_refused(tmp_path: Path) -> None:
+    iceberg_table.commit_batch(pipeline(tmp_path), 1, "a", write_attempt(tmp_path, 1, "a", 3), "run-1")
+    with pytest.raises(OutputOwnershipError, match=r"belongs to pipeline 'orders' \(stream orders-stream\)"):
+        iceberg_table.load_table(pipeline(tmp_path, stream="payments-stream"))
+
+
+def test_files_of_another_batch_are_refused(tmp_path: Path) -> None:
+    p = pipeline(tmp_path)
+    files = write_attempt(tmp_path, 2, "a", 3)
+    with pytest.raises(iceberg_table.TableCommitError, match=r"batch 1, .*hold rows of another batch_id"):
+        iceberg_table.commit_batch(p, 1, "a", files, "run-1")
+    table = iceberg_table.load_table(p)
+    assert table is not None and table.current_snapshot() is None
