@@ -120,6 +120,8 @@ def _render(views: list[dict[str, Any]], base: str) -> str:
             f'<p>{e(flight)} · <a href="{e(base)}/dags/{e(v["dag_id"])}" target="_top">pipeline DAG</a> · '
             f'<a class="backfill" href="{e(base)}/dags/{e(v["backfill_dag_id"])}" target="_top">trigger a backfill</a></p>'
         )
+        where = f"Output: {v['table']} at {v['output']}" if v.get("table") else f"Output: directory {v['output']}"
+        parts.append(f'<p class="table">{e(where)}</p>')
         if v.get("behind_text"):
             parts.append(f'<p class="behind">{"Catching up" if v["behind"]["capped_shards"] else "Keeping up"}: {e(v["behind_text"])}</p>')
         parts.append(
@@ -132,10 +134,10 @@ def _render(views: list[dict[str, Any]], base: str) -> str:
                 f"<td>{_age(s['checkpoint_age_seconds'])}</td><td>{'finished' if s['finished'] else 'open'}</td></tr>"
             )
         parts.append("</table><table class=batches><tr><th>batch</th><th>status</th><th>shards</th><th>records</th>"
-                     "<th>bad</th><th>bytes</th><th>seconds</th><th>planned</th><th>gaps</th></tr>")  # fmt: skip
+                     "<th>bad</th><th>bytes</th><th>seconds</th><th>planned</th><th>gaps</th><th>snapshot</th></tr>")  # fmt: skip
         for b in v["batches"]:
             cells = [b["batch_id"], b["status"], b["shards"], b["records"], b["bad_records"], b["bytes"],
-                     None if b["seconds"] is None else f"{b['seconds']:.1f}", b["created_at"], b["gaps"]]  # fmt: skip
+                     None if b["seconds"] is None else f"{b['seconds']:.1f}", b["created_at"], b["gaps"], b.get("snapshot_id")]  # fmt: skip
             row = "".join(f"<td>{e('-' if c is None else str(c))}</td>" for c in cells)
             title = f' title="{e(b["error"])}"' if b["error"] else ""
             parts.append(f'<tr class="status-{e(b["status"].lower())}"{title}>{row}</tr>')

@@ -124,8 +124,9 @@ def check_table_owner(pipeline: PipelineConfig, table: Table) -> None:
         )
     if table.location().rstrip("/") != iceberg_location(pipeline.output).rstrip("/"):
         raise OutputOwnershipError(
-            f"{where} is at {table.location()}, and the pipeline's output is {pipeline.output}: the output moved. Point output "
-            "back to the table's location. Nothing was written."
+            f"{where} is at {table.location()}, and the pipeline's output is {pipeline.output}. Iceberg's metadata holds "
+            "absolute paths, so a table is not moved by moving its files: point output back to the table's location. "
+            "Nothing was written."
         )
 
 

@@ -5,6 +5,11 @@ Every batch whose commit began left a commit record in the output before any che
 A shard's checkpoint is the end of its range in the newest record that has one; a closed shard read to
 its end is finished. The next batch id follows the newest record. Nothing is read from the stream but
 its shard list (for parents, and to store the start of shards that never committed anything).
+
+For a table output, each record names the snapshot that put its batch in the table. A record without one is of a
+commit cut short between the record and the table commit: recovery finishes it (the batch's verified attempt goes
+into the table in one snapshot, or the snapshot that did so is found by its summary), so that every batch the
+rebuilt ledger calls committed is in the table.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from kinesis_replay import backfill, guards, kinesis, output
+from kinesis_replay import backfill, batches, guards, kinesis, output
 from kinesis_replay.batches import resolve_start
 from kinesis_replay.config import PipelineConfig
 from kinesis_replay.errors import KinesisReplayError
@@ -109,6 +114,17 @@ def plan_recovery(pipeline: PipelineConfig, records: Sequence[Batch], listed: Se
     return Recovery(pipeline.name, pipeline.state_table, pipeline.output, head, ordered, restored)
 
 
+def in_table(pipeline: PipelineConfig, batch: Batch) -> Batch:
+    """A recovered batch with the snapshot that holds it in the table, committing it first if its commit was cut short."""
+    if batch.snapshot_id is not None:
+        return batch
+    snapshot_id = batches.commit_to_table(pipeline, batch, f"recovery of {batch.run_id}", first=False)
+    record = {k: v for k, v in batch.extra.items() if k != "restored_from"}
+    output.write_commit_record(pipeline.output, replace(batch, snapshot_id=snapshot_id, extra=record))
+    log.info("pipeline %s: batch %d is in the table in snapshot %d", pipeline.name, batch.batch_id, snapshot_id)
+    return replace(batch, snapshot_id=snapshot_id)
+
+
 def recover(pipeline: PipelineConfig, kinesis_client: KinesisClient, store: StateStore, now: datetime, dry_run: bool = False) -> Recovery:
     """Rebuild the pipeline's state in its (empty) state table from the output; a dry run only says what it would write.
 
@@ -140,6 +156,8 @@ def recover(pipeline: PipelineConfig, kinesis_client: KinesisClient, store: Stat
     log.info("%s%s", "dry run: would " if dry_run else "", plan.describe())
     if dry_run:
         return plan
+    if pipeline.table is not None:
+        plan = replace(plan, batches=tuple(in_table(pipeline, b) for b in plan.batches))
     store.restore(pipeline.name, plan.head, plan.shards, plan.batches)
     if owner.state_table != pipeline.state_table:
         output.write_owner(pipeline.output, replace(owner, state_table=pipeline.state_table), replace=True)

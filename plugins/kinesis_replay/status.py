@@ -36,6 +36,7 @@ class BatchView:
     created_at: str
     gaps: int
     error: str | None
+    snapshot_id: int | None = None  # the table snapshot that holds the batch (None: not in a table, or not yet)
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,7 @@ class PipelineView:
     # After the newest committed batch: how far behind the tip (time, records), and when caught up at its pace.
     behind: dict[str, Any] | None = None
     behind_text: str | None = None
+    table: str | None = None  # the table's identity (table, namespace, catalog); None for a directory output
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -92,6 +94,7 @@ def pipeline_view(p: PipelineConfig, store: StateStore, now: datetime, last: int
         batches=tuple(_batch_view(b) for b in recent),
         behind=behind.to_dict() if behind else None,
         behind_text=behind.describe() if behind else None,
+        table=p.table.describe() if p.table is not None else None,
     )
 
 
@@ -117,6 +120,7 @@ def _batch_view(b: Batch) -> BatchView:
         created_at=b.created_at.isoformat(timespec="seconds"),
         gaps=len(b.gaps),
         error=b.error,
+        snapshot_id=b.snapshot_id,
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from stack.harness import SUCCESS, load_dags, run_dag
+from stack.harness import SUCCESS, load_dags, output_table, run_dag
 from stack.producer import produce
 
 CONSUMER = """
@@ -51,3 +51,7 @@ def test_a_committed_batch_queues_a_downstream_dag_scheduled_on_the_output(
         event = session.scalars(select(AssetEvent).where(AssetEvent.source_dag_id == dag.dag_id)).one()
         assert queued == [consumer_id]  # the scheduler starts it on its next loop
         assert event.extra["batch_id"] == 1 and event.extra["kind"] == "regular" and len(event.extra["ranges"]) == 4
+    table = output_table(entry["output"])  # the event names the snapshot that made the batch visible: read as of it
+    assert table is not None and event.extra["table"] == f"kinesis_replay.{entry['name']}"
+    assert event.extra["snapshot_id"] == table.current_snapshot().snapshot_id
+    assert len(table.scan(snapshot_id=event.extra["snapshot_id"]).to_arrow()) == 40

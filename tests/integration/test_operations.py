@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import shutil
+import threading
+from collections import Counter
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,17 @@ import pytest
 from test_pipeline_dag import rows_of
 
 from kinesis_replay.dynamodb_store import DynamoDBStateStore
-from stack.harness import SUCCESS, age_batch, batch_dirs, check_exactly_once, load_dags, read_output, run_dag
+from stack.harness import (
+    SUCCESS,
+    age_batch,
+    batch_dirs,
+    check_exactly_once,
+    check_table_history,
+    load_dags,
+    output_table,
+    read_output,
+    run_dag,
+)  # fmt: skip
 from stack.producer import produce
 
 
@@ -31,7 +42,49 @@ def asset_events(dag_id: str) -> list[dict[str, Any]]:
         return [dict(e.extra) for e in events]
 
 
-def test_a_backfill_rewrites_batches_identically_and_moves_no_checkpoint(
+def table_files(output: str) -> list[str]:
+    """Every file of the table's data, with its size: what a backfill that must write nothing would change."""
+    data = Path(output) / "data"
+    return sorted(f"{p.relative_to(data)} {p.stat().st_size}" for p in data.rglob("*") if p.is_file())
+
+
+class TableReader(threading.Thread):
+    """A reader of the table that scans it in a loop, as a query engine would, and notes every scan that is not whole."""
+
+    def __init__(self, output: Path, expected: dict[int, int]) -> None:
+        super().__init__(daemon=True)
+        self.output, self.expected = output, expected
+        self.scans, self.seen_snapshots, self.problems = 0, set(), []  # type: ignore[var-annotated]
+        self._stop = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop.wait(0.05):
+            try:
+                self.scan()
+            except Exception as exc:  # a scan that fails is a reader that could not read the table: note it
+                self.problems.append(f"scan failed: {exc!r}")
+
+    def scan(self) -> None:
+        table = output_table(self.output)
+        snapshot = table.current_snapshot() if table is not None else None
+        if snapshot is None:
+            self.problems.append("no table, or no snapshot")
+            return
+        rows = table.scan(snapshot_id=snapshot.snapshot_id).to_arrow()
+        columns = ("batch_id", "shard_id", "sequence_number", "sub_sequence_number")
+        keys = list(zip(*(rows.column(c).to_pylist() for c in columns), strict=True))
+        found = dict(Counter(k[0] for k in keys))
+        if found != self.expected or len(set(keys)) != len(keys):
+            self.problems.append(f"snapshot {snapshot.snapshot_id}: rows per batch {found}, {len(keys) - len(set(keys))} twice")
+        self.scans += 1
+        self.seen_snapshots.add(snapshot.snapshot_id)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.join()
+
+
+def test_a_backfill_rewrites_batches_identically_and_readers_never_see_one_missing_partial_or_twice(
     kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any], dags: dict[str, Any]
 ) -> None:
     produced = produce(kinesis, entry["stream"], 200)
@@ -40,10 +93,19 @@ def test_a_backfill_rewrites_batches_identically_and_moves_no_checkpoint(
     assert run_dag(dags["regular"]).tasks == SUCCESS
     first = {b: rows_of(Path(entry["output"]), b) for b in ("1", "2")}
     shards, head = store.get_shards(entry["name"]), store.get_head(entry["name"])
-    shutil.rmtree(Path(entry["output"]) / "batch_id=0000000001")  # a lost partition, to be replayed
+    snapshots = {i: store.get_batch(entry["name"], i).snapshot_id for i in (1, 2)}
 
-    result = run_dag(dags["backfill"], run_conf={"batches": {"from_batch": 1, "to_batch": 2}})
+    reader = TableReader(Path(entry["output"]), {1: 200, 2: 100})
+    reader.start()
+    try:
+        result = run_dag(dags["backfill"], run_conf={"batches": {"from_batch": 1, "to_batch": 2}})
+    finally:
+        reader.stop()
     assert result.state == "success" and result.tasks == {"select": "success", "replay": "success"}, result
+    assert reader.problems == [] and reader.scans > 10 and len(reader.seen_snapshots) >= 2, (reader.scans, reader.seen_snapshots)
+    assert check_table_history(entry["output"]) == []
+    replaced = {i: store.get_batch(entry["name"], i).snapshot_id for i in (1, 2)}
+    assert all(replaced[i] not in (None, snapshots[i]) for i in (1, 2))  # the ledger keeps each batch's new snapshot
     assert {b: rows_of(Path(entry["output"]), b) for b in ("1", "2")} == first
     assert batch_dirs(entry["output"]) == ["batch_id=0000000001", "batch_id=0000000002"]
     assert check_exactly_once(produced, read_output(entry["output"])).ok
@@ -111,10 +173,10 @@ def test_dry_runs_write_and_read_nothing(
     fresh = load_dags(tmp_path / "again.yaml", entry)
     assert run_dag(fresh[f"kinesis_replay_{entry['name']}"]).tasks == SUCCESS
     caplog.clear()
-    listing = sorted(p.name for p in (Path(entry["output"]) / "batch_id=0000000001").iterdir())
+    listing = table_files(entry["output"])
     dry = run_dag(dags["backfill"], run_conf={"batches": {"batch_ids": [1]}, "dry_run": True})
     assert dry.tasks == {"select": "skipped", "replay": "skipped"}
-    assert sorted(p.name for p in (Path(entry["output"]) / "batch_id=0000000001").iterdir()) == listing
+    assert table_files(entry["output"]) == listing
     assert "would replay batch 1 (COMMITTED)" in caplog.text and "GetRecords calls" in caplog.text
 
 
@@ -134,10 +196,10 @@ def test_a_backfill_refuses_ranges_past_retention_before_reading(
 ) -> None:
     produce(kinesis, entry["stream"], 30)
     assert run_dag(dags["regular"]).tasks == SUCCESS
-    listing = sorted(p.name for p in (Path(entry["output"]) / "batch_id=0000000001").iterdir())
+    listing = table_files(entry["output"])
     age_batch(dynamodb, store.table, entry["name"], 1, timedelta(hours=30))  # batch 1's records are past 24h retention
     result = run_dag(dags["backfill"], run_conf={"batches": {"batch_ids": [1]}})
     assert result.tasks == {"select": "failed", "replay": "upstream_failed"}
     logged = "".join(capfd.readouterr())  # the task's error, as Airflow logged it
     assert "batch 1, range shardId-" in logged and "more than the stream's retention of 24h" in logged
-    assert sorted(p.name for p in (Path(entry["output"]) / "batch_id=0000000001").iterdir()) == listing  # untouched
+    assert table_files(entry["output"]) == listing  # untouched

@@ -34,7 +34,7 @@ def bucket(stack: Any) -> str:
 def pipeline(output_root: str, **changes: object) -> PipelineConfig:
     entry = {
         "name": "orders", "stream": "orders-stream", "output": output_root, "schedule": None, "initial_position": "TRIM_HORIZON",
-        "state_table": "kr-state", "spark": {"master": "local[1]"}, **changes,
+        "state_table": "kr-state", "spark": {"master": "local[1]"}, "output_format": "directory", **changes,
     }  # fmt: skip
     (p,) = parse_config({"pipelines": [entry]})
     return p

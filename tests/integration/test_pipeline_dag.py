@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 
 from kinesis_replay.batches import commit_batch
@@ -28,7 +29,10 @@ def dag_for(tmp_path: Path, airflow_db: Path) -> Any:
 
 def rows_of(output: Path, batch: str) -> set[tuple[Any, ...]]:
     table = read_output(output)
-    table = table.filter(pc.equal(table.column("batch_id"), int(batch)))
+    return as_rows(table.filter(pc.equal(table.column("batch_id"), int(batch))))
+
+
+def as_rows(table: Any) -> set[tuple[Any, ...]]:
     columns = ["shard_id", "sequence_number", "sub_sequence_number", "partition_key", "approximate_arrival_timestamp", "data"]
     return set(zip(*(table.column(c).to_pylist() for c in columns), strict=True))
 
@@ -70,7 +74,9 @@ def test_a_crash_after_the_write_reruns_the_same_batch_into_the_same_paths(
     planned = store.get_batch(entry["name"], 1)
     assert planned.status == BatchStatus.PLANNED and store.get_head(entry["name"]).in_flight == 1
     assert all(s.checkpoint is None for s in store.get_shards(entry["name"]).values())
-    written = rows_of(entry["output"], "1")
+    assert rows_of(entry["output"], "1") == set()  # written, not verified nor committed: no reader of the table sees it
+    (attempt,) = Path(entry["output"]).glob("data/batch_id=0000000001/attempt=*")
+    written = as_rows(pq.read_table(attempt))
 
     late = produce(kinesis, entry["stream"], 100, start_index=300)  # arrives before the rerun: not in batch 1
     assert run_dag(dag).tasks == SUCCESS
@@ -78,6 +84,8 @@ def test_a_crash_after_the_write_reruns_the_same_batch_into_the_same_paths(
     assert resumed.status == BatchStatus.COMMITTED and resumed.ranges == planned.ranges
     assert rows_of(entry["output"], "1") == written == rows_of(reference["output"], "1")
     assert batch_dirs(entry["output"]) == batch_dirs(reference["output"]) == ["batch_id=0000000001"]
+    (live,) = Path(entry["output"]).glob("data/batch_id=0000000001/attempt=*")
+    assert live != attempt  # the crashed run's files, which no snapshot ever referenced, were removed by the commit
 
     assert run_dag(dag).tasks == SUCCESS  # the next cycle takes what arrived meanwhile
     total = check_exactly_once(produced + late, read_output(entry["output"]))

@@ -172,6 +172,8 @@ def test_the_page_shows_shards_checkpoints_lag_and_batches_in_a_browser(
                 assert sid in text and str(shard.checkpoint) in text
             batch = store.get_batch(pipeline["name"], 1)
             assert section.locator("tr.status-committed").count() == 1 and f"{batch.manifest.records}" in text  # type: ignore[union-attr]
+            assert batch.snapshot_id is not None and str(batch.snapshot_id) in text  # the batch's table snapshot
+            assert f"table kinesis_replay.{pipeline['name']} in catalog kinesis_replay (sql, embedded)" in text
             assert section.locator("a.backfill").get_attribute("href") == f"{api_server}/dags/kinesis_replay_backfill_{pipeline['name']}"
             page.screenshot(path=str(ARTIFACTS / "kinesis-replay-page.png"), full_page=True)
 

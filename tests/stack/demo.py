@@ -29,7 +29,7 @@ sys.path[:0] = [str(ROOT / "plugins"), str(ROOT / "tests")]
 from kinesis_replay.config import dag_ids  # noqa: E402
 from kinesis_replay.dynamodb_store import DynamoDBStateStore  # noqa: E402
 from stack import local_stack  # noqa: E402
-from stack.harness import check_exactly_once, read_output  # noqa: E402
+from stack.harness import check_exactly_once, check_table_history, read_output  # noqa: E402
 from stack.producer import Produced, ensure_stream, kinesis_client, produce  # noqa: E402
 
 WORK = ROOT / ".stack" / "demo"
@@ -83,12 +83,15 @@ def run_cycle(n: int, dag_id: str, env: dict[str, str]) -> bool:
 
 
 def batch_table(store: DynamoDBStateStore, pipeline: str) -> str:
-    lines = [f"{'batch':>5}  {'status':<10} {'shards':>6} {'records':>8} {'bytes':>10} {'seconds':>8}"]
+    lines = [f"{'batch':>5}  {'status':<10} {'shards':>6} {'records':>8} {'bytes':>10} {'seconds':>8}  snapshot"]
     for b in store.list_batches(pipeline):
         records = b.manifest.records if b.manifest else 0
         size = b.manifest.bytes if b.manifest else 0
         seconds = (b.committed_at - b.created_at) if b.committed_at else timedelta(0)
-        lines.append(f"{b.batch_id:>5}  {b.status.value:<10} {len(b.ranges):>6} {records:>8} {size:>10} {seconds.total_seconds():>8.1f}")
+        lines.append(
+            f"{b.batch_id:>5}  {b.status.value:<10} {len(b.ranges):>6} {records:>8} {size:>10} {seconds.total_seconds():>8.1f}"
+            f"  {b.snapshot_id if b.snapshot_id is not None else '-'}"
+        )
     return "\n".join(lines)
 
 
@@ -133,7 +136,9 @@ def main(argv: list[str] | None = None) -> int:
         print(batch_table(store, pipeline["name"]))
         result = check_exactly_once(produced, read_output(pipeline["output"]))
         say(f"output {pipeline['output']}: {result}")
-        if not (ok and result.ok):
+        history = check_table_history(pipeline["output"])  # every snapshot: each batch wholly or not at all, never twice
+        say(f"table history: {history or 'every snapshot holds whole batches, none twice'}")
+        if not (ok and result.ok and not history):
             say("FAILED: the output does not hold every produced record exactly once")
             return 1
         say(f"OK: all {result.expected} produced records are in the output exactly once")

@@ -145,7 +145,7 @@ def output_table(output: Path | str) -> Any | None:
 
 
 def is_table_output(output: Path | str) -> bool:
-    return (Path(output) / "_catalog").exists() or (Path(output) / "metadata").exists()
+    return any((Path(output) / d).exists() for d in ("_catalog", "metadata", "data"))
 
 
 EMPTY_COLUMNS = ("shard_id", "sequence_number", "sub_sequence_number", "data", "batch_id")

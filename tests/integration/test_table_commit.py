@@ -1,0 +1,56 @@
+"""The commit's table step under faults, through the real DAG: a run that dies after the table commit and before any
+checkpoint moves is finished by the next run, which finds its own snapshot and adds nothing twice."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kinesis_replay.dynamodb_store import DynamoDBStateStore
+from kinesis_replay.state import BatchStatus
+from stack.faults import TABLE_COMMITTED, StateFault, StateTableProxy
+from stack.harness import check_exactly_once, check_table_history, load_dags, output_table, read_output, run_dag
+from stack.producer import produce
+
+
+def test_a_commit_cut_after_the_table_commit_is_finished_by_the_next_run_without_a_second_snapshot(
+    kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any], tmp_path: Path, airflow_db: Path, stack: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    produced = produce(kinesis, entry["stream"], 120)
+    dag_id = f"kinesis_replay_{entry['name']}"
+    verified = run_dag(load_dags(tmp_path / "a.yaml", entry)[dag_id].partial_subset(task_ids=["verify"], include_upstream=True))
+    assert verified.tasks == {"plan": "success", "replay": "success", "verify": "success"}
+
+    proxy = StateTableProxy(stack.moto_url).start()
+    try:
+        # The state table goes dark at the ledger's write of the snapshot id: the first write after the table commit.
+        proxy.arm(StateFault("unreachable", 1, marker=TABLE_COMMITTED))
+        connection = stack.connection()
+        connection["extra"]["service_config"]["dynamodb"]["endpoint_url"] = proxy.url
+        monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", json.dumps(connection))
+        cut = run_dag(load_dags(tmp_path / "b.yaml", entry)[dag_id], mark_success_pattern="^(replay|verify)$")
+        assert proxy.fired is not None and "UpdateItem" in proxy.fired, proxy.fired
+    finally:
+        proxy.stop()
+    assert cut.tasks["commit"] == "failed", cut
+    batch = store.get_batch(entry["name"], 1)
+    assert batch.status == BatchStatus.COMMITTING and batch.snapshot_id is None
+    assert all(s.checkpoint is None for s in store.get_shards(entry["name"]).values())  # no checkpoint moved
+    table = output_table(entry["output"])
+    assert table is not None and len(table.metadata.snapshots) == 1  # the batch is in the table already
+    (snapshot,) = table.metadata.snapshots
+    assert check_exactly_once(produced, read_output(entry["output"])).ok
+
+    monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", json.dumps(stack.connection()))
+    finished = run_dag(load_dags(tmp_path / "c.yaml", entry)[dag_id])
+    assert finished.state == "success" and finished.tasks["commit"] == "success", finished
+    batch = store.get_batch(entry["name"], 1)
+    assert batch.status == BatchStatus.COMMITTED and batch.snapshot_id == snapshot.snapshot_id
+    table = output_table(entry["output"])
+    assert table is not None and [s.snapshot_id for s in table.metadata.snapshots] == [snapshot.snapshot_id]  # none added
+    assert {sid: s.checkpoint for sid, s in store.get_shards(entry["name"]).items()} == {r.shard_id: r.end for r in batch.ranges}
+    assert check_exactly_once(produced, read_output(entry["output"])).ok and check_table_history(entry["output"]) == []
