@@ -169,6 +169,10 @@ def create_or_load_table(pipeline: PipelineConfig, file_schema: pa.Schema, catal
         STREAM_PROPERTY: pipeline.stream,
         "schema.name-mapping.default": schema.name_mapping.model_dump_json(),  # Spark's files carry no field ids
         "write.parquet.compression-codec": "snappy",  # what Spark writes
+        # Each append adds a manifest, and the current snapshot's manifest list names every one: without merging, a
+        # commit (and a scan's planning) reads and writes one entry per batch ever committed, whatever expiry keeps.
+        # Merged (Iceberg's default threshold: 100 small manifests into one), the list stays under 100 entries.
+        "commit.manifest-merge.enabled": "true",
     }
     try:
         table = catalog.create_table(
@@ -284,6 +288,8 @@ def _transaction_class() -> type[Transaction]:
         @property
         def table_metadata(self) -> Any:
             base, updates = self._table.metadata, self._updates
+            if not updates:  # nothing staged: the table's own metadata, as pyiceberg before 0.10 returned it
+                return base
             cached = self._cached
             if cached is None or cached[0] is not base or cached[1] is not updates:
                 cached = self._cached = (base, updates, update_table_metadata(base, updates))
@@ -314,7 +320,7 @@ def _commit_once(table: Table, batch_id: int, paths: list[str], props: dict[str,
                     for data_file in data_files:
                         overwrite.append_data_file(data_file)
             else:
-                with update.fast_append() as append:
+                with update.merge_append() as append:  # merges manifests as the table's properties say
                     for data_file in data_files:
                         append.append_data_file(data_file)
     except ValueError as exc:  # pyiceberg: a file's schema the table does not have
