@@ -264,7 +264,7 @@ def commit_batch(
     raise TableCommitError(f"{where}: {COMMIT_ATTEMPTS} commits in a row lost the race for the table; nothing was committed")
 
 
-def transaction(table: Table) -> Transaction:
+def transaction(table: Table, autocommit: bool = False) -> Transaction:
     """A pyiceberg transaction on ``table`` whose ``table_metadata`` is computed once per staged change.
 
     pyiceberg 0.12's ``Transaction.table_metadata`` replays the staged updates and deep-copies the whole metadata,
@@ -273,7 +273,7 @@ def transaction(table: Table) -> Transaction:
     and the tuple of staged updates, both replaced, never mutated, on any change), as apache/iceberg-python
     PR #3302 and its successor #3784 do upstream. `make bench-table` measures both side by side.
     """
-    return _transaction_class()(table)
+    return _transaction_class()(table, autocommit=autocommit)
 
 
 @functools.cache
