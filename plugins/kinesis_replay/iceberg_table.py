@@ -24,7 +24,6 @@ and a reader that travels back to one of them must find its files.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import time
@@ -53,6 +52,7 @@ ATTEMPT_PROPERTY = "kinesis-replay.attempt"
 RUN_PROPERTY = "kinesis-replay.run-id"
 # Table properties: the pipeline and stream that own the table (two pipelines never share one).
 STREAM_PROPERTY = "kinesis-replay.stream"
+COMMIT_RETRIES_PROPERTY = "commit.retry.num-retries"
 COMMIT_ATTEMPTS = 10  # a commit that lost the race for the table is retried against the new metadata this often
 
 
@@ -87,10 +87,18 @@ def load_catalog(pipeline: PipelineConfig, extra: Mapping[str, str] | None = Non
         import os
 
         os.makedirs(f"{pipeline.output.rstrip('/')}/{CATALOG_DIR}", exist_ok=True)
-    try:
-        return pyiceberg_load_catalog(table.catalog, **properties)
-    except (ValueError, ImportError) as exc:
-        raise KinesisReplayError(f"pipeline {pipeline.name!r}: cannot load Iceberg catalog {table.catalog!r}: {exc}") from exc
+    for attempt in range(3):
+        try:
+            return pyiceberg_load_catalog(table.catalog, **properties)
+        except (ValueError, ImportError) as exc:
+            raise KinesisReplayError(f"pipeline {pipeline.name!r}: cannot load Iceberg catalog {table.catalog!r}: {exc}") from exc
+        except Exception:
+            # The SQL catalog creates its own tables on first use; two tasks doing so at once: one of them fails ("table
+            # iceberg_tables already exists"), and finds them the next time.
+            if not table.embedded or attempt == 2:
+                raise
+            time.sleep(0.1)
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def require_table(pipeline: PipelineConfig) -> TableConfig:
@@ -143,7 +151,6 @@ def create_or_load_table(pipeline: PipelineConfig, file_schema: pa.Schema, catal
     Partitioned by identity(batch_id), sorted by arrival time; its properties name the pipeline and stream.
     """
     from pyiceberg.catalog import Catalog as BaseCatalog
-    from pyiceberg.exceptions import NamespaceAlreadyExistsError, TableAlreadyExistsError
     from pyiceberg.partitioning import PartitionField, PartitionSpec
     from pyiceberg.schema import assign_fresh_schema_ids
     from pyiceberg.table.sorting import NullOrder, SortDirection, SortField, SortOrder
@@ -162,8 +169,11 @@ def create_or_load_table(pipeline: PipelineConfig, file_schema: pa.Schema, catal
     if ARRIVAL_COLUMN in file_schema.names:
         arrival = schema.find_field(ARRIVAL_COLUMN)
         sort_order = SortOrder(SortField(arrival.field_id, IdentityTransform(), SortDirection.ASC, NullOrder.NULLS_LAST))
-    with contextlib.suppress(NamespaceAlreadyExistsError):
+    try:
         catalog.create_namespace(config.namespace)
+    except Exception:  # NamespaceAlreadyExistsError, or the catalog's own error when another commit created it first
+        if not catalog.namespace_exists(config.namespace):
+            raise
     properties = {
         PIPELINE_PROPERTY: pipeline.name,
         STREAM_PROPERTY: pipeline.stream,
@@ -173,6 +183,10 @@ def create_or_load_table(pipeline: PipelineConfig, file_schema: pa.Schema, catal
         # commit (and a scan's planning) reads and writes one entry per batch ever committed, whatever expiry keeps.
         # Merged (Iceberg's default threshold: 100 small manifests into one), the list stays under 100 entries.
         "commit.manifest-merge.enabled": "true",
+        # pyiceberg would retry a lost race by re-applying the append to the new metadata, adding the batch a second
+        # time if the winner was another run of the same commit. commit_batch retries itself instead: it reloads the
+        # table, looks for its own snapshot, and recomputes the batch's files to replace.
+        COMMIT_RETRIES_PROPERTY: "0",
     }
     try:
         table = catalog.create_table(
@@ -183,7 +197,9 @@ def create_or_load_table(pipeline: PipelineConfig, file_schema: pa.Schema, catal
             sort_order=sort_order,
             properties=properties,
         )
-    except TableAlreadyExistsError:  # another run created it first
+    except Exception:  # TableAlreadyExistsError, or the catalog's own error when another commit created it first
+        if not catalog.table_exists(config.identifier):
+            raise
         table = catalog.load_table(config.identifier)
     check_table_owner(pipeline, table)
     log.info("pipeline %s: created %s at %s", pipeline.name, config.describe(), table.location())
@@ -233,7 +249,8 @@ def commit_batch(
     ``before_commit(table)`` runs just before each try (a test's hook: a concurrent commit lands there).
     """
     import pyarrow.parquet as pq
-    from pyiceberg.exceptions import CommitFailedException
+    from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
+    from pyiceberg.io import load_file_io
 
     paths = sorted(iceberg_location(f) for f in files)
     if not paths:
@@ -241,10 +258,8 @@ def commit_batch(
     catalog = catalog or load_catalog(pipeline)
     where = f"pipeline {pipeline.name!r}, batch {batch_id}, {require_table(pipeline).describe()}"
     table = load_table(pipeline, catalog)
-    if table is None:
-        from pyiceberg.io.pyarrow import PyArrowFileIO
-
-        with PyArrowFileIO().new_input(paths[0]).open() as stream:
+    if table is None:  # the first commit: the table takes the files' columns
+        with load_file_io(catalog.properties, paths[0]).new_input(paths[0]).open() as stream:
             file_schema = pq.read_schema(stream)
         table = create_or_load_table(pipeline, file_schema, catalog)
     props = snapshot_properties(pipeline.name, batch_id, attempt, run_id)
@@ -257,7 +272,8 @@ def commit_batch(
             before_commit(table)
         try:
             return _commit_once(table, batch_id, paths, props, where)
-        except CommitFailedException as exc:
+        except (CommitFailedException, CommitStateUnknownException) as exc:
+            # Lost the race (or the catalog's answer): reload, and look for this attempt's snapshot before trying again.
             log.warning("%s: the table changed under the commit (%s); retrying against its new metadata (%d)", where, exc, attempt_no)
             time.sleep(min(0.05 * 2**attempt_no, 2.0))
             table = catalog.load_table(require_table(pipeline).identifier)

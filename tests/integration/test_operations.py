@@ -55,10 +55,10 @@ class TableReader(threading.Thread):
         super().__init__(daemon=True)
         self.output, self.expected = output, expected
         self.scans, self.seen_snapshots, self.problems = 0, set(), []  # type: ignore[var-annotated]
-        self._stop = threading.Event()
+        self._halt = threading.Event()
 
     def run(self) -> None:
-        while not self._stop.wait(0.05):
+        while not self._halt.wait(0.2):  # a reader polling the table; it shares the two cores with the backfill
             try:
                 self.scan()
             except Exception as exc:  # a scan that fails is a reader that could not read the table: note it
@@ -80,7 +80,7 @@ class TableReader(threading.Thread):
         self.seen_snapshots.add(snapshot.snapshot_id)
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()
         self.join()
 
 

@@ -516,12 +516,12 @@ class TableCommitter(threading.Thread):
 
     def __init__(self, output: Path) -> None:
         super().__init__(daemon=True)
-        self.output, self.commits, self._stop = output, 0, threading.Event()
+        self.output, self.commits, self._halt = output, 0, threading.Event()
 
     def run(self) -> None:
         from stack.harness import output_table
 
-        while not self._stop.is_set():
+        while not self._halt.is_set():
             table = output_table(self.output)
             if table is not None:
                 try:
@@ -530,10 +530,10 @@ class TableCommitter(threading.Thread):
                     self.commits += 1
                 except Exception:  # it lost a race itself (or the catalog was busy): try again
                     pass
-            self._stop.wait(0.02)
+            self._halt.wait(0.02)
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()
         self.join()
 
     def fired(self) -> str | None:

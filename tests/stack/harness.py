@@ -148,7 +148,7 @@ def is_table_output(output: Path | str) -> bool:
     return any((Path(output) / d).exists() for d in ("_catalog", "metadata", "data"))
 
 
-EMPTY_COLUMNS = ("shard_id", "sequence_number", "sub_sequence_number", "data", "batch_id")
+EMPTY_COLUMNS = ("shard_id", "sequence_number", "sub_sequence_number", "partition_key", "approximate_arrival_timestamp", "data", "batch_id")
 
 
 def read_output(output: Path | str, quarantine: bool = False, snapshot_id: int | None = None) -> Any:

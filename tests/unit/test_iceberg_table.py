@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,7 @@ def test_the_first_commit_creates_the_table_partitioned_by_batch_and_sorted_by_a
     (sort,) = table.sort_order().fields
     assert table.schema().find_field(sort.source_id).name == "approximate_arrival_timestamp"
     assert table.properties[iceberg_table.PIPELINE_PROPERTY] == "orders"
+    assert table.properties["commit.retry.num-retries"] == "0"  # a lost race is retried by commit_batch, never re-applied
     snapshot = table.current_snapshot()
     assert snapshot is not None and snapshot.snapshot_id == snapshot_id
     assert snapshot.summary is not None and snapshot.summary.operation.value == "append"
@@ -126,3 +128,24 @@ def test_files_of_another_batch_are_refused(tmp_path: Path) -> None:
         iceberg_table.commit_batch(p, 1, "a", files, "run-1")
     table = iceberg_table.load_table(p)
     assert table is not None and table.current_snapshot() is None
+
+
+def test_two_runs_committing_the_same_attempt_at_once_make_one_snapshot(tmp_path: Path) -> None:
+    """A run that finds the batch COMMITTING finishes the commit: two may reach the table together, even its creation."""
+    p = pipeline(tmp_path)
+    files = write_attempt(tmp_path, 1, "a", 3)
+    start = threading.Barrier(2)
+    found: list[int] = []
+
+    def commit() -> None:
+        start.wait()
+        found.append(iceberg_table.commit_batch(p, 1, "a", files, "run"))
+
+    racers = [threading.Thread(target=commit) for _ in range(2)]
+    for t in racers:
+        t.start()
+    for t in racers:
+        t.join()
+    table = iceberg_table.load_table(p)
+    assert table is not None and len(found) == 2 and found[0] == found[1]
+    assert [s.snapshot_id for s in table.metadata.snapshots] == found[:1] and counts(table) == {1: 3}

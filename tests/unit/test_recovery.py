@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -88,3 +89,25 @@ def test_a_record_of_another_stream_refuses_the_recovery() -> None:
     stray = replace(batch(1, SequenceRange(S0, 100, 200)), stream="payments-stream")
     with pytest.raises(RecoveryError, match="is of pipeline 'orders', stream payments-stream"):
         plan_recovery(pipeline(), [stray], LISTED, CLAIMED)
+
+
+def test_a_recovered_batch_cut_before_its_table_commit_is_committed_to_the_table_once(tmp_path: Path) -> None:
+    """A commit record without a snapshot id: the commit stopped between the record and the table. Recovery finishes it."""
+    from test_iceberg_table import counts, write_attempt
+
+    from kinesis_replay import iceberg_table, output
+    from kinesis_replay.recovery import in_table
+
+    p = replace(pipeline(), output=str(tmp_path))
+    write_attempt(tmp_path, 1, "a", 3)
+    record = batch(1, SequenceRange(S0, 10, 19))
+    record = replace(record, manifest=replace(record.verified_manifest(), attempt="a"))
+    recovered = in_table(p, record)
+    table = iceberg_table.load_table(p)
+    assert table is not None and counts(table) == {1: 3}
+    snapshot = table.current_snapshot()
+    assert snapshot is not None and recovered.snapshot_id == snapshot.snapshot_id
+    assert output.read_commit_record(str(tmp_path), 1).snapshot_id == snapshot.snapshot_id  # the record names it now
+    assert in_table(p, record).snapshot_id == snapshot.snapshot_id  # again: found by its summary, not added twice
+    table = iceberg_table.load_table(p)
+    assert table is not None and len(table.metadata.snapshots) == 1
