@@ -227,6 +227,10 @@ def render(r: dict[str, Any]) -> str:
         "table holds; the rest is pyiceberg's own and follows the snapshots kept. So a commit's time is set by "
         '`history.expire.max-snapshot-age-ms` (see README, "Maintaining the table"): at a 5-minute schedule the default '
         "5 days keep 1,440 snapshots, one day 288.",
+        "",
+        "A replay of an old batch (a backfill) grows more, and cutting the history does not explain it; it is not analysed yet. "
+        "The likely cause: an overwrite rewrites the manifest that holds the replaced files, and a merged manifest holds the "
+        "files of many batches. A backfill is rare; the target is the regular commit's.",
     ]
     return "\n".join(lines)
 
