@@ -484,9 +484,9 @@ def commit_batch(pipeline: PipelineConfig, store: StateStore, batch_id: int, now
     1. WRITTEN -> COMMITTING, conditioned on the batch being in flight and still WRITTEN;
     2. the batch's commit record into the output (rewritten by a resumed commit);
     3. for a table output, the batch's files into the table in one snapshot (found, not made again, by a resumed
-       commit: its summary names the attempt), and the snapshot id kept in the ledger and the commit record;
+       commit: its summary names the attempt), and the snapshot id into the commit record;
     4. each shard's checkpoint from the range's previous checkpoint to its end, conditionally;
-    5. COMMITTED and the head's in-flight id cleared, in one transaction.
+    5. COMMITTED (with the snapshot id) and the head's in-flight id cleared, in one transaction.
     A run that finds the batch COMMITTING resumes at step 2. The output must be this pipeline's (its owner record).
     """
     guards.require_owner(pipeline)
@@ -509,10 +509,8 @@ def commit_batch(pipeline: PipelineConfig, store: StateStore, batch_id: int, now
     output.write_commit_record(pipeline.output, committed)
     if pipeline.table is not None:
         snapshot_id = commit_to_table(pipeline, batch, run_id or batch.run_id)
-        if batch.snapshot_id != snapshot_id:
-            store.set_snapshot(pipeline.name, batch_id, snapshot_id, expected=BatchStatus.COMMITTING)
-            batch, committed = replace(batch, snapshot_id=snapshot_id), replace(committed, snapshot_id=snapshot_id)
-            output.write_commit_record(pipeline.output, committed)
+        batch, committed = replace(batch, snapshot_id=snapshot_id), replace(committed, snapshot_id=snapshot_id)
+        output.write_commit_record(pipeline.output, committed)  # the output's copy names the snapshot before a checkpoint moves
     results = batch.verified_manifest().by_shard()
 
     def advance(rng: SequenceRange) -> None:

@@ -360,16 +360,22 @@ class DynamoDBStateStore:
 
     def complete_batch(self, batch: Batch, committed_at: datetime) -> None:
         key = {"pk": _s(pk(batch.pipeline))}
+        # The table snapshot that holds the batch is kept in the same write that marks it COMMITTED.
+        snapshot_set, snapshot_names, snapshot_values = "", {}, {}
+        if batch.snapshot_id is not None:
+            snapshot_set, snapshot_names = ", #snapshot = :snapshot", {"#snapshot": "snapshot_id"}
+            snapshot_values = {":snapshot": _n(batch.snapshot_id)}
         self._transact(
             f"pipeline {batch.pipeline!r}: completing the commit of batch {batch.batch_id}",
             [
                 {"Update": {
                     "TableName": self.table, "Key": {**key, "sk": _s(batch_sk(batch.batch_id))},
-                    "UpdateExpression": "SET #status = :committed, #committed_at = :at, #updated = :at",
+                    "UpdateExpression": "SET #status = :committed, #committed_at = :at, #updated = :at" + snapshot_set,
                     "ConditionExpression": "#status = :committing",
-                    "ExpressionAttributeNames": {"#status": "status", "#committed_at": "committed_at", "#updated": "updated_at"},
+                    "ExpressionAttributeNames": {"#status": "status", "#committed_at": "committed_at", "#updated": "updated_at",
+                                                 **snapshot_names},
                     "ExpressionAttributeValues": {":committed": _s(BatchStatus.COMMITTED.value), ":at": _s(committed_at.isoformat()),
-                                                  ":committing": _s(BatchStatus.COMMITTING.value)},
+                                                  ":committing": _s(BatchStatus.COMMITTING.value), **snapshot_values},
                 }},
                 {"Update": {
                     "TableName": self.table, "Key": {**key, "sk": _s("head")},

@@ -319,11 +319,11 @@ class StateStore(Protocol):
         ...
 
     def set_snapshot(self, pipeline: str, batch_id: int, snapshot_id: int, expected: BatchStatus) -> None:
-        """Keep the table snapshot that holds the batch, conditioned on the batch's status being ``expected``."""
+        """Keep the table snapshot that holds the batch, conditioned on its status being ``expected`` (a backfill's replace)."""
         ...
 
     def complete_batch(self, batch: Batch, committed_at: datetime) -> None:
-        """Mark the batch COMMITTED and clear the head's in-flight id, in one transaction."""
+        """Mark the batch COMMITTED (keeping its ``snapshot_id``, if any) and clear the head's in-flight id, in one transaction."""
         ...
 
     def mark_finished(self, pipeline: str, shard_id: str, checkpoint: int | None) -> None:

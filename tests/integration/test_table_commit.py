@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from kinesis_replay.dynamodb_store import DynamoDBStateStore
+from kinesis_replay.output import read_commit_record
 from kinesis_replay.state import BatchStatus
 from stack.faults import TABLE_COMMITTED, StateFault, StateTableProxy
 from stack.harness import check_exactly_once, check_table_history, load_dags, output_table, read_output, run_dag
@@ -27,7 +28,7 @@ def test_a_commit_cut_after_the_table_commit_is_finished_by_the_next_run_without
 
     proxy = StateTableProxy(stack.moto_url).start()
     try:
-        # The state table goes dark at the ledger's write of the snapshot id: the first write after the table commit.
+        # The state table goes dark at the first checkpoint's advance: the first write after the table commit.
         proxy.arm(StateFault("unreachable", 1, marker=TABLE_COMMITTED))
         connection = stack.connection()
         connection["extra"]["service_config"]["dynamodb"]["endpoint_url"] = proxy.url
@@ -43,6 +44,7 @@ def test_a_commit_cut_after_the_table_commit_is_finished_by_the_next_run_without
     table = output_table(entry["output"])
     assert table is not None and len(table.metadata.snapshots) == 1  # the batch is in the table already
     (snapshot,) = table.metadata.snapshots
+    assert read_commit_record(entry["output"], 1).snapshot_id == snapshot.snapshot_id  # the output's copy names it
     assert check_exactly_once(produced, read_output(entry["output"])).ok
 
     monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", json.dumps(stack.connection()))

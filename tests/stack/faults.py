@@ -30,16 +30,17 @@ WRITES = ("TransactWriteItems", "UpdateItem", "PutItem", "DeleteItem")
 class StateFault:
     """``unreachable``: from the ``write``-th write on, nothing is answered (nor forwarded) until disarmed.
     ``lost_ack``: the ``write``-th write is applied upstream, and its connection closed without an answer.
-    With a ``marker``, only writes whose request body holds it count: ``TABLE_COMMITTED`` is the ledger's write of
-    a batch's snapshot id, the first write after the batch's table commit and before any checkpoint moves."""
+    With a ``marker``, only writes whose request body holds it count: ``TABLE_COMMITTED`` marks a commit's checkpoint
+    writes, which come after the batch's table commit; the first of them is the first write after it."""
 
     kind: str
     write: int
     marker: bytes | None = None
 
 
-# The body of the state table write that keeps a batch's Iceberg snapshot id (DynamoDBStateStore.set_snapshot).
-TABLE_COMMITTED = b'":snapshot"'
+# In the body of a checkpoint's advance (DynamoDBStateStore.advance_checkpoint), and of no other write: the commit's
+# writes after its table commit. Dark from the first of them on, the batch is in the table and no checkpoint moved.
+TABLE_COMMITTED = b'":new"'
 
 
 class StateTableProxy(LocalServer):
