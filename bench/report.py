@@ -1,8 +1,9 @@
 """BENCHMARKS.md's generated sections: the one place that reads the file, finds a section by its marker lines and writes it.
 
-Three commands write a section each: `make bench` the bench section (bench/run.py, through ``write``), `make chaos`
-the reliability section (tests/stack/chaos.py) and `make bench-ledger` the ledger section (bench/ledger.py), both
-through ``write_section``. Every other line is written by hand, so
+`make bench` writes the bench section (bench/run.py, through ``write``) and the table-commit section
+(bench/table_commit.py, also `make bench-table`); `make chaos` the reliability section (tests/stack/chaos.py),
+`make bench-ledger` the ledger section (bench/ledger.py) and `make bench-planning` the planning section
+(bench/planning.py), through ``write_section``. Every other line is written by hand, so
 each write replaces one section and keeps every other byte of the file as it was.
 """
 
@@ -54,6 +55,7 @@ BENCH = Section("<!-- bench:start -->", "<!-- bench:end -->")
 RELIABILITY = Section("<!-- reliability:start -->", "<!-- reliability:end -->")
 LEDGER = Section("<!-- ledger:start -->", "<!-- ledger:end -->")
 PLANNING = Section("<!-- planning:start -->", "<!-- planning:end -->")
+TABLE_COMMIT = Section("<!-- table-commit:start -->", "<!-- table-commit:end -->")
 RELIABILITY_PLACEHOLDER = "## Reliability (make chaos)\n\nNot measured yet: `make chaos` writes this table."
 
 

@@ -240,8 +240,59 @@ def build_backfill_dag(p: PipelineConfig) -> DAG:
     return dag
 
 
+MAINTENANCE_DOC = """
+### kinesis-replay maintenance: expire the table's old snapshots, remove its orphan files
+
+Daily by default. Each batch adds a snapshot, and each backfill leaves the replaced files to the snapshots before
+it; without this the table's metadata and storage grow forever.
+
+1. **Snapshot expiry** by the table's own properties, as Iceberg names them: `history.expire.max-snapshot-age-ms`
+   (5 days when unset) and `history.expire.min-snapshots-to-keep` (1). The current snapshot always stays. Time
+   travel reaches back as far as the snapshots kept.
+2. **Orphan files**: files under the table's `data/` and `metadata/` that no remaining snapshot references, last
+   written more than `orphan_age_hours` ago (72 by default: no replay waits that long for its commit). The batch
+   in flight keeps its files whatever their age. Nothing else under the output root is touched.
+
+Trigger with `dry_run` to see what it would expire and remove.
+"""
+
+
+def build_maintenance_dag(p: PipelineConfig) -> DAG:
+    with DAG(
+        dag_id=maintenance_dag_id(p),
+        schedule=MAINTENANCE_SCHEDULE,
+        start_date=START,
+        catchup=False,
+        max_active_runs=1,
+        default_args={**default_args(p), "retries": 1},
+        doc_md=MAINTENANCE_DOC,
+        tags=["kinesis-replay", "maintenance", f"stream:{p.stream}"],
+        params={
+            "dry_run": Param(False, type="boolean", title="Dry run", description="Name what would be expired and removed; change nothing."),
+            "orphan_age_hours": Param(
+                72, type="integer", minimum=1, title="Orphan age (hours)", description="Remove unreferenced files older than this."
+            ),
+        },
+    ) as dag:
+
+        @task(task_id="maintain")
+        def maintain() -> dict[str, Any]:
+            return tasks.maintain_table(p, get_current_context()["params"])
+
+        maintain()
+    return dag
+
+
+def maintenance_dag_id(p: PipelineConfig) -> str:
+    return f"kinesis_replay_maintenance_{p.name}"
+
+
+MAINTENANCE_SCHEDULE = "@daily"
+
 # Only the valid pipelines: an invalid one is reported by kinesis_replay_config_check.py, as an import error of
 # that file. An import error here would mark every pipeline's DAGs stale, and the scheduler would stop them all.
 for _pipeline in tasks.load_pipelines(CONFIG_PATH).pipelines:
     globals()[_pipeline.dag_id] = build_dag(_pipeline)
     globals()[_pipeline.backfill_dag_id] = build_backfill_dag(_pipeline)
+    if _pipeline.table is not None:  # a plain directory output has no table to maintain
+        globals()[maintenance_dag_id(_pipeline)] = build_maintenance_dag(_pipeline)

@@ -13,7 +13,7 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
@@ -27,7 +27,21 @@ from botocore.config import Config
 from botocore.credentials import ReadOnlyCredentials, RefreshableCredentials
 from botocore.exceptions import BotoCoreError, ClientError
 
-from kinesis_replay import backfill, batches, config, credentials, emr_serverless, guards, kinesis, output, recovery, spark_submit, status
+from kinesis_replay import (
+    backfill,
+    batches,
+    config,
+    credentials,
+    emr_serverless,
+    guards,
+    iceberg_table,
+    kinesis,
+    output,
+    recovery,
+    spark_submit,
+    status,
+    table_maintenance,
+)
 from kinesis_replay.config import LoadedConfig, PipelineConfig, PipelineError
 from kinesis_replay.dynamodb_store import DynamoDBStateStore
 from kinesis_replay.errors import ConfigError, KinesisReplayError
@@ -395,3 +409,25 @@ def check_backfill(p: PipelineConfig, batch_id: int, run_id: str = "") -> dict[s
     summary = batch_summary(p, batch, "backfill")
     log.info("pipeline %s: backfilled %s", p.name, summary)
     return summary
+
+
+@fail_fast
+def maintain_table(p: PipelineConfig, params: dict[str, Any]) -> dict[str, Any]:
+    """Expire the table's old snapshots and remove its orphan files (table_maintenance has the defaults and why)."""
+    table = iceberg_table.load_table(p)
+    if table is None:
+        raise AirflowSkipException(f"pipeline {p.name}: {iceberg_table.require_table(p).describe()} has no commit yet: nothing to maintain")
+    in_flight = state_store(p).get_head(p.name).in_flight
+    found = table_maintenance.maintain(
+        table,
+        orphan_age=timedelta(hours=params.get("orphan_age_hours", table_maintenance.DEFAULT_ORPHAN_AGE.total_seconds() / 3600)),
+        in_flight=[in_flight] if in_flight is not None else [],
+        dry_run=bool(params.get("dry_run")),
+    )
+    log.info("pipeline %s: %s: %s", p.name, iceberg_table.require_table(p).describe(), found.summary())
+    return {
+        "expired_snapshots": len(found.expired_snapshots),
+        "snapshots_kept": found.snapshots_kept,
+        "orphans_removed": len(found.orphans_removed),
+        "dry_run": found.dry_run,
+    }

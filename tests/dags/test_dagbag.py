@@ -20,7 +20,7 @@ def dagbag(config: Path, monkeypatch: pytest.MonkeyPatch) -> object:
 def test_every_dag_imports_without_errors(monkeypatch: pytest.MonkeyPatch) -> None:
     bag = dagbag(ROOT / "dags" / "pipelines.yaml", monkeypatch)
     assert bag.import_errors == {}  # type: ignore[attr-defined]
-    assert set(bag.dag_ids) == {"kinesis_replay_demo", "kinesis_replay_backfill_demo"}  # type: ignore[attr-defined]
+    assert set(bag.dag_ids) == {"kinesis_replay_demo", "kinesis_replay_backfill_demo", "kinesis_replay_maintenance_demo"}  # type: ignore[attr-defined]
 
 
 def test_each_pipeline_dag_runs_plan_replay_verify_commit_one_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -48,6 +48,24 @@ def test_each_pipeline_has_a_manual_backfill_dag(monkeypatch: pytest.MonkeyPatch
     assert [a.name for a in dag.get_task("replay").outlets] == ["kinesis_replay_demo"]
 
 
+def test_each_table_has_a_daily_maintenance_dag(monkeypatch: pytest.MonkeyPatch) -> None:
+    dag = dagbag(ROOT / "dags" / "pipelines.yaml", monkeypatch).dags["kinesis_replay_maintenance_demo"]  # type: ignore[attr-defined]
+    assert dag.schedule == "@daily" and dag.max_active_runs == 1 and dag.catchup is False
+    assert [t.task_id for t in dag.tasks] == ["maintain"]
+    assert {k: dag.params[k] for k in dag.params} == {"dry_run": False, "orphan_age_hours": 72}
+    assert dag.doc_md and "history.expire.max-snapshot-age-ms" in dag.doc_md
+
+
+def test_a_directory_output_has_no_maintenance_dag(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    shipped = yaml.safe_load((ROOT / "dags" / "pipelines.yaml").read_text())["pipelines"][0]
+    config = tmp_path / "pipelines.yaml"
+    shipped.pop("table", None)
+    config.write_text(yaml.safe_dump({"pipelines": [{**shipped, "output_format": "directory"}]}))
+    bag = dagbag(config, monkeypatch)
+    assert bag.import_errors == {}  # type: ignore[attr-defined]
+    assert set(bag.dag_ids) == {"kinesis_replay_demo", "kinesis_replay_backfill_demo"}  # type: ignore[attr-defined]
+
+
 def test_one_dag_per_configured_pipeline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     shipped = yaml.safe_load((ROOT / "dags" / "pipelines.yaml").read_text())["pipelines"][0]
     config = tmp_path / "pipelines.yaml"
@@ -56,6 +74,7 @@ def test_one_dag_per_configured_pipeline(tmp_path: Path, monkeypatch: pytest.Mon
     bag = dagbag(config, monkeypatch)
     assert set(bag.dag_ids) == {  # type: ignore[attr-defined]
         "kinesis_replay_demo", "kinesis_replay_orders", "kinesis_replay_backfill_demo", "kinesis_replay_backfill_orders",
+        "kinesis_replay_maintenance_demo", "kinesis_replay_maintenance_orders",
     }  # fmt: skip
 
 
@@ -75,7 +94,7 @@ def shipped_entry(**overrides: object) -> dict[str, object]:
     return {**shipped, **overrides}
 
 
-GOOD = {"kinesis_replay_good", "kinesis_replay_backfill_good"}
+GOOD = {"kinesis_replay_good", "kinesis_replay_backfill_good", "kinesis_replay_maintenance_good"}
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,17 @@ PACKAGE = ROOT / "plugins" / "kinesis_replay"
 # Lower layers first; a module may import its own layer and those below it, never one above.
 LAYERS: dict[str, tuple[str, ...]] = {
     "core": ("__init__", "errors", "ranges", "records", "config", "state", "job_spec", "status", "charts"),
-    "adapters": ("kinesis", "dynamodb_store", "output", "iceberg_table", "credentials", "jvm_archive", "spark_submit", "emr_serverless"),
+    "adapters": (
+        "kinesis",
+        "dynamodb_store",
+        "output",
+        "iceberg_table",
+        "credentials",
+        "jvm_archive",
+        "spark_submit",
+        "emr_serverless",
+        "table_maintenance",
+    ),
     "steps": ("guards", "batches", "backfill", "recovery"),
     "entry points": (
         "airflow_plugin",

@@ -1,0 +1,290 @@
+"""Table maintenance: expire old snapshots, then remove the files that no remaining snapshot references.
+
+Every committed batch adds one snapshot to the table, and every replay of a batch leaves the files it replaced
+behind, still referenced by the snapshots before it. Without maintenance the table's metadata and storage grow
+forever. ``maintain`` does both halves, in this order:
+
+1. **Expire snapshots** older than ``history.expire.max-snapshot-age-ms`` (a table property; 5 days when unset,
+   Iceberg's default), keeping at least the newest ``history.expire.min-snapshots-to-keep`` (default 1) and
+   always the current snapshot and every branch or tag head. pyiceberg 0.12's ``ExpireSnapshots`` makes the
+   metadata commit (on the project's transaction, see ``expire_snapshots``); the catalog applies it to the
+   table's latest metadata, so a batch committed meanwhile is kept. It deletes no file: step 2 does.
+2. **Remove orphan files** under the table's ``data/`` and ``metadata/`` folders (never elsewhere under its
+   location, which is the pipeline's output root): files that no remaining snapshot references (data files,
+   manifests, manifest lists, statistics) and that are not the current or a logged metadata file, and that were
+   last modified longer ago than ``orphan_age`` (3 days by default, Iceberg's ``remove_orphan_files`` default).
+   pyiceberg 0.12 has no orphan-file action, so this module holds the smallest correct one.
+
+Why orphan removal cannot remove a file a reader needs, or one a batch in flight is about to commit:
+
+- the files are listed first and the table is read afterwards, so a file committed while the listing ran is
+  referenced by the metadata read after it;
+- a file is referenced if any remaining snapshot holds it live, not only the current one, so time travel to any
+  snapshot the expiry kept still works;
+- a replay writes its files before its commit, and a commit follows its replay within minutes to hours, far
+  inside ``orphan_age``; and files under a batch that the ledger says is in flight (``in_flight``) are kept
+  whatever their age, for a batch that failed and waits for an operator.
+
+Superseded files (a replayed batch's old files) are therefore removed by the first run after the snapshot that
+still referenced them has expired: a backfill never deletes them itself, so a reader time travelling to the
+batch's earlier snapshot reads it whole until the expiry.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+from kinesis_replay import iceberg_table
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
+
+log = logging.getLogger(__name__)
+
+# Iceberg's own table properties and defaults (TableProperties.java), so a user sets them as Iceberg documents them.
+MAX_SNAPSHOT_AGE_PROPERTY = "history.expire.max-snapshot-age-ms"
+MIN_SNAPSHOTS_TO_KEEP_PROPERTY = "history.expire.min-snapshots-to-keep"
+DEFAULT_MAX_SNAPSHOT_AGE = timedelta(days=5)
+DEFAULT_MIN_SNAPSHOTS_TO_KEEP = 1
+# Iceberg's remove_orphan_files default: older than any write that has not committed yet could be.
+DEFAULT_ORPHAN_AGE = timedelta(days=3)
+BATCH_DIGITS = 10  # as output.BATCH_DIGITS: batch_id=0000000042
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What to keep. Built from the table's properties by ``policy_for``; the orphan age is the task's to choose."""
+
+    max_snapshot_age: timedelta = DEFAULT_MAX_SNAPSHOT_AGE
+    min_snapshots_to_keep: int = DEFAULT_MIN_SNAPSHOTS_TO_KEEP
+    orphan_age: timedelta = DEFAULT_ORPHAN_AGE
+
+    def __post_init__(self) -> None:
+        if self.min_snapshots_to_keep < 1:
+            raise ValueError(f"{MIN_SNAPSHOTS_TO_KEEP_PROPERTY} must be at least 1, not {self.min_snapshots_to_keep}")
+        if self.max_snapshot_age < timedelta(0):
+            raise ValueError(f"{MAX_SNAPSHOT_AGE_PROPERTY} must not be negative, not {self.max_snapshot_age}")
+        if self.orphan_age < timedelta(hours=1):
+            # A younger file may belong to a replay whose commit is still to come.
+            raise ValueError(f"orphan_age must be at least an hour, not {self.orphan_age}")
+
+
+@dataclass(frozen=True)
+class Report:
+    """What one maintenance run did (or, in a dry run, would do)."""
+
+    expired_snapshots: tuple[int, ...]
+    snapshots_kept: int
+    orphans_removed: tuple[str, ...]
+    too_young: int  # unreferenced files kept because they are younger than the orphan age
+    in_flight: int  # unreferenced files kept because they belong to a batch in flight
+    dry_run: bool = False
+    failed: tuple[str, ...] = field(default=())  # orphans whose delete failed (the next run tries again)
+
+    def summary(self) -> str:
+        verb = "would remove" if self.dry_run else "removed"
+        return (
+            f"expired {len(self.expired_snapshots)} snapshots (kept {self.snapshots_kept}); {verb} "
+            f"{len(self.orphans_removed)} orphan files; kept {self.too_young} younger than the orphan age and "
+            f"{self.in_flight} of batches in flight" + (f"; {len(self.failed)} deletes failed" if self.failed else "")
+        )
+
+
+def _name(table: Table) -> str:
+    return ".".join(table.name())
+
+
+def _int_property(table: Table, name: str, default: int) -> int:
+    value = table.properties.get(name)
+    if value is None:
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"table {_name(table)}: property {name} must be an integer, not {value!r}") from None
+
+
+def policy_for(table: Table, orphan_age: timedelta = DEFAULT_ORPHAN_AGE) -> Policy:
+    """The table's retention, from its ``history.expire.*`` properties (Iceberg's defaults when unset)."""
+    max_age_ms = _int_property(table, MAX_SNAPSHOT_AGE_PROPERTY, int(DEFAULT_MAX_SNAPSHOT_AGE.total_seconds() * 1000))
+    keep = _int_property(table, MIN_SNAPSHOTS_TO_KEEP_PROPERTY, DEFAULT_MIN_SNAPSHOTS_TO_KEEP)
+    return Policy(timedelta(milliseconds=max_age_ms), keep, orphan_age)
+
+
+def snapshots_to_expire(table: Table, policy: Policy, now: datetime) -> list[int]:
+    """Snapshots older than the policy's age, except the newest ``min_snapshots_to_keep`` and every ref's head."""
+    metadata = table.metadata
+    protected = {ref.snapshot_id for ref in metadata.refs.values()}
+    newest_first = sorted(metadata.snapshots, key=lambda s: (s.timestamp_ms, s.sequence_number or 0), reverse=True)
+    kept = {s.snapshot_id for s in newest_first[: policy.min_snapshots_to_keep]}
+    cutoff_ms = int((now - policy.max_snapshot_age).timestamp() * 1000)
+    return [
+        s.snapshot_id
+        for s in metadata.snapshots
+        if s.timestamp_ms < cutoff_ms and s.snapshot_id not in protected and s.snapshot_id not in kept
+    ]
+
+
+def expire_snapshots(table: Table, policy: Policy, now: datetime, dry_run: bool = False) -> list[int]:
+    """Expire what ``snapshots_to_expire`` names, in one metadata commit; returns their ids."""
+    expired = snapshots_to_expire(table, policy, now)
+    if expired and not dry_run:
+        from pyiceberg.table.update.snapshot import ExpireSnapshots
+
+        # pyiceberg's own builder (table.maintenance.expire_snapshots()) re-reads its transaction's metadata, a deep
+        # copy of the whole history, for every id it is given: quadratic, minutes for a thousand snapshots. The
+        # project's transaction reads it once.
+        ExpireSnapshots(transaction=iceberg_table.transaction(table, autocommit=True)).by_ids(expired).commit()
+        log.info("table %s: expired %d snapshots", _name(table), len(expired))
+    return expired
+
+
+def _path(location: str) -> str:
+    """A location as the table's file system lists it (``/dir/f`` for ``file:///dir/f``, ``bucket/key`` for s3)."""
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+
+    return PyArrowFileIO.parse_location(location)[2]
+
+
+def referenced_files(table: Table, expiring: Collection[int] = ()) -> set[str]:
+    """Every file some remaining snapshot (all but ``expiring``) or the metadata needs, as listed paths.
+
+    A data file counts when a manifest of a remaining snapshot holds it live (added or existing): a file a
+    snapshot deleted is still live in that snapshot's parent, and so referenced for as long as the parent remains.
+    Each manifest is read once, however many snapshots share it.
+    """
+    metadata, io = table.metadata, table.io
+    paths: set[str] = {table.metadata_location, *(entry.metadata_file for entry in metadata.metadata_log)}
+    paths.update(s.statistics_path for s in metadata.statistics)
+    paths.update(s.statistics_path for s in metadata.partition_statistics)
+    manifests = {}
+    for snapshot in metadata.snapshots:
+        if snapshot.snapshot_id in expiring:
+            continue
+        paths.add(snapshot.manifest_list)
+        for manifest in snapshot.manifests(io):
+            manifests[manifest.manifest_path] = manifest
+    for path, manifest in manifests.items():
+        paths.add(path)
+        paths.update(entry.data_file.file_path for entry in manifest.fetch_manifest_entry(io, discard_deleted=True))
+    return {_path(p) for p in paths}
+
+
+def _location(root: str, path: str) -> str:
+    """A listed path as a location the table's FileIO deletes (``file:///dir/f``, ``s3://bucket/key``)."""
+    scheme = root.split("://", 1)[0] if "://" in root else "file"
+    return f"file://{path}" if scheme == "file" else f"{scheme}://{path}"
+
+
+def table_folders(table: Table) -> list[str]:
+    """The folders that hold the table's own files: ``data/`` and ``metadata/`` under its location (or where
+    ``write.data.path`` and ``write.metadata.path`` say).
+
+    Never the whole location: the table's location is the pipeline's output root, which also holds the result
+    manifests, the commit records, the owner record, quarantine and the embedded catalog, none of them the table's.
+    """
+    location = table.location().rstrip("/")
+    return [
+        table.properties.get("write.data.path", f"{location}/data").rstrip("/"),
+        table.properties.get("write.metadata.path", f"{location}/metadata").rstrip("/"),
+    ]
+
+
+def _listing(table: Table) -> list[tuple[str, datetime]]:
+    """Every file under the table's folders, with its modification time, through the table's own file system."""
+    from pyarrow import fs as pafs
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+
+    io = table.io
+    if not isinstance(io, PyArrowFileIO):
+        io = PyArrowFileIO(table.io.properties)
+    files = []
+    for folder in table_folders(table):
+        scheme, netloc, root = PyArrowFileIO.parse_location(folder, io.properties)
+        filesystem = io.fs_by_scheme(scheme, netloc)
+        infos = filesystem.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
+        files += [(i.path, i.mtime if i.mtime.tzinfo else i.mtime.replace(tzinfo=UTC)) for i in infos if i.type == pafs.FileType.File]
+    return files
+
+
+def in_flight_pattern(batch_ids: Iterable[int]) -> re.Pattern[str] | None:
+    """Matches a path under any of these batches' partitions (``.../batch_id=0000000042/...``)."""
+    ids = sorted(set(batch_ids))
+    if not ids:
+        return None
+    alternatives = "|".join(f"{i:0{BATCH_DIGITS}d}" for i in ids)
+    return re.compile(rf"(^|/)batch_id=({alternatives})(/|$)")
+
+
+def remove_orphan_files(
+    table: Table,
+    policy: Policy,
+    now: datetime,
+    in_flight: Collection[int] = (),
+    dry_run: bool = False,
+    expiring: Collection[int] = (),
+) -> tuple[list[str], int, int, list[str]]:
+    """Delete files under the table's location that nothing references and that are older than the orphan age.
+
+    Returns (removed, kept as too young, kept as in flight, failed deletes). A dry run counts the snapshots
+    ``expiring`` (not expired yet) as gone.
+    """
+    listed = _listing(table)  # first: a file committed from now on is in the metadata read next
+    table.refresh()
+    referenced = referenced_files(table, expiring)
+    pattern = in_flight_pattern(in_flight)
+    cutoff = now - policy.orphan_age
+    removed: list[str] = []
+    failed: list[str] = []
+    too_young = flying = 0
+    io = table.io
+    for path, mtime in sorted(listed):
+        if path in referenced:
+            continue
+        if pattern is not None and pattern.search(path):
+            flying += 1
+        elif mtime > cutoff:
+            too_young += 1
+        else:
+            removed.append(path)
+    if not dry_run:
+        for path in removed:
+            try:
+                io.delete(_location(table.location(), path))
+            except OSError as e:
+                log.warning("table %s: could not delete orphan %s: %s", _name(table), path, e)
+                failed.append(path)
+        removed = [p for p in removed if p not in set(failed)]
+    return removed, too_young, flying, failed
+
+
+def maintain(
+    table: Table,
+    orphan_age: timedelta = DEFAULT_ORPHAN_AGE,
+    in_flight: Collection[int] = (),
+    now: datetime | None = None,
+    dry_run: bool = False,
+) -> Report:
+    """Expire snapshots by the table's retention, then remove orphan files; see the module's doc for the defaults."""
+    now = now or datetime.now(UTC)
+    policy = policy_for(table, orphan_age)
+    expired = expire_snapshots(table, policy, now, dry_run=dry_run)
+    removed, too_young, flying, failed = remove_orphan_files(
+        table, policy, now, in_flight, dry_run=dry_run, expiring=expired if dry_run else ()
+    )
+    report = Report(
+        expired_snapshots=tuple(expired),
+        snapshots_kept=len(table.metadata.snapshots) - (len(expired) if dry_run else 0),
+        orphans_removed=tuple(removed),
+        too_young=too_young,
+        in_flight=flying,
+        dry_run=dry_run,
+        failed=tuple(failed),
+    )
+    log.info("table %s: %s", _name(table), report.summary())
+    return report

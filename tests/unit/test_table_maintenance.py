@@ -1,0 +1,174 @@
+"""Snapshot expiry and orphan-file removal on a real pyiceberg table (the embedded SQL catalog in a temporary directory)."""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.expressions import EqualTo
+from pyiceberg.partitioning import PartitionField, PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table
+from pyiceberg.transforms import IdentityTransform
+from pyiceberg.types import LongType, NestedField, StringType
+
+from kinesis_replay import table_maintenance as tm
+
+SCHEMA = Schema(
+    NestedField(1, "sequence_number", StringType(), required=False),
+    NestedField(2, "batch_id", LongType(), required=False),
+)
+SPEC = PartitionSpec(PartitionField(source_id=2, field_id=1000, transform=IdentityTransform(), name="batch_id"))
+LATER = timedelta(days=30)  # "now" for a run that finds every snapshot and file older than the defaults
+
+
+def make_table(tmp_path: Path, properties: dict[str, str] | None = None) -> Table:
+    catalog = SqlCatalog("t", uri=f"sqlite:///{tmp_path}/catalog.db", warehouse=f"file://{tmp_path}/warehouse")
+    catalog.create_namespace("lake")
+    return catalog.create_table("lake.orders", SCHEMA, partition_spec=SPEC, properties=properties or {})
+
+
+def write_batch(table: Table, batch_id: int, rows: int = 3, attempt: str = "a") -> str:
+    """A batch's Parquet file where the replay writes it, under the table's data directory; not committed."""
+    folder = Path(table.location().removeprefix("file://")) / "data" / f"batch_id={batch_id:010d}"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"part-{attempt}.parquet"
+    data = pa.table({"sequence_number": [f"{batch_id}-{i}" for i in range(rows)], "batch_id": [batch_id] * rows})
+    pq.write_table(data, path)
+    return f"file://{path}"
+
+
+def commit(table: Table, batch_id: int, attempt: str = "a", replace: bool = False) -> str:
+    """Adds a batch's files in one snapshot, or replaces the batch's files, as the pipeline's commit does."""
+    path = write_batch(table, batch_id, attempt=attempt)
+    with table.transaction() as tx:
+        if replace:
+            tx.delete(EqualTo("batch_id", batch_id))
+        tx.add_files([path], snapshot_properties={"kinesis-replay.batch-id": str(batch_id)})
+    return path
+
+
+def rows_by_batch(table: Table, snapshot_id: int | None = None) -> dict[int, int]:
+    batches = table.scan(snapshot_id=snapshot_id).to_arrow()["batch_id"].to_pylist()
+    return {b: batches.count(b) for b in sorted(set(batches))}
+
+
+def make_old(*locations: str) -> None:
+    """Backdates files beyond every default age, as if a month had passed since they were written."""
+    old = (datetime.now(UTC) - LATER).timestamp()
+    for location in locations:
+        os.utime(location.removeprefix("file://"), (old, old))
+
+
+def every_file(table: Table) -> set[str]:
+    root = Path(table.location().removeprefix("file://"))
+    return {str(p) for p in root.rglob("*") if p.is_file()}
+
+
+def test_a_fresh_table_loses_nothing_with_the_defaults(tmp_path: Path) -> None:
+    table = make_table(tmp_path)
+    for b in (1, 2, 3):
+        commit(table, b)
+    before = every_file(table)
+
+    report = tm.maintain(table)
+
+    assert report.expired_snapshots == () and report.orphans_removed == ()
+    assert len(table.metadata.snapshots) == 3 and every_file(table) == before
+    assert rows_by_batch(table) == {1: 3, 2: 3, 3: 3}
+
+
+def test_expiry_keeps_the_newest_snapshots_the_table_asks_for_and_time_travel_to_them(tmp_path: Path) -> None:
+    table = make_table(tmp_path, {tm.MIN_SNAPSHOTS_TO_KEEP_PROPERTY: "2"})
+    for b in (1, 2, 3, 4):
+        commit(table, b)
+    snapshots = [s.snapshot_id for s in table.metadata.snapshots]
+    expired = table.metadata.snapshots[:2]
+
+    report = tm.maintain(table, now=datetime.now(UTC) + LATER)
+
+    assert report.expired_snapshots == tuple(snapshots[:2])
+    assert [s.snapshot_id for s in table.metadata.snapshots] == snapshots[2:]
+    assert rows_by_batch(table, snapshots[2]) == {1: 3, 2: 3, 3: 3}
+    assert rows_by_batch(table) == {1: 3, 2: 3, 3: 3, 4: 3}
+    # The expired snapshots' manifest lists go; their data files and manifests, which later snapshots hold, stay.
+    assert sorted(report.orphans_removed) == sorted(s.manifest_list.removeprefix("file://") for s in expired)
+
+
+def test_a_replayed_batchs_old_files_go_once_the_snapshots_that_hold_them_expired(tmp_path: Path) -> None:
+    table = make_table(tmp_path)
+    old_file = commit(table, 1)
+    commit(table, 2)
+    new_file = commit(table, 1, attempt="b", replace=True)
+    make_old(old_file, new_file)
+
+    kept = tm.maintain(table)  # nothing is old enough to expire: the old file is still in the history
+    assert kept.orphans_removed == () and Path(old_file.removeprefix("file://")).exists()
+
+    report = tm.maintain(table, now=datetime.now(UTC) + LATER)
+
+    assert old_file.removeprefix("file://") in report.orphans_removed
+    assert not Path(old_file.removeprefix("file://")).exists() and Path(new_file.removeprefix("file://")).exists()
+    assert rows_by_batch(table) == {1: 3, 2: 3}
+    # Every file that a remaining snapshot needs is still there: reading each of them works.
+    for snapshot in table.metadata.snapshots:
+        rows_by_batch(table, snapshot.snapshot_id)
+    assert all(Path(p.removeprefix("file://")).exists() for p in tm.referenced_files(table))
+
+
+def test_unreferenced_files_younger_than_the_orphan_age_or_of_a_batch_in_flight_stay(tmp_path: Path) -> None:
+    table = make_table(tmp_path)
+    commit(table, 1)
+    young = write_batch(table, 2)  # a replay whose commit is still to come
+    in_flight = write_batch(table, 3)  # a batch that failed and waits for an operator: old, but in the ledger's flight
+    stray = write_batch(table, 4)  # an attempt that nothing will ever commit
+    make_old(in_flight, stray)
+
+    report = tm.maintain(table, in_flight=[3])
+
+    assert report.orphans_removed == (stray.removeprefix("file://"),)
+    assert (report.too_young, report.in_flight) == (1, 1)
+    assert Path(young.removeprefix("file://")).exists() and Path(in_flight.removeprefix("file://")).exists()
+    assert rows_by_batch(table) == {1: 3}
+
+
+def test_a_dry_run_names_what_it_would_remove_and_changes_nothing(tmp_path: Path) -> None:
+    table = make_table(tmp_path)
+    old_file = commit(table, 1)
+    commit(table, 1, attempt="b", replace=True)
+    make_old(old_file)
+    before, snapshots = every_file(table), len(table.metadata.snapshots)
+
+    report = tm.maintain(table, now=datetime.now(UTC) + LATER, dry_run=True)
+
+    assert report.dry_run and len(report.expired_snapshots) == snapshots - 1
+    assert old_file.removeprefix("file://") in report.orphans_removed
+    assert every_file(table) == before and len(table.metadata.snapshots) == snapshots
+
+
+def test_a_bad_retention_property_is_named(tmp_path: Path) -> None:
+    table = make_table(tmp_path, {tm.MAX_SNAPSHOT_AGE_PROPERTY: "five days"})
+    with pytest.raises(ValueError, match=r"lake\.orders.*history\.expire\.max-snapshot-age-ms.*'five days'"):
+        tm.maintain(table)
+    with pytest.raises(ValueError, match="orphan_age must be at least an hour"):
+        tm.Policy(orphan_age=timedelta(minutes=5))
+
+
+def test_only_the_tables_own_folders_are_cleaned_never_the_rest_of_its_location(tmp_path: Path) -> None:
+    table = make_table(tmp_path)
+    commit(table, 1)
+    root = Path(table.location().removeprefix("file://"))
+    others = [root / "_manifests" / "batch_id=0000000001.json", root / "_commits" / "batch_id=0000000001.json", root / "_catalog.db"]
+    for other in others:
+        other.parent.mkdir(parents=True, exist_ok=True)
+        other.write_text("{}")
+    make_old(*(str(o) for o in others))
+
+    report = tm.maintain(table, now=datetime.now(UTC) + LATER)
+
+    assert report.orphans_removed == () and all(o.exists() for o in others)
