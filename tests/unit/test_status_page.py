@@ -79,7 +79,7 @@ def test_the_page_draws_a_days_batches_the_replay_in_flight_and_the_last_failure
         for i in (1, 2, 3)
     ]  # fmt: skip
     view = {
-        "name": "p", "stream": "s", "dag_id": "d", "backfill_dag_id": "b", "in_flight": 4, "shards": [], "batches": [],
+        "name": "p", "stream": "s", "output": "/lake/p", "dag_id": "d", "backfill_dag_id": "b", "in_flight": 4, "shards": [], "batches": [],
         "history": history,
         "failures": [{"batch_id": 4, "status": "FAILED", "failures": 2, "created_at": "2026-11-01T00:04:00+00:00",
                       "error": "spark-submit exited with 1: kinesis-replay: replay failed: shard s0 ran dry"}],
@@ -107,7 +107,16 @@ def test_a_wide_stream_shows_its_most_stuck_shards_and_folds_the_rest() -> None:
          "millis_behind_latest": 0, "checkpoint_age_seconds": float(i)}
         for i in range(1000)
     ]  # fmt: skip
-    view = {"name": "p", "stream": "s", "dag_id": "d", "backfill_dag_id": "b", "in_flight": None, "shards": shards, "batches": []}
+    view = {
+        "name": "p",
+        "stream": "s",
+        "output": "/lake/p",
+        "dag_id": "d",
+        "backfill_dag_id": "b",
+        "in_flight": None,
+        "shards": shards,
+        "batches": [],
+    }
     page = _render([view], "")
     shown, folded = page.split('<details class="more-shards">')
     assert f"<summary>{1000 - SHARD_ROWS:,} more shards</summary>" in folded
