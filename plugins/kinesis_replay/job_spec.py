@@ -21,7 +21,7 @@ from typing import Any
 from kinesis_replay.config import PayloadConfig, PipelineConfig, ReadConfig
 from kinesis_replay.errors import KinesisReplayError
 from kinesis_replay.ranges import SequenceRange
-from kinesis_replay.state import Batch
+from kinesis_replay.state import ESTIMATED_BYTES, Batch
 
 # Raise it with any change of the JSON a job could misread; from_json refuses every other version.
 VERSION = 1
@@ -55,6 +55,9 @@ class JobSpec:
     kinesis: KinesisEndpoint = field(default_factory=KinesisEndpoint)
     read: ReadConfig = field(default_factory=ReadConfig)
     payload: PayloadConfig = field(default_factory=PayloadConfig)
+    # Planning's estimate of each range's bytes (shard id -> bytes), where it could tell: the job balances its
+    # ranges across tasks by it. Only a hint: a missing or wrong estimate changes how fast, never what, is read.
+    estimated_bytes: Mapping[str, int] = field(default_factory=dict)
     version: int = VERSION
 
     def __post_init__(self) -> None:
@@ -77,6 +80,7 @@ class JobSpec:
             kinesis=kinesis,
             read=pipeline.read,
             payload=pipeline.payload,
+            estimated_bytes=dict(batch.extra.get(ESTIMATED_BYTES) or {}),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -92,6 +96,7 @@ class JobSpec:
             "kinesis": asdict(self.kinesis),
             "read": asdict(self.read),
             "payload": asdict(self.payload),
+            "estimated_bytes": dict(sorted(self.estimated_bytes.items())),
         }
 
     def to_json(self) -> str:
@@ -127,6 +132,7 @@ class JobSpec:
                 kinesis=_known(KinesisEndpoint, data.get("kinesis", {}), source, "kinesis"),
                 read=_known(ReadConfig, data.get("read", {}), source, "read"),
                 payload=_known(PayloadConfig, data.get("payload", {}), source, "payload"),
+                estimated_bytes={str(k): int(v) for k, v in (data.get("estimated_bytes") or {}).items()},
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise JobSpecError(f"{source} is malformed: {exc}") from exc
