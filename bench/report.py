@@ -1,8 +1,9 @@
 """BENCHMARKS.md's generated sections: the one place that reads the file, finds a section by its marker lines and writes it.
 
-Three commands write a section each: `make bench` the bench section (bench/run.py, through ``write``), `make chaos`
-the reliability section (tests/stack/chaos.py) and `make bench-ledger` the ledger section (bench/ledger.py), both
-through ``write_section``. Every other line is written by hand, so
+Each command writes a section: `make bench` the bench section (bench/run.py, through ``write``), `make chaos`
+the reliability section (tests/stack/chaos.py), `make bench-ledger` the ledger section (bench/ledger.py),
+`make bench-planning` the planning section (bench/planning.py) and `make bench-paced` the paced section
+(bench/paced.py), all but the first through ``write_section``. Every other line is written by hand, so
 each write replaces one section and keeps every other byte of the file as it was.
 """
 
@@ -54,6 +55,7 @@ BENCH = Section("<!-- bench:start -->", "<!-- bench:end -->")
 RELIABILITY = Section("<!-- reliability:start -->", "<!-- reliability:end -->")
 LEDGER = Section("<!-- ledger:start -->", "<!-- ledger:end -->")
 PLANNING = Section("<!-- planning:start -->", "<!-- planning:end -->")
+PACED = Section("<!-- paced:start -->", "<!-- paced:end -->")
 RELIABILITY_PLACEHOLDER = "## Reliability (make chaos)\n\nNot measured yet: `make chaos` writes this table."
 
 
