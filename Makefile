@@ -82,7 +82,7 @@ bench: install
 # make bench measures on kinesalite, which enforces no read limit; this one reads through the throttling proxy at
 # Kinesis's per-shard limits, scaled down (SHARDS:MIB_PER_SHARD:SCALE, the limit being 2 MiB/s / SCALE) so that the
 # one-core emulator can serve every shard at once. About 30 minutes with the defaults on 2 cores.
-PACED ?= 8:40:4 32:20:16
+PACED ?= 8:60:4 32:20:16
 bench-paced: install
 	$(BIN)/python bench/paced.py --scenarios $(PACED)
 

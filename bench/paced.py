@@ -19,7 +19,7 @@ figures), and so is the most records one GetRecords call returns (Kinesis: 10,00
 many seconds of a shard's budget as on Kinesis. Each way's output is checked record for record against what
 Kinesis acknowledged. Writes BENCHMARKS.md's paced section; raw results go to .stack/bench-paced/results.json.
 
-    python bench/paced.py --scenarios 8:40:4 32:20:16 [--cores 2]
+    python bench/paced.py --scenarios 8:60:4 32:20:16 [--cores 2]
 
 A scenario is SHARDS:MIB_PER_SHARD:SCALE (the per-shard limit is 2 MiB/s / SCALE).
 """
@@ -416,11 +416,11 @@ def render(results: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scenarios", nargs="+", default=["8:40:4", "32:20:16"], help="SHARDS:MIB_PER_SHARD:SCALE")
+    parser.add_argument("--scenarios", nargs="+", default=["8:60:4", "32:20:16"], help="SHARDS:MIB_PER_SHARD:SCALE")
     parser.add_argument(
         "--cores", type=int, default=2, help="local[N] for the replay job and the DAG cycle; bare reads use as many processes"
     )
-    parser.add_argument("--naive-limits", type=float, default=1.5, help="stop the naive exporter after this many times the limit")
+    parser.add_argument("--naive-limits", type=float, default=1.0, help="stop the naive exporter after this many times the limit")
     parser.add_argument("--output", type=Path, default=ROOT / "BENCHMARKS.md")
     parser.add_argument("--render-only", action="store_true", help="rewrite BENCHMARKS.md's section from the last run's results.json")
     args = parser.parse_args(argv)
