@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -264,6 +265,7 @@ class Paced:
         shutil.rmtree(output, ignore_errors=True)
         return {
             "seconds": done.seconds, "cpu": done.cpu, "throttled": self._throttled(), "records": self.records, "files": len(files),
+            "ranges": range_lines(done.output),
             "worker_peak": done.worker_peak, **{f"cpu_{kind}": s for kind, s in done.cpu_by_kind.items()},
             "launch": phases.pop("started_at") - submitted, **phases,
         }  # fmt: skip
@@ -336,6 +338,23 @@ def measure_scenario(stack: Any, scenario: Scenario, cores: int, naive_limits: f
         proxy.stop()
 
 
+# A range reader's last line (spark_jobs/kinesis_source.py): its time, and how much of it went to waiting for the budget.
+_DONE_LINE = re.compile(r": done, (\d+) records, [\d.]+ KiB in ([\d.]+)s .*?, ([\d.]+)s pacing to the budget")
+
+
+def range_lines(log: str) -> list[dict[str, float]]:
+    """Each range's read time and pacing, from the job's log."""
+    return [{"records": int(m[1]), "seconds": float(m[2]), "paced": float(m[3])} for m in _DONE_LINE.finditer(log)]
+
+
+def ranges_of(result: dict[str, Any]) -> list[dict[str, float]]:
+    job = result["replay_job"]
+    if "ranges" in job:
+        return list(job["ranges"])
+    log = WORK / f"replay-job-{result['shards']}.log"
+    return range_lines(log.read_text()) if log.exists() else []
+
+
 def ratio(result: dict[str, Any], way: str, seconds: float | None = None) -> float:
     """A way's share of the physical limit: the limit's seconds over its own (for a stopped naive run, its rate over the limit's)."""
     r = result[way]
@@ -399,6 +418,15 @@ def render(results: dict[str, Any]) -> str:
             f"{job['cpu'] * cpu_per_k:.3f} | {job['throttled']} |",
             f"| **full DAG cycle** ({dag_tasks}) | {dag['seconds']:.1f} | **{ratio(result, 'dag_cycle'):.2f} ×** | | {dag['throttled']} |",
         ]
+        ranges = ranges_of(result)
+        if ranges:
+            took = sorted(r["seconds"] for r in ranges)
+            paced = sorted(r["paced"] for r in ranges)
+            lines.append(
+                f"\nIn the replay job, each range took {took[0]:.0f} to {took[-1]:.0f} s to read (its limit: {result['limit_seconds']:.0f} s), "
+                f"{paced[0]:.0f} to {paced[-1]:.0f} s of it waiting for its shard's budget; the rest is the calls themselves "
+                "(kinesalite, the proxy, and parsing pages in the task's Python worker)."
+            )
         for (shards, way), target in TARGETS.items():
             if shards == result["shards"]:
                 got = ratio(result, way, rw if way == "replay_job" else None)
