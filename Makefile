@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STACK := tests/stack
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help install browser demo up down test test-unit test-integration chaos bench bench-table bench-ledger bench-planning lint typecheck package stack-up stack-down clean
+.PHONY: help install browser demo up down test test-unit test-integration chaos bench bench-table bench-paced bench-ledger bench-planning lint typecheck package stack-up stack-down clean
 
 help:
 	@echo "make demo     run the DAG for several cycles on a local stack and check every record landed exactly once"
@@ -19,6 +19,7 @@ help:
 	@echo "make package  build dist/kinesis_replay.zip, the library for spark-submit --py-files"
 	@echo "make bench    measure replay speed against bare reads and a naive exporter; writes BENCHMARKS.md (SIZES=... RUNS=...)"
 	@echo "make bench-table  time a batch's table commit at the 10th and the 1,000th batch of a table (part of make bench)"
+	@echo "make bench-paced  the same ways through a proxy at Kinesis's per-shard read limits, against the physical limit (PACED=...)"
 	@echo "make bench-ledger  time the page, the backfill selection and the stuck check on a ledger of 100,000 batches"
 	@echo "make bench-planning  time a plan at 4, 100 and 1,000 shards through a proxy at Kinesis's limits"
 
@@ -85,6 +86,13 @@ bench: install
 TABLE_BATCHES ?= 1000
 bench-table: install
 	$(BIN)/python bench/table_commit.py --batches $(TABLE_BATCHES)
+
+# make bench measures on kinesalite, which enforces no read limit; this one reads through the throttling proxy at
+# Kinesis's per-shard limits, scaled down (SHARDS:MIB_PER_SHARD:SCALE, the limit being 2 MiB/s / SCALE) so that the
+# one-core emulator can serve every shard at once. About 30 minutes with the defaults on 2 cores.
+PACED ?= 8:60:4 32:20:16
+bench-paced: install
+	$(BIN)/python bench/paced.py --scenarios $(PACED)
 
 # Reading a ledger of a year at a five-minute schedule, as the page, the backfill and the stuck check read it;
 # about 5 minutes on 2 cores, most of them writing the ledger and reading it whole once, for comparison.

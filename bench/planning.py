@@ -98,12 +98,12 @@ def produce(client: Any, stream: str, scenario: Scenario) -> int:
 class ProxyProcess:
     """The throttling proxy in a process of its own, as Kinesis is: its work does not take the planner's interpreter."""
 
-    def __init__(self, upstream: str) -> None:
+    def __init__(self, upstream: str, limits: Any = None) -> None:
         import multiprocessing
 
         context = multiprocessing.get_context("spawn")
         self._conn, child = context.Pipe()
-        self._process = context.Process(target=_serve, args=(upstream, child), daemon=True)
+        self._process = context.Process(target=_serve, args=(upstream, child, limits), daemon=True)
         self._process.start()
         self.url: str = self._conn.recv()
         self.pid: int = self._process.pid or 0
@@ -124,10 +124,10 @@ class ProxyProcess:
         self._process.join(timeout=10)
 
 
-def _serve(upstream: str, conn: Any) -> None:
+def _serve(upstream: str, conn: Any, limits: Any = None) -> None:
     from stack.kinesis_proxy import KinesisProxy
 
-    proxy = KinesisProxy(upstream).start()  # Kinesis's own limits
+    proxy = KinesisProxy(upstream, limits).start()  # Kinesis's own limits, unless told others
     conn.send(proxy.url)
     while True:
         command = conn.recv()

@@ -1,10 +1,14 @@
-"""The Spark side of reading closed ranges: each task reads some of the shard ranges, with mapInArrow."""
+"""The Spark side of reading closed ranges: a task per core reads its share of the shard ranges concurrently, with mapInArrow."""
 
 from __future__ import annotations
 
 import functools
+import heapq
 import logging
 import math
+import queue
+import statistics
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -15,7 +19,7 @@ import pyarrow as pa
 from pyspark.accumulators import Accumulator, AccumulatorParam
 from pyspark.sql import DataFrame, SparkSession
 
-from kinesis_replay.config import ReadConfig
+from kinesis_replay.config import SHARD_WRITE_BYTES_PER_SECOND, ReadConfig
 from kinesis_replay.job_spec import JobSpec, KinesisEndpoint
 from kinesis_replay.ranges import SequenceRange
 from kinesis_replay.records import ROW_COLUMNS, to_rows
@@ -63,42 +67,174 @@ def first_call_accumulator(spark: SparkSession) -> Accumulator[float]:
     return spark.sparkContext.accumulator(math.inf, Earliest())
 
 
-# A task per range costs a Python round trip and a client each: at hundreds of shards that is most of a job.
-# Tasks read their ranges one after another, so no more tasks than this many per core are needed to balance them.
-TASKS_PER_CORE = 4
-
-
 def read_ranges(spark: SparkSession, spec: JobSpec, first_call: Accumulator[float] | None = None) -> DataFrame:
-    """Exactly the spec's ranges as rows: each Spark task reads some of them, one after another.
+    """Exactly the spec's ranges as rows: a Spark task per core, each reading its share of the ranges concurrently.
 
-    ``spark.range`` gives each of its partitions a run of range indexes, and ``mapInArrow`` turns each
-    index into that range's records. A job of few ranges has a task per range; one of many ranges has
-    TASKS_PER_CORE tasks per core of ``spark.default.parallelism``, each reading its ranges in turn (as
-    tasks of one range each would run in waves), with one client per Python worker. Not a Python Data
-    Source: Spark would start three Python processes on the driver (to look up static data sources,
-    create the source and plan its read) before the first task, seconds of every run's fixed cost.
+    A shard's reads are bounded by its budget (2 MB/s at Kinesis's limits), not by the core: a task that read
+    its ranges one after another would mostly wait, and a batch of more shards than cores would take as many
+    times the physical limit as it has waves. So the ranges are dealt to ``spark.default.parallelism`` tasks,
+    balanced by their planned size (``task_ranges``), and each task reads up to ``read.task_concurrency`` of them
+    at once, one thread per range, each kept to its own shard's budget (``read_group``). A task writes what its
+    ranges yield in one pass: a batch has one Parquet file per task (and per output, data and quarantine).
+
+    ``spark.range`` gives each task its group's index, and ``mapInArrow`` turns it into the group's records.
+    Not a Python Data Source: Spark would start three Python processes on the driver (to look up static data
+    sources, create the source and plan its read) before the first task, seconds of every run's fixed cost.
     """
     planned = partitions(spec)
-    tasks = max(1, min(len(planned), spark.sparkContext.defaultParallelism * TASKS_PER_CORE))
+    groups = task_ranges(spec, spark.sparkContext.defaultParallelism)
 
     def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
-            for index in batch.column(0).to_pylist():
-                yield from read_partition(planned[index], first_call)
+            for task in batch.column(0).to_pylist():
+                yield from read_group([planned[i] for i in groups[task]], first_call)
 
-    return spark.range(0, len(planned), 1, tasks).mapInArrow(read, SCHEMA_DDL)
+    return spark.range(0, len(groups), 1, len(groups)).mapInArrow(read, SCHEMA_DDL)
+
+
+def range_weights(spec: JobSpec) -> list[float]:
+    """Each range's planned size in bytes: planning's estimate where it has one (the shard's rate on its last
+    committed range), else the range's arrival span at the estimated shards' mean rate (at the most a shard
+    takes in, 1 MiB/s, when none has an estimate). A weight only balances tasks: it never changes what is read.
+    """
+    spans = [
+        max(0.0, (spec.planned_at - r.start_arrival).total_seconds()) if spec.planned_at and r.start_arrival else None for r in spec.ranges
+    ]
+    known = [s for s in spans if s is not None]
+    typical_span = statistics.median(known) if known else 1.0
+    spans_or_typical = [typical_span if s is None else s for s in spans]
+    estimated = [(spec.estimated_bytes[r.shard_id], span) for r, span in zip(spec.ranges, spans_or_typical, strict=True)
+                 if r.shard_id in spec.estimated_bytes]  # fmt: skip
+    seconds = sum(span for _, span in estimated)
+    rate = sum(size for size, _ in estimated) / seconds if seconds > 0 else float(SHARD_WRITE_BYTES_PER_SECOND)
+    return [
+        float(spec.estimated_bytes[r.shard_id]) if r.shard_id in spec.estimated_bytes else span * rate
+        for r, span in zip(spec.ranges, spans_or_typical, strict=True)
+    ]
+
+
+def task_ranges(spec: JobSpec, cores: int) -> list[list[int]]:
+    """The spec's range indexes dealt to at most ``cores`` tasks, balanced by planned size (``range_weights``).
+
+    Largest first, each to the task with the least so far (LPT): no task holds more than the mean plus one range.
+    Within a task the ranges are in that order too, so that when it has more than ``read.task_concurrency`` the
+    largest start first.
+    """
+    return balance(range_weights(spec), max(1, min(cores, len(spec.ranges))))
+
+
+def balance(weights: list[float], tasks: int) -> list[list[int]]:
+    """Indexes of ``weights`` in ``tasks`` groups of about equal sums, each group largest first; no group empty."""
+    groups: list[list[int]] = [[] for _ in range(tasks)]
+    loads = [(0.0, task) for task in range(tasks)]
+    for index in sorted(range(len(weights)), key=lambda i: (-weights[i], i)):
+        load, task = heapq.heappop(loads)
+        groups[task].append(index)
+        heapq.heappush(loads, (load + weights[index], task))
+    return [g for g in groups if g]
+
+
+class _Failed:
+    """A reader thread's error, carried to the task's thread through the queue."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+_DONE = object()  # a reader thread has no range left
+_PUT_SECONDS = 0.5  # how often a reader waiting for room in the queue checks whether the task has stopped
+
+
+def read_group(group: list[RangePartition], first_call: Accumulator[float] | None = None) -> Iterator[pa.RecordBatch]:
+    """In the task: read the group's ranges concurrently, up to ``read.task_concurrency`` at a time; yield their pages.
+
+    Each range is read by ``read_partition`` in a thread of its own, with its own shard's budget, throttling
+    waits and progress lines; the threads share the worker's Kinesis client. Their pages reach the task through a
+    queue of one page per thread, so a task holds about two pages per range it reads at once (one being fetched
+    or converted, one waiting), whatever the ranges' lengths. The first error stops the other readers (each
+    after its current call) and fails the task with it.
+    """
+    if len(group) == 1:
+        yield from read_partition(group[0], first_call)
+        return
+    if first_call is not None:
+        first_call.add(time.time())  # the readers start now; accumulators are added to from the task's thread only
+    readers = _Readers(group)
+    try:
+        yield from readers.pages()
+    finally:
+        readers.stop()
+
+
+class _Readers:
+    """The reader threads of one task, and the bounded queue that hands their pages to the task's thread."""
+
+    def __init__(self, group: list[RangePartition]) -> None:
+        self.count = min(len(group), group[0].read.task_concurrency)
+        self.queue: queue.Queue[Any] = queue.Queue(maxsize=self.count)
+        self.stopped = threading.Event()
+        self.todo = iter(group)
+        self.todo_lock = threading.Lock()
+        self.threads = [threading.Thread(target=self._read, name=f"kinesis-replay-reader-{n}", daemon=True) for n in range(self.count)]
+        for thread in self.threads:
+            thread.start()
+
+    def pages(self) -> Iterator[pa.RecordBatch]:
+        done = 0
+        while done < self.count:
+            item = self.queue.get()
+            if item is _DONE:
+                done += 1
+            elif isinstance(item, _Failed):
+                raise item.error
+            else:
+                yield item
+                del item  # the task holds one page at a time
+
+    def stop(self) -> None:
+        self.stopped.set()
+        for thread in self.threads:
+            thread.join()
+
+    def _next(self) -> RangePartition | None:
+        with self.todo_lock:
+            return next(self.todo, None)
+
+    def _put(self, item: Any) -> bool:
+        """Wait for room in the queue; False when the task stopped meanwhile."""
+        while not self.stopped.is_set():
+            try:
+                self.queue.put(item, timeout=_PUT_SECONDS)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _read(self) -> None:
+        try:
+            while not self.stopped.is_set() and (partition := self._next()) is not None:
+                for batch in read_partition(partition):
+                    if not self._put(batch):
+                        return
+        except BaseException as exc:  # carried to the task's thread, which raises it
+            self._put(_Failed(exc))
+        finally:
+            self._put(_DONE)
 
 
 @functools.lru_cache(maxsize=4)
-def kinesis_client(endpoint: KinesisEndpoint) -> Any:
-    """One client per endpoint in each Python worker, shared by the ranges its tasks read (boto3 clients are thread-safe)."""
+def kinesis_client(endpoint: KinesisEndpoint, connections: int = 0) -> Any:
+    """One client per endpoint in each Python worker, shared by the ranges its tasks read (boto3 clients are thread-safe),
+    with a pooled connection for each of ``connections`` reader threads (at least the default pool)."""
     import boto3
+    from botocore.config import Config
 
-    from kinesis_replay.kinesis import CLIENT_CONFIG, leave_throttling_to_call
+    from kinesis_replay.kinesis import CLIENT_CONFIG, POOL_CONNECTIONS, leave_throttling_to_call
 
+    config = CLIENT_CONFIG.merge(Config(max_pool_connections=max(POOL_CONNECTIONS, connections)))
     session = boto3.session.Session(botocore_session=utc_botocore_session())
     return leave_throttling_to_call(
-        session.client("kinesis", region_name=endpoint.region_name, endpoint_url=endpoint.endpoint_url, config=CLIENT_CONFIG)
+        session.client("kinesis", region_name=endpoint.region_name, endpoint_url=endpoint.endpoint_url, config=config)
     )
 
 
@@ -136,7 +272,7 @@ def read_partition(partition: RangePartition, first_call: Accumulator[float] | N
     rng, limits = partition.range, partition.read
     # Credentials from the default chain: for a role connection, the AWS_PROFILE that assumes the role, which the
     # worker's session renews itself while it reads (kinesis_replay.credentials); never keys fixed when the job started.
-    client = kinesis_client(partition.kinesis)
+    client = kinesis_client(partition.kinesis, limits.task_concurrency)
     stats = ReadStats()
     if first_call is not None:
         first_call.add(time.time())

@@ -95,6 +95,11 @@ def build_session(spec: JobSpec) -> SparkSession:
         .config("spark.sql.session.timeZone", "UTC")
         # Standard Parquet timestamps (UTC-adjusted micros), not Spark's legacy INT96, so any reader agrees.
         .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+        # Write each task's rows as they are read, a file open per output (data, quarantine), rather than sort
+        # them by output first: the sort held the whole batch (spilling it to local disk) until every range was
+        # read, and only then wrote it, a second pass after the read.
+        .config("spark.sql.optimizer.plannedWrite.enabled", "false")
+        .config("spark.sql.maxConcurrentOutputFileWriters", "2")
         .getOrCreate()
     )
     return spark

@@ -50,6 +50,9 @@ class ReadConfig:
     # Shards planned (and checkpoints committed) at once. Each shard keeps to its own call budget; Kinesis limits
     # GetShardIterator and GetRecords per shard, not per stream, so this bounds only our own threads and connections.
     plan_concurrency: int = 32
+    # Ranges one Spark task reads at once, each paced by its own shard's budget: a task mostly waits for budgets, so
+    # one core can serve many shards (about ten at Kinesis's 2 MB/s). A task holds about two pages per range it reads.
+    task_concurrency: int = 16
 
 
 # Kinesis takes at most 1 MiB a second into a shard: what a shard whose rate is not known yet is assumed to hold.
@@ -262,7 +265,7 @@ _READ_KEYS = {
     "max_records_per_call", "page_bytes", "first_page_records", "get_records_per_second", "bytes_per_second",
     "get_shard_iterator_per_second",
     "max_throttle_retries", "throttle_base_seconds", "throttle_max_seconds", "progress_seconds",
-    "plan_concurrency",
+    "plan_concurrency", "task_concurrency",
 }  # fmt: skip
 
 
@@ -668,6 +671,7 @@ def _parse_read(read: _Reader) -> ReadConfig:
         throttle_max_seconds=read.number("throttle_max_seconds", defaults.throttle_max_seconds),
         progress_seconds=read.number("progress_seconds", defaults.progress_seconds),
         plan_concurrency=read.integer("plan_concurrency", defaults.plan_concurrency, minimum=1),
+        task_concurrency=read.integer("task_concurrency", defaults.task_concurrency, minimum=1),
     )
     if read_config.max_records_per_call > 10_000:
         read.fail("must be at most 10000 (the most GetRecords returns)", "max_records_per_call")

@@ -21,10 +21,10 @@ from typing import Any
 from kinesis_replay.config import OUTPUT_FORMATS, PayloadConfig, PipelineConfig, ReadConfig
 from kinesis_replay.errors import KinesisReplayError
 from kinesis_replay.ranges import SequenceRange
-from kinesis_replay.state import Batch
+from kinesis_replay.state import ESTIMATED_BYTES, Batch
 
 # Raise it with any change of the JSON a job could misread; from_json refuses every other version.
-VERSION = 2  # 2: output_format (a table output is written per attempt, with batch_id in the files)
+VERSION = 2  # 2: output_format (a table output is written per attempt, with batch_id in the files), estimated_bytes
 
 
 class JobSpecError(KinesisReplayError):
@@ -56,6 +56,9 @@ class JobSpec:
     read: ReadConfig = field(default_factory=ReadConfig)
     payload: PayloadConfig = field(default_factory=PayloadConfig)
     output_format: str = "iceberg"  # or "directory": config.OUTPUT_FORMATS
+    # Planning's estimate of each range's bytes (shard id -> bytes), where it could tell: the job balances its
+    # ranges across tasks by it. Only a hint: a missing or wrong estimate changes how fast, never what, is read.
+    estimated_bytes: Mapping[str, int] = field(default_factory=dict)
     version: int = VERSION
 
     def __post_init__(self) -> None:
@@ -79,6 +82,7 @@ class JobSpec:
             read=pipeline.read,
             payload=pipeline.payload,
             output_format=pipeline.output_format,
+            estimated_bytes=dict(batch.extra.get(ESTIMATED_BYTES) or {}),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -95,6 +99,7 @@ class JobSpec:
             "read": asdict(self.read),
             "payload": asdict(self.payload),
             "output_format": self.output_format,
+            "estimated_bytes": dict(sorted(self.estimated_bytes.items())),
         }
 
     def to_json(self) -> str:
@@ -131,6 +136,7 @@ class JobSpec:
                 read=_known(ReadConfig, data.get("read", {}), source, "read"),
                 payload=_known(PayloadConfig, data.get("payload", {}), source, "payload"),
                 output_format=_output_format(data.get("output_format", "iceberg"), source),
+                estimated_bytes={str(k): int(v) for k, v in (data.get("estimated_bytes") or {}).items()},
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise JobSpecError(f"{source} is malformed: {exc}") from exc

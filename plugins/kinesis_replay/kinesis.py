@@ -104,15 +104,19 @@ class ReadStats:
 class ShardBudget:
     """Keeps one shard's reads within its budget: calls per second, and bytes per second averaged over calls.
 
-    Before each call it waits until the call fits: at least 1/rate after the previous one, and long
-    enough after it for the bytes that call returned to fit in the byte rate. Kinesis's own rule is
-    the same in effect: a call that returns 10 MB is followed by 5 seconds in which reads are refused.
+    Before each call it waits until the call fits: at least 1/rate after the previous one began, and
+    long enough after it began for the bytes that call returned to fit in the byte rate. Kinesis's own
+    rule is the same in effect: a call that returns 10 MB is followed by 5 seconds in which reads are
+    refused. Counting from the call's start, not its end, keeps the time the call itself took (the
+    transfer, parsing the page) inside the interval rather than adding it to every one: a reader that
+    paced from each call's end would read at most 1 s / (1 s + a call's time) of its budget.
     """
 
     def __init__(self, limits: ReadConfig, stats: ReadStats, clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep) -> None:  # fmt: skip
         self.limits, self.stats, self.clock, self.sleep = limits, stats, clock, sleep
         self.next_get_records = 0.0
+        self.get_records_started = 0.0
         self.next_get_shard_iterator = 0.0
 
     def _wait_until(self, at: float) -> None:
@@ -123,13 +127,14 @@ class ShardBudget:
 
     def before_get_records(self) -> None:
         self._wait_until(self.next_get_records)
+        self.get_records_started = self.clock()
 
     def after_get_records(self, records: list[Record]) -> None:
         size = sum(len(r["Data"]) + len(r["PartitionKey"]) for r in records)
         self.stats.records += len(records)
         self.stats.bytes += size
-        now = self.clock()
-        self.next_get_records = now + max(1 / self.limits.get_records_per_second, size / self.limits.bytes_per_second)
+        interval = max(1 / self.limits.get_records_per_second, size / self.limits.bytes_per_second)
+        self.next_get_records = self.get_records_started + interval
 
     def before_get_shard_iterator(self) -> None:
         self._wait_until(self.next_get_shard_iterator)

@@ -208,6 +208,10 @@ class Gap:
         )
 
 
+# Batch.extra's key for planning's estimate of each range's bytes (shard id -> bytes), where planning could tell.
+ESTIMATED_BYTES = "estimated_bytes"
+
+
 @dataclass(frozen=True)
 class Batch:
     """One entry of the batch ledger: ranges fixed at planning time, never changed afterwards."""

@@ -35,6 +35,9 @@ class ProxyLimits:
     get_shard_iterator_per_second: int = 5
     # Seconds after the proxy first sees a session token (X-Amz-Security-Token) that it refuses it as expired; None: never.
     token_lifetime: float | None = None
+    # The most records a GetRecords call returns (Kinesis: 10,000); a limit scaled down with the byte rate keeps one
+    # call's burst as many seconds of the shard's budget as on Kinesis. None: as many as the call asks for.
+    max_records_per_call: int | None = None
 
 
 @dataclass
@@ -242,7 +245,8 @@ class KinesisProxy(LocalServer):
                     self._expired_token()
                     return
                 operation = self.headers.get("X-Amz-Target", "").rsplit(".", 1)[-1]
-                headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
+                # http.client sets Content-Length from the body forwarded, which the proxy may have rewritten.
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
                 request = json.loads(body or b"{}") if operation in ("GetRecords", "GetShardIterator") else {}
                 shard_id = request.get("ShardId") or proxy._iterators.get(request.get("ShardIterator", ""), "unknown")
                 if operation in ("GetRecords", "GetShardIterator") and not proxy._admit(shard_id, operation):
@@ -250,6 +254,9 @@ class KinesisProxy(LocalServer):
                     return
                 if operation == "GetShardIterator" and shard_id in proxy.trim_below:
                     body = proxy._trimmed_position(shard_id, request) or body
+                cap = proxy.limits.max_records_per_call
+                if operation == "GetRecords" and cap is not None and request.get("Limit", 10_000) > cap:
+                    body = json.dumps({**request, "Limit": cap}).encode()
                 status, response_headers, payload = proxy._forward("POST", self.path, headers, body)
                 if status == 200 and operation == "GetShardIterator":
                     proxy.counters[shard_id].get_shard_iterator += 1

@@ -54,6 +54,15 @@ def test_time_already_spent_elsewhere_counts_toward_the_wait() -> None:
     assert clock.slept == []
 
 
+def test_the_time_a_call_takes_counts_toward_its_interval() -> None:
+    shard, clock, _ = budget(bytes_per_second=1000.0)
+    shard.before_get_records()
+    clock.now += 1.5  # the call itself: the transfer and parsing the page
+    shard.after_get_records(records(4, 1000))  # 4,000 bytes: the next call may begin 4 s after this one began
+    shard.before_get_records()
+    assert clock.slept == [2.5]
+
+
 def test_shard_iterators_are_spaced_too() -> None:
     shard, clock, _ = budget(get_shard_iterator_per_second=2.0)
     for _ in range(3):

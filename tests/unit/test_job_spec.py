@@ -43,7 +43,7 @@ def test_a_batch_spec_carries_the_ranges_and_the_pipelines_reading_rules_and_not
     assert s.payload == PayloadConfig("json", "n INT")
     assert s.version == VERSION
     assert set(s.to_dict()) == {"version", "pipeline", "stream", "batch_id", "output", "ranges", "accept_gaps", "planned_at",
-                                "kinesis", "read", "payload", "output_format"}  # fmt: skip
+                                "kinesis", "read", "payload", "output_format", "estimated_bytes"}  # fmt: skip
 
 
 def test_the_json_round_trip_is_exact() -> None:
