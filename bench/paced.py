@@ -50,7 +50,7 @@ sys.path[:0] = [str(ROOT / "plugins"), str(ROOT / "dags"), str(ROOT / "tests"), 
 import report  # noqa: E402
 from measure import run_tracked  # noqa: E402
 from planning import ProxyProcess  # noqa: E402
-from run import SPARK_CONF, airflow_env, job_phases, machine, say  # noqa: E402
+from run import SPARK_CONF, airflow_env, job_phases, machine, say, start_together  # noqa: E402
 
 from kinesis_replay import jvm_archive  # noqa: E402
 from stack import local_stack  # noqa: E402
@@ -180,21 +180,7 @@ class Paced:
             subprocess.Popen([*command, ",".join(g)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=self.env)
             for g in groups
         ]
-        for w in workers:
-            assert w.stdout is not None
-            if w.stdout.readline().strip() != "ready":
-                raise RuntimeError("a bare reader did not start")
-        self.proxy.clear()
-        for w in workers:
-            assert w.stdin is not None
-            w.stdin.write("go\n")
-            w.stdin.flush()
-        results = []
-        for w in workers:
-            out, _ = w.communicate()
-            if w.returncode != 0:
-                raise RuntimeError(f"a bare reader failed with {w.returncode}")
-            results.append(json.loads(out.strip().splitlines()[-1]))
+        results = start_together(workers, self.proxy.clear)
         got = {k: v for r in results for k, v in r["shards"].items()}
         for s in self.shards.values():
             g = got[s.shard_id]

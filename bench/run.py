@@ -23,6 +23,7 @@ import sys
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -50,6 +51,27 @@ JVM_VARIANTS = {
     "replay_job_no_archive": {"spark.driver.defaultJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"},
     "replay_job_jvm_defaults": {"spark.driver.defaultJavaOptions": "-XX:TieredStopAtLevel=4 -XX:+UseG1GC"},
 }
+
+
+def start_together(workers: list[subprocess.Popen[str]], at_start: Callable[[], None]) -> list[dict[str, Any]]:
+    """Wait until every bare reader (bench/loops.py) is ready, call ``at_start``, start them all at once, and
+    return what each printed last (its result, as JSON)."""
+    for w in workers:
+        assert w.stdout is not None
+        if w.stdout.readline().strip() != "ready":
+            raise RuntimeError("a bare reader did not start")
+    at_start()
+    for w in workers:
+        assert w.stdin is not None
+        w.stdin.write("go\n")
+        w.stdin.flush()
+    results = []
+    for w in workers:
+        out, _ = w.communicate()
+        if w.returncode != 0:
+            raise RuntimeError(f"a bare reader failed with {w.returncode}")
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    return results
 
 
 def say(message: str) -> None:
@@ -138,22 +160,9 @@ class Bench:
             )
             for g in groups
         ]
-        for w in workers:
-            assert w.stdin is not None and w.stdout is not None
-            if w.stdout.readline().strip() != "ready":
-                raise RuntimeError("a bare reader did not start")
-        emulator = self.emulator_cpu()
-        for w in workers:
-            assert w.stdin is not None
-            w.stdin.write("go\n")
-            w.stdin.flush()
-        results = []
-        for w in workers:
-            out, _ = w.communicate()
-            if w.returncode != 0:
-                raise RuntimeError(f"a bare reader failed with {w.returncode}")
-            results.append(json.loads(out.strip().splitlines()[-1]))
-        emulator = self.emulator_cpu() - emulator
+        started: list[float] = []
+        results = start_together(workers, lambda: started.append(self.emulator_cpu()))
+        emulator = self.emulator_cpu() - started[0]
         shards = {k: v for r in results for k, v in r["shards"].items()}
         for r in stream.ranges:
             got = shards[r["shard_id"]]
