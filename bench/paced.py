@@ -223,7 +223,7 @@ class Paced:
         from kinesis_replay import spark_submit
         from kinesis_replay.config import parse_config
         from kinesis_replay.job_spec import JobSpec, KinesisEndpoint
-        from kinesis_replay.output import batch_path, read_manifest
+        from kinesis_replay.output import batch_path, data_path, read_manifest
         from kinesis_replay.ranges import SequenceRange
 
         output = WORK / "replay"
@@ -246,7 +246,9 @@ class Paced:
         if done.code != 0:
             raise RuntimeError(f"the replay job failed:\n{done.output[-3000:]}")
         self._check_manifest(read_manifest(str(output), 1), "the replay job")
-        files = sorted(p.name for p in Path(batch_path(str(output), 1)).glob("*.parquet"))
+        manifest = read_manifest(str(output), 1)
+        folder = data_path(str(output), 1, manifest.attempt) if manifest.attempt else batch_path(str(output), 1)
+        files = sorted(p.name for p in Path(folder).glob("*.parquet"))
         phases = job_phases(done)
         shutil.rmtree(output, ignore_errors=True)
         return {
