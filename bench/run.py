@@ -201,7 +201,7 @@ class Bench:
         from kinesis_replay import spark_submit
         from kinesis_replay.config import ReadConfig, parse_config
         from kinesis_replay.job_spec import JobSpec, KinesisEndpoint
-        from kinesis_replay.output import batch_path, read_manifest
+        from kinesis_replay.output import batch_path, data_path, read_manifest
         from kinesis_replay.ranges import SequenceRange
 
         output = self.work / "replay"
@@ -230,7 +230,8 @@ class Bench:
         expected = {r["shard_id"]: r["records"] for r in stream.ranges}
         if {s.shard_id: s.records for s in manifest.shards} != expected:
             raise RuntimeError(f"the replay job's manifest counts {manifest.to_dict()}, expected {expected}")
-        check_rows(Path(batch_path(str(output), 1)), stream, "the replay job")
+        folder = data_path(str(output), 1, manifest.attempt) if manifest.attempt else batch_path(str(output), 1)
+        check_rows(Path(folder), stream, "the replay job")
         phases = job_phases(done)
         return {
             "seconds": done.seconds, "cpu": done.cpu, "emulator_cpu": emulator,
@@ -290,7 +291,7 @@ class Bench:
 
     def dag_cycle(self, stream: Stream) -> dict[str, Any]:
         """One regular DAG run with dag.test() on a new pipeline: plan, replay, verify and commit the whole stream."""
-        from stack.harness import load_dags
+        from stack.harness import load_dags, read_output
 
         # A new pipeline each run, with an output root of its own: each root is the URI of the pipeline's Asset.
         name = f"b{uuid.uuid4().hex[:8]}"
@@ -306,7 +307,7 @@ class Bench:
         states = {t: str(ti.state) for t, ti in tasks.items()}
         if str(run.state) != "success" or any(states[t] != "success" for t in ("plan", "replay", "verify", "commit")):
             raise RuntimeError(f"the DAG cycle did not commit its batch: {run.state}, {states}")
-        check_rows(output, stream, "the DAG cycle", all_produced=True)
+        check_rows(read_output(output), stream, "the DAG cycle", all_produced=True)  # through the table, as readers read it
         shutil.rmtree(output, ignore_errors=True)
         durations = {t: (ti.end_date - ti.start_date).total_seconds() for t, ti in tasks.items() if ti.start_date and ti.end_date}
         return {"seconds": seconds, "emulator_cpu": emulator, **{f"task_{t}": d for t, d in durations.items()}}
@@ -320,12 +321,15 @@ def job_phases(done: Finished) -> dict[str, float]:
     raise RuntimeError(f"the replay job printed no phases line:\n{done.output[-2000:]}")
 
 
-def check_rows(path: Path, stream: Stream, what: str, all_produced: bool = False) -> None:
-    """The Parquet files under ``path`` hold each record of the ranges exactly once (``all_produced``: of the whole stream)."""
+def check_rows(source: Path | Any, stream: Stream, what: str, all_produced: bool = False) -> None:
+    """The rows (the Parquet files under a path, or a pyarrow table) hold each record of the ranges exactly once
+    (``all_produced``: of the whole stream)."""
     import pyarrow.compute as pc
     import pyarrow.dataset as ds
 
-    table = ds.dataset(str(path), format="parquet", partitioning="hive").to_table(columns=["shard_id", "sequence_number", "data"])
+    if isinstance(source, Path):
+        source = ds.dataset(str(source), format="parquet", partitioning="hive").to_table(columns=["shard_id", "sequence_number", "data"])
+    table = source
     keys = list(zip(table.column("shard_id").to_pylist(), table.column("sequence_number").to_pylist(), strict=True))
     expected = stream.keys() if all_produced else {(p.shard_id, p.sequence_number) for p in stream.produced[: stream.records]}
     size = pc.sum(pc.binary_length(table.column("data"))).as_py() or 0
