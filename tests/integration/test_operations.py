@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import threading
 from collections import Counter
 from datetime import timedelta
@@ -115,6 +116,27 @@ def test_a_backfill_rewrites_batches_identically_and_readers_never_see_one_missi
     assert [(e["kind"], e["batch_id"]) for e in regular] == [("regular", 1), ("regular", 2)]
     assert regular[0]["ranges"] == [r.to_dict() for r in store.get_batch(entry["name"], 1).ranges]
     assert sorted((e["kind"], e["batch_id"]) for e in asset_events(dags["backfill"].dag_id)) == [("backfill", 1), ("backfill", 2)]
+
+
+def test_a_backfill_restores_a_lost_partition_of_a_directory_output_and_moves_no_checkpoint(
+    kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any], tmp_path: Path, airflow_db: Path
+) -> None:
+    """A directory output has no table to guard its files: an operator may delete a batch's partition by mistake."""
+    entry = {**entry, "output_format": "directory"}
+    built = load_dags(tmp_path / "pipelines.yaml", entry)
+    produced = produce(kinesis, entry["stream"], 120)
+    assert run_dag(built[f"kinesis_replay_{entry['name']}"]).tasks == SUCCESS
+    first = rows_of(Path(entry["output"]), "1")
+    shards, head = store.get_shards(entry["name"]), store.get_head(entry["name"])
+    shutil.rmtree(Path(entry["output"]) / "batch_id=0000000001")  # the lost partition
+    assert not check_exactly_once(produced, read_output(entry["output"])).ok
+
+    result = run_dag(built[f"kinesis_replay_backfill_{entry['name']}"], run_conf={"batches": {"batch_ids": [1]}})
+
+    assert result.state == "success" and result.tasks == {"select": "success", "replay": "success"}, result
+    assert rows_of(Path(entry["output"]), "1") == first and batch_dirs(entry["output"]) == ["batch_id=0000000001"]
+    assert check_exactly_once(produced, read_output(entry["output"])).ok
+    assert store.get_shards(entry["name"]) == shards and store.get_head(entry["name"]) == head  # nothing moved
 
 
 def test_a_backfill_is_refused_while_a_regular_batch_is_in_flight(
