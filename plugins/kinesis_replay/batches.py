@@ -391,6 +391,9 @@ def check_files(pipeline: PipelineConfig, batch_id: int, manifest: Manifest) -> 
     where = f"pipeline {pipeline.name!r}, batch {batch_id}"
     quarantine = output.quarantine_path(pipeline.output, batch_id)
     data_files = batch_files(pipeline, batch_id, manifest)
+    if pipeline.table is not None:
+        # What would make the table commit fail every time fails here, while the batch can still be replayed.
+        iceberg_table.check_files_fit(pipeline, batch_id, manifest.attempt or "", data_files)
     scanned = {}
     for files, expected, place in (
         (data_files, {s.shard_id: s.records for s in manifest.shards if s.records}, "the batch's files"),
@@ -547,7 +550,10 @@ def commit_to_table(pipeline: PipelineConfig, batch: Batch, run_id: str, first: 
     manifest = batch.verified_manifest()
     files = batch_files(pipeline, batch.batch_id, manifest)
     attempt = manifest.attempt or ""  # batch_files refused a manifest without one
-    snapshot_id = iceberg_table.commit_batch(pipeline, batch.batch_id, attempt, files, run_id)
+    # Every record quarantined: the table's columns come from a quarantine file, should this be its first batch.
+    quarantined = [] if files else output.parquet_files(output.quarantine_path(pipeline.output, batch.batch_id))
+    schema_file = quarantined[0] if quarantined else None
+    snapshot_id = iceberg_table.commit_batch(pipeline, batch.batch_id, attempt, files, run_id, schema_file=schema_file)
     if first:
         live = output.data_path(pipeline.output, batch.batch_id, attempt)
         table = iceberg_table.load_table(pipeline)
