@@ -340,7 +340,8 @@ def transaction(table: Table, autocommit: bool = False) -> Transaction:
     snapshot history included, on every read, and one commit reads it about 17 times: measured, the commit of the
     100th batch took 8 to 10 times the 10th's. This caches it on the identity of its two inputs (the table's metadata
     and the tuple of staged updates, both replaced, never mutated, on any change), as apache/iceberg-python
-    PR #3302 and its successor #3784 do upstream. `make bench-table` measures both side by side.
+    PR #3302 and its successor #3784 do upstream, and computes it without the deep copy of the whole history that
+    ``update_table_metadata`` ends with. `make bench-table` measures both side by side.
     """
     return _transaction_class()(table, autocommit=autocommit)
 
@@ -349,7 +350,16 @@ def transaction(table: Table, autocommit: bool = False) -> Transaction:
 def _transaction_class() -> type[Transaction]:
     """Made on first use: nothing under plugins/ imports pyiceberg when Airflow loads it."""
     from pyiceberg.table import Transaction as BaseTransaction
-    from pyiceberg.table.update import update_table_metadata
+    from pyiceberg.table.update import _apply_table_update, _TableMetadataUpdateContext
+
+    def staged(base: Any, updates: tuple[Any, ...]) -> Any:
+        # update_table_metadata without its last step, a deep copy of the whole result: pyiceberg's metadata models
+        # are frozen, each update returns a new model, and this view is only read (the catalog's commit computes
+        # and checks the metadata it writes on its own). The copy is most of a commit's cost on a long history.
+        context, metadata = _TableMetadataUpdateContext(), base
+        for update in updates:
+            metadata = _apply_table_update(update, metadata, context)
+        return metadata
 
     class CachedTransaction(BaseTransaction):
         _cached: tuple[Any, Any, Any] | None = None
@@ -361,7 +371,7 @@ def _transaction_class() -> type[Transaction]:
                 return base
             cached = self._cached
             if cached is None or cached[0] is not base or cached[1] is not updates:
-                cached = self._cached = (base, updates, update_table_metadata(base, updates))
+                cached = self._cached = (base, updates, staged(base, updates))
             return cached[2]
 
     return CachedTransaction
