@@ -54,7 +54,7 @@ class VerificationError(KinesisReplayError):
 
 
 class OutputOwnershipError(KinesisReplayError):
-    """The output root belongs to another pipeline (or stream, or state table) than the one about to write it."""
+    """The output root belongs to another pipeline (or stream, or state table, or output format) than the one about to write it."""
 
     retryable = False
 
