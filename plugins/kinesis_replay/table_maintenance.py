@@ -246,7 +246,7 @@ Committing = Callable[[set[int]], Collection[int]]
 
 
 def _committing(table: Table, candidates: list[str], committing: Committing | None) -> list[int]:
-    """The batches among the candidates' folders whose commit began and has no snapshot yet: their files stay."""
+    """The batches of the candidate files whose commit began and has no snapshot yet: their files stay."""
     named = {b for b in map(batch_of, candidates) if b is not None}
     if committing is None or not named:
         return []
