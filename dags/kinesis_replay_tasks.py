@@ -413,18 +413,17 @@ def check_backfill(p: PipelineConfig, batch_id: int, run_id: str = "") -> dict[s
 
 @fail_fast
 def maintain_table(p: PipelineConfig, params: dict[str, Any]) -> dict[str, Any]:
-    """Expire the table's old snapshots and remove its orphan files (table_maintenance has the defaults and why)."""
-    table = iceberg_table.load_table(p)
-    if table is None:
+    """Expire the table's old snapshots and remove its orphan files (table_maintenance has the defaults and why).
+
+    Fails, after the expiry, when orphan removal was refused because the pipeline's state is missing.
+    """
+    hours = params.get("orphan_age_hours", table_maintenance.DEFAULT_ORPHAN_AGE.total_seconds() / 3600)
+    found = batches.maintain_table(p, state_store(p), orphan_age=timedelta(hours=hours), dry_run=bool(params.get("dry_run")))
+    if found is None:
         raise AirflowSkipException(f"pipeline {p.name}: {iceberg_table.require_table(p).describe()} has no commit yet: nothing to maintain")
-    in_flight = state_store(p).get_head(p.name).in_flight
-    found = table_maintenance.maintain(
-        table,
-        orphan_age=timedelta(hours=params.get("orphan_age_hours", table_maintenance.DEFAULT_ORPHAN_AGE.total_seconds() / 3600)),
-        in_flight=[in_flight] if in_flight is not None else [],
-        dry_run=bool(params.get("dry_run")),
-    )
     log.info("pipeline %s: %s: %s", p.name, iceberg_table.require_table(p).describe(), found.summary())
+    if found.orphans_refused is not None:
+        raise AirflowFailException(found.orphans_refused)
     return {
         "expired_snapshots": len(found.expired_snapshots),
         "snapshots_kept": found.snapshots_kept,

@@ -426,19 +426,42 @@ class DynamoDBStateStore:
             ],
         )  # fmt: skip
 
-    def set_snapshot(self, pipeline: str, batch_id: int, snapshot_id: int, expected: BatchStatus) -> None:
-        what = f"pipeline {pipeline!r}: keeping snapshot {snapshot_id} with batch {batch_id}"
-        try:
-            self._call(
-                "update_item", what, TableName=self.table, Key={"pk": _s(pk(pipeline)), "sk": _s(batch_sk(batch_id))},
-                UpdateExpression="SET #snapshot = :snapshot, #updated = :now", ConditionExpression="#status = :expected",
-                ExpressionAttributeNames={"#snapshot": "snapshot_id", "#updated": "updated_at", "#status": "status"},
-                ExpressionAttributeValues={":snapshot": _n(snapshot_id), ":now": _s(_now()), ":expected": _s(expected.value)},
-            )  # fmt: skip
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
-                raise StateConflictError(f"{what}: the batch is no longer {expected.value}") from exc
-            raise
+    def set_replayed(self, batch: Batch, expected: BatchStatus) -> None:
+        if batch.snapshot_id is None or batch.manifest is None:
+            raise ValueError(f"pipeline {batch.pipeline!r}, batch {batch.batch_id}: a replayed batch needs its manifest and snapshot")
+        what = (
+            f"pipeline {batch.pipeline!r}: keeping the replayed attempt {batch.manifest.attempt} and snapshot {batch.snapshot_id} "
+            f"with batch {batch.batch_id}"
+        )
+        names = {"#snapshot": "snapshot_id", "#updated": "updated_at", "#status": "status", "#figures": "figures"}
+        values: dict[str, Any] = {
+            ":snapshot": _n(batch.snapshot_id), ":now": _s(_now()), ":expected": _s(expected.value),
+            ":figures": _s(json.dumps(batch.figures())),
+        }  # fmt: skip
+        sets = ["#snapshot = :snapshot", "#updated = :now", "#figures = :figures"]
+        removes: list[str] = []
+        # The manifest as update_batch writes it: inline, or in part items written in the same transaction, so the
+        # status condition covers them too and the ledger never names one attempt's manifest with another's snapshot.
+        inline, parts = self._split(batch, "manifest", json.dumps(batch.manifest.to_dict()))
+        for attr in ("manifest", "manifest_parts"):
+            names[f"#{attr}"] = attr
+            if attr in inline:
+                sets.append(f"#{attr} = :{attr}")
+                values[f":{attr}"] = inline[attr]
+            else:
+                removes.append(f"#{attr}")
+        expression = "SET " + ", ".join(sets) + (" REMOVE " + ", ".join(removes) if removes else "")
+        self._transact(
+            what,
+            [
+                {"Update": {
+                    "TableName": self.table, "Key": {"pk": _s(pk(batch.pipeline)), "sk": _s(batch_sk(batch.batch_id))},
+                    "UpdateExpression": expression, "ConditionExpression": "#status = :expected",
+                    "ExpressionAttributeNames": names, "ExpressionAttributeValues": values,
+                }},
+                *({"Put": {"TableName": self.table, "Item": part}} for part in parts),
+            ],
+        )  # fmt: skip
 
     def complete_batch(self, batch: Batch, committed_at: datetime) -> None:
         key = {"pk": _s(pk(batch.pipeline))}

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -359,3 +360,25 @@ def read_commit_record(output: str, batch_id: int) -> Batch:
         return Batch.from_dict(data["batch"])
     except (KeyError, TypeError, ValueError) as exc:
         raise KinesisReplayError(f"{path}: unreadable commit record: {exc!r}") from exc
+
+
+def unfinished_commits(output: str, batch_ids: Iterable[int]) -> set[int]:
+    """Of these batches, those whose commit record names no table snapshot yet (or cannot be read).
+
+    A commit writes its record before its table commit, so a batch whose record has no ``snapshot_id`` was cut
+    short in between: its files are in no snapshot, and the run that resumes the commit, or a recovery from the
+    records, puts them in the table. A batch with no record never began its commit. One read per batch named.
+    """
+    found = set()
+    for batch_id in sorted(set(batch_ids)):
+        try:
+            data = _read_json(commit_record_path(output, batch_id))
+        except KinesisReplayError:
+            found.add(batch_id)  # unreadable: what it names is unknown, so its files are kept
+            continue
+        if data is None:
+            continue
+        batch = data.get("batch") if isinstance(data, dict) else None
+        if not isinstance(batch, dict) or batch.get("snapshot_id") is None:
+            found.add(batch_id)
+    return found

@@ -382,8 +382,9 @@ class StateStore(Protocol):
         """Move a checkpoint from ``previous`` to ``new``, conditioned on it still being ``previous``."""
         ...
 
-    def set_snapshot(self, pipeline: str, batch_id: int, snapshot_id: int, expected: BatchStatus) -> None:
-        """Keep the table snapshot that holds the batch, conditioned on its status being ``expected`` (a backfill's replace)."""
+    def set_replayed(self, batch: Batch, expected: BatchStatus) -> None:
+        """Keep a backfill's replayed manifest and the table snapshot that holds its attempt, in one write conditioned on
+        the batch's status being ``expected``: the ledger never names one attempt's files with another's snapshot."""
         ...
 
     def complete_batch(self, batch: Batch, committed_at: datetime) -> None:

@@ -194,3 +194,32 @@ def test_a_wide_batchs_summary_reads_its_figures_and_failures_without_its_ranges
         1, BatchStatus.WRITTEN, None, 2, "second cause"
     )  # fmt: skip
     assert summary.figures == {"shards": 1_000, "behind_seconds": 0.0, "records": 50_000, "bytes": 5_000_000, "bad_records": 0}
+
+
+def committed(batch: Batch, attempt: str) -> Batch:
+    """The batch committed with a manifest of ``attempt``, as the ledger holds it after its first run."""
+    manifest = Manifest(
+        "orders",
+        batch.batch_id,
+        tuple(ShardResult(r.shard_id, 50, 5_000, S + 1, S + 50, "0123456789abcdef") for r in batch.ranges),
+        1.0,
+        attempt,
+    )
+    return replace(batch, status=BatchStatus.COMMITTED, committed_at=NOW, manifest=manifest, snapshot_id=1)
+
+
+@pytest.mark.parametrize("make", [planned, wide], ids=["inline", "in-parts"])
+def test_a_backfill_keeps_the_replayed_manifest_with_its_snapshot_in_one_conditional_write(store: DynamoDBStateStore, make: Any) -> None:
+    first = committed(make(), "a")
+    store.restore("orders", Head(next_batch_id=2), [], [first])
+    assert first.manifest is not None
+    replayed = replace(first, manifest=replace(first.manifest, attempt="b", seconds=2.0), snapshot_id=2)
+
+    store.set_replayed(replayed, expected=BatchStatus.COMMITTED)
+
+    stored = store.get_batch("orders", 1)
+    assert stored == replayed and stored.manifest is not None and (stored.manifest.attempt, stored.snapshot_id) == ("b", 2)
+    # Conditioned on the status: a batch that is not COMMITTED keeps its manifest and snapshot.
+    with pytest.raises(StateConflictError, match=r"pipeline 'orders': keeping the replayed attempt c and snapshot 3 with batch 1"):
+        store.set_replayed(replace(replayed, manifest=replace(first.manifest, attempt="c"), snapshot_id=3), expected=BatchStatus.WRITTEN)
+    assert store.get_batch("orders", 1) == replayed
