@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import re
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -160,3 +161,31 @@ def test_a_wide_stream_shows_its_most_stuck_shards_and_folds_the_rest() -> None:
     assert f"<summary>{1000 - SHARD_ROWS:,} more shards</summary>" in folded
     assert re.findall(r'data-shard="shardId-0*(\d+)"', shown) == [str(i) for i in range(999, 999 - SHARD_ROWS, -1)]  # oldest first
     assert len(re.findall("data-shard=", folded)) == 1000 - SHARD_ROWS
+
+
+class OneBatchStore:
+    """Just what the backfill's progress reads: one committed batch."""
+
+    def __init__(self, batch: Batch) -> None:
+        self.batch = batch
+
+    def get_batches(self, pipeline: str, batch_ids: object) -> dict[int, Batch]:
+        return {self.batch.batch_id: self.batch}
+
+
+def test_a_backfills_progress_is_shown_against_its_committed_counts_only_while_it_runs() -> None:
+    from kinesis_replay.config import parse_config
+    from kinesis_replay.status import _backfill_progress
+
+    entry = {"name": "p", "stream": "s", "output": "/o", "schedule": None, "initial_position": "LATEST", "state_table": "t", "spark": {}}
+    p = parse_config({"pipelines": [entry]})[0]
+    ranges = (SequenceRange("a", S, S + 9, None, False, T0), SequenceRange("b", S, S + 9, None, False, T0))
+    manifest = Manifest("p", 2, (ShardResult("a", 10, 1000, S, S + 9, "x"), ShardResult("b", 8, 900, S, S + 9, "y", bad_records=2)))
+    store: Any = OneBatchStore(Batch("p", 2, BatchStatus.COMMITTED, ranges, "s", "r", T0, manifest=manifest))
+    running = Progress(2, {"a": 4, "b": 10}, frozenset({"b"}), T0, RunKind.BACKFILL)
+    view = _backfill_progress(store, p, running, T0 + timedelta(minutes=1))
+    assert view is not None and (view["kind"], view["read"], view["estimate"]) == ("backfill", 14, 20)
+    assert [(s["shard_id"], s["read"], s["estimate"], s["done"]) for s in view["shards"]] == [("a", 4, 10, False), ("b", 10, 10, True)]
+    assert _backfill_progress(store, p, running, T0 + timedelta(hours=1)) is None  # silent for long: failed or killed
+    finished = Progress(2, {"a": 10, "b": 10}, frozenset({"a", "b"}), T0, RunKind.BACKFILL)
+    assert _backfill_progress(store, p, finished, T0 + timedelta(minutes=1)) is None
