@@ -49,6 +49,10 @@ class StateCorruptError(KinesisReplayError):
     """The state table holds something the protocol never writes."""
 
 
+class ProgressNotStoredError(KinesisReplayError):
+    """Some of a replay's progress items were not written; progress is for the page only, so this never fails a replay."""
+
+
 class VerificationError(KinesisReplayError):
     """A batch's output or result manifest does not agree with its plan; nothing is committed."""
 
