@@ -447,15 +447,7 @@ class DynamoDBStateStore:
         manifest = None if batch.manifest is None else json.dumps(batch.manifest.to_dict())
         parts: list[dict[str, Any]] = []
         for field_name, text in (("gaps", json.dumps([g.to_dict() for g in batch.gaps])), ("manifest", manifest)):
-            inline, field_parts = self._split(batch, field_name, text)
-            parts += field_parts
-            for attr in (field_name, f"{field_name}_parts"):
-                names[f"#{attr}"] = attr
-                if attr in inline:
-                    sets.append(f"#{attr} = :{attr}")
-                    values[f":{attr}"] = inline[attr]
-                else:
-                    removes.append(f"#{attr}")
+            parts += self._set_field(batch, field_name, text, names, values, sets, removes)
         names["#figures"] = "figures"
         sets.append("#figures = :figures")
         values[":figures"] = _s(json.dumps(batch.figures()))
@@ -478,6 +470,27 @@ class DynamoDBStateStore:
             ],
         )  # fmt: skip
 
+    def _set_field(
+        self,
+        batch: Batch,
+        field_name: str,
+        text: str | None,
+        names: dict[str, str],
+        values: dict[str, Any],
+        sets: list[str],
+        removes: list[str],
+    ) -> list[dict[str, Any]]:
+        """Add a field to an update: set inline (and its parts removed), or removed and returned as part items to put."""
+        inline, parts = self._split(batch, field_name, text)
+        for attr in (field_name, f"{field_name}_parts"):
+            names[f"#{attr}"] = attr
+            if attr in inline:
+                sets.append(f"#{attr} = :{attr}")
+                values[f":{attr}"] = inline[attr]
+            else:
+                removes.append(f"#{attr}")
+        return parts
+
     def set_replayed(self, batch: Batch, expected: BatchStatus) -> None:
         if batch.snapshot_id is None or batch.manifest is None:
             raise ValueError(f"pipeline {batch.pipeline!r}, batch {batch.batch_id}: a replayed batch needs its manifest and snapshot")
@@ -494,14 +507,7 @@ class DynamoDBStateStore:
         removes: list[str] = []
         # The manifest as update_batch writes it: inline, or in part items written in the same transaction, so the
         # status condition covers them too and the ledger never names one attempt's manifest with another's snapshot.
-        inline, parts = self._split(batch, "manifest", json.dumps(batch.manifest.to_dict()))
-        for attr in ("manifest", "manifest_parts"):
-            names[f"#{attr}"] = attr
-            if attr in inline:
-                sets.append(f"#{attr} = :{attr}")
-                values[f":{attr}"] = inline[attr]
-            else:
-                removes.append(f"#{attr}")
+        parts = self._set_field(batch, "manifest", json.dumps(batch.manifest.to_dict()), names, values, sets, removes)
         expression = "SET " + ", ".join(sets) + (" REMOVE " + ", ".join(removes) if removes else "")
         self._transact(
             what,
