@@ -10,15 +10,22 @@ restores a copy of the whole table taken before it began, undoing what another t
 serializes conditional writes and transactions, and the protocol's guarantees rest on that (two commits racing for
 one batch: exactly one must lose). moto's handlers hold the GIL anyway, so one at a time costs little.
 
+And its TransactWriteItems backs up the whole table once per item of the transaction, not once per table: a
+transaction of 100 puts into a table of 3,000 items took 6 s of the server's CPU (measured), where DynamoDB
+answers it as one request. The backups are all taken before the first write, so one copy per table is the same
+backup.
+
     python tests/stack/moto_keepalive.py -H 127.0.0.1 -p 5000
 """
 
 from __future__ import annotations
 
+import copy
 import sys
 import threading
 from typing import Any
 
+import moto.dynamodb.models as dynamodb_models
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler
 from moto.server import main
 
@@ -36,6 +43,37 @@ def _serialized(self: DomainDispatcherApplication, environ: dict[str, Any], star
 
 
 DomainDispatcherApplication.__call__ = _serialized  # type: ignore[method-assign]
+
+
+class _OneBackupPerTable:
+    """``copy`` as moto's transact_write_items sees it: a table is deep-copied once per transaction."""
+
+    def __init__(self) -> None:
+        self.tables: dict[int, Any] = {}
+
+    def deepcopy(self, obj: Any, memo: Any = None) -> Any:
+        if not isinstance(obj, dynamodb_models.Table):
+            return copy.deepcopy(obj, memo)
+        if id(obj) not in self.tables:
+            self.tables[id(obj)] = copy.deepcopy(obj)
+        return self.tables[id(obj)]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(copy, name)
+
+
+_transact_write_items = dynamodb_models.DynamoDBBackend.transact_write_items
+
+
+def _transact_backing_up_each_table_once(self: Any, transact_items: list[dict[str, Any]]) -> None:
+    dynamodb_models.copy = _OneBackupPerTable()  # one request at a time (above): no other thread sees it
+    try:
+        return _transact_write_items(self, transact_items)
+    finally:
+        dynamodb_models.copy = copy
+
+
+dynamodb_models.DynamoDBBackend.transact_write_items = _transact_backing_up_each_table_once  # type: ignore[method-assign]
 
 if __name__ == "__main__":
     sys.exit(main())
