@@ -151,8 +151,8 @@ def header(w: Write, f: Figures) -> None:
     if all("load" in S[s] for s in sizes):
         w(f"- Load: the 1-minute load average on these {os.cpu_count()} cores (the bench's own processes count), before and after each size's runs: "
           + ", ".join(f"{int(s):,} records {S[s]['load'][0]:.1f} → {S[s]['load'][1]:.1f}" for s in sizes) + ".")  # fmt: skip
-    w("- The replay job runs `local[2]` (one task per shard range, two at a time) with no per-shard read budget: the emulator "
-      "enforces none, so the job is measured, not its pacing.\n")  # fmt: skip
+    w("- The replay job runs `local[2]` (a task per core, each reading its share of the 4 ranges at once) into a table "
+      "output's layout, with no per-shard read budget: the emulator enforces none, so the job is measured, not its pacing.\n")  # fmt: skip
 
 
 def faster_from(f: Figures) -> str | None:

@@ -25,7 +25,6 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 from airflow.sdk.observability import stats
 from botocore.config import Config
 from botocore.credentials import ReadOnlyCredentials, RefreshableCredentials
-from botocore.exceptions import BotoCoreError, ClientError
 
 from kinesis_replay import (
     backfill,
@@ -46,7 +45,7 @@ from kinesis_replay.config import LoadedConfig, PipelineConfig, PipelineError
 from kinesis_replay.dynamodb_store import DynamoDBStateStore
 from kinesis_replay.errors import ConfigError, KinesisReplayError
 from kinesis_replay.job_spec import JobSpec, KinesisEndpoint
-from kinesis_replay.state import Batch, Progress
+from kinesis_replay.state import Batch, Progress, RunKind
 
 if TYPE_CHECKING:  # the boto3 stubs are for type checking only
     from types_boto3_kinesis.client import KinesisClient
@@ -196,8 +195,9 @@ def job_spec(p: PipelineConfig, batch: Batch, accept_gaps: frozenset[str] = froz
     return JobSpec.for_batch(p, batch, endpoint, accept_gaps)
 
 
-def submit(p: PipelineConfig, batch: Batch, accept_gaps: frozenset[str] = frozenset()) -> None:
-    """spark-submit the replay job with the batch's spec; endpoint and credentials come from the hook."""
+def submit(p: PipelineConfig, batch: Batch, accept_gaps: frozenset[str] = frozenset(), kind: RunKind = RunKind.REGULAR) -> None:
+    """spark-submit the replay job with the batch's spec; endpoint and credentials come from the hook. Its progress is
+    stored under ``kind``, so a backfill's never replaces the regular batch's on the page."""
     hook = kinesis_hook(p)
     given = job_credentials(p, batch, hook)
     log.info("pipeline %s, batch %d: the job's AWS credentials: %s", p.name, batch.batch_id, given.how)
@@ -212,22 +212,22 @@ def submit(p: PipelineConfig, batch: Batch, accept_gaps: frozenset[str] = frozen
         job, py_files = SPARK_JOBS / "replay_job.py", [library, SPARK_JOBS / "kinesis_source.py"]
         spark_submit.warm_up(p, job, py_files, spark_submit.submit_env(p.spark.master, {}))  # once per machine
         command = spark_submit.build_command(p, batch.batch_id, spec_path, job, py_files)
-        progress = status.ReplayProgress(batch.batch_id, progress_publisher(p), p.read.progress_seconds)
+        progress = status.ReplayProgress(
+            p.name, batch.batch_id, progress_publisher(p), p.read.progress_seconds, shards=[r.shard_id for r in batch.ranges], kind=kind
+        )
         spark_submit.run(command, spark_submit.submit_env(p.spark.master, env), f"pipeline {p.name}, batch {batch.batch_id}", progress.line)
-        progress.flush()
+        if failed := progress.close():
+            stats.incr(f"kinesis_replay.{p.name}.progress_write_failures", failed)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
 def progress_publisher(p: PipelineConfig) -> Callable[[Progress], None]:
-    """Store the replay's progress for the status page; a failed write is logged, and never stops the replay."""
+    """Store the replay's progress for the status page; ReplayProgress logs and counts a failed write, which never stops the replay."""
     store = state_store(p)
 
     def publish(progress: Progress) -> None:
-        try:
-            store.put_progress(progress, p.name)
-        except (KinesisReplayError, BotoCoreError, ClientError) as exc:
-            log.warning("pipeline %s, batch %d: the replay's progress was not stored: %s", p.name, progress.batch_id, exc)
+        store.put_progress(progress, p.name)
 
     return publish
 
@@ -392,7 +392,7 @@ def select_backfill(p: PipelineConfig, params: dict[str, Any]) -> list[int]:
 @fail_fast
 def backfill_batch(p: PipelineConfig, batch_id: int, run_id: str = "") -> dict[str, Any]:
     """Replay one committed batch into its own paths and check it holds what it held; never touches a checkpoint."""
-    submit(p, backfill.committed_batch(p, state_store(p), batch_id))
+    submit(p, backfill.committed_batch(p, state_store(p), batch_id), kind=RunKind.BACKFILL)
     return check_backfill(p, batch_id, run_id)
 
 
@@ -413,18 +413,17 @@ def check_backfill(p: PipelineConfig, batch_id: int, run_id: str = "") -> dict[s
 
 @fail_fast
 def maintain_table(p: PipelineConfig, params: dict[str, Any]) -> dict[str, Any]:
-    """Expire the table's old snapshots and remove its orphan files (table_maintenance has the defaults and why)."""
-    table = iceberg_table.load_table(p)
-    if table is None:
+    """Expire the table's old snapshots and remove its orphan files (table_maintenance has the defaults and why).
+
+    Fails, after the expiry, when orphan removal was refused because the pipeline's state is missing.
+    """
+    hours = params.get("orphan_age_hours", table_maintenance.DEFAULT_ORPHAN_AGE.total_seconds() / 3600)
+    found = batches.maintain_table(p, state_store(p), orphan_age=timedelta(hours=hours), dry_run=bool(params.get("dry_run")))
+    if found is None:
         raise AirflowSkipException(f"pipeline {p.name}: {iceberg_table.require_table(p).describe()} has no commit yet: nothing to maintain")
-    in_flight = state_store(p).get_head(p.name).in_flight
-    found = table_maintenance.maintain(
-        table,
-        orphan_age=timedelta(hours=params.get("orphan_age_hours", table_maintenance.DEFAULT_ORPHAN_AGE.total_seconds() / 3600)),
-        in_flight=[in_flight] if in_flight is not None else [],
-        dry_run=bool(params.get("dry_run")),
-    )
     log.info("pipeline %s: %s: %s", p.name, iceberg_table.require_table(p).describe(), found.summary())
+    if found.orphans_refused is not None:
+        raise AirflowFailException(found.orphans_refused)
     return {
         "expired_snapshots": len(found.expired_snapshots),
         "snapshots_kept": found.snapshots_kept,

@@ -49,6 +49,7 @@ from kinesis_source import first_call_accumulator, read_ranges, sample_ranges
 
 SEQ_WIDTH = 130  # sequence numbers have at most 129 digits: left-padded, they order as text as they do as numbers
 PART = "kinesis_replay_part"  # the staging partition column: data or quarantine
+QUARANTINE_STAGED = "quarantine_rewritten"  # beside the staged partitions: a table output's quarantine without the partition column
 CORRUPT = "_corrupt_record"
 
 
@@ -167,11 +168,13 @@ def write_batch(spark: SparkSession, rows: DataFrame, spec: JobSpec, attempt: st
     quarantined, quarantine = f"{staging}/{PART}=quarantine", quarantine_path(output, batch_id)
     if spec.output_format == "iceberg" and fs.exists(quarantined):
         # The quarantine is no part of the table: its files keep batch_id in their folder's name only, as a directory
-        # output's do (a column of that name too would clash with the folder's in a reader). Few rows, read from disk.
-        fs.delete(quarantine)
-        spark.read.parquet(quarantined).drop(PARTITION_COLUMN).write.parquet(quarantine)
-    else:
-        fs.swap(quarantined, quarantine)
+        # output's do (a column of that name too would clash with the folder's in a reader). Few rows, read from disk,
+        # written beside them in the staging folder and swapped into place like the rows: a run cut short leaves the
+        # batch's quarantine as it was (a backfill's committed batch keeps its rows), never deleted and not yet rewritten.
+        rewritten = f"{staging}/{QUARANTINE_STAGED}"
+        spark.read.parquet(quarantined).drop(PARTITION_COLUMN).write.parquet(rewritten)
+        quarantined = rewritten
+    fs.swap(quarantined, quarantine)
     fs.delete(staging)
 
 

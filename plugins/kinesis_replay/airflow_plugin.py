@@ -148,13 +148,16 @@ def _charts(v: dict[str, Any]) -> str:
 
 
 def _progress(v: dict[str, Any]) -> str:
-    """The in-flight batch's replay, per shard: records read so far against the plan's estimate."""
+    """The in-flight batch's replay, and a running backfill's, per shard: records read so far against the estimate."""
+    return "".join(_progress_table(p) for p in (v.get("progress"), v.get("backfill_progress")) if p)
+
+
+def _progress_table(p: dict[str, Any]) -> str:
     e = html.escape
-    p = v.get("progress")
-    if not p:
-        return ""
+    backfill = p.get("kind") == "backfill"
     when = f"reported {p['updated_at']}" if p["updated_at"] else "no progress reported yet"
-    total = f"{p['read']:,} of about {p['estimate']:,} records" if p["estimate"] else f"{p['read']:,} records"
+    of = "of" if backfill else "of about"  # a backfill's batch is committed: its manifest has the exact counts
+    total = f"{p['read']:,} {of} {p['estimate']:,} records" if p["estimate"] else f"{p['read']:,} records"
     rows = []
     for s in sorted(p["shards"], key=lambda s: (s["done"], s["read"] / s["estimate"] if s["estimate"] else 0.0))[:SHARD_ROWS]:
         bar = f'<progress value="{min(s["read"], s["estimate"])}" max="{s["estimate"]}"></progress>' if s["estimate"] else ""
@@ -162,10 +165,13 @@ def _progress(v: dict[str, Any]) -> str:
         rows.append(f'<tr data-shard="{e(s["shard_id"])}" data-read="{s["read"]}"><td>{e(s["shard_id"])}</td><td>{s["read"]:,}</td>'
                     f"<td>{estimate}</td><td>{bar}</td><td>{'done' if s['done'] else 'reading'}</td></tr>")  # fmt: skip
     more = f"<p>{len(p['shards']) - SHARD_ROWS:,} more shards, furthest along last, not shown</p>" if len(p["shards"]) > SHARD_ROWS else ""
+    if backfill:
+        title, css, column = f"Backfill replaying batch {p['batch_id']}: {total}, {when}", "progress backfill", "committed"
+    else:
+        title, css, column = f"Batch {p['batch_id']} replaying ({p['status']}): {total}, {when}", "progress", "plan's estimate"
     return (
-        f'<div class="progress" data-batch="{p["batch_id"]}">'
-        f"<h3>Batch {p['batch_id']} replaying ({e(p['status'])}): {e(total)}, {e(when)}</h3>"
-        "<table><tr><th>shard</th><th>read</th><th>plan's estimate</th><th></th><th></th></tr>"
+        f'<div class="{css}" data-batch="{p["batch_id"]}"><h3>{e(title)}</h3>'
+        f"<table><tr><th>shard</th><th>read</th><th>{column}</th><th></th><th></th></tr>"
         f"{''.join(rows)}</table>{more}</div>"
     )
 

@@ -334,8 +334,10 @@ def check_replayed(pipeline: PipelineConfig, store: StateStore, batch_id: int, r
     if pipeline.table is not None:
         replayed = replace(batch, manifest=manifest)
         snapshot_id = batches.commit_to_table(pipeline, replayed, run_id or batch.run_id, first=False)
-        store.set_snapshot(pipeline.name, batch_id, snapshot_id, expected=BatchStatus.COMMITTED)
-        batch = replace(batch, snapshot_id=snapshot_id)
+        # The ledger and the commit record name the replayed attempt, whose files the snapshot holds: the first run's
+        # files go with the snapshots before it, and a recovery from the commit records rebuilds what the table holds.
+        batch = replace(replayed, snapshot_id=snapshot_id)
+        store.set_replayed(batch, expected=BatchStatus.COMMITTED)
         output.write_commit_record(pipeline.output, batch)
     return batch
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -10,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, NamedTuple
 
-from kinesis_replay import guards, iceberg_table, kinesis, output
+from kinesis_replay import guards, iceberg_table, kinesis, output, table_maintenance
 from kinesis_replay.config import PipelineConfig
 from kinesis_replay.errors import DataLossError, KinesisReplayError, StateConflictError, VerificationError
 from kinesis_replay.ranges import SequenceRange, ShardInfo, parse_sequence_number, shards_to_plan
@@ -391,6 +392,9 @@ def check_files(pipeline: PipelineConfig, batch_id: int, manifest: Manifest) -> 
     where = f"pipeline {pipeline.name!r}, batch {batch_id}"
     quarantine = output.quarantine_path(pipeline.output, batch_id)
     data_files = batch_files(pipeline, batch_id, manifest)
+    if pipeline.table is not None:
+        # What would make the table commit fail every time fails here, while the batch can still be replayed.
+        iceberg_table.check_files_fit(pipeline, batch_id, manifest.attempt or "", data_files)
     scanned = {}
     for files, expected, place in (
         (data_files, {s.shard_id: s.records for s in manifest.shards if s.records}, "the batch's files"),
@@ -547,7 +551,10 @@ def commit_to_table(pipeline: PipelineConfig, batch: Batch, run_id: str, first: 
     manifest = batch.verified_manifest()
     files = batch_files(pipeline, batch.batch_id, manifest)
     attempt = manifest.attempt or ""  # batch_files refused a manifest without one
-    snapshot_id = iceberg_table.commit_batch(pipeline, batch.batch_id, attempt, files, run_id)
+    # Every record quarantined: the table's columns come from a quarantine file, should this be its first batch.
+    quarantined = [] if files else output.parquet_files(output.quarantine_path(pipeline.output, batch.batch_id))
+    schema_file = quarantined[0] if quarantined else None
+    snapshot_id = iceberg_table.commit_batch(pipeline, batch.batch_id, attempt, files, run_id, schema_file=schema_file)
     if first:
         live = output.data_path(pipeline.output, batch.batch_id, attempt)
         table = iceberg_table.load_table(pipeline)
@@ -568,3 +575,35 @@ def record_failure(pipeline: PipelineConfig, store: StateStore, batch_id: int, e
     if batch.status not in (BatchStatus.PLANNED, BatchStatus.FAILED, BatchStatus.WRITTEN):
         return  # a commit in progress is finished by the next run, never failed back
     store.update_batch(batch.with_status(BatchStatus.FAILED, attempts=batch.attempts + 1, error=error[:2000]), expected=batch.status)
+
+
+def maintain_table(
+    pipeline: PipelineConfig, store: StateStore, orphan_age: timedelta, dry_run: bool = False, now: datetime | None = None
+) -> table_maintenance.Report | None:
+    """Expire the table's old snapshots and remove its orphan files, keeping every file a commit still needs; None with no table.
+
+    The ledger's batch in flight keeps its files, and so does every batch whose commit record names no snapshot yet.
+    When the pipeline has no head item (its state table was lost, emptied or replaced, or ``state_table`` names another),
+    no batch in flight is known: orphan removal is refused, with the reason in the report, and only the expiry runs.
+    """
+    table = iceberg_table.load_table(pipeline)
+    if table is None:
+        return None
+    head = store.get_head(pipeline.name)
+    refused = None
+    if head.version == 0:
+        refused = (
+            f"pipeline {pipeline.name!r}: state table {pipeline.state_table} holds no head item for the pipeline, so the batch "
+            f"in flight is unknown, and a commit cut short keeps files no snapshot references that a recovery needs; orphan "
+            f"files of {iceberg_table.require_table(pipeline).describe()} are not removed until the state is back. "
+            f"{guards.recovery_hint(pipeline)}"
+        )
+    return table_maintenance.maintain(
+        table,
+        orphan_age=orphan_age,
+        in_flight=[head.in_flight] if head.in_flight is not None else [],
+        now=now,
+        dry_run=dry_run,
+        committing=functools.partial(output.unfinished_commits, pipeline.output),
+        refuse_orphans=refused,
+    )

@@ -140,6 +140,22 @@ OUTPUT_FORMATS = ("iceberg", "directory")
 EMBEDDED_CATALOG = "kinesis_replay"  # the name of the default catalog: pyiceberg's SQL catalog on a SQLite file
 DEFAULT_NAMESPACE = "kinesis_replay"
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,254}$")  # what Glue, Athena and the SQL catalog all accept
+# Put before a default table name that would start with a digit (a pipeline name may, an identifier may not). A letter,
+# not '_': Athena wants a name that starts with '_' quoted in DDL.
+DEFAULT_TABLE_PREFIX = "p_"
+
+
+def default_table_name(pipeline: str) -> str:
+    """The table a pipeline that names none commits to: its name with '-' as '_', and ``p_`` before a leading digit.
+
+    A valid identifier for every valid pipeline name (``2024-orders`` -> ``p_2024_orders``); a name that starts with a
+    letter keeps the table it always had (``orders-eu`` -> ``orders_eu``).
+    """
+    name = pipeline.replace("-", "_")
+    return f"{DEFAULT_TABLE_PREFIX}{name}" if name[:1].isdigit() else name
+
+
+DEFAULT_TABLE_RULE = f"'-' becomes '_', and a leading digit gets {DEFAULT_TABLE_PREFIX!r} in front"
 
 
 @dataclass(frozen=True)
@@ -164,6 +180,15 @@ class TableConfig:
     def identifier(self) -> str:
         """``namespace.name``, as pyiceberg's ``load_table`` takes it."""
         return f"{self.namespace}.{self.name}"
+
+    @property
+    def key(self) -> tuple[str, str, str] | None:
+        """What two pipelines' tables are compared by: catalog, namespace and name, in lower case (Glue and Athena
+        fold case). None for the embedded catalog: each lives under its own pipeline's output root, so two embedded
+        tables of one name are two tables."""
+        if self.embedded:
+            return None
+        return self.catalog.lower(), self.namespace.lower(), self.name.lower()
 
     def describe(self) -> str:
         """The table's identity for people: ``table kinesis_replay.demo in catalog kinesis_replay (sql, embedded)``."""
@@ -586,10 +611,16 @@ def _parse_table(r: _Reader, pipeline: str, output: str) -> TableConfig | None:
         return None
     t = _Reader(r.source, f"{r.path}.table", r.data.get("table") or {}, _TABLE_KEYS)
     names = {}
-    for key, default in (("name", pipeline.replace("-", "_")), ("namespace", DEFAULT_NAMESPACE), ("catalog", EMBEDDED_CATALOG)):
+    for key, default in (("name", default_table_name(pipeline)), ("namespace", DEFAULT_NAMESPACE), ("catalog", EMBEDDED_CATALOG)):
         value = t.text(key, default=default)
         if not _IDENTIFIER.match(value):
-            t.fail(f"must be letters, digits and '_', starting with a letter or '_' (Glue and Athena accept no more), got {value!r}", key)
+            # Only a value the pipeline wrote gets here: every default is a valid identifier.
+            hint = f"; leave it out for the default, {default!r}" if key == "name" else ""
+            t.fail(
+                f"pipeline {pipeline!r} names {value!r}, which is not an identifier: it must be letters, digits and '_', "
+                f"starting with a letter or '_' (Glue and Athena accept no more){hint}",
+                key,
+            )
         names[key] = value
     properties = t.data.get("catalog_properties") or {}
     if not isinstance(properties, Mapping):
@@ -771,7 +802,8 @@ def parse_pipelines(data: object, source: str = "<config>") -> LoadedConfig:
     What concerns the whole document (not a mapping, no ``pipelines`` list) raises ConfigError. An
     invalid entry is reported on its own, and so is a later entry that repeats an earlier one's name or
     whose output is the same root as an earlier one's, or inside it (or around it): the earlier one keeps
-    running. Two pipelines must never replace each other's batches.
+    running. So is a later entry whose table (outside the embedded catalog) is an earlier one's: the same catalog,
+    namespace and name. Two pipelines must never replace each other's batches.
     """
     if not isinstance(data, Mapping) or "pipelines" not in data:
         raise ConfigError(f"{source}: the top level must be a mapping with a 'pipelines' list")
@@ -805,8 +837,30 @@ def parse_pipelines(data: object, source: str = "<config>") -> LoadedConfig:
                 f"{other.name!r} (pipelines[{shared}]); each pipeline needs a root of its own, or their batches replace each other's"
             )))  # fmt: skip
             continue
+        same_table = next((j for j, other in valid.items() if tables_clash(other, pipeline)), None)
+        if same_table is not None:
+            errors.append(PipelineError(i, pipeline.name, _table_clash(source, i, pipeline, same_table, valid[same_table])))
+            continue
         valid[i] = pipeline
     return LoadedConfig(tuple(valid.values()), tuple(errors))
+
+
+def tables_clash(a: PipelineConfig, b: PipelineConfig) -> bool:
+    """Whether two pipelines would commit to one table (see TableConfig.key)."""
+    return a.table is not None and b.table is not None and a.table.key is not None and a.table.key == b.table.key
+
+
+def _table_clash(source: str, index: int, pipeline: PipelineConfig, other_index: int, other: PipelineConfig) -> str:
+    """The error of a pipeline whose table is an earlier pipeline's: both pipelines, the table, and why they clash."""
+    assert pipeline.table is not None  # only called for two pipelines whose tables clash
+    defaulted = [p.name for p in (other, pipeline) if p.table is not None and p.table.name == default_table_name(p.name)]
+    rule = f" ({' and '.join(map(repr, defaulted))}: table.name defaults to the pipeline's name, {DEFAULT_TABLE_RULE})" if defaulted else ""
+    return (
+        f"{source}: pipelines[{index}] ({pipeline.name}).table: pipeline {pipeline.name!r} would commit to "
+        f"{pipeline.table.describe()}, which is already the table of pipeline {other.name!r} (pipelines[{other_index}]){rule}. "
+        "Each pipeline needs a table of its own, or one would commit its batches into the other's table; set another "
+        "table.name or table.namespace for one of them"
+    )
 
 
 def parse_config(data: object, source: str = "<config>") -> tuple[PipelineConfig, ...]:

@@ -9,11 +9,17 @@ from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from botocore.exceptions import ClientError, EndpointConnectionError
+from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError
 
-from kinesis_replay.errors import EndpointUnreachableError, StateConflictError, StateCorruptError
+from kinesis_replay.errors import (
+    EndpointUnreachableError,
+    KinesisReplayError,
+    ProgressNotStoredError,
+    StateConflictError,
+    StateCorruptError,
+)
 from kinesis_replay.ranges import SequenceRange, format_sequence_number, parse_sequence_number
-from kinesis_replay.state import Batch, BatchStatus, BatchSummary, Gap, Head, Manifest, Progress, ShardState, StartPosition
+from kinesis_replay.state import Batch, BatchStatus, BatchSummary, Gap, Head, Manifest, Progress, RunKind, ShardState, StartPosition
 
 if TYPE_CHECKING:  # the boto3 stubs are for type checking only
     from types_boto3_dynamodb.client import DynamoDBClient
@@ -45,6 +51,15 @@ PART_BYTES = 300 * 1024
 
 TRANSACTION_ITEMS = 100  # the most actions one TransactWriteItems may hold
 
+# A replay's progress is stored PROGRESS_SHARDS shards to an item (about 6 KB), one set of items per run kind, each
+# replaced by the next replay of that kind: the item count follows the widest batch, never the ledger's length.
+PROGRESS_SHARDS = 100
+
+
+def progress_sk(kind: RunKind, chunk: int) -> str:
+    """One piece of the last progress of a kind of run; the batch it belongs to is in the item, not in its key."""
+    return f"progress#{kind.value}#{chunk:04d}"
+
 
 def _s(value: str) -> dict[str, str]:
     return {"S": value}
@@ -72,6 +87,7 @@ class DynamoDBStateStore:
     | pipeline#<name>    | head                 | next_batch_id, in_flight, version                      |
     | pipeline#<name>    | shard#<shard id>     | checkpoint, finished, parents, start_position, ...     |
     | pipeline#<name>    | batch#<000000000042> | status, ranges, stream, run_id, times, manifest, ...   |
+    | pipeline#<name>    | progress#<kind>#<n>  | batch_id, records and done of PROGRESS_SHARDS shards   |
 
     Every expression names its attributes through ExpressionAttributeNames: several natural names
     (``status``, ``stream``) are DynamoDB reserved words, and moto does not say so.
@@ -338,26 +354,62 @@ class DynamoDBStateStore:
         return summaries
 
     def put_progress(self, progress: Progress, pipeline: str) -> None:
-        self._call(
-            "put_item", f"storing the replay progress of batch {progress.batch_id} of pipeline {pipeline!r}",
-            TableName=self.table,
-            Item={
-                "pk": _s(pk(pipeline)), "sk": _s("progress"), "batch_id": _n(progress.batch_id),
-                "records": _s(json.dumps(dict(progress.records))), "done": _s(json.dumps(sorted(progress.done))),
-                "updated_at": _s(progress.updated_at.isoformat()),
-            },
-        )  # fmt: skip
+        """Write the progress PROGRESS_SHARDS shards (in shard id order) to an item, under its run kind.
 
-    def get_progress(self, pipeline: str) -> Progress | None:
-        item = self._get(pipeline, "progress")
-        if item is None:
-            return None
-        return Progress(
-            batch_id=int(item["batch_id"]["N"]),
-            records={k: int(v) for k, v in json.loads(item["records"]["S"]).items()},
-            done=frozenset(json.loads(item["done"]["S"])),
-            updated_at=datetime.fromisoformat(item["updated_at"]["S"]),
-        )
+        Every piece is tried; a piece that fails leaves that piece's previous counts, and the failures are
+        raised together once the rest are written (the caller logs them: progress is for the page only).
+        """
+        shards = sorted(set(progress.records) | progress.done)
+        chunks = [shards[i : i + PROGRESS_SHARDS] for i in range(0, len(shards), PROGRESS_SHARDS)] or [[]]
+        what = f"pipeline {pipeline!r}, {progress.kind.value} batch {progress.batch_id}"
+        failed: list[str] = []
+        for n, chunk in enumerate(chunks):
+            item = {
+                "pk": _s(pk(pipeline)), "sk": _s(progress_sk(progress.kind, n)), "batch_id": _n(progress.batch_id),
+                "records": _s(json.dumps({s: progress.records.get(s, 0) for s in chunk})),
+                "done": _s(json.dumps([s for s in chunk if s in progress.done])), "updated_at": _s(progress.updated_at.isoformat()),
+            }  # fmt: skip
+            try:
+                self._call("put_item", f"{what}: storing the replay's progress (item {n})", TableName=self.table, Item=item)
+            except (ClientError, BotoCoreError, KinesisReplayError) as exc:
+                shown = f"shards {chunk[0]} to {chunk[-1]}" if chunk else "no shard yet"
+                failed.append(f"{progress_sk(progress.kind, n)} ({shown}): {exc}")
+        if failed:
+            raise ProgressNotStoredError(
+                f"{what}: {len(failed)} of {len(chunks)} progress items not stored in state table {self.table}: {'; '.join(failed)}"
+            )
+
+    def get_progress(self, pipeline: str) -> dict[RunKind, Progress]:
+        """The last progress of each kind of run, from one Query of the ``progress#`` items (a few KB per 100 shards).
+
+        Pieces left by an earlier, wider batch stay under the key prefix: only the pieces of the batch written
+        last are read back, and where a shard is in two of them (a replay saw a new shard and shifted the
+        pieces), the later write's counts win.
+        """
+        latest: dict[RunKind, list[tuple[datetime, int, dict[str, Any]]]] = {}
+        for item in self._query(pipeline, "progress#"):
+            try:
+                kind, batch_id = RunKind(item["sk"]["S"].split("#")[1]), int(item["batch_id"]["N"])
+                updated = datetime.fromisoformat(item["updated_at"]["S"])
+            except (KeyError, IndexError, ValueError) as exc:
+                raise StateCorruptError(f"pipeline {pipeline!r}: unreadable progress item {item.get('sk')}: {exc!r}") from exc
+            latest.setdefault(kind, []).append((updated, batch_id, item))
+        found: dict[RunKind, Progress] = {}
+        for kind, pieces in latest.items():
+            newest = max(pieces, key=lambda p: p[0])[1]
+            records: dict[str, int] = {}
+            done: set[str] = set()
+            for _, _, item in sorted((p for p in pieces if p[1] == newest), key=lambda p: p[0]):
+                try:
+                    counts, finished = json.loads(item["records"]["S"]), set(json.loads(item["done"]["S"]))
+                except (KeyError, ValueError) as exc:
+                    raise StateCorruptError(f"pipeline {pipeline!r}: unreadable progress item {item['sk']['S']}: {exc!r}") from exc
+                for shard, count in counts.items():
+                    records[shard] = int(count)
+                    (done.add if shard in finished else done.discard)(shard)
+            updated_at = max(p[0] for p in pieces if p[1] == newest)
+            found[kind] = Progress(newest, records, frozenset(done), updated_at, kind)
+        return found
 
     def _get_items(self, keys: list[dict[str, Any]], what: str, projection: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         """The items of these keys that exist, GET_CHUNK keys a call; keys left unread by a busy table are asked again, later."""
@@ -395,15 +447,7 @@ class DynamoDBStateStore:
         manifest = None if batch.manifest is None else json.dumps(batch.manifest.to_dict())
         parts: list[dict[str, Any]] = []
         for field_name, text in (("gaps", json.dumps([g.to_dict() for g in batch.gaps])), ("manifest", manifest)):
-            inline, field_parts = self._split(batch, field_name, text)
-            parts += field_parts
-            for attr in (field_name, f"{field_name}_parts"):
-                names[f"#{attr}"] = attr
-                if attr in inline:
-                    sets.append(f"#{attr} = :{attr}")
-                    values[f":{attr}"] = inline[attr]
-                else:
-                    removes.append(f"#{attr}")
+            parts += self._set_field(batch, field_name, text, names, values, sets, removes)
         names["#figures"] = "figures"
         sets.append("#figures = :figures")
         values[":figures"] = _s(json.dumps(batch.figures()))
@@ -426,19 +470,56 @@ class DynamoDBStateStore:
             ],
         )  # fmt: skip
 
-    def set_snapshot(self, pipeline: str, batch_id: int, snapshot_id: int, expected: BatchStatus) -> None:
-        what = f"pipeline {pipeline!r}: keeping snapshot {snapshot_id} with batch {batch_id}"
-        try:
-            self._call(
-                "update_item", what, TableName=self.table, Key={"pk": _s(pk(pipeline)), "sk": _s(batch_sk(batch_id))},
-                UpdateExpression="SET #snapshot = :snapshot, #updated = :now", ConditionExpression="#status = :expected",
-                ExpressionAttributeNames={"#snapshot": "snapshot_id", "#updated": "updated_at", "#status": "status"},
-                ExpressionAttributeValues={":snapshot": _n(snapshot_id), ":now": _s(_now()), ":expected": _s(expected.value)},
-            )  # fmt: skip
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
-                raise StateConflictError(f"{what}: the batch is no longer {expected.value}") from exc
-            raise
+    def _set_field(
+        self,
+        batch: Batch,
+        field_name: str,
+        text: str | None,
+        names: dict[str, str],
+        values: dict[str, Any],
+        sets: list[str],
+        removes: list[str],
+    ) -> list[dict[str, Any]]:
+        """Add a field to an update: set inline (and its parts removed), or removed and returned as part items to put."""
+        inline, parts = self._split(batch, field_name, text)
+        for attr in (field_name, f"{field_name}_parts"):
+            names[f"#{attr}"] = attr
+            if attr in inline:
+                sets.append(f"#{attr} = :{attr}")
+                values[f":{attr}"] = inline[attr]
+            else:
+                removes.append(f"#{attr}")
+        return parts
+
+    def set_replayed(self, batch: Batch, expected: BatchStatus) -> None:
+        if batch.snapshot_id is None or batch.manifest is None:
+            raise ValueError(f"pipeline {batch.pipeline!r}, batch {batch.batch_id}: a replayed batch needs its manifest and snapshot")
+        what = (
+            f"pipeline {batch.pipeline!r}: keeping the replayed attempt {batch.manifest.attempt} and snapshot {batch.snapshot_id} "
+            f"with batch {batch.batch_id}"
+        )
+        names = {"#snapshot": "snapshot_id", "#updated": "updated_at", "#status": "status", "#figures": "figures"}
+        values: dict[str, Any] = {
+            ":snapshot": _n(batch.snapshot_id), ":now": _s(_now()), ":expected": _s(expected.value),
+            ":figures": _s(json.dumps(batch.figures())),
+        }  # fmt: skip
+        sets = ["#snapshot = :snapshot", "#updated = :now", "#figures = :figures"]
+        removes: list[str] = []
+        # The manifest as update_batch writes it: inline, or in part items written in the same transaction, so the
+        # status condition covers them too and the ledger never names one attempt's manifest with another's snapshot.
+        parts = self._set_field(batch, "manifest", json.dumps(batch.manifest.to_dict()), names, values, sets, removes)
+        expression = "SET " + ", ".join(sets) + (" REMOVE " + ", ".join(removes) if removes else "")
+        self._transact(
+            what,
+            [
+                {"Update": {
+                    "TableName": self.table, "Key": {"pk": _s(pk(batch.pipeline)), "sk": _s(batch_sk(batch.batch_id))},
+                    "UpdateExpression": expression, "ConditionExpression": "#status = :expected",
+                    "ExpressionAttributeNames": names, "ExpressionAttributeValues": values,
+                }},
+                *({"Put": {"TableName": self.table, "Item": part}} for part in parts),
+            ],
+        )  # fmt: skip
 
     def complete_batch(self, batch: Batch, committed_at: datetime) -> None:
         key = {"pk": _s(pk(batch.pipeline))}

@@ -49,12 +49,16 @@ class StateCorruptError(KinesisReplayError):
     """The state table holds something the protocol never writes."""
 
 
+class ProgressNotStoredError(KinesisReplayError):
+    """Some of a replay's progress items were not written; progress is for the page only, so this never fails a replay."""
+
+
 class VerificationError(KinesisReplayError):
     """A batch's output or result manifest does not agree with its plan; nothing is committed."""
 
 
 class OutputOwnershipError(KinesisReplayError):
-    """The output root belongs to another pipeline (or stream, or state table) than the one about to write it."""
+    """The output root belongs to another pipeline (or stream, or state table, or output format) than the one about to write it."""
 
     retryable = False
 

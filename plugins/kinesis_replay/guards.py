@@ -4,6 +4,8 @@ The output root carries an owner record (pipeline, stream, state table) and one 
 whose commit began. Before a plan writes anything it checks both against the state table's head:
 
 - a root owned by another pipeline or stream is never written;
+- a root is written in the format it was created in (the owner record says which; for a record of a release that
+  recorded none, the root's folders say): a directory output never grows a table, nor a table batch_id= folders;
 - a head that is missing, or behind the output, is never taken as a fresh start (that would plan batch 1
   again from the stream's start, and replace committed batches): the run stops and says how to recover;
 - a head that is ahead of the output (the output moved or was deleted) stops the run too.
@@ -12,6 +14,7 @@ whose commit began. Before a plan writes anything it checks both against the sta
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from datetime import datetime
 
 from kinesis_replay import output
@@ -51,6 +54,7 @@ def check_owner(pipeline: PipelineConfig, owner: output.Owner | None, new_table:
             f"{pipeline.stream}; shard ids of two streams would share one set of checkpoints. Give the new stream a new "
             "pipeline and output root. Nothing was written."
         )
+    check_format(pipeline, owner)
     if owner.state_table != pipeline.state_table and not new_table:
         raise StateLostError(
             f"pipeline {pipeline.name!r}: output {root} is kept with state table {owner.state_table}, and the config now "
@@ -58,6 +62,44 @@ def check_owner(pipeline: PipelineConfig, owner: output.Owner | None, new_table:
             f"batches. Point state_table back to {owner.state_table}, or, if the table was moved on purpose, rebuild its "
             f"state in {pipeline.state_table}. {recovery_hint(pipeline)} Nothing was written."
         )
+
+
+def recorded_format(root: str, owner: output.Owner | None) -> tuple[str, str] | None:
+    """The format the output root was created in, and what says so; None while nothing does (a new or empty root)."""
+    if owner is not None and owner.output_format is not None:
+        return owner.output_format, f"as its owner record {output.owner_path(root)} says"
+    # An owner record of a release that recorded no format, or none at all (a release before owner records).
+    layout = output.layout_format(root)
+    if layout == "directory":
+        return layout, "it holds batch_id=<id>/ folders"
+    if layout == "iceberg":
+        return layout, "it holds the table's metadata/ or data/ folder"
+    return None
+
+
+def check_format(pipeline: PipelineConfig, owner: output.Owner | None) -> None:
+    """The pipeline writes its output in the format the root was created in.
+
+    output_format's default became iceberg: a directory pipeline that does not set it would otherwise start a table at
+    its next batch, while its history stays in batch_id=<id>/ folders that the table's readers never see.
+    """
+    root, configured = pipeline.output, pipeline.output_format
+    recorded = recorded_format(root, owner)
+    if recorded is None or recorded[0] == configured:
+        return
+    created, why = recorded
+    default = " (output_format's default, when a pipeline does not set it)" if configured == "iceberg" else ""
+    consequence = (
+        "start an Iceberg table at the next batch, while the batches before it stay in batch_id=<id>/ folders the table's readers never see"
+        if configured == "iceberg"
+        else "write batch_id=<id>/ folders beside the table, which its readers never see, and commit nothing to the table"
+    )
+    raise OutputOwnershipError(
+        f"pipeline {pipeline.name!r}: output {root} was created as a {created} output ({why}), and the pipeline's "
+        f"output_format is now {configured}{default}. Writing it so would {consequence}. Set output_format: {created} "
+        f"for pipeline {pipeline.name!r} in the pipelines config to go on as before; a {configured} output needs a new output root "
+        "(a new pipeline). Nothing was written."
+    )
 
 
 def require_owner(pipeline: PipelineConfig) -> None:
@@ -76,6 +118,8 @@ def check_before_plan(pipeline: PipelineConfig, head: Head) -> None:
         # Listing the commit records costs a call per thousand batches: only when the table is not the owner's.
         new_table_allowed = owner.state_table != table and not output.holds_commits(root, owner)
         check_owner(pipeline, owner, new_table=new_table_allowed)
+    else:
+        check_format(pipeline, None)  # a root written before owner records: its folders say its format
     if head.version == 0:
         if output.holds_commits(root, owner):
             committed = output.committed_batch_ids(root)
@@ -114,12 +158,19 @@ def claim_output(pipeline: PipelineConfig, now: datetime) -> None:
     if owner is not None:
         if owner.state_table == pipeline.state_table:
             check_owner(pipeline, owner)  # a claim never takes over another pipeline's root
+            if owner.output_format is None:
+                # A record of a release that recorded no format, whose folders agree with the config (or show none):
+                # recorded now, so that later checks need no listing and a later change of output_format is refused.
+                output.write_owner(root, replace(owner, output_format=pipeline.output_format), replace=True)
+                log.info("pipeline %s: output %s recorded as a %s output", pipeline.name, root, pipeline.output_format)
             return
         # A new state table only while nothing in the output is committed (else check_owner says how to recover).
         check_owner(pipeline, owner, new_table=not output.holds_commits(root, owner))
+    else:
+        check_format(pipeline, None)
     # No owner yet, or (check_before_plan allowed it: nothing in the output is committed) a new state table.
     adopted = owner.adopted if owner is not None else max(output.manifest_batch_ids(root), default=0)
-    claim = output.Owner(pipeline.name, pipeline.stream, pipeline.state_table, now.isoformat(), adopted)
+    claim = output.Owner(pipeline.name, pipeline.stream, pipeline.state_table, now.isoformat(), adopted, pipeline.output_format)
     claimed = output.write_owner(root, claim, replace=owner is not None)
     check_owner(pipeline, claimed)  # another pipeline may have claimed it first
     log.info("pipeline %s: claimed output %s (owner record %s)", pipeline.name, root, output.owner_path(root))

@@ -92,11 +92,11 @@ def load_catalog(pipeline: PipelineConfig, extra: Mapping[str, str] | None = Non
             return pyiceberg_load_catalog(table.catalog, **properties)
         except (ValueError, ImportError) as exc:
             raise KinesisReplayError(f"pipeline {pipeline.name!r}: cannot load Iceberg catalog {table.catalog!r}: {exc}") from exc
-        except Exception:
+        except Exception as exc:
             # The SQL catalog creates its own tables on first use; two tasks doing so at once: one of them fails ("table
             # iceberg_tables already exists"), and finds them the next time.
             if not table.embedded or attempt == 2:
-                raise
+                raise KinesisReplayError(f"pipeline {pipeline.name!r}: cannot reach {table.describe()}: {exc}") from exc
             time.sleep(0.1)
     raise AssertionError("unreachable")  # pragma: no cover
 
@@ -138,10 +138,13 @@ def check_table_owner(pipeline: PipelineConfig, table: Table) -> None:
         )
 
 
-def table_schema(file_schema: pa.Schema) -> pa.Schema:
+def table_schema(pipeline: PipelineConfig, file_schema: pa.Schema) -> pa.Schema:
     """The table's columns: the files' own, as Spark wrote them (batch_id among them)."""
     if PARTITION_COLUMN not in file_schema.names:
-        raise VerificationError(f"the batch's files have no {PARTITION_COLUMN} column, which the table is partitioned by")
+        raise VerificationError(
+            f"pipeline {pipeline.name!r}: the batch's files have no {PARTITION_COLUMN} column, which "
+            f"{require_table(pipeline).describe()} is partitioned by (files written by a replay job of another release?)"
+        )
     return file_schema
 
 
@@ -162,7 +165,7 @@ def create_or_load_table(pipeline: PipelineConfig, file_schema: pa.Schema, catal
         return found
     config = require_table(pipeline)
     # Spark's files carry no field ids: number the columns here, so the partition and sort fields name the right ones.
-    schema = assign_fresh_schema_ids(BaseCatalog._convert_schema_if_needed(table_schema(file_schema)))
+    schema = assign_fresh_schema_ids(BaseCatalog._convert_schema_if_needed(table_schema(pipeline, file_schema)))
     batch_field = schema.find_field(PARTITION_COLUMN)
     spec = PartitionSpec(PartitionField(batch_field.field_id, 1000, IdentityTransform(), PARTITION_COLUMN))
     sort_order = SortOrder()
@@ -233,6 +236,51 @@ def batch_data_files(table: Table, batch_id: int, snapshot_id: int | None = None
     return [task.file for task in scan.plan_files()]
 
 
+def read_file_schema(properties: Mapping[str, str], path: str) -> pa.Schema:
+    """A Parquet file's columns, read from its footer through the catalog's FileIO."""
+    import pyarrow.parquet as pq
+    from pyiceberg.io import load_file_io
+
+    location = iceberg_location(path)
+    with load_file_io(dict(properties), location).new_input(location).open() as stream:
+        return pq.read_schema(stream)
+
+
+def check_files_fit(pipeline: PipelineConfig, batch_id: int, attempt: str, files: Iterable[str]) -> None:
+    """Before anything commits: the table (if it exists yet) is this pipeline's, and the attempt's files fit it.
+
+    Columns the table lacks are allowed: the commit adds them (a field added to payload.schema). A column whose
+    type no longer matches the table's is refused, naming it: the commit could never succeed, and it must fail
+    here, while the batch can still be replayed, not after the checkpoints' commit has begun.
+    """
+    import pyarrow as pa
+    from pyiceberg.io.pyarrow import _check_pyarrow_schema_compatible
+
+    paths = list(files)
+    catalog = load_catalog(pipeline)
+    table = load_table(pipeline, catalog)  # refused when another pipeline owns it
+    if table is None or not paths:
+        return
+    file_schema = read_file_schema(catalog.properties, paths[0])
+    schema = table.schema()
+    known, changed = {column.name for column in schema.fields}, []
+    for field in file_schema:
+        if field.name not in known:
+            continue  # a new column: the commit adds it
+        column = schema.find_field(field.name)
+        try:
+            _check_pyarrow_schema_compatible(schema.select(field.name), pa.schema([field]), format_version=table.format_version)
+        except ValueError:
+            changed.append(f"{field.name} (the table's {column.field_type}, the files' {field.type})")
+    if changed:
+        raise VerificationError(
+            f"pipeline {pipeline.name!r}, batch {batch_id}: the files of attempt {attempt} ({paths[0]}) do not fit "
+            f"{require_table(pipeline).describe()}: columns whose type changed: {', '.join(changed)}. Iceberg adds "
+            "columns; it does not change a column's type in place (was a field of payload.schema changed?). Nothing was "
+            "committed; the batch stays in flight."
+        )
+
+
 def commit_batch(
     pipeline: PipelineConfig,
     batch_id: int,
@@ -241,26 +289,31 @@ def commit_batch(
     run_id: str,
     catalog: Catalog | None = None,
     before_commit: Any = None,
+    schema_file: str | None = None,
 ) -> int:
     """Make the attempt's files the batch's rows in the table, in one snapshot; returns the snapshot's id.
 
     Idempotent: a snapshot of this attempt already in the table's history is returned as it is. The batch's
-    files in the current snapshot, if any (a committed batch replayed), are replaced in the same snapshot.
-    ``before_commit(table)`` runs just before each try (a test's hook: a concurrent commit lands there).
+    files in the current snapshot, if any (a committed batch replayed), are replaced in the same snapshot. A batch
+    with no data file (every record quarantined) still gets its snapshot, which adds nothing (or removes what an
+    earlier attempt held): the ledger and a resumed commit find it like any other. ``schema_file`` gives the
+    table's columns when such a batch is the table's first. Columns the files have and the table lacks are added
+    in the same snapshot. ``before_commit(table)`` runs just before each try (a test's hook).
     """
-    import pyarrow.parquet as pq
+    import pyarrow as pa
     from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
-    from pyiceberg.io import load_file_io
 
     paths = sorted(iceberg_location(f) for f in files)
-    if not paths:
-        raise TableCommitError(f"pipeline {pipeline.name!r}, batch {batch_id}: attempt {attempt} wrote no data file")
     catalog = catalog or load_catalog(pipeline)
     where = f"pipeline {pipeline.name!r}, batch {batch_id}, {require_table(pipeline).describe()}"
     table = load_table(pipeline, catalog)
     if table is None:  # the first commit: the table takes the files' columns
-        with load_file_io(catalog.properties, paths[0]).new_input(paths[0]).open() as stream:
-            file_schema = pq.read_schema(stream)
+        source = paths[0] if paths else schema_file
+        if source is None:
+            raise TableCommitError(f"{where}: attempt {attempt} wrote no file, so the table's columns are unknown")
+        file_schema = read_file_schema(catalog.properties, source)
+        if PARTITION_COLUMN not in file_schema.names and not paths:  # a quarantine file: batch_id is in its folder
+            file_schema = file_schema.append(pa.field(PARTITION_COLUMN, pa.int64()))
         table = create_or_load_table(pipeline, file_schema, catalog)
     props = snapshot_properties(pipeline.name, batch_id, attempt, run_id)
     for attempt_no in range(1, COMMIT_ATTEMPTS + 1):
@@ -287,7 +340,8 @@ def transaction(table: Table, autocommit: bool = False) -> Transaction:
     snapshot history included, on every read, and one commit reads it about 17 times: measured, the commit of the
     100th batch took 8 to 10 times the 10th's. This caches it on the identity of its two inputs (the table's metadata
     and the tuple of staged updates, both replaced, never mutated, on any change), as apache/iceberg-python
-    PR #3302 and its successor #3784 do upstream. `make bench-table` measures both side by side.
+    PR #3302 and its successor #3784 do upstream, and computes it without the deep copy of the whole history that
+    ``update_table_metadata`` ends with. `make bench-table` measures both side by side.
     """
     return _transaction_class()(table, autocommit=autocommit)
 
@@ -296,7 +350,16 @@ def transaction(table: Table, autocommit: bool = False) -> Transaction:
 def _transaction_class() -> type[Transaction]:
     """Made on first use: nothing under plugins/ imports pyiceberg when Airflow loads it."""
     from pyiceberg.table import Transaction as BaseTransaction
-    from pyiceberg.table.update import update_table_metadata
+    from pyiceberg.table.update import _apply_table_update, _TableMetadataUpdateContext
+
+    def staged(base: Any, updates: tuple[Any, ...]) -> Any:
+        # update_table_metadata without its last step, a deep copy of the whole result: pyiceberg's metadata models
+        # are frozen, each update returns a new model, and this view is only read (the catalog's commit computes
+        # and checks the metadata it writes on its own). The copy is most of a commit's cost on a long history.
+        context, metadata = _TableMetadataUpdateContext(), base
+        for update in updates:
+            metadata = _apply_table_update(update, metadata, context)
+        return metadata
 
     class CachedTransaction(BaseTransaction):
         _cached: tuple[Any, Any, Any] | None = None
@@ -308,10 +371,21 @@ def _transaction_class() -> type[Transaction]:
                 return base
             cached = self._cached
             if cached is None or cached[0] is not base or cached[1] is not updates:
-                cached = self._cached = (base, updates, update_table_metadata(base, updates))
+                cached = self._cached = (base, updates, staged(base, updates))
             return cached[2]
 
     return CachedTransaction
+
+
+def _add_new_columns(table: Table, tx: Transaction, path: str, where: str) -> None:
+    """Columns the file has and the table lacks (a field added to payload.schema) join the table in ``tx``."""
+    file_schema = read_file_schema(table.io.properties, path)
+    known = {field.name for field in table.schema().fields}
+    added = [name for name in file_schema.names if name not in known]
+    if added:
+        log.info("%s: adding columns %s to the table", where, added)
+        with tx.update_schema() as schema_update:
+            schema_update.union_by_name(file_schema)
 
 
 def _commit_once(table: Table, batch_id: int, paths: list[str], props: dict[str, str], where: str) -> int:
@@ -324,6 +398,8 @@ def _commit_once(table: Table, batch_id: int, paths: list[str], props: dict[str,
         raise TableCommitError(f"{where}: the table already holds files of attempt {attempt}, in no snapshot of its own")
     try:
         with transaction(table) as tx:
+            if paths:
+                _add_new_columns(table, tx, paths[0], where)
             data_files = [parquet_file_to_data_file(table.io, tx.table_metadata, p) for p in paths]
             wrong = [f.file_path for f in data_files if f.partition[0] != batch_id]
             if wrong:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -238,6 +239,9 @@ class Owner:
     # The highest batch whose results the root held when it was claimed: written by a version of kinesis-replay that
     # kept no commit records. 0 for a new root, whose commit records are then complete: no record, no commit.
     adopted: int = 0
+    # The root's layout, "iceberg" or "directory", recorded when the root is claimed: a pipeline never writes one layout
+    # into a root that holds the other. None in a record of a release that recorded none (see layout_format).
+    output_format: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -248,11 +252,32 @@ def read_owner(output: str) -> Owner | None:
     if data is None:
         return None
     try:
+        recorded = data.get("output_format")
         return Owner(
-            str(data["pipeline"]), str(data["stream"]), str(data["state_table"]), str(data["created_at"]), int(data.get("adopted", 0))
-        )
+            str(data["pipeline"]), str(data["stream"]), str(data["state_table"]), str(data["created_at"]),
+            int(data.get("adopted", 0)), str(recorded) if recorded is not None else None,
+        )  # fmt: skip
     except (KeyError, TypeError) as exc:
         raise KinesisReplayError(f"{owner_path(output)}: not an owner record (missing {exc})") from exc
+
+
+def layout_format(output: str) -> str | None:
+    """The format the root's own folders show, for a root whose owner record names none (one listing of the root).
+
+    ``batch_id=<id>/`` folders at the root are a directory output's batches; else Iceberg's ``metadata/`` or ``data/``
+    folder is a table's. None when the root holds neither (no batch was written, or there is no root).
+    """
+    from pyarrow import fs
+
+    filesystem, local = _filesystem(output)
+    if filesystem.get_file_info(local).type != fs.FileType.Directory:
+        return None
+    folders = {i.base_name for i in filesystem.get_file_info(fs.FileSelector(local)) if i.type == fs.FileType.Directory}
+    if any(name.startswith("batch_id=") for name in folders):
+        return "directory"
+    if folders & {"metadata", DATA_DIR}:
+        return "iceberg"
+    return None
 
 
 def write_owner(output: str, owner: Owner, replace: bool = False) -> Owner:
@@ -335,3 +360,25 @@ def read_commit_record(output: str, batch_id: int) -> Batch:
         return Batch.from_dict(data["batch"])
     except (KeyError, TypeError, ValueError) as exc:
         raise KinesisReplayError(f"{path}: unreadable commit record: {exc!r}") from exc
+
+
+def unfinished_commits(output: str, batch_ids: Iterable[int]) -> set[int]:
+    """Of these batches, those whose commit record names no table snapshot yet (or cannot be read).
+
+    A commit writes its record before its table commit, so a batch whose record has no ``snapshot_id`` was cut
+    short in between: its files are in no snapshot, and the run that resumes the commit, or a recovery from the
+    records, puts them in the table. A batch with no record never began its commit. One read per batch named.
+    """
+    found = set()
+    for batch_id in sorted(set(batch_ids)):
+        try:
+            data = _read_json(commit_record_path(output, batch_id))
+        except KinesisReplayError:
+            found.add(batch_id)  # unreadable: what it names is unknown, so its files are kept
+            continue
+        if data is None:
+            continue
+        batch = data.get("batch") if isinstance(data, dict) else None
+        if not isinstance(batch, dict) or batch.get("snapshot_id") is None:
+            found.add(batch_id)
+    return found

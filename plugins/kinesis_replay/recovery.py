@@ -9,7 +9,9 @@ its shard list (for parents, and to store the start of shards that never committ
 For a table output, each record names the snapshot that put its batch in the table. A record without one is of a
 commit cut short between the record and the table commit: recovery finishes it (the batch's verified attempt goes
 into the table in one snapshot, or the snapshot that did so is found by its summary), so that every batch the
-rebuilt ledger calls committed is in the table.
+rebuilt ledger calls committed is in the table. A record whose manifest names no attempt either was committed to a
+directory output (its rows are in a batch_id=<id>/ folder, which no table commit can take): recovery refuses it
+rather than skip it, as skipping would move the checkpoints past rows the table does not hold.
 """
 
 from __future__ import annotations
@@ -78,6 +80,8 @@ def plan_recovery(pipeline: PipelineConfig, records: Sequence[Batch], listed: Se
             f"{where}: the commit records of batches {backfill.listed(missing)} are missing, so the checkpoints they moved can't be "
             "known; restore those files under _commits/ (from a backup or a versioned bucket) and recover again"
         )
+    if pipeline.table is not None:
+        check_table_records(pipeline, records)
     parents = {s.shard_id: s.parent_shard_ids for s in listed}
     shards: dict[str, ShardState] = {}
     for batch in records:
@@ -112,6 +116,26 @@ def plan_recovery(pipeline: PipelineConfig, records: Sequence[Batch], listed: Se
     head = Head(next_batch_id=(ids[-1] if ids else 0) + 1)
     ordered = tuple(sorted(shards.values(), key=lambda s: s.shard_id))
     return Recovery(pipeline.name, pipeline.state_table, pipeline.output, head, ordered, restored)
+
+
+def check_table_records(pipeline: PipelineConfig, records: Sequence[Batch]) -> None:
+    """For a table output: every record names its snapshot, or an attempt that a table commit can finish with.
+
+    Refused, not skipped: the rebuilt ledger would call such a batch committed, and its checkpoints would move past
+    records the table does not hold (invariant 5); a replay can't help either, as the batch's ranges may have left
+    the stream's retention. Checked before anything is committed to the table, and in a dry run too.
+    """
+    directory = [b.batch_id for b in records if b.snapshot_id is None and b.manifest is not None and b.manifest.attempt is None]
+    if not directory:
+        return
+    table = pipeline.table.describe() if pipeline.table is not None else "the table"
+    raise RecoveryError(
+        f"pipeline {pipeline.name!r}, output {pipeline.output}: the commit records of batch(es) {backfill.listed(directory)} "
+        f"name no table snapshot, and their result manifests no attempt: they were committed to a directory output "
+        f"(batch_id=<id>/ folders), and the pipeline's output_format is now iceberg ({table}). Recovering would call them "
+        "committed while the table holds none of their rows. If the output is a directory output, set output_format: "
+        f"directory for pipeline {pipeline.name!r} in the pipelines config and recover again. Nothing was written."
+    )
 
 
 def in_table(pipeline: PipelineConfig, batch: Batch) -> Batch:
@@ -159,7 +183,9 @@ def recover(pipeline: PipelineConfig, kinesis_client: KinesisClient, store: Stat
     if pipeline.table is not None:
         plan = replace(plan, batches=tuple(in_table(pipeline, b) for b in plan.batches))
     store.restore(pipeline.name, plan.head, plan.shards, plan.batches)
-    if owner.state_table != pipeline.state_table:
-        output.write_owner(pipeline.output, replace(owner, state_table=pipeline.state_table), replace=True)
+    if owner.state_table != pipeline.state_table or owner.output_format is None:
+        # check_owner found the output's format (recorded, or shown by its folders) agrees with the pipeline's: record it.
+        claim = replace(owner, state_table=pipeline.state_table, output_format=pipeline.output_format)
+        output.write_owner(pipeline.output, claim, replace=True)
     log.info("pipeline %s: state rebuilt in %s; the next batch is %d", pipeline.name, pipeline.state_table, plan.head.next_batch_id)
     return plan

@@ -318,6 +318,13 @@ class BatchSummary:
     last_error: str | None = None  # the cause of the last of them, kept after a later attempt succeeded
 
 
+class RunKind(StrEnum):
+    """Which run replays a batch: the regular one (its in-flight batch) or a backfill (a committed batch, again)."""
+
+    REGULAR = "regular"
+    BACKFILL = "backfill"
+
+
 @dataclass(frozen=True)
 class Progress:
     """What the replay of a batch has read so far, per shard, as its job last reported it."""
@@ -326,6 +333,7 @@ class Progress:
     records: Mapping[str, int]  # shard id -> records read so far
     done: frozenset[str]  # the shards whose range the job has read to its end
     updated_at: datetime
+    kind: RunKind = RunKind.REGULAR  # a backfill's progress is kept apart from the regular batch's
 
 
 class StateStore(Protocol):
@@ -369,10 +377,13 @@ class StateStore(Protocol):
         ...
 
     def put_progress(self, progress: Progress, pipeline: str) -> None:
-        """Store the replay's progress (one item per pipeline, replaced each time; nothing depends on it but the page)."""
+        """Store the replay's progress, replacing the last one of its kind (regular or backfill); nothing depends on
+        it but the page. Stored in pieces of a bounded number of shards, so a wide stream's fits too."""
         ...
 
-    def get_progress(self, pipeline: str) -> Progress | None: ...
+    def get_progress(self, pipeline: str) -> dict[RunKind, Progress]:
+        """The last progress stored of each kind (regular, backfill), read together in one cheap call."""
+        ...
 
     def update_batch(self, batch: Batch, expected: BatchStatus) -> None:
         """Replace the batch's status, manifest, attempts, error and gaps, conditioned on its current status."""
@@ -382,8 +393,9 @@ class StateStore(Protocol):
         """Move a checkpoint from ``previous`` to ``new``, conditioned on it still being ``previous``."""
         ...
 
-    def set_snapshot(self, pipeline: str, batch_id: int, snapshot_id: int, expected: BatchStatus) -> None:
-        """Keep the table snapshot that holds the batch, conditioned on its status being ``expected`` (a backfill's replace)."""
+    def set_replayed(self, batch: Batch, expected: BatchStatus) -> None:
+        """Keep a backfill's replayed manifest and the table snapshot that holds its attempt, in one write conditioned on
+        the batch's status being ``expected``: the ledger never names one attempt's files with another's snapshot."""
         ...
 
     def complete_batch(self, batch: Batch, committed_at: datetime) -> None:

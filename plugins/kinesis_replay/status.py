@@ -3,15 +3,19 @@ figures, the in-flight batch's progress and the last failures."""
 
 from __future__ import annotations
 
+import logging
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from kinesis_replay.config import PipelineConfig
-from kinesis_replay.state import Batch, BatchStatus, BatchSummary, Head, Progress, StateStore
+from kinesis_replay.errors import KinesisReplayError
+from kinesis_replay.state import Batch, BatchStatus, BatchSummary, Head, Progress, RunKind, StateStore
+
+log = logging.getLogger(__name__)
 
 # The batch's extra key for its capped ranges: shard id -> how far the range's end was behind the tip (ms).
 CAPPED = "capped"
@@ -21,6 +25,10 @@ ESTIMATED = "estimated_records"
 HISTORY = timedelta(hours=24)  # the charts' window
 HISTORY_MAX = 1440  # batches: a day of a pipeline scheduled every minute, read 100 to a call
 FAILURES = 10  # the last failures listed
+# A backfill's progress is shown while some shard is unread and its last report is recent: this many progress
+# intervals, and at least BACKFILL_SHOWN_MIN (a backfill that failed or was killed stops reporting).
+BACKFILL_SHOWN_INTERVALS = 10
+BACKFILL_SHOWN_MIN = timedelta(minutes=10)
 
 
 @dataclass(frozen=True)
@@ -64,6 +72,7 @@ class PipelineView:
     history: tuple[dict[str, Any], ...] = ()  # the last day's batches, oldest first: what the charts draw
     failures: tuple[dict[str, Any], ...] = ()  # the batches of that day that failed at least once, newest first, and why
     progress: dict[str, Any] | None = None  # the in-flight batch's replay, per shard
+    backfill_progress: dict[str, Any] | None = None  # a running backfill's replay of a committed batch, per shard
     table: str | None = None  # the table's identity (table, namespace, catalog); None for a directory output
 
     def to_dict(self) -> dict[str, Any]:
@@ -94,6 +103,7 @@ def pipeline_view(p: PipelineConfig, store: StateStore, now: datetime, last: int
         )
         for s in states
     )
+    reported = store.get_progress(p.name)  # one Query: the last progress of the regular run and of a backfill
     newest = next((b for b in recent if b.status == BatchStatus.COMMITTED), None)
     behind = catch_up(newest, now) if newest is not None else None
     return PipelineView(
@@ -109,7 +119,8 @@ def pipeline_view(p: PipelineConfig, store: StateStore, now: datetime, last: int
         behind_text=behind.describe() if behind else None,
         history=tuple(_history_point(b) for b in day),
         failures=tuple(_failure(b) for b in reversed(day) if b.last_error is not None)[:FAILURES],
-        progress=_progress(store, p.name, found.get(head.in_flight)) if head.in_flight is not None else None,
+        progress=_progress(found.get(head.in_flight), reported.get(RunKind.REGULAR)) if head.in_flight is not None else None,
+        backfill_progress=_backfill_progress(store, p, reported.get(RunKind.BACKFILL), now),
         table=p.table.describe() if p.table is not None else None,
     )
 
@@ -143,13 +154,28 @@ def _failure(b: BatchSummary) -> dict[str, Any]:
             "created_at": b.created_at.isoformat(timespec="seconds"), "error": b.last_error}  # fmt: skip
 
 
-def _progress(store: StateStore, pipeline: str, batch: Batch | None) -> dict[str, Any] | None:
+def _progress(batch: Batch | None, reported: Progress | None) -> dict[str, Any] | None:
     """Each range of the in-flight batch: records read so far (as its replay last reported), against the plan's estimate."""
     if batch is None:
         return None
-    reported = store.get_progress(pipeline)
     current = reported if reported is not None and reported.batch_id == batch.batch_id else None
-    estimates: Mapping[str, int] = batch.extra.get(ESTIMATED) or {}
+    return _progress_view(batch, current, batch.extra.get(ESTIMATED) or {}, RunKind.REGULAR)
+
+
+def _backfill_progress(store: StateStore, p: PipelineConfig, reported: Progress | None, now: datetime) -> dict[str, Any] | None:
+    """A running backfill's replay, against what the batch held when it was committed; None once it is read or silent."""
+    if reported is None or (reported.records and reported.done >= set(reported.records)):
+        return None
+    if now - reported.updated_at > max(BACKFILL_SHOWN_MIN, timedelta(seconds=BACKFILL_SHOWN_INTERVALS * p.read.progress_seconds)):
+        return None
+    batch = store.get_batches(p.name, [reported.batch_id]).get(reported.batch_id)
+    if batch is None:
+        return None
+    estimates = {r.shard_id: r.records + r.bad_records for r in batch.manifest.shards} if batch.manifest is not None else {}
+    return _progress_view(batch, reported, estimates, RunKind.BACKFILL)
+
+
+def _progress_view(batch: Batch, current: Progress | None, estimates: Mapping[str, int], kind: RunKind) -> dict[str, Any]:
     shards = [
         {
             "shard_id": r.shard_id,
@@ -161,6 +187,7 @@ def _progress(store: StateStore, pipeline: str, batch: Batch | None) -> dict[str
     ]
     return {
         "batch_id": batch.batch_id,
+        "kind": kind.value,
         "status": batch.status.value,
         "updated_at": current.updated_at.isoformat(timespec="seconds") if current else None,
         "read": sum(s["read"] for s in shards),
@@ -176,14 +203,30 @@ _PROGRESS_LINE = re.compile(r"(\S+) \[\d+ \.\. [^\]]*\]: (?:(\d+) records read|d
 
 class ReplayProgress:
     """Follows a replay job's log lines and publishes what each shard has read, at most every ``every_seconds`` (one
-    write for all shards, however many), and once more at the end (``flush``)."""
+    publish for all shards, however many), and once more at the end (``close``).
+
+    The shards of the batch are known from the start (``shards``), each at 0 until its first line, so every
+    publish covers the same shards and the store cuts them into the same pieces. A publish that fails is not
+    fatal (progress is for the page only): the first failure is logged with the pipeline and batch, later ones
+    are counted, and ``close`` logs the count and returns it.
+    """
 
     def __init__(
-        self, batch_id: int, publish: Callable[[Progress], None], every_seconds: float, clock: Callable[[], float] = time.monotonic
+        self,
+        pipeline: str,
+        batch_id: int,
+        publish: Callable[[Progress], None],
+        every_seconds: float,
+        *,
+        shards: Iterable[str] = (),
+        kind: RunKind = RunKind.REGULAR,
+        clock: Callable[[], float] = time.monotonic,
     ):
-        self.batch_id, self._publish, self._every, self._clock = batch_id, publish, every_seconds, clock
-        self.records: dict[str, int] = {}
+        self.pipeline, self.batch_id, self.kind = pipeline, batch_id, kind
+        self._publish, self._every, self._clock = publish, every_seconds, clock
+        self.records: dict[str, int] = dict.fromkeys(shards, 0)
         self.done: set[str] = set()
+        self.writes = self.failures = 0
         self._published = clock()
         self._pending = False
 
@@ -203,7 +246,27 @@ class ReplayProgress:
         if not self._pending:
             return
         self._pending, self._published = False, self._clock()
-        self._publish(Progress(self.batch_id, dict(self.records), frozenset(self.done), datetime.now(UTC)))
+        self.writes += 1
+        try:
+            self._publish(Progress(self.batch_id, dict(self.records), frozenset(self.done), datetime.now(UTC), self.kind))
+        except KinesisReplayError as exc:
+            self._pending = True  # tried again at the next interval, or at close
+            self.failures += 1
+            if self.failures == 1:
+                log.warning(
+                    "pipeline %s, %s batch %d: the replay's progress was not stored; the replay goes on, the page shows older "
+                    "counts, and further failures are only counted: %s", self.pipeline, self.kind.value, self.batch_id, exc,
+                )  # fmt: skip
+
+    def close(self) -> int:
+        """Publish what is left; log how many publishes failed, if any, and return that number."""
+        self.flush()
+        if self.failures:
+            log.warning(
+                "pipeline %s, %s batch %d: %d of %d writes of the replay's progress failed",
+                self.pipeline, self.kind.value, self.batch_id, self.failures, self.writes,
+            )  # fmt: skip
+        return self.failures
 
 
 def _checkpoint_age(batch: Batch | None, shard_id: str, now: datetime) -> float | None:

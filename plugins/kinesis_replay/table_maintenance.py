@@ -23,7 +23,13 @@ Why orphan removal cannot remove a file a reader needs, or one a batch in flight
   snapshot the expiry kept still works;
 - a replay writes its files before its commit, and a commit follows its replay within minutes to hours, far
   inside ``orphan_age``; and files under a batch that the ledger says is in flight (``in_flight``) are kept
-  whatever their age, for a batch that failed and waits for an operator.
+  whatever their age, for a batch that failed and waits for an operator;
+- files under a batch whose commit record in the output names no snapshot yet (``committing``, asked only about
+  the batches that hold removable files) are kept too: its commit was cut short between the record and the table
+  commit, and the run that resumes it, or a recovery of a lost state table from the records, needs them;
+- a caller that cannot trust the ledger (the pipeline's head item is missing: the state table was lost, emptied or
+  replaced) passes ``refuse_orphans``, and no file is removed; expiry still runs, as it deletes no file and keeps
+  the current snapshot, the only one a commit cut short can be in (nothing commits without a head).
 
 Superseded files (a replayed batch's old files) are therefore removed by the first run after the snapshot that
 still referenced them has expired: a backfill never deletes them itself, so a reader time travelling to the
@@ -34,7 +40,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
@@ -54,6 +60,7 @@ DEFAULT_MIN_SNAPSHOTS_TO_KEEP = 1
 # Iceberg's remove_orphan_files default: older than any write that has not committed yet could be.
 DEFAULT_ORPHAN_AGE = timedelta(days=3)
 BATCH_DIGITS = 10  # as output.BATCH_DIGITS: batch_id=0000000042
+_BATCH_IN_PATH = re.compile(r"(?:^|/)batch_id=(\d+)(?:/|$)")
 
 
 @dataclass(frozen=True)
@@ -82,16 +89,23 @@ class Report:
     snapshots_kept: int
     orphans_removed: tuple[str, ...]
     too_young: int  # unreferenced files kept because they are younger than the orphan age
-    in_flight: int  # unreferenced files kept because they belong to a batch in flight
+    in_flight: int  # unreferenced files kept because they belong to a batch in flight or whose commit was cut short
     dry_run: bool = False
     failed: tuple[str, ...] = field(default=())  # orphans whose delete failed (the next run tries again)
+    committing: tuple[int, ...] = field(default=())  # batches kept because their commit record names no snapshot yet
+    orphans_refused: str | None = None  # why no orphan file was looked for or removed (expiry ran)
 
     def summary(self) -> str:
         verb = "would remove" if self.dry_run else "removed"
+        if self.orphans_refused is not None:
+            expired = f"expired {len(self.expired_snapshots)} snapshots (kept {self.snapshots_kept})"
+            return f"{expired}; removed no orphan file: {self.orphans_refused}"
         return (
             f"expired {len(self.expired_snapshots)} snapshots (kept {self.snapshots_kept}); {verb} "
             f"{len(self.orphans_removed)} orphan files; kept {self.too_young} younger than the orphan age and "
-            f"{self.in_flight} of batches in flight" + (f"; {len(self.failed)} deletes failed" if self.failed else "")
+            f"{self.in_flight} of batches in flight"
+            + (f" (commits cut short: batches {', '.join(map(str, self.committing))})" if self.committing else "")
+            + (f"; {len(self.failed)} deletes failed" if self.failed else "")
         )
 
 
@@ -221,6 +235,30 @@ def in_flight_pattern(batch_ids: Iterable[int]) -> re.Pattern[str] | None:
     return re.compile(rf"(^|/)batch_id=({alternatives})(/|$)")
 
 
+def batch_of(path: str) -> int | None:
+    """The batch whose partition a path is under (``.../batch_id=0000000042/...``), if any."""
+    found = _BATCH_IN_PATH.search(path)
+    return int(found.group(1)) if found else None
+
+
+Committing = Callable[[set[int]], Collection[int]]
+"""Of the batches named, those whose commit began and has no snapshot yet (``output.unfinished_commits``)."""
+
+
+def _committing(table: Table, candidates: list[str], committing: Committing | None) -> list[int]:
+    """The batches of the candidate files whose commit began and has no snapshot yet: their files stay."""
+    named = {b for b in map(batch_of, candidates) if b is not None}
+    if committing is None or not named:
+        return []
+    kept = sorted(set(committing(named)) & named)
+    if kept:
+        log.warning(
+            "table %s: kept the unreferenced files of batches %s: their commit records name no snapshot yet (a commit cut short, "
+            "which the next run or a recovery finishes with these files)", _name(table), ", ".join(map(str, kept)),
+        )  # fmt: skip
+    return kept
+
+
 def remove_orphan_files(
     table: Table,
     policy: Policy,
@@ -228,21 +266,21 @@ def remove_orphan_files(
     in_flight: Collection[int] = (),
     dry_run: bool = False,
     expiring: Collection[int] = (),
-) -> tuple[list[str], int, int, list[str]]:
+    committing: Committing | None = None,
+) -> tuple[list[str], int, int, list[str], list[int]]:
     """Delete files under the table's location that nothing references and that are older than the orphan age.
 
-    Returns (removed, kept as too young, kept as in flight, failed deletes). A dry run counts the snapshots
-    ``expiring`` (not expired yet) as gone.
+    Returns (removed, kept as too young, kept as in flight, failed deletes, batches kept as committing). A dry run
+    counts the snapshots ``expiring`` (not expired yet) as gone. ``committing`` is asked once, about the batches
+    that hold files old enough to remove, and those it names keep them.
     """
     listed = _listing(table)  # first: a file committed from now on is in the metadata read next
     table.refresh()
     referenced = referenced_files(table, expiring)
     pattern = in_flight_pattern(in_flight)
     cutoff = now - policy.orphan_age
-    removed: list[str] = []
-    failed: list[str] = []
+    candidates: list[str] = []
     too_young = flying = 0
-    io = table.io
     for path, mtime in sorted(listed):
         if path in referenced:
             continue
@@ -251,7 +289,16 @@ def remove_orphan_files(
         elif mtime > cutoff:
             too_young += 1
         else:
+            candidates.append(path)
+    kept = _committing(table, candidates, committing)
+    removed: list[str] = []
+    failed: list[str] = []
+    for path in candidates:
+        if batch_of(path) in kept:
+            flying += 1
+        else:
             removed.append(path)
+    io = table.io
     if not dry_run:
         for path in removed:
             try:
@@ -260,7 +307,7 @@ def remove_orphan_files(
                 log.warning("table %s: could not delete orphan %s: %s", _name(table), path, e)
                 failed.append(path)
         removed = [p for p in removed if p not in set(failed)]
-    return removed, too_young, flying, failed
+    return removed, too_young, flying, failed, kept
 
 
 def maintain(
@@ -269,14 +316,26 @@ def maintain(
     in_flight: Collection[int] = (),
     now: datetime | None = None,
     dry_run: bool = False,
+    committing: Committing | None = None,
+    refuse_orphans: str | None = None,
 ) -> Report:
-    """Expire snapshots by the table's retention, then remove orphan files; see the module's doc for the defaults."""
+    """Expire snapshots by the table's retention, then remove orphan files; see the module's doc for the defaults.
+
+    With ``refuse_orphans`` (why the ledger cannot be trusted), only the expiry runs, and the reason is logged as an error.
+    """
     now = now or datetime.now(UTC)
     policy = policy_for(table, orphan_age)
     expired = expire_snapshots(table, policy, now, dry_run=dry_run)
-    removed, too_young, flying, failed = remove_orphan_files(
-        table, policy, now, in_flight, dry_run=dry_run, expiring=expired if dry_run else ()
-    )
+    removed: list[str] = []
+    failed: list[str] = []
+    kept: list[int] = []
+    too_young = flying = 0
+    if refuse_orphans is not None:
+        log.error("table %s: no orphan file removed: %s", _name(table), refuse_orphans)
+    else:
+        removed, too_young, flying, failed, kept = remove_orphan_files(
+            table, policy, now, in_flight, dry_run=dry_run, expiring=expired if dry_run else (), committing=committing
+        )
     report = Report(
         expired_snapshots=tuple(expired),
         snapshots_kept=len(table.metadata.snapshots) - (len(expired) if dry_run else 0),
@@ -285,6 +344,8 @@ def maintain(
         in_flight=flying,
         dry_run=dry_run,
         failed=tuple(failed),
+        committing=tuple(kept),
+        orphans_refused=refuse_orphans,
     )
     log.info("table %s: %s", _name(table), report.summary())
     return report

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 
-from kinesis_replay.dynamodb_store import DynamoDBStateStore, part_sk
-from kinesis_replay.errors import EndpointUnreachableError, StateConflictError, StateCorruptError
+from kinesis_replay.dynamodb_store import PROGRESS_SHARDS, DynamoDBStateStore, part_sk
+from kinesis_replay.errors import EndpointUnreachableError, ProgressNotStoredError, StateConflictError, StateCorruptError
 from kinesis_replay.ranges import SequenceRange
-from kinesis_replay.state import Batch, BatchStatus, Head, Manifest, ShardResult, ShardState, StartPosition
+from kinesis_replay.state import Batch, BatchStatus, Head, Manifest, Progress, RunKind, ShardResult, ShardState, StartPosition
 
 S = 49680458800076825667891419458951111266169532991963922434
 NOW = datetime(2026, 11, 22, tzinfo=UTC)
@@ -194,3 +195,85 @@ def test_a_wide_batchs_summary_reads_its_figures_and_failures_without_its_ranges
         1, BatchStatus.WRITTEN, None, 2, "second cause"
     )  # fmt: skip
     assert summary.figures == {"shards": 1_000, "behind_seconds": 0.0, "records": 50_000, "bytes": 5_000_000, "bad_records": 0}
+
+
+def committed(batch: Batch, attempt: str) -> Batch:
+    """The batch committed with a manifest of ``attempt``, as the ledger holds it after its first run."""
+    manifest = Manifest(
+        "orders",
+        batch.batch_id,
+        tuple(ShardResult(r.shard_id, 50, 5_000, S + 1, S + 50, "0123456789abcdef") for r in batch.ranges),
+        1.0,
+        attempt,
+    )
+    return replace(batch, status=BatchStatus.COMMITTED, committed_at=NOW, manifest=manifest, snapshot_id=1)
+
+
+@pytest.mark.parametrize("make", [planned, wide], ids=["inline", "in-parts"])
+def test_a_backfill_keeps_the_replayed_manifest_with_its_snapshot_in_one_conditional_write(store: DynamoDBStateStore, make: Any) -> None:
+    first = committed(make(), "a")
+    store.restore("orders", Head(next_batch_id=2), [], [first])
+    assert first.manifest is not None
+    replayed = replace(first, manifest=replace(first.manifest, attempt="b", seconds=2.0), snapshot_id=2)
+
+    store.set_replayed(replayed, expected=BatchStatus.COMMITTED)
+
+    stored = store.get_batch("orders", 1)
+    assert stored == replayed and stored.manifest is not None and (stored.manifest.attempt, stored.snapshot_id) == ("b", 2)
+    # Conditioned on the status: a batch that is not COMMITTED keeps its manifest and snapshot.
+    with pytest.raises(StateConflictError, match=r"pipeline 'orders': keeping the replayed attempt c and snapshot 3 with batch 1"):
+        store.set_replayed(replace(replayed, manifest=replace(first.manifest, attempt="c"), snapshot_id=3), expected=BatchStatus.WRITTEN)
+    assert store.get_batch("orders", 1) == replayed
+
+
+def progress_of(batch_id: int, shards: int, kind: RunKind = RunKind.REGULAR, read: int = 7) -> Progress:
+    ids = [f"shardId-{i:012d}" for i in range(shards)]
+    return Progress(batch_id, {s: read * i for i, s in enumerate(ids)}, frozenset(ids[::2]), NOW, kind)
+
+
+def test_the_progress_of_1000_shards_is_stored_in_items_of_bounded_size_and_read_back_whole_in_one_query(
+    store: DynamoDBStateStore, dynamodb: Any, state_table: str
+) -> None:
+    progress = progress_of(3, 1_000)
+    store.put_progress(progress, "orders")
+    sizes = {sk: size for sk, size in item_sizes(dynamodb, state_table).items() if sk.startswith("progress#")}
+    assert len(sizes) == 1_000 // PROGRESS_SHARDS and max(sizes.values()) < 10_000, sizes  # DynamoDB refuses items over 400 KB
+    calls: list[str] = []
+    store.client.meta.events.register("before-call.dynamodb.*", lambda event_name, **kwargs: calls.append(event_name.split(".")[-1]))
+    assert store.get_progress("orders") == {RunKind.REGULAR: progress}
+    assert calls == ["Query"]
+
+
+def test_a_backfills_progress_never_replaces_the_regular_batchs(store: DynamoDBStateStore) -> None:
+    regular, backfill = progress_of(5, 250), progress_of(2, 300, RunKind.BACKFILL, read=3)
+    store.put_progress(regular, "orders")
+    store.put_progress(backfill, "orders")
+    assert store.get_progress("orders") == {RunKind.REGULAR: regular, RunKind.BACKFILL: backfill}
+    assert store.get_progress("payments") == {}  # nor another pipeline's
+
+
+def test_a_narrower_later_batch_reads_back_only_its_own_progress(store: DynamoDBStateStore) -> None:
+    store.put_progress(progress_of(1, 250), "orders")  # three items; the next batch writes over the first only
+    later = replace(progress_of(2, 50), updated_at=NOW + timedelta(minutes=5))
+    store.put_progress(later, "orders")
+    assert store.get_progress("orders") == {RunKind.REGULAR: later}
+
+
+def test_a_failed_progress_write_names_the_pipeline_batch_and_items_and_writes_the_rest(
+    store: DynamoDBStateStore, dynamodb: Any, state_table: str
+) -> None:
+    def refuse_the_second_item(params: dict[str, Any], **kwargs: Any) -> None:
+        if params["Item"]["sk"]["S"] == "progress#regular#0001":
+            raise ClientError({"Error": {"Code": "ProvisionedThroughputExceededException", "Message": "slow down"}}, "PutItem")
+
+    store.client.meta.events.register("provide-client-params.dynamodb.PutItem", refuse_the_second_item)
+    with pytest.raises(
+        ProgressNotStoredError,
+        match=r"pipeline 'orders', regular batch 3: 1 of 3 progress items not stored .*progress#regular#0001 "
+        r"\(shards shardId-000000000100 to shardId-000000000199\)",
+    ):
+        store.put_progress(progress_of(3, 250), "orders")
+    assert {sk for sk in item_sizes(dynamodb, state_table) if sk.startswith("progress#")} == {
+        "progress#regular#0000",
+        "progress#regular#0002",
+    }

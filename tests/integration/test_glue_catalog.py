@@ -11,6 +11,7 @@ version: that is what makes a commit atomic, and what these tests look at from G
 from __future__ import annotations
 
 import io
+import json
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -20,6 +21,7 @@ import boto3
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from botocore.client import BaseClient
 from pyiceberg.catalog.glue import GlueCatalog
 from pyiceberg.expressions import EqualTo
 from pyiceberg.partitioning import PartitionField, PartitionSpec
@@ -35,6 +37,7 @@ from stack.harness import check_exactly_once, load_dags, run_dag
 from stack.local_stack import LOCAL_KEY, REGION
 from stack.producer import produce
 
+IAM_POLICY = Path(__file__).resolve().parents[2] / "plugins" / "kinesis_replay" / "iam_policy.json"
 SCHEMA = Schema(
     NestedField(1, "sequence_number", StringType(), required=False),
     NestedField(2, "batch_id", LongType(), required=False),
@@ -154,8 +157,35 @@ def test_a_commit_from_a_stale_table_is_retried_on_glues_new_version_and_loses_n
     assert summaries == ["1", "2"], "each batch in one snapshot of its own, in the order Glue accepted them"
 
 
+@pytest.fixture
+def glue_calls(monkeypatch: pytest.MonkeyPatch) -> set[str]:
+    """The Glue actions that any boto3 client in this process calls, as IAM names them (glue:GetTable)."""
+    calls: set[str] = set()
+    make_api_call = BaseClient._make_api_call
+
+    def recording(client: Any, operation: str, params: Any) -> Any:
+        if client.meta.service_model.service_name == "glue":
+            calls.add(f"glue:{operation}")
+        return make_api_call(client, operation, params)
+
+    monkeypatch.setattr(BaseClient, "_make_api_call", recording)
+    return calls
+
+
+def policy_glue_actions() -> set[str]:
+    policy = json.loads(IAM_POLICY.read_text())
+    return {a for s in policy["Statement"] for a in s["Action"] if a.startswith("glue:")}
+
+
 def test_a_pipeline_on_the_glue_catalog_commits_through_its_dag_and_readers_find_it_in_glue(
-    kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any], tmp_path: Path, airflow_db: Path, stack: Any, glue: Any
+    kinesis: Any,
+    store: DynamoDBStateStore,
+    entry: dict[str, Any],
+    tmp_path: Path,
+    airflow_db: Path,
+    stack: Any,
+    glue: Any,
+    glue_calls: set[str],
 ) -> None:
     database = f"raw_{uuid.uuid4().hex[:8]}"
     # The catalog's properties as a user writes them in the pipelines config (credentials come from the environment).
@@ -187,3 +217,5 @@ def test_a_pipeline_on_the_glue_catalog_commits_through_its_dag_and_readers_find
     after = GlueCatalog("reader", **{"glue.endpoint": stack.moto_url, "glue.region": REGION}).load_table(f"{database}.{entry['name']}")
     assert [s.snapshot_id for s in after.metadata.snapshots] == [batch.snapshot_id]
     assert check_exactly_once(produced, after.scan().to_arrow()).ok
+    # The IAM policy grants exactly what the pipeline's DAGs called on Glue.
+    assert glue_calls == policy_glue_actions(), sorted(glue_calls)

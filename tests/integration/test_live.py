@@ -31,7 +31,7 @@ from test_pipeline_dag import rows_of
 from test_ui import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS
 
 from kinesis_replay.dynamodb_store import DynamoDBStateStore
-from kinesis_replay.state import BatchStatus
+from kinesis_replay.state import BatchStatus, RunKind
 from stack import up
 from stack.harness import check_exactly_once, read_output
 from stack.local_stack import free_port
@@ -208,11 +208,15 @@ def test_the_scheduler_lands_a_live_stream_and_the_page_shows_it(
     result = check_exactly_once(producer.produced, read_output(output))  # all of it: the producer stopped before the last plan
     assert result.ok and result.rows > 0, result
 
-    # Each replay task followed its job's progress lines and stored the last counts: those of the batch it wrote.
-    progress, last = store.get_progress(name), store.get_batch(name, head.next_batch_id - 1)
-    assert progress is not None and progress.batch_id == last.batch_id, progress
-    by_shard = last.verified_manifest().by_shard()
-    assert dict(progress.records) == {sid: r.records + r.bad_records for sid, r in by_shard.items()} and progress.done == set(by_shard)
+    # Each replay task followed its job's progress lines and stored the last counts: those of the batch it wrote,
+    # the regular runs' and the backfill's apart (the backfill's last replay never replaced the regular batch's).
+    stored = store.get_progress(name)
+    for kind, batch_id in ((RunKind.REGULAR, head.next_batch_id - 1), (RunKind.BACKFILL, BATCHES)):
+        progress = stored.get(kind)
+        assert progress is not None and progress.batch_id == batch_id, (kind, progress)
+        by_shard = store.get_batch(name, batch_id).verified_manifest().by_shard()
+        assert dict(progress.records) == {sid: r.records + r.bad_records for sid, r in by_shard.items()}, kind
+        assert progress.done == set(by_shard), kind
 
     _check_page_in_chromium(airflow, entry, store)
 

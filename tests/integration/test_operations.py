@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 import threading
 from collections import Counter
 from datetime import timedelta
@@ -46,6 +48,20 @@ def table_files(output: str) -> list[str]:
     """Every file of the table's data, with its size: what a backfill that must write nothing would change."""
     data = Path(output) / "data"
     return sorted(f"{p.relative_to(data)} {p.stat().st_size}" for p in data.rglob("*") if p.is_file())
+
+
+def live_attempts(output: str, batch_id: int) -> set[str]:
+    """The attempts (``data/batch_id=<id>/attempt=<attempt>/``) whose files the table's current snapshot holds for a batch."""
+    table = output_table(output)
+    assert table is not None
+    files = [task.file.file_path for task in table.scan(row_filter=f"batch_id = {batch_id}").plan_files()]
+    return {f.split("/attempt=", 1)[1].split("/", 1)[0] for f in files}
+
+
+def commit_record(output: str, batch_id: int) -> dict[str, Any]:
+    """The batch's commit record in the output, as written (the ledger entry under ``batch``)."""
+    record = json.loads((Path(output) / "_commits" / f"batch_id={batch_id:010d}.json").read_text())
+    return dict(record["batch"])
 
 
 class TableReader(threading.Thread):
@@ -94,6 +110,8 @@ def test_a_backfill_rewrites_batches_identically_and_readers_never_see_one_missi
     first = {b: rows_of(Path(entry["output"]), b) for b in ("1", "2")}
     shards, head = store.get_shards(entry["name"]), store.get_head(entry["name"])
     snapshots = {i: store.get_batch(entry["name"], i).snapshot_id for i in (1, 2)}
+    first_attempts = {i: commit_record(entry["output"], i)["manifest"]["attempt"] for i in (1, 2)}
+    assert all({first_attempts[i]} == live_attempts(entry["output"], i) for i in (1, 2)), first_attempts
 
     reader = TableReader(Path(entry["output"]), {1: 200, 2: 100})
     reader.start()
@@ -106,6 +124,14 @@ def test_a_backfill_rewrites_batches_identically_and_readers_never_see_one_missi
     assert check_table_history(entry["output"]) == []
     replaced = {i: store.get_batch(entry["name"], i).snapshot_id for i in (1, 2)}
     assert all(replaced[i] not in (None, snapshots[i]) for i in (1, 2))  # the ledger keeps each batch's new snapshot
+    # The ledger and the commit records name the attempt whose files the current snapshot holds, not the first run's,
+    # whose files expiry and orphan removal will delete: a recovery from the commit records rebuilds what the table holds.
+    for i in (1, 2):
+        live = live_attempts(entry["output"], i)
+        ledger, record = store.get_batch(entry["name"], i), commit_record(entry["output"], i)
+        assert live != {first_attempts[i]} and len(live) == 1, (live, first_attempts[i])
+        assert ledger.manifest is not None and {ledger.manifest.attempt} == live, (ledger.manifest.attempt, live)
+        assert {record["manifest"]["attempt"]} == live and record["snapshot_id"] == replaced[i], (record, live)
     assert {b: rows_of(Path(entry["output"]), b) for b in ("1", "2")} == first
     assert batch_dirs(entry["output"]) == ["batch_id=0000000001", "batch_id=0000000002"]
     assert check_exactly_once(produced, read_output(entry["output"])).ok
@@ -115,6 +141,27 @@ def test_a_backfill_rewrites_batches_identically_and_readers_never_see_one_missi
     assert [(e["kind"], e["batch_id"]) for e in regular] == [("regular", 1), ("regular", 2)]
     assert regular[0]["ranges"] == [r.to_dict() for r in store.get_batch(entry["name"], 1).ranges]
     assert sorted((e["kind"], e["batch_id"]) for e in asset_events(dags["backfill"].dag_id)) == [("backfill", 1), ("backfill", 2)]
+
+
+def test_a_backfill_restores_a_lost_partition_of_a_directory_output_and_moves_no_checkpoint(
+    kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any], tmp_path: Path, airflow_db: Path
+) -> None:
+    """A directory output has no table to guard its files: an operator may delete a batch's partition by mistake."""
+    entry = {**entry, "output_format": "directory"}
+    built = load_dags(tmp_path / "pipelines.yaml", entry)
+    produced = produce(kinesis, entry["stream"], 120)
+    assert run_dag(built[f"kinesis_replay_{entry['name']}"]).tasks == SUCCESS
+    first = rows_of(Path(entry["output"]), "1")
+    shards, head = store.get_shards(entry["name"]), store.get_head(entry["name"])
+    shutil.rmtree(Path(entry["output"]) / "batch_id=0000000001")  # the lost partition
+    assert read_output(entry["output"]).num_rows == 0
+
+    result = run_dag(built[f"kinesis_replay_backfill_{entry['name']}"], run_conf={"batches": {"batch_ids": [1]}})
+
+    assert result.state == "success" and result.tasks == {"select": "success", "replay": "success"}, result
+    assert rows_of(Path(entry["output"]), "1") == first and batch_dirs(entry["output"]) == ["batch_id=0000000001"]
+    assert check_exactly_once(produced, read_output(entry["output"])).ok
+    assert store.get_shards(entry["name"]) == shards and store.get_head(entry["name"]) == head  # nothing moved
 
 
 def test_a_backfill_is_refused_while_a_regular_batch_is_in_flight(

@@ -190,3 +190,42 @@ def test_a_changed_output_is_refused_and_a_moved_one_goes_on(
     assert asset_event_uris(entry["name"]) == [f"file://{entry['output']}", f"file://{moved['output']}"]  # the commit names the new root
     landed = check_exactly_once(produced, read_output(moved["output"]))
     assert landed.ok and landed.rows == 160, landed
+
+
+def test_a_directory_pipeline_upgraded_without_output_format_is_refused_until_it_says_directory(
+    kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any], dag_for: Any
+) -> None:
+    """output_format's default became iceberg: a directory pipeline that never set it must not start a table."""
+    directory = {**entry, "output_format": "directory"}
+    produced = produce(kinesis, entry["stream"], 100)
+    assert run_dag(dag_for(directory)).tasks == SUCCESS
+    root = Path(entry["output"])
+    owner_file = root / OWNER_FILE
+    assert json.loads(owner_file.read_text())["output_format"] == "directory"
+    # As an older release wrote it: no output_format. Its batch_id=<id>/ folders say what the root is.
+    record = json.loads(owner_file.read_text())
+    del record["output_format"]
+    owner_file.write_text(json.dumps(record))
+    before = ledger(store, entry["name"])
+    upgraded = {k: v for k, v in entry.items() if k != "output_format"}
+    produced += produce(kinesis, entry["stream"], 60, start_index=100)
+
+    refused = run_dag(dag_for(upgraded))
+    assert refused.tasks["plan"] == "failed", refused
+    message = plan_error(upgraded)
+    assert (
+        f"pipeline {entry['name']!r}: output {entry['output']} was created as a directory output (it holds batch_id=<id>/ folders)"
+        in message
+    )
+    assert "and the pipeline's output_format is now iceberg (output_format's default, when a pipeline does not set it)" in message
+    assert f"Set output_format: directory for pipeline {entry['name']!r} in the pipelines config" in message
+    assert ledger(store, entry["name"]) == before  # nothing planned
+    assert not (root / "metadata").exists() and not (root / "data").exists() and not (root / "_catalog").exists()  # no table
+    assert "output_format" not in json.loads(owner_file.read_text())
+
+    assert run_dag(dag_for(directory)).tasks == SUCCESS  # as the message says: batch 2 lands beside batch 1
+    assert json.loads(owner_file.read_text())["output_format"] == "directory"  # recorded by that plan
+    assert batch_dirs(root) == ["batch_id=0000000001", "batch_id=0000000002"]
+    landed = check_exactly_once(produced, read_output(root))
+    assert landed.ok and landed.rows == 160, landed
+    assert f"as its owner record {owner_file} says" in plan_error(upgraded)  # and from now on the record says so

@@ -15,6 +15,7 @@ from kinesis_replay import backfill
 from kinesis_replay.airflow_plugin import SHARD_ROWS, _render
 from kinesis_replay.config import parse_config
 from kinesis_replay.dynamodb_store import DynamoDBStateStore
+from kinesis_replay.state import RunKind
 from kinesis_replay.status import pipeline_view
 from stack.harness import SUCCESS, check_exactly_once, load_dags, pipeline_entry, read_output, run_dag
 from stack.producer import ensure_stream, kinesis_client, produce_to_every_shard
@@ -60,8 +61,8 @@ def test_a_thousand_shard_stream_lands_exactly_once(
     view = pipeline_view(p, store, datetime.now(UTC))
     assert len(view.shards) == SHARDS and view.batches[0].records == len(produced) and view.in_flight is None
     assert (view.history[-1]["records"], view.history[-1]["shards"]) == (len(produced), SHARDS)  # the chart's figures
-    progress = store.get_progress(entry["name"])  # the replay's last progress: one item for all 1,000 shards
-    assert progress is not None and sum(progress.records.values()) == len(produced) and len(progress.done) == SHARDS
+    progress = store.get_progress(entry["name"])[RunKind.REGULAR]  # the replay's last progress, 100 shards to an item
+    assert sum(progress.records.values()) == len(produced) and len(progress.done) == SHARDS
     page = _render([view.to_dict()], "")
     assert page.count("data-shard=") == SHARDS and f"{SHARDS - SHARD_ROWS:,} more shards" in page  # the rest folded
 
@@ -74,6 +75,10 @@ def test_a_thousand_shard_stream_lands_exactly_once(
     assert replayed.tasks == {"select": "success", "replay": "success"}, replayed
     assert check_exactly_once(produced, read_output(entry["output"])).ok
     assert store.get_shards(entry["name"]) == shards and store.get_head(entry["name"]) == head
+    # The backfill's progress is stored apart: the regular batch's last progress is still there, unchanged.
+    stored = store.get_progress(entry["name"])
+    assert stored[RunKind.REGULAR] == progress, "a backfill replaced the regular batch's progress"
+    assert (stored[RunKind.BACKFILL].batch_id, len(stored[RunKind.BACKFILL].done)) == (1, SHARDS)
 
     # A second cycle with nothing new plans nothing, and reads each shard once.
     again = run_dag(dag)

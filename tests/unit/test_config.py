@@ -394,7 +394,10 @@ def test_a_directory_output_says_so_and_has_no_table() -> None:
     ("changes", "message"),
     [
         ({"output_format": "delta"}, r"output_format: must be one of iceberg, directory, got 'delta'"),
-        ({"table": {"name": "orders-v2"}}, r"table\.name: must be letters, digits and '_'"),
+        (
+            {"table": {"name": "orders-v2"}},
+            r"table\.name: pipeline 'orders' names 'orders-v2', which is not an identifier: it must be letters, digits and '_'",
+        ),
         ({"table": {"catalog_properties": ["type", "glue"]}}, r"table\.catalog_properties: must be a mapping of pyiceberg"),
         ({"table": {"schema": "x"}}, r"table: unknown key\(s\) schema"),
         ({"output": "s3://bucket/orders"}, r"table\.catalog_properties: the embedded catalog keeps a SQLite file under the output"),
@@ -403,3 +406,62 @@ def test_a_directory_output_says_so_and_has_no_table() -> None:
 def test_a_bad_table_config_names_the_key(changes: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         parse_config(config(**changes))
+
+
+@pytest.mark.parametrize(
+    ("name", "table"),
+    [("orders", "orders"), ("orders-eu", "orders_eu"), ("2024-orders", "p_2024_orders"), ("7", "p_7"), ("0-a_b-", "p_0_a_b_")],
+)
+def test_a_pipeline_that_names_no_table_gets_a_valid_table_name_from_its_own(name: str, table: str) -> None:
+    (p,) = parse_config(config(name=name))
+    assert p.table is not None and p.table.name == table
+
+
+def test_a_table_name_the_pipeline_wrote_is_refused_naming_the_pipeline_the_key_and_the_default() -> None:
+    with pytest.raises(ConfigError) as raised:
+        parse_config(config(name="2024-orders", table={"name": "2024_orders"}))
+    assert str(raised.value) == (
+        "<config>: pipelines[0] (2024-orders).table.name: pipeline '2024-orders' names '2024_orders', which is not an "
+        "identifier: it must be letters, digits and '_', starting with a letter or '_' (Glue and Athena accept no more); "
+        "leave it out for the default, 'p_2024_orders'"
+    )
+
+
+def glue_pipeline(pipeline: str, output: str, **table: str) -> dict[str, Any]:
+    entry = copy.deepcopy(VALID["pipelines"][0])
+    entry.update(name=pipeline, output=output, table={"catalog": "glue", "catalog_properties": {"type": "glue"}, **table})
+    return entry
+
+
+def test_two_pipelines_whose_default_tables_are_one_table_of_a_shared_catalog_are_refused() -> None:
+    first, second = glue_pipeline("a-b", "s3://lake/a-b"), glue_pipeline("a_b", "s3://lake/a_b")
+    loaded = parse_pipelines({"pipelines": [first, second]}, "p.yaml")
+    assert [p.name for p in loaded.pipelines] == ["a-b"]  # the earlier one keeps running
+    assert loaded.error_for("a_b") == (
+        "p.yaml: pipelines[1] (a_b).table: pipeline 'a_b' would commit to table kinesis_replay.a_b in catalog glue (glue), "
+        "which is already the table of pipeline 'a-b' (pipelines[0]) ('a-b' and 'a_b': table.name defaults to the "
+        "pipeline's name, '-' becomes '_', and a leading digit gets 'p_' in front). Each pipeline needs a table of its own, "
+        "or one would commit its batches into the other's table; set another table.name or table.namespace for one of them"
+    )
+
+
+def test_a_table_named_twice_in_a_shared_catalog_is_refused_whatever_the_case() -> None:
+    first = glue_pipeline("orders", "s3://lake/orders", namespace="Raw", name="Orders")
+    second = glue_pipeline("orders-v2", "s3://lake/orders-v2", namespace="raw", name="orders")
+    loaded = parse_pipelines({"pipelines": [first, second]}, "p.yaml")
+    assert [p.name for p in loaded.pipelines] == ["orders"]
+    message = loaded.error_for("orders-v2") or ""
+    assert (
+        "pipeline 'orders-v2' would commit to table raw.orders in catalog glue (glue), which is already the table of pipeline 'orders'"
+        in message
+    )
+    assert "defaults to" not in message  # both named their table
+
+
+def test_tables_of_one_name_in_other_namespaces_or_embedded_catalogs_are_distinct() -> None:
+    other_namespace = [glue_pipeline("a-b", "s3://lake/a-b"), glue_pipeline("a_b", "s3://lake/a_b", namespace="other")]
+    embedded = [config(name="a-b", output="/lake/a-b")["pipelines"][0], config(name="a_b", output="/lake/a_b")["pipelines"][0]]
+    for entries in (other_namespace, embedded):
+        loaded = parse_pipelines({"pipelines": entries}, "p.yaml")
+        assert not loaded.errors
+        assert [p.name for p in loaded.pipelines] == ["a-b", "a_b"]

@@ -39,7 +39,7 @@ def test_the_first_plan_claims_a_new_root_and_a_dry_run_does_not(tmp_path: Path)
     assert output.read_owner(p.output) is None  # checking writes nothing
     guards.claim_output(p, NOW)
     owner = output.read_owner(p.output)
-    assert owner == output.Owner("orders", "orders-stream", "kr-state", NOW.isoformat(), adopted=0)
+    assert owner == output.Owner("orders", "orders-stream", "kr-state", NOW.isoformat(), adopted=0, output_format="iceberg")
     guards.claim_output(p, datetime.now(UTC))  # a second claim changes nothing
     assert output.read_owner(p.output) == owner
 
@@ -62,7 +62,7 @@ def test_a_root_owned_by_another_pipeline_or_stream_is_refused(tmp_path: Path, c
         guards.require_owner(intruder)  # replay, backfill and commit check it too
     with pytest.raises(OutputOwnershipError):
         guards.claim_output(intruder, NOW)  # a claim never takes over an owned root
-    assert output.read_owner(owner.output) == output.Owner("orders", "orders-stream", "kr-state", NOW.isoformat())
+    assert output.read_owner(owner.output) == output.Owner("orders", "orders-stream", "kr-state", NOW.isoformat(), output_format="iceberg")
 
 
 def test_replay_backfill_and_commit_refuse_a_root_with_no_owner_record(tmp_path: Path) -> None:
@@ -143,3 +143,106 @@ def test_a_commit_record_round_trips_the_ledger_entry(tmp_path: Path) -> None:
     assert output.read_commit_record(p.output, 2) == batch
     assert output.committed_batch_ids(p.output) == [2]
     assert json.loads(Path(output.commit_record_path(p.output, 2)).read_text())["format"] == 1
+
+
+def format_refusal(p: PipelineConfig, created: str, why: str) -> str:
+    configured = p.output_format
+    default = " (output_format's default, when a pipeline does not set it)" if configured == "iceberg" else ""
+    return (
+        f"pipeline 'orders': output {p.output} was created as a {created} output ({why}), and the pipeline's "
+        f"output_format is now {configured}{default}. Writing it so would "
+    )
+
+
+def old_owner_record(root: Path) -> None:
+    """An owner record as a release that recorded no output_format wrote it."""
+    root.mkdir(parents=True, exist_ok=True)
+    record = {"pipeline": "orders", "stream": "orders-stream", "state_table": "kr-state", "created_at": NOW.isoformat(), "adopted": 0}
+    (root / output.OWNER_FILE).write_text(json.dumps(record))
+
+
+def directory_batch(root: Path, batch_id: int) -> None:
+    """A batch a directory output committed: its folder and its commit record."""
+    folder = Path(output.batch_path(str(root), batch_id))
+    folder.mkdir(parents=True)
+    (folder / "part-00000.parquet").write_bytes(b"PAR1")
+    output.write_commit_record(str(root), committed(pipeline(root, output_format="directory"), batch_id))
+
+
+@pytest.mark.parametrize(("created", "now"), [("directory", "iceberg"), ("iceberg", "directory")])
+def test_the_claim_records_the_output_format_and_every_later_write_refuses_another(tmp_path: Path, created: str, now: str) -> None:
+    p = pipeline(tmp_path / "out", output_format=created)
+    guards.claim_output(p, NOW)
+    owner = output.read_owner(p.output)
+    assert owner is not None and owner.output_format == created
+    changed = pipeline(tmp_path / "out", output_format=now)
+    record = f"as its owner record {output.owner_path(p.output)} says"
+    for check in (lambda: guards.check_before_plan(changed, Head(next_batch_id=1, version=1)),
+                  lambda: guards.require_owner(changed), lambda: guards.claim_output(changed, NOW)):  # fmt: skip
+        with pytest.raises(OutputOwnershipError) as raised:
+            check()
+        text = str(raised.value)
+        assert text.startswith(format_refusal(changed, created, record))
+        assert f"Set output_format: {created} for pipeline 'orders' in the pipelines config to go on as before" in text
+    assert output.read_owner(p.output) == owner  # refused, and the record still says what the root is
+    guards.require_owner(p)  # the format it was created in goes on
+
+
+def test_an_older_owner_record_over_batch_folders_counts_as_a_directory_output(tmp_path: Path) -> None:
+    """The upgrade the default's change would break: a directory pipeline that never set output_format."""
+    root = tmp_path / "out"
+    old_owner_record(root)
+    directory_batch(root, 1)
+    upgraded = pipeline(root)  # output_format not set: iceberg
+    for check in (lambda: guards.check_before_plan(upgraded, Head(next_batch_id=2, version=2)),
+                  lambda: guards.require_owner(upgraded), lambda: guards.claim_output(upgraded, NOW)):  # fmt: skip
+        with pytest.raises(OutputOwnershipError) as raised:
+            check()
+        assert str(raised.value).startswith(format_refusal(upgraded, "directory", "it holds batch_id=<id>/ folders"))
+        assert "start an Iceberg table at the next batch, while the batches before it stay in batch_id=<id>/ folders" in str(raised.value)
+    owner = output.read_owner(str(root))
+    assert owner is not None and owner.output_format is None  # a refusal writes nothing
+    assert sorted(p.name for p in root.iterdir()) == [output.COMMITS_DIR, output.OWNER_FILE, "batch_id=0000000001"]  # no table started
+    kept = pipeline(root, output_format="directory")  # what the message says to do
+    guards.check_before_plan(kept, Head(next_batch_id=2, version=2))
+    guards.claim_output(kept, NOW)
+    owner = output.read_owner(str(root))
+    assert owner is not None and owner.output_format == "directory" and owner.created_at == NOW.isoformat()  # recorded now
+    with pytest.raises(OutputOwnershipError, match=r"as its owner record .* says"):
+        guards.require_owner(upgraded)
+
+
+def test_an_older_owner_record_over_a_root_with_no_batch_records_the_configured_format(tmp_path: Path) -> None:
+    root = tmp_path / "out"
+    old_owner_record(root)
+    p = pipeline(root)
+    guards.require_owner(p)  # nothing says what the root is: nothing to refuse
+    guards.claim_output(p, NOW)
+    owner = output.read_owner(str(root))
+    assert owner is not None and owner.output_format == "iceberg"
+
+
+def test_an_older_owner_record_over_a_table_counts_as_an_iceberg_output(tmp_path: Path) -> None:
+    root = tmp_path / "out"
+    old_owner_record(root)
+    (root / "metadata").mkdir()
+    with pytest.raises(OutputOwnershipError) as raised:
+        guards.require_owner(pipeline(root, output_format="directory"))
+    assert str(raised.value).startswith(
+        format_refusal(pipeline(root, output_format="directory"), "iceberg", "it holds the table's metadata/ or data/ folder")
+    )
+    guards.require_owner(pipeline(root))
+
+
+def test_a_root_written_before_owner_records_is_claimed_only_in_the_format_of_its_folders(tmp_path: Path) -> None:
+    root = tmp_path / "out"
+    directory_batch(root, 1)
+    upgraded = pipeline(root)
+    with pytest.raises(OutputOwnershipError, match=r"was created as a directory output \(it holds batch_id=<id>/ folders\)"):
+        guards.check_before_plan(upgraded, Head(next_batch_id=2, version=2))
+    with pytest.raises(OutputOwnershipError):
+        guards.claim_output(upgraded, NOW)
+    assert output.read_owner(str(root)) is None  # not claimed as a table
+    guards.claim_output(pipeline(root, output_format="directory"), NOW)
+    owner = output.read_owner(str(root))
+    assert owner is not None and owner.output_format == "directory"

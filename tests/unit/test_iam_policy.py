@@ -1,4 +1,4 @@
-"""plugins/kinesis_replay/iam_policy.json grants exactly the Kinesis and DynamoDB calls the code makes, and s3a's S3 actions."""
+"""plugins/kinesis_replay/iam_policy.json grants exactly the AWS calls the code makes: Kinesis, DynamoDB, s3a's S3 and the table's Glue."""
 
 from __future__ import annotations
 
@@ -30,10 +30,20 @@ S3_ACTIONS = {
     "s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:ListBucket",
     "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts", "s3:ListBucketMultipartUploads",
 }  # fmt: skip
+# pyiceberg's GlueCatalog, for a pipeline whose table is in the Glue Data Catalog: create_namespace (CreateDatabase),
+# namespace_exists (GetDatabase), create_table, load_table and table_exists (GetTable), commit_table (GetTable, then
+# UpdateTable on the version it read). tests/integration/test_glue_catalog.py records the calls a pipeline's DAGs make.
+GLUE_ACTIONS = {"glue:CreateDatabase", "glue:GetDatabase", "glue:CreateTable", "glue:GetTable", "glue:UpdateTable"}
 RESOURCES = {
     "kinesis": {"arn:aws:kinesis:REGION:ACCOUNT:stream/STREAM"},
     "dynamodb": {"arn:aws:dynamodb:REGION:ACCOUNT:table/STATE_TABLE"},
     "s3": {"arn:aws:s3:::BUCKET/PREFIX/*", "arn:aws:s3:::BUCKET"},
+    # Glue authorizes a table's calls on its catalog, its database and the table itself.
+    "glue": {
+        "arn:aws:glue:REGION:ACCOUNT:catalog",
+        "arn:aws:glue:REGION:ACCOUNT:database/NAMESPACE",
+        "arn:aws:glue:REGION:ACCOUNT:table/NAMESPACE/TABLE",
+    },
 }
 
 
@@ -141,6 +151,10 @@ def test_the_policy_grants_no_kinesis_or_dynamodb_action_the_code_does_not_call(
 
 def test_the_policy_grants_exactly_the_s3_actions_s3a_and_pyarrow_need() -> None:
     assert granted("s3") == S3_ACTIONS
+
+
+def test_the_policy_grants_exactly_the_glue_actions_pyicebergs_glue_catalog_makes_for_the_table() -> None:
+    assert granted("glue") == GLUE_ACTIONS
 
 
 def test_each_action_is_granted_only_on_its_own_services_placeholder_resource() -> None:

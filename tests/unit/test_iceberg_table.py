@@ -13,7 +13,7 @@ import pytest
 
 from kinesis_replay import iceberg_table, output
 from kinesis_replay.config import PipelineConfig, parse_config
-from kinesis_replay.errors import OutputOwnershipError
+from kinesis_replay.errors import OutputOwnershipError, VerificationError
 
 
 def pipeline(root: Path, name: str = "orders", stream: str = "orders-stream") -> PipelineConfig:
@@ -149,3 +149,59 @@ def test_two_runs_committing_the_same_attempt_at_once_make_one_snapshot(tmp_path
     table = iceberg_table.load_table(p)
     assert table is not None and len(found) == 2 and found[0] == found[1]
     assert [s.snapshot_id for s in table.metadata.snapshots] == found[:1] and counts(table) == {1: 3}
+
+
+def write_with(root: Path, batch_id: int, attempt: str, **columns: pa.Array) -> list[str]:
+    """An attempt's file with columns replaced or added (a payload.schema that changed)."""
+    (path,) = write_attempt(root, batch_id, attempt, 2)
+    table = pq.read_table(path)
+    for name, values in columns.items():
+        if name in table.column_names:
+            table = table.set_column(table.column_names.index(name), name, values)
+        else:
+            table = table.append_column(name, values)
+    pq.write_table(table, path)
+    return [path]
+
+
+def test_a_column_added_to_the_payload_joins_the_table_in_the_batchs_snapshot(tmp_path: Path) -> None:
+    p = pipeline(tmp_path)
+    iceberg_table.commit_batch(p, 1, "a", write_attempt(tmp_path, 1, "a", 3), "run-1")
+    files = write_with(tmp_path, 2, "a", country=pa.array(["NL", "DE"]))
+
+    iceberg_table.check_files_fit(p, 2, "a", files)  # an added column fits: the commit adds it
+    iceberg_table.commit_batch(p, 2, "a", files, "run-2")
+
+    table = iceberg_table.load_table(p)
+    assert table is not None and table.schema().find_field("country") is not None
+    rows = table.scan().to_arrow().sort_by("sequence_number")
+    assert rows["country"].to_pylist() == [None, None, None, "NL", "DE"]  # batch 1's rows have no such field
+    assert counts(table) == {1: 3, 2: 2}
+
+
+def test_a_column_whose_type_changed_is_refused_at_verify_naming_it_and_nothing_is_committed(tmp_path: Path) -> None:
+    p = pipeline(tmp_path)
+    first = iceberg_table.commit_batch(p, 1, "a", write_attempt(tmp_path, 1, "a", 3), "run-1")
+    files = write_with(tmp_path, 2, "a", partition_key=pa.array([1, 2], pa.int64()))
+
+    with pytest.raises(VerificationError, match=r"pipeline 'orders', batch 2: the files of attempt a .*partition_key"):
+        iceberg_table.check_files_fit(p, 2, "a", files)
+
+    table = iceberg_table.load_table(p)
+    assert table is not None and table.current_snapshot().snapshot_id == first and counts(table) == {1: 3}
+
+
+def test_a_batch_with_every_record_quarantined_gets_a_snapshot_that_adds_nothing(tmp_path: Path) -> None:
+    p = pipeline(tmp_path)
+    (quarantine,) = write_attempt(tmp_path / "q", 1, "a", 2)  # its columns, as a quarantine file has them
+    quarantined = str(Path(quarantine).with_name("bad.parquet"))
+    pq.write_table(pq.read_table(quarantine).drop_columns(["batch_id"]), quarantined)
+
+    first = iceberg_table.commit_batch(p, 1, "a", [], "run-1", schema_file=quarantined)  # the table's first batch
+    again = iceberg_table.commit_batch(p, 1, "a", [], "run-1")  # resumed: finds its snapshot
+    second = iceberg_table.commit_batch(p, 2, "a", write_attempt(tmp_path, 2, "a", 3), "run-2")
+
+    table = iceberg_table.load_table(p)
+    assert table is not None and first == again != second
+    assert table.schema().find_field("batch_id") is not None and counts(table) == {2: 3}
+    assert counts(table, snapshot_id=first) == {}

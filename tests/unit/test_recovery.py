@@ -17,10 +17,11 @@ CLAIMED = datetime(2026, 11, 1, tzinfo=UTC)
 S0, S1, S2 = (f"shardId-00000000000{i}" for i in range(3))
 
 
-def pipeline(position: str = "TRIM_HORIZON") -> PipelineConfig:
+def pipeline(position: str = "TRIM_HORIZON", output_format: str = "directory") -> PipelineConfig:
+    """A directory output unless said otherwise: batch() writes records as a directory output's commits do (no attempt)."""
     entry = {
         "name": "orders", "stream": "orders-stream", "output": "/lake/orders", "schedule": None, "initial_position": position,
-        "state_table": "kr-state", "spark": {"master": "local[1]"},
+        "state_table": "kr-state", "spark": {"master": "local[1]"}, "output_format": output_format,
     }  # fmt: skip
     (p,) = parse_config({"pipelines": [entry]})
     return p
@@ -98,7 +99,7 @@ def test_a_recovered_batch_cut_before_its_table_commit_is_committed_to_the_table
     from kinesis_replay import iceberg_table, output
     from kinesis_replay.recovery import in_table
 
-    p = replace(pipeline(), output=str(tmp_path))
+    p = replace(pipeline(output_format="iceberg"), output=str(tmp_path))
     write_attempt(tmp_path, 1, "a", 3)
     record = batch(1, SequenceRange(S0, 10, 19))
     record = replace(record, manifest=replace(record.verified_manifest(), attempt="a"))
@@ -111,3 +112,29 @@ def test_a_recovered_batch_cut_before_its_table_commit_is_committed_to_the_table
     assert in_table(p, record).snapshot_id == snapshot.snapshot_id  # again: found by its summary, not added twice
     table = iceberg_table.load_table(p)
     assert table is not None and len(table.metadata.snapshots) == 1
+
+
+def test_a_table_output_refuses_to_recover_from_records_committed_to_a_directory_output() -> None:
+    """Records without a snapshot or an attempt: their rows are in batch_id=<id>/ folders, which the table can't take."""
+    records = [batch(1, SequenceRange(S0, 100, 200)), batch(2, SequenceRange(S0, 201, 300, 200))]
+    tabled = replace(records[1], manifest=replace(records[1].verified_manifest(), attempt="a"))  # the first table batch
+    with pytest.raises(RecoveryError) as raised:
+        plan_recovery(pipeline(output_format="iceberg"), [records[0], tabled], LISTED, CLAIMED)  # a dry run plans too
+    assert str(raised.value) == (
+        "pipeline 'orders', output /lake/orders: the commit records of batch(es) 1 name no table snapshot, and their "
+        "result manifests no attempt: they were committed to a directory output (batch_id=<id>/ folders), and the "
+        "pipeline's output_format is now iceberg (table kinesis_replay.orders in catalog kinesis_replay (sql, embedded)). "
+        "Recovering would call them committed while the table holds none of their rows. If the output is a directory "
+        "output, set output_format: directory for pipeline 'orders' in the pipelines config and recover again. "
+        "Nothing was written."
+    )
+    rebuilt = plan_recovery(pipeline(output_format="directory"), records, LISTED, CLAIMED)  # as the message says
+    assert [b.batch_id for b in rebuilt.batches] == [1, 2] and rebuilt.head.next_batch_id == 3
+    assert {s.shard_id: s.checkpoint for s in rebuilt.shards}[S0] == 300
+
+
+def test_a_table_output_recovers_records_that_name_their_snapshot_or_attempt() -> None:
+    first, second = batch(1, SequenceRange(S0, 100, 200)), batch(2, SequenceRange(S0, 201, 300, 200))
+    records = [replace(first, snapshot_id=7), replace(second, manifest=replace(second.verified_manifest(), attempt="a"))]
+    rebuilt = plan_recovery(pipeline(output_format="iceberg"), records, LISTED, CLAIMED)
+    assert [(b.batch_id, b.snapshot_id) for b in rebuilt.batches] == [(1, 7), (2, None)]  # recover() commits batch 2 to the table

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
 
 from kinesis_replay.charts import Mark, bars, line
+from kinesis_replay.errors import ProgressNotStoredError
 from kinesis_replay.ranges import SequenceRange
-from kinesis_replay.state import Batch, BatchStatus, Manifest, Progress, ShardResult
+from kinesis_replay.state import Batch, BatchStatus, Manifest, Progress, RunKind, ShardResult
 from kinesis_replay.status import ReplayProgress
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
@@ -42,7 +47,7 @@ def test_charts_with_nothing_to_draw_say_so() -> None:
 def test_the_replay_progress_follows_the_jobs_lines_and_writes_at_most_every_interval() -> None:
     published: list[Progress] = []
     now = [0.0]
-    progress = ReplayProgress(4, published.append, every_seconds=10, clock=lambda: now[0])
+    progress = ReplayProgress("p", 4, published.append, every_seconds=10, clock=lambda: now[0])
     progress.line("WARN kinesis_source: shardId-000000000001 [100 .. 900]: 300 records read, at 400 (arrived ...)")
     assert published == []  # within the interval: kept for the next write
     now[0] = 11
@@ -51,13 +56,41 @@ def test_the_replay_progress_follows_the_jobs_lines_and_writes_at_most_every_int
     progress.line("shardId-000000000001 [100 .. 900]: done, 801 records, 12.0 KiB in 2.0s")
     first = {"shardId-000000000001": 300, "shardId-000000000002": 20}
     assert [(p.batch_id, dict(p.records), p.done) for p in published] == [(4, first, frozenset())]
-    progress.flush()
+    assert progress.close() == 0
     assert (published[-1].records, published[-1].done) == (
         {"shardId-000000000001": 801, "shardId-000000000002": 20},
         frozenset({"shardId-000000000001"}),
     )
     progress.flush()
     assert len(published) == 2  # nothing new: no write
+
+
+def test_the_replay_progress_covers_every_shard_of_the_batch_from_the_start_under_its_run_kind() -> None:
+    published: list[Progress] = []
+    progress = ReplayProgress("p", 4, published.append, every_seconds=0, shards=["s0", "s1", "s2"], kind=RunKind.BACKFILL)
+    progress.line("s1 [100 .. 900]: 30 records read, at 130")
+    assert [(p.kind, dict(p.records)) for p in published] == [(RunKind.BACKFILL, {"s0": 0, "s1": 30, "s2": 0})]
+
+
+def test_a_failed_progress_write_is_logged_once_counted_and_never_stops_the_replay(caplog: pytest.LogCaptureFixture) -> None:
+    published: list[Progress] = []
+
+    def publish(progress: Progress) -> None:
+        if len(published) < 3:
+            published.append(progress)
+            raise ProgressNotStoredError("pipeline 'p', regular batch 4: 1 of 1 progress items not stored: throttled")
+        published.append(progress)
+
+    progress = ReplayProgress("p", 4, publish, every_seconds=0, shards=[f"s{i}" for i in range(200)])
+    with caplog.at_level(logging.WARNING, logger="kinesis_replay.status"):
+        for i in range(200):  # a tick per line: 200 writes tried, the first three fail
+            progress.line(f"s{i} [100 .. 900]: done, 10 records, 1.0 KiB in 1.0s")
+        assert progress.close() == 3
+    assert sum(published[-1].records.values()) == 2_000 and len(published[-1].done) == 200  # the last write has every count
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 2, warnings  # the first failure, then the count: not one line per failed write
+    assert warnings[0].startswith("pipeline p, regular batch 4: the replay's progress was not stored") and "throttled" in warnings[0]
+    assert warnings[1] == "pipeline p, regular batch 4: 3 of 200 writes of the replay's progress failed"
 
 
 def test_a_batch_records_how_far_behind_its_plan_found_the_pipeline_and_its_figures() -> None:
@@ -86,6 +119,8 @@ def test_the_page_draws_a_days_batches_the_replay_in_flight_and_the_last_failure
         "progress": {"batch_id": 4, "status": "PLANNED", "updated_at": "2026-11-01T00:04:30+00:00", "read": 120, "estimate": 400,
                      "shards": [{"shard_id": "s0", "read": 100, "estimate": 200, "done": False},
                                 {"shard_id": "s1", "read": 20, "estimate": 200, "done": False}]},
+        "backfill_progress": {"batch_id": 2, "kind": "backfill", "status": "COMMITTED", "updated_at": "2026-11-01T00:04:20+00:00",
+                              "read": 150, "estimate": 200, "shards": [{"shard_id": "s9", "read": 150, "estimate": 200, "done": False}]},
     }  # fmt: skip
     page = _render([view], "http://airflow")
     charts = dict(re.findall(r'<figure class="chart chart-(\w+)">(.*?)</figure>', page))
@@ -95,6 +130,10 @@ def test_the_page_draws_a_days_batches_the_replay_in_flight_and_the_last_failure
     assert values(charts["seconds"]) == [(1, "41"), (2, "42"), (3, "43")]
     assert "Batch 4 replaying (PLANNED): 120 of about 400 records" in page
     assert '<tr data-shard="s1" data-read="20">' in page and '<progress value="20" max="200">' in page
+    # A running backfill's replay is shown apart, against the counts its batch committed; the regular batch's stays.
+    regular, backfill = re.findall(r'<div class="(progress[^"]*)" data-batch="(\d+)">', page)
+    assert (regular, backfill) == (("progress", "4"), ("progress backfill", "2"))
+    assert "Backfill replaying batch 2: 150 of 200 records, reported 2026-11-01T00:04:20+00:00" in page
     assert "kinesis-replay: replay failed: shard s0 ran dry" in page and "<td>2</td>" in page
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", page.replace('href="http://airflow/', ""))  # nothing from elsewhere
 
@@ -122,3 +161,31 @@ def test_a_wide_stream_shows_its_most_stuck_shards_and_folds_the_rest() -> None:
     assert f"<summary>{1000 - SHARD_ROWS:,} more shards</summary>" in folded
     assert re.findall(r'data-shard="shardId-0*(\d+)"', shown) == [str(i) for i in range(999, 999 - SHARD_ROWS, -1)]  # oldest first
     assert len(re.findall("data-shard=", folded)) == 1000 - SHARD_ROWS
+
+
+class OneBatchStore:
+    """Just what the backfill's progress reads: one committed batch."""
+
+    def __init__(self, batch: Batch) -> None:
+        self.batch = batch
+
+    def get_batches(self, pipeline: str, batch_ids: object) -> dict[int, Batch]:
+        return {self.batch.batch_id: self.batch}
+
+
+def test_a_backfills_progress_is_shown_against_its_committed_counts_only_while_it_runs() -> None:
+    from kinesis_replay.config import parse_config
+    from kinesis_replay.status import _backfill_progress
+
+    entry = {"name": "p", "stream": "s", "output": "/o", "schedule": None, "initial_position": "LATEST", "state_table": "t", "spark": {}}
+    p = parse_config({"pipelines": [entry]})[0]
+    ranges = (SequenceRange("a", S, S + 9, None, False, T0), SequenceRange("b", S, S + 9, None, False, T0))
+    manifest = Manifest("p", 2, (ShardResult("a", 10, 1000, S, S + 9, "x"), ShardResult("b", 8, 900, S, S + 9, "y", bad_records=2)))
+    store: Any = OneBatchStore(Batch("p", 2, BatchStatus.COMMITTED, ranges, "s", "r", T0, manifest=manifest))
+    running = Progress(2, {"a": 4, "b": 10}, frozenset({"b"}), T0, RunKind.BACKFILL)
+    view = _backfill_progress(store, p, running, T0 + timedelta(minutes=1))
+    assert view is not None and (view["kind"], view["read"], view["estimate"]) == ("backfill", 14, 20)
+    assert [(s["shard_id"], s["read"], s["estimate"], s["done"]) for s in view["shards"]] == [("a", 4, 10, False), ("b", 10, 10, True)]
+    assert _backfill_progress(store, p, running, T0 + timedelta(hours=1)) is None  # silent for long: failed or killed
+    finished = Progress(2, {"a": 10, "b": 10}, frozenset({"a", "b"}), T0, RunKind.BACKFILL)
+    assert _backfill_progress(store, p, finished, T0 + timedelta(minutes=1)) is None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -17,7 +18,11 @@ from pyiceberg.table import Table
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import LongType, NestedField, StringType
 
+from kinesis_replay import batches, iceberg_table, output
 from kinesis_replay import table_maintenance as tm
+from kinesis_replay.config import PipelineConfig
+from kinesis_replay.ranges import SequenceRange
+from kinesis_replay.state import Batch, BatchStatus, Head, Manifest, ShardResult
 
 SCHEMA = Schema(
     NestedField(1, "sequence_number", StringType(), required=False),
@@ -172,3 +177,102 @@ def test_only_the_tables_own_folders_are_cleaned_never_the_rest_of_its_location(
     report = tm.maintain(table, now=datetime.now(UTC) + LATER)
 
     assert report.orphans_removed == () and all(o.exists() for o in others)
+
+
+def test_files_of_a_batch_whose_commit_record_names_no_snapshot_stay_and_other_orphans_go(tmp_path: Path) -> None:
+    table = make_table(tmp_path)
+    commit(table, 1)
+    cut_short = write_batch(table, 2)  # its commit record was written, its table commit never happened
+    stray = write_batch(table, 3)  # an attempt that nothing will ever commit
+    make_old(cut_short, stray)
+    asked: list[set[int]] = []
+
+    def committing(batch_ids: set[int]) -> set[int]:
+        asked.append(batch_ids)
+        return batch_ids & {2}
+
+    report = tm.maintain(table, now=datetime.now(UTC) + LATER, committing=committing)
+
+    assert asked == [{2, 3}]  # asked once, about the batches holding files it would remove, never about the others
+    assert report.orphans_removed == (stray.removeprefix("file://"),) and report.committing == (2,)
+    assert Path(cut_short.removeprefix("file://")).exists() and report.in_flight == 1
+    assert "commits cut short: batches 2" in report.summary()
+
+
+def test_orphan_removal_refused_removes_nothing_but_expiry_runs_and_the_reason_is_logged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    table = make_table(tmp_path)
+    old_file = commit(table, 1)
+    commit(table, 1, attempt="b", replace=True)
+    stray = write_batch(table, 2)
+    make_old(old_file, stray)
+    reason = "pipeline 'orders': state table kr-state holds no head item for the pipeline"
+
+    report = tm.maintain(table, now=datetime.now(UTC) + LATER, refuse_orphans=reason)
+
+    assert report.expired_snapshots and len(table.metadata.snapshots) == 1  # expiry ran (it deletes no file)
+    assert report.orphans_removed == () and report.orphans_refused == reason
+    assert Path(old_file.removeprefix("file://")).exists() and Path(stray.removeprefix("file://")).exists()
+    assert any(r.levelname == "ERROR" and reason in r.getMessage() for r in caplog.records)
+    assert report.summary().endswith(f"removed no orphan file: {reason}")
+
+
+class HeadOnly:
+    """A state store that holds one pipeline's head item, or none (a lost state table): all maintenance reads of it."""
+
+    def __init__(self, head: Head) -> None:
+        self.head = head
+
+    def get_head(self, pipeline: str) -> Head:
+        return self.head
+
+
+def cut_short_commit(root: Path) -> tuple[PipelineConfig, list[str]]:
+    """Batch 1 committed; batch 2's commit cut short after its commit record and before its table commit (its files
+    are in no snapshot); batch 3 an attempt no commit began. Every file a month old."""
+    from test_iceberg_table import pipeline, write_attempt
+
+    p = pipeline(root)
+    ranges = (SequenceRange("shardId-0", 10, 19),)
+    for batch_id, attempt in ((1, "a"), (2, "a")):
+        files = write_attempt(root, batch_id, attempt, 3)
+        manifest = Manifest("orders", batch_id, (ShardResult("shardId-0", 3, 30, 10, 19, "ab"),), attempt=attempt)
+        record = Batch("orders", batch_id, BatchStatus.COMMITTING, ranges, "orders-stream", "run", datetime.now(UTC), manifest=manifest)
+        if batch_id == 1:
+            record = replace(record, snapshot_id=iceberg_table.commit_batch(p, 1, attempt, files, "run"))
+        output.write_commit_record(str(root), record)
+    kept = output.parquet_files(output.data_path(str(root), 2, "a"))
+    stray = write_attempt(root, 3, "a", 3)
+    make_old(*kept, *stray)
+    return p, [*kept, *stray]
+
+
+def test_maintenance_with_the_pipelines_head_missing_removes_no_orphan_and_names_pipeline_and_state_table(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    p, unreferenced = cut_short_commit(tmp_path)
+
+    report = batches.maintain_table(p, HeadOnly(Head()), orphan_age=tm.DEFAULT_ORPHAN_AGE, now=datetime.now(UTC) + LATER)
+
+    assert report is not None and report.orphans_removed == ()
+    assert report.orphans_refused is not None and "pipeline 'orders': state table t holds no head item" in report.orphans_refused
+    assert "recover_from_output" in report.orphans_refused  # and says how to get the state back
+    assert all(Path(f.removeprefix("file://")).exists() for f in unreferenced)
+    assert any(r.levelname == "ERROR" and "state table t holds no head item" in r.getMessage() for r in caplog.records)
+    # What a recovery needs is there: it commits batch 2 from its record's files.
+    table = iceberg_table.load_table(p)
+    assert table is not None and rows_by_batch(table) == {1: 3}
+
+
+def test_maintenance_keeps_the_files_of_a_commit_cut_short_whatever_the_ledger_says(tmp_path: Path) -> None:
+    p, unreferenced = cut_short_commit(tmp_path)
+    kept, stray = unreferenced[:-1], unreferenced[-1]
+
+    # A head that knows no batch in flight: only the commit record of batch 2 says its commit began.
+    report = batches.maintain_table(p, HeadOnly(Head(next_batch_id=3, version=4)), tm.DEFAULT_ORPHAN_AGE, now=datetime.now(UTC) + LATER)
+
+    assert report is not None and report.orphans_refused is None and report.committing == (2,)
+    assert report.orphans_removed == (stray.removeprefix("file://"),)
+    assert all(Path(f.removeprefix("file://")).exists() for f in kept) and not Path(stray.removeprefix("file://")).exists()
+    assert output.unfinished_commits(str(tmp_path), [1, 2, 3]) == {2}
