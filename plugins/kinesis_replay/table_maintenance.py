@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
@@ -59,7 +59,6 @@ DEFAULT_MAX_SNAPSHOT_AGE = timedelta(days=5)
 DEFAULT_MIN_SNAPSHOTS_TO_KEEP = 1
 # Iceberg's remove_orphan_files default: older than any write that has not committed yet could be.
 DEFAULT_ORPHAN_AGE = timedelta(days=3)
-BATCH_DIGITS = 10  # as output.BATCH_DIGITS: batch_id=0000000042
 _BATCH_IN_PATH = re.compile(r"(?:^|/)batch_id=(\d+)(?:/|$)")
 
 
@@ -226,15 +225,6 @@ def _listing(table: Table) -> list[tuple[str, datetime]]:
     return files
 
 
-def in_flight_pattern(batch_ids: Iterable[int]) -> re.Pattern[str] | None:
-    """Matches a path under any of these batches' partitions (``.../batch_id=0000000042/...``)."""
-    ids = sorted(set(batch_ids))
-    if not ids:
-        return None
-    alternatives = "|".join(f"{i:0{BATCH_DIGITS}d}" for i in ids)
-    return re.compile(rf"(^|/)batch_id=({alternatives})(/|$)")
-
-
 def batch_of(path: str) -> int | None:
     """The batch whose partition a path is under (``.../batch_id=0000000042/...``), if any."""
     found = _BATCH_IN_PATH.search(path)
@@ -277,14 +267,14 @@ def remove_orphan_files(
     listed = _listing(table)  # first: a file committed from now on is in the metadata read next
     table.refresh()
     referenced = referenced_files(table, expiring)
-    pattern = in_flight_pattern(in_flight)
+    flying_ids = set(in_flight)
     cutoff = now - policy.orphan_age
     candidates: list[str] = []
     too_young = flying = 0
     for path, mtime in sorted(listed):
         if path in referenced:
             continue
-        if pattern is not None and pattern.search(path):
+        if batch_of(path) in flying_ids:
             flying += 1
         elif mtime > cutoff:
             too_young += 1
