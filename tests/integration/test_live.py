@@ -109,12 +109,14 @@ def airflow(stack: object, tmp_path: Path, entry: dict[str, Any]) -> Iterator[Ai
     up.migrate(env)
     procs = up.start_airflow(env, home, ("api-server", "scheduler", "dag-processor"))
     pids = [p.pid for p in procs.values()]
+    running = Airflow(f"http://127.0.0.1:{port}", home, procs)  # the api-server answers: start_airflow waited for it
     try:
-        yield Airflow(f"http://127.0.0.1:{port}", home, procs)  # the api-server answers: start_airflow waited for it
+        yield running
     finally:
         killed = up.stop_airflow(pids)
         left = [pid for pid in pids if _alive(pid)]
-    assert killed == [] and left == [], f"needed SIGKILL: {killed}; still running: {left}"
+    last_words = running.log("scheduler")[-3000:]
+    assert killed == [] and left == [], f"needed SIGKILL: {killed}; still running: {left}; the scheduler's log ends:\n{last_words}"
 
 
 def _alive(pid: int) -> bool:

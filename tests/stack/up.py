@@ -120,13 +120,17 @@ def stop_airflow(pids: list[int]) -> list[str]:
         with contextlib.suppress(psutil.NoSuchProcess):
             root = psutil.Process(pid)
             family += [root, *root.children(recursive=True)]
+    groups = set(pids)  # each component leads a process group of its own (_spawn starts a new session)
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGTERM)
+    # One SIGTERM per process, never two: a second one tells the scheduler not to wait for its LocalExecutor workers,
+    # and arriving while it shuts them down leaves it and them waiting on each other until SIGKILL.
     for proc in family:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            proc.send_signal(signal.SIGTERM)
-    _, alive = psutil.wait_procs(family, timeout=30)
+        with contextlib.suppress(psutil.NoSuchProcess, ProcessLookupError):
+            if os.getpgid(proc.pid) not in groups:
+                proc.send_signal(signal.SIGTERM)
+    _, alive = psutil.wait_procs(family, timeout=60)  # a loaded machine: the scheduler stops its workers first
     killed = []
     for proc in alive:
         with contextlib.suppress(psutil.NoSuchProcess):
