@@ -28,6 +28,7 @@ import functools
 import logging
 import time
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from kinesis_replay.config import PipelineConfig, TableConfig
@@ -89,7 +90,7 @@ def load_catalog(pipeline: PipelineConfig, extra: Mapping[str, str] | None = Non
         os.makedirs(f"{pipeline.output.rstrip('/')}/{CATALOG_DIR}", exist_ok=True)
     for attempt in range(3):
         try:
-            return pyiceberg_load_catalog(table.catalog, **properties)
+            return _parse_each_metadata_file_once(_stage_without_deep_copy(pyiceberg_load_catalog(table.catalog, **properties)))
         except (ValueError, ImportError) as exc:
             raise KinesisReplayError(f"pipeline {pipeline.name!r}: cannot load Iceberg catalog {table.catalog!r}: {exc}") from exc
         except Exception as exc:
@@ -215,15 +216,12 @@ def snapshot_properties(pipeline: str, batch_id: int, attempt: str, run_id: str)
 
 def find_batch_snapshot(table: Table, pipeline: str, batch_id: int, attempt: str) -> Snapshot | None:
     """The snapshot that committed this attempt of the batch, if the table's history (newest first) holds it."""
+    wanted = (pipeline, str(batch_id), attempt)
     for snapshot in sorted(table.metadata.snapshots, key=lambda s: s.sequence_number or 0, reverse=True):
-        summary = snapshot.summary
-        if summary is None:
+        if snapshot.summary is None:
             continue
-        if (summary.get(PIPELINE_PROPERTY), summary.get(BATCH_PROPERTY), summary.get(ATTEMPT_PROPERTY)) == (
-            pipeline,
-            str(batch_id),
-            attempt,
-        ):
+        properties = snapshot.summary.additional_properties  # a plain dict: a commit reads every snapshot's
+        if (properties.get(PIPELINE_PROPERTY), properties.get(BATCH_PROPERTY), properties.get(ATTEMPT_PROPERTY)) == wanted:
             return snapshot
     return None
 
@@ -346,20 +344,108 @@ def transaction(table: Table, autocommit: bool = False) -> Transaction:
     return _transaction_class()(table, autocommit=autocommit)
 
 
+def updated_metadata(base: Any, updates: tuple[Any, ...], metadata_location: str | None = None) -> Any:
+    """pyiceberg 0.12's ``update_table_metadata`` without its last step, a deep copy of the whole result.
+
+    pyiceberg's metadata models are frozen and every update returns a new model, so the copy protects nothing the
+    pipeline does; on a long history it is most of a commit's cost (``make bench-table``). With ``metadata_location``
+    (the catalog's commit) the result is what pyiceberg writes: the metadata log extended and the time stamped.
+    tests/unit/test_iceberg_transaction.py compares both with pyiceberg's own on every update the pipeline stages.
+    """
+    from pyiceberg.table.update import _apply_table_update, _TableMetadataUpdateContext, _update_table_metadata_log
+    from pyiceberg.utils.datetime import datetime_to_millis
+
+    context, metadata = _TableMetadataUpdateContext(), base
+    for update in updates:
+        metadata = _apply_table_update(update, metadata, context)
+    if metadata_location is not None and context.has_changes():
+        metadata = _update_table_metadata_log(metadata, metadata_location, base.last_updated_ms)
+        if base.last_updated_ms == metadata.last_updated_ms:
+            metadata = metadata.model_copy(update={"last_updated_ms": datetime_to_millis(datetime.now().astimezone())})
+    metadata.spec().check_compatible(metadata.schema())
+    metadata.sort_order().check_compatible(metadata.schema())
+    return metadata
+
+
+def _stage_without_deep_copy(catalog: Catalog) -> Catalog:
+    """``catalog`` with its commit's metadata computed by ``updated_metadata``, for every catalog that computes it
+    itself (pyiceberg's ``MetastoreCatalog``: SQL, Glue, Hive, DynamoDB). A REST catalog's server computes it.
+
+    pyiceberg's ``_update_and_stage_table`` ends in ``update_table_metadata``'s deep copy of the whole metadata,
+    every snapshot kept included: at the 1,000th batch of a table, half of a commit's time. A table's creation
+    (no current table) keeps pyiceberg's own path, which also validates the new metadata.
+    """
+    from pyiceberg.catalog import MetastoreCatalog
+    from pyiceberg.table import StagedTable
+    from pyiceberg.table.locations import load_location_provider
+
+    if not isinstance(catalog, MetastoreCatalog):
+        return catalog
+    pyiceberg_staging = catalog._update_and_stage_table
+
+    def stage(current_table: Table | None, identifier: Any, requirements: tuple[Any, ...], updates: tuple[Any, ...]) -> StagedTable:
+        if current_table is None:
+            return pyiceberg_staging(current_table, identifier, requirements, updates)
+        for requirement in requirements:
+            requirement.validate(current_table.metadata)
+        metadata = updated_metadata(current_table.metadata, updates, current_table.metadata_location)
+        version = catalog._parse_metadata_version(current_table.metadata_location) + 1
+        location = load_location_provider(metadata.location, metadata.properties).new_table_metadata_file_location(version)
+        io = catalog._load_file_io(properties=metadata.properties, location=location)
+        return StagedTable(identifier=identifier, metadata=metadata, metadata_location=location, io=io, catalog=catalog)
+
+    catalog._update_and_stage_table = stage  # type: ignore[method-assign,assignment]
+    return catalog
+
+
+# The catalogs that read the current metadata file again inside their commit, and where each finds its location.
+_METADATA_LOCATION_OF = {
+    "_convert_orm_to_iceberg": lambda row: row.metadata_location,  # SqlCatalog: its iceberg_tables row
+    "_convert_glue_to_iceberg": lambda glue_table: (glue_table.get("Parameters") or {}).get("metadata_location"),  # GlueCatalog
+}
+
+
+def _parse_each_metadata_file_once(catalog: Catalog) -> Catalog:
+    """``catalog`` reusing the metadata it parsed last when its pointer still names the same metadata file.
+
+    A commit loads the table (one parse of the metadata file, every snapshot kept in it), and pyiceberg's SQL and
+    Glue catalogs load it again inside ``commit_table`` to check that it is still current: a second parse of the
+    same file. Iceberg never rewrites a metadata file (each commit writes a new one, under a new name), so the
+    same location holds the same metadata, and the parse already made serves. The catalog's optimistic check is
+    untouched: it still reads the pointer (the SQL row, the Glue table's version), and a pointer that moved names
+    another file, which is parsed.
+    """
+    for name, location_of in _METADATA_LOCATION_OF.items():
+        convert = getattr(catalog, name, None)
+        if convert is not None:
+            setattr(catalog, name, _reusing_last(convert, location_of))
+    return catalog
+
+
+def _reusing_last(convert: Any, location_of: Any) -> Any:
+    """``convert`` (a catalog's metadata-file-to-Table step) returning the last Table again for the same file."""
+    import copy
+
+    last: dict[str, Table] = {}
+
+    def reuse(*args: Any, **kwargs: Any) -> Table:
+        (source,) = (*args, *kwargs.values())  # one argument, passed by position (SQL) or by name (Glue)
+        location = location_of(source)
+        known = last.get(location) if location else None
+        if known is not None:
+            return copy.copy(known)  # a Table of its own (a commit replaces its metadata), sharing the frozen metadata
+        table: Table = convert(*args, **kwargs)
+        last.clear()
+        last[table.metadata_location] = copy.copy(table)
+        return table
+
+    return reuse
+
+
 @functools.cache
 def _transaction_class() -> type[Transaction]:
     """Made on first use: nothing under plugins/ imports pyiceberg when Airflow loads it."""
     from pyiceberg.table import Transaction as BaseTransaction
-    from pyiceberg.table.update import _apply_table_update, _TableMetadataUpdateContext
-
-    def staged(base: Any, updates: tuple[Any, ...]) -> Any:
-        # update_table_metadata without its last step, a deep copy of the whole result: pyiceberg's metadata models
-        # are frozen, each update returns a new model, and this view is only read (the catalog's commit computes
-        # and checks the metadata it writes on its own). The copy is most of a commit's cost on a long history.
-        context, metadata = _TableMetadataUpdateContext(), base
-        for update in updates:
-            metadata = _apply_table_update(update, metadata, context)
-        return metadata
 
     class CachedTransaction(BaseTransaction):
         _cached: tuple[Any, Any, Any] | None = None
@@ -371,7 +457,7 @@ def _transaction_class() -> type[Transaction]:
                 return base
             cached = self._cached
             if cached is None or cached[0] is not base or cached[1] is not updates:
-                cached = self._cached = (base, updates, staged(base, updates))
+                cached = self._cached = (base, updates, updated_metadata(base, updates))
             return cached[2]
 
     return CachedTransaction
