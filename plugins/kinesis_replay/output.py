@@ -283,12 +283,15 @@ def layout_format(output: str) -> str | None:
 def write_owner(output: str, owner: Owner, replace: bool = False) -> Owner:
     """Claim the root for ``owner`` and return whoever holds it afterwards.
 
-    On local disk the first claim wins outright (the file is created exclusively). On S3 a claim is a
-    PUT followed by a read: two pipelines claiming one new root at the same instant could both write,
-    and the later one wins; each then sees the winner, and the loser stops at its next check.
+    The first claim wins outright, wherever two pipelines claim one new root at the same instant: on local disk the
+    file is created exclusively, on S3 by a conditional PUT (``If-None-Match: *``, which S3 refuses when the key
+    exists). Any other file system gets a PUT after a read: there the later of two simultaneous claims wins, each
+    then sees the winner, and the loser stops at its next check. ``replace`` overwrites (a recovery's adoption).
     """
     path = owner_path(output)
-    if "://" not in path and not replace:
+    if replace:
+        _write_json(path, owner.to_dict())
+    elif "://" not in path:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -297,12 +300,33 @@ def write_owner(output: str, owner: Owner, replace: bool = False) -> Owner:
         else:
             with os.fdopen(fd, "w") as f:
                 json.dump(owner.to_dict(), f, indent=2, sort_keys=True)
-    elif replace or read_owner(output) is None:
+    elif path.startswith(("s3://", "s3a://")):
+        _put_if_absent_on_s3(path, json.dumps(owner.to_dict(), indent=2, sort_keys=True).encode())
+    elif read_owner(output) is None:
         _write_json(path, owner.to_dict())
     found = read_owner(output)
     if found is None:
         raise KinesisReplayError(f"the owner record {path} vanished right after it was written")
     return found
+
+
+def _put_if_absent_on_s3(path: str, body: bytes) -> bool:
+    """Create the object at ``path`` unless it exists (S3's conditional write); returns whether this call created it.
+
+    The client is boto3's default (the same credential chain and ``AWS_ENDPOINT_URL_S3`` as pyarrow's file system).
+    """
+    import boto3
+    from botocore.exceptions import ClientError
+
+    bucket, _, key = path.split("://", 1)[1].partition("/")
+    try:
+        boto3.client("s3").put_object(Bucket=bucket, Key=key, Body=body, IfNoneMatch="*")
+    except ClientError as exc:
+        # 412: the key exists; 409: another conditional write to it is in progress. Either way another claim won.
+        if exc.response.get("Error", {}).get("Code") in ("PreconditionFailed", "ConditionalRequestConflict"):
+            return False
+        raise KinesisReplayError(f"cannot write the owner record {path}: {exc}") from exc
+    return True
 
 
 def write_commit_record(output: str, batch: Batch) -> None:

@@ -16,7 +16,7 @@ import pytest
 
 from kinesis_replay import guards, output
 from kinesis_replay.config import PipelineConfig, parse_config
-from kinesis_replay.errors import OutputOwnershipError, StateLostError
+from kinesis_replay.errors import KinesisReplayError, OutputOwnershipError, StateLostError
 from kinesis_replay.ranges import SequenceRange
 from kinesis_replay.recovery import plan_recovery
 from kinesis_replay.state import Batch, BatchStatus, Head, Manifest, ShardResult
@@ -68,3 +68,24 @@ def test_the_owner_record_and_commit_records_guard_an_s3_root(bucket: str) -> No
 
     rebuilt = plan_recovery(p, [output.read_commit_record(p.output, i) for i in (1, 2)], [], NOW)
     assert rebuilt.head.next_batch_id == 3 and [s.checkpoint for s in rebuilt.shards] == [29]
+
+
+def test_of_two_claims_racing_for_a_new_s3_root_the_first_wins_and_the_second_writes_nothing(bucket: str) -> None:
+    # Both read "no owner" before either wrote: the conditional PUT alone decides, and the later one changes nothing.
+    first, second = pipeline(f"s3://{bucket}/raw/orders"), pipeline(f"s3://{bucket}/raw/orders", name="payments")
+    record = output.owner_path(first.output)
+    assert output._put_if_absent_on_s3(record, b'{"pipeline": "orders"}') is True
+    assert output._put_if_absent_on_s3(record, b'{"pipeline": "payments"}') is False
+    body = boto3.client("s3").get_object(Bucket=bucket, Key="raw/orders/_kinesis_replay_owner.json")["Body"].read()
+    assert body == b'{"pipeline": "orders"}'
+
+    boto3.client("s3").delete_object(Bucket=bucket, Key="raw/orders/_kinesis_replay_owner.json")
+    guards.claim_output(first, NOW)
+    with pytest.raises(OutputOwnershipError, match="it belongs to pipeline 'orders'"):
+        guards.claim_output(second, NOW)
+    assert output.read_owner(first.output).pipeline == "orders"  # type: ignore[union-attr]
+
+
+def test_an_owner_record_in_a_missing_bucket_names_the_path(stack: Any) -> None:
+    with pytest.raises(KinesisReplayError, match="cannot write the owner record s3://no-such-bucket-kr/raw/orders/"):
+        guards.claim_output(pipeline("s3://no-such-bucket-kr/raw/orders"), NOW)
