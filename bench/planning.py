@@ -142,7 +142,7 @@ def _serve(upstream: str, conn: Any, limits: Any = None) -> None:
             return
 
 
-def plan_once(meter: CpuMeter, proxy: ProxyProcess, store: Any, stream: str, scenario: Scenario) -> Result:
+def plan_once(meter: CpuMeter, proxy: ProxyProcess, store: Any, stream: str, scenario: Scenario, concurrency: int) -> Result:
     import boto3
 
     from kinesis_replay import kinesis
@@ -151,10 +151,11 @@ def plan_once(meter: CpuMeter, proxy: ProxyProcess, store: Any, stream: str, sce
 
     name = f"plan{uuid.uuid4().hex[:6]}"
     entry = {"name": name, "stream": stream, "output": f"/tmp/kinesis-replay-bench/{name}", "schedule": None,
-             "initial_position": "TRIM_HORIZON", "state_table": store.table, "spark": {},
+             "initial_position": "TRIM_HORIZON", "state_table": store.table, "spark": {}, "read": {"plan_concurrency": concurrency},
              "output_format": "directory"}  # no table: the setup's commit (not measured) has no files to add  # fmt: skip
     pipeline = parse_config({"pipelines": [entry]})[0]
-    raw = boto3.client("kinesis", endpoint_url=proxy.url, region_name=local_stack.REGION, config=kinesis.CLIENT_CONFIG)
+    config = kinesis.pooled(kinesis.CLIENT_CONFIG, concurrency)
+    raw = boto3.client("kinesis", endpoint_url=proxy.url, region_name=local_stack.REGION, config=config)
     client = kinesis.leave_throttling_to_call(raw)
     before = meter.read()
     first, planned = _timed_plan(proxy, pipeline, client, store, scenario)
@@ -196,7 +197,9 @@ def _commit_without_reading(pipeline: Any, store: Any, batch: Any) -> None:
     commit_batch(pipeline, store, batch.batch_id)
 
 
-def measure(shard_counts: list[int], mb_per_shard: float, wide_mb_per_shard: float, age: float, kinds: list[str]) -> list[Result]:
+def measure(
+    shard_counts: list[int], mb_per_shard: float, wide_mb_per_shard: float, age: float, kinds: list[str], concurrency: int
+) -> list[Result]:
     import boto3
 
     from kinesis_replay.dynamodb_store import DynamoDBStateStore
@@ -230,7 +233,7 @@ def measure(shard_counts: list[int], mb_per_shard: float, wide_mb_per_shard: flo
         time.sleep(max(0.0, age - (time.monotonic() - written)))  # the newest record is ``age`` seconds old at the plans
         results = []
         for s in scenarios:
-            results.append(plan_once(meter, proxy, store, streams[s], s))
+            results.append(plan_once(meter, proxy, store, streams[s], s, concurrency))
             r = results[-1]
             print(f"{s}: planned {r.ranges} ranges in {r.seconds:.1f}s, at most {max(r.bytes_read) / 1024:.1f} KiB a shard", flush=True)
         return results
@@ -239,13 +242,13 @@ def measure(shard_counts: list[int], mb_per_shard: float, wide_mb_per_shard: flo
         local_stack.stop(state)
 
 
-def render(results: list[Result], age: float) -> str:
+def render(results: list[Result], age: float, concurrency: int) -> str:
     lines = [
         "## Planning a batch (make bench-planning)",
         "",
         f"One plan of a fresh pipeline (from TRIM_HORIZON) over streams whose records were written about {age / 60:.0f} minutes "
         f"before it, through the project's throttling proxy at Kinesis's per-shard limits (a process of its own), shards planned "
-        f"{_concurrency()} at a time; on {platform.node() or 'this machine'}, {os.cpu_count()} cores, kinesalite and the moto "
+        f"{concurrency} at a time; on {platform.node() or 'this machine'}, {os.cpu_count()} cores, kinesalite and the moto "
         "server. The time covers ListShards, each shard's calls, its shard item and the batch written to the state table. "
         f"Records are {RECORD_BYTES:,} bytes, put {PER_SHARD_PER_CALL} a shard per PutRecords call. Calls, records and bytes "
         "are each shard's, as the proxy counted them: what planning takes from the shard's read limits. A shard's reads are "
@@ -277,10 +280,10 @@ def render(results: list[Result], age: float) -> str:
             f"| {r.scenario.kind} | {r.scenario.shards:,} | " + " | ".join(f"{ms:.1f}" for ms in per_shard)
             + f" | {sum(per_shard):.1f} | {sum(r.cpu.values()):.1f} |"
         )  # fmt: skip
-    by = {(r.scenario.kind, r.scenario.shards): r.seconds for r in results}
+    by = {(r.scenario.kind, r.scenario.shards): r for r in results}
     for kind in ("busy", "idle"):
         if (kind, 100) in by and (kind, 1000) in by:
-            ratio = by[(kind, 1000)] / by[(kind, 100)]
+            ratio = by[(kind, 1000)].seconds / by[(kind, 100)].seconds
             lines.append(f"\n{kind}: planning 1,000 shards took {ratio:.1f} times as long as 100 (target: at most 5).")
     lines.append(
         "\nWhat bounds these figures here is the machine, not Kinesis: at its limits a shard's plan needs about 0.2 s (its "
@@ -325,9 +328,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wide-mb-per-shard", type=float, default=1.0, help="busy streams of 1,000 shards (kinesalite holds all of it)")
     parser.add_argument("--age", type=float, default=120.0, help="seconds between the last write and the plans")
     parser.add_argument("--kinds", nargs="+", default=["busy", "idle"], choices=["busy", "idle"])
+    parser.add_argument("--plan-concurrency", type=int, default=_concurrency(), help="read.plan_concurrency (the default's)")
     args = parser.parse_args(argv)
-    results = measure(args.shards, args.mb_per_shard, args.wide_mb_per_shard, args.age, args.kinds)
-    body = render(results, args.age)
+    results = measure(args.shards, args.mb_per_shard, args.wide_mb_per_shard, args.age, args.kinds, args.plan_concurrency)
+    body = render(results, args.age, args.plan_concurrency)
     print(body)
     report.write_section(ROOT / "BENCHMARKS.md", report.PLANNING, lambda _old: body)
     return 0

@@ -114,7 +114,7 @@ def fail_fast(step: Callable[_P, _R]) -> Callable[_P, _R]:
 
 
 def kinesis_hook(p: PipelineConfig) -> KinesisHook:
-    return KinesisHook(aws_conn_id=p.aws_conn_id, config=kinesis.CLIENT_CONFIG)
+    return KinesisHook(aws_conn_id=p.aws_conn_id, config=kinesis.pooled(kinesis.CLIENT_CONFIG, p.read.plan_concurrency))
 
 
 def kinesis_client(p: PipelineConfig) -> KinesisClient:
@@ -125,7 +125,7 @@ def kinesis_client(p: PipelineConfig) -> KinesisClient:
 def state_store(p: PipelineConfig) -> DynamoDBStateStore:
     # A plain client, not DynamoDBHook's: that is a resource's meta.client, whose injected serializer would
     # wrap the typed attribute values the store writes a second time.
-    client = AwsBaseHook(aws_conn_id=p.aws_conn_id, client_type="dynamodb", config=_RETRIES).conn
+    client = AwsBaseHook(aws_conn_id=p.aws_conn_id, client_type="dynamodb", config=kinesis.pooled(_RETRIES, p.read.plan_concurrency)).conn
     return DynamoDBStateStore(client, p.state_table)
 
 

@@ -227,11 +227,10 @@ def kinesis_client(endpoint: KinesisEndpoint, connections: int = 0) -> Any:
     """One client per endpoint in each Python worker, shared by the ranges its tasks read (boto3 clients are thread-safe),
     with a pooled connection for each of ``connections`` reader threads (at least the default pool)."""
     import boto3
-    from botocore.config import Config
 
-    from kinesis_replay.kinesis import CLIENT_CONFIG, POOL_CONNECTIONS, leave_throttling_to_call
+    from kinesis_replay.kinesis import CLIENT_CONFIG, leave_throttling_to_call, pooled
 
-    config = CLIENT_CONFIG.merge(Config(max_pool_connections=max(POOL_CONNECTIONS, connections)))
+    config = pooled(CLIENT_CONFIG, connections)
     session = boto3.session.Session(botocore_session=utc_botocore_session())
     return leave_throttling_to_call(
         session.client("kinesis", region_name=endpoint.region_name, endpoint_url=endpoint.endpoint_url, config=config)

@@ -47,6 +47,12 @@ CLIENT_CONFIG = Config(
 )  # fmt: skip
 
 
+def pooled(config: Config, threads: int) -> Config:
+    """``config`` with a connection for each of ``threads`` threads sharing the client (a pipeline's
+    ``read.plan_concurrency``): with fewer, urllib3 opens and drops a connection for each call beyond the pool."""
+    return config.merge(Config(max_pool_connections=max(POOL_CONNECTIONS, threads)))
+
+
 def leave_throttling_to_call(client: KinesisClient) -> KinesisClient:
     """Give a Kinesis client made with CLIENT_CONFIG the policy above; returns the client.
 

@@ -68,3 +68,10 @@ def test_without_the_policy_botocore_would_retry_throttles_out_of_calls_sight(en
     stats = kinesis.ReadStats()
     kinesis.call(client(served.url, policy=False).list_shards, "ListShards", FAST, stats, StreamName="s")
     assert (served.requests, stats.throttled) == (3, 0)  # the two throttles were botocore's, and call() saw none
+
+
+def test_a_pipeline_planning_more_shards_at_once_gets_a_connection_for_each_thread() -> None:
+    wide = kinesis.pooled(kinesis.CLIENT_CONFIG, 300)
+    assert wide.max_pool_connections == 300
+    assert wide.retries == kinesis.CLIENT_CONFIG.retries and wide.read_timeout == kinesis.CLIENT_CONFIG.read_timeout
+    assert kinesis.pooled(kinesis.CLIENT_CONFIG, 4).max_pool_connections == kinesis.POOL_CONNECTIONS  # never below the default
