@@ -179,7 +179,8 @@ def write_batch(spark: SparkSession, rows: DataFrame, spec: JobSpec, attempt: st
 
 
 def check_owner(fs: HadoopFS, spec: JobSpec) -> None:
-    """Write nothing into a root whose owner record names another pipeline or stream (the Airflow side checks it too)."""
+    """Write nothing into a root whose owner record names another pipeline or stream, or the other layout (a table's
+    root holds no batch folders, a directory output's no table files). The Airflow side checks both too."""
     text = fs.read_text(owner_path(spec.output))
     if text is None:
         return  # a root the job was pointed at by hand (the warm-up's, a test's)
@@ -188,6 +189,12 @@ def check_owner(fs: HadoopFS, spec: JobSpec) -> None:
         raise KinesisReplayError(
             f"pipeline {spec.pipeline!r}, batch {spec.batch_id}: output {spec.output} belongs to pipeline "
             f"{owner.get('pipeline')!r} (stream {owner.get('stream')}); nothing was written"
+        )
+    recorded = owner.get("output_format")
+    if recorded is not None and recorded != spec.output_format:
+        raise KinesisReplayError(
+            f"pipeline {spec.pipeline!r}, batch {spec.batch_id}: output {spec.output} holds the {recorded} layout and the "
+            f"job was asked for output_format {spec.output_format}; nothing was written"
         )
 
 

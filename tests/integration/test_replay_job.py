@@ -88,6 +88,15 @@ def test_the_job_writes_nothing_into_a_root_another_pipeline_owns(kinesis: Any, 
     assert f"output {replay.output} belongs to pipeline 'payments' (stream payments-stream); nothing was written" in str(failure.value)
     assert sorted(p.name for p in replay.output.iterdir()) == [output.OWNER_FILE]  # no staging, no batch, no manifest
 
+    # Its own root, recorded with the other layout (the config's output_format changed since): refused as well.
+    other = "directory" if replay.pipeline.output_format == "iceberg" else "iceberg"
+    own = output.Owner(entry["name"], entry["stream"], "kr", "2026-11-01T00:00:00+00:00", 0, other)
+    output.write_owner(str(replay.output), own, replace=True)
+    with pytest.raises(spark_submit.SparkSubmitError) as failure:
+        replay.run({})
+    assert f"holds the {other} layout and the job was asked for output_format {replay.pipeline.output_format}" in str(failure.value)
+    assert sorted(p.name for p in replay.output.iterdir()) == [output.OWNER_FILE]
+
 
 @dataclass
 class OneRecordReplay:
