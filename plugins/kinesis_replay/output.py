@@ -213,11 +213,15 @@ def _read_json(path: str) -> Any | None:
             raise KinesisReplayError(f"{path} is not valid JSON ({exc}); it was not written by kinesis-replay, or was cut short") from exc
 
 
+def _json_bytes(data: Any) -> bytes:
+    return json.dumps(data, indent=2, sort_keys=True).encode()
+
+
 def _write_json(path: str, data: Any) -> None:
     """Write a small JSON file whole (one PUT on S3; on local disk a temporary file renamed into place)."""
     filesystem, local = _filesystem(path)
     filesystem.create_dir(local.rsplit("/", 1)[0], recursive=True)
-    body = json.dumps(data, indent=2, sort_keys=True).encode()
+    body = _json_bytes(data)
     if "://" in path:
         with filesystem.open_output_stream(local) as stream:
             stream.write(body)
@@ -298,10 +302,10 @@ def write_owner(output: str, owner: Owner, replace: bool = False) -> Owner:
         except FileExistsError:
             pass
         else:
-            with os.fdopen(fd, "w") as f:
-                json.dump(owner.to_dict(), f, indent=2, sort_keys=True)
+            with os.fdopen(fd, "wb") as f:
+                f.write(_json_bytes(owner.to_dict()))
     elif path.startswith(("s3://", "s3a://")):
-        _put_if_absent_on_s3(path, json.dumps(owner.to_dict(), indent=2, sort_keys=True).encode())
+        _put_if_absent_on_s3(path, _json_bytes(owner.to_dict()), f"pipeline {owner.pipeline!r}")
     elif read_owner(output) is None:
         _write_json(path, owner.to_dict())
     found = read_owner(output)
@@ -310,7 +314,7 @@ def write_owner(output: str, owner: Owner, replace: bool = False) -> Owner:
     return found
 
 
-def _put_if_absent_on_s3(path: str, body: bytes) -> bool:
+def _put_if_absent_on_s3(path: str, body: bytes, who: str) -> bool:
     """Create the object at ``path`` unless it exists (S3's conditional write); returns whether this call created it.
 
     The client is boto3's default (the same credential chain and ``AWS_ENDPOINT_URL_S3`` as pyarrow's file system).
@@ -325,7 +329,7 @@ def _put_if_absent_on_s3(path: str, body: bytes) -> bool:
         # 412: the key exists; 409: another conditional write to it is in progress. Either way another claim won.
         if exc.response.get("Error", {}).get("Code") in ("PreconditionFailed", "ConditionalRequestConflict"):
             return False
-        raise KinesisReplayError(f"cannot write the owner record {path}: {exc}") from exc
+        raise KinesisReplayError(f"{who}: cannot write the owner record {path}: {exc}") from exc
     return True
 
 

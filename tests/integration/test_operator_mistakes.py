@@ -51,6 +51,14 @@ def plan_error(entry: dict[str, Any], params: dict[str, Any] | None = None) -> s
     return str(raised.value)
 
 
+def refused_plan(dag: Any, entry: dict[str, Any]) -> str:
+    """Run the pipeline's DAG, whose plan must fail outright (the run failed, not up for retry), and return what the
+    plan says."""
+    refused = run_dag(dag)
+    assert refused.state == "failed" and refused.tasks["plan"] == "failed", refused
+    return plan_error(entry)
+
+
 def ledger(store: DynamoDBStateStore, name: str) -> dict[str, Any]:
     """Everything the state table holds of a pipeline, comparable before and after."""
     return {
@@ -71,10 +79,7 @@ def test_a_second_pipeline_on_an_owned_output_is_refused_before_it_writes(
         produce(kinesis, other_stream, 80)
         # The same directory, spelled another way; and with retries, which a refusal must not wait out.
         intruder = {**entry, "name": entry["name"] + "b", "stream": other_stream, "output": f"file://{entry['output']}/./", "retries": 2}
-        refused = run_dag(dag_for(intruder))
-        assert refused.state == "failed" and refused.tasks["plan"] == "failed", refused  # failed, not up_for_retry
-
-        message = plan_error(intruder)
+        message = refused_plan(dag_for(intruder), intruder)
         assert f"pipeline {intruder['name']!r} may not write output {entry['output']}" in message
         assert f"it belongs to pipeline {entry['name']!r} (stream {entry['stream']}" in message
         assert ledger(store, intruder["name"]) == {"head": store.get_head("none"), "shards": {}, "batches": []}
@@ -142,9 +147,7 @@ def test_a_renamed_state_table_is_refused_and_a_recovery_adopts_it(
     renamed = {**entry, "state_table": f"{entry['state_table']}-new"}
     produced += produce(kinesis, entry["stream"], 50, start_index=150)
     try:
-        refused = run_dag(dag_for(renamed))
-        assert refused.tasks["plan"] == "failed", refused
-        message = plan_error(renamed)
+        message = refused_plan(dag_for(renamed), renamed)
         assert f"output {entry['output']} is kept with state table {entry['state_table']}" in message
         assert f"the config now names state table {renamed['state_table']}" in message
         assert ledger(store, entry["name"]) == before  # the old table is untouched
@@ -172,9 +175,7 @@ def test_a_changed_output_is_refused_and_a_moved_one_goes_on(
     moved = {**entry, "output": str(tmp_path / "moved")}
     produced += produce(kinesis, entry["stream"], 60, start_index=100)
 
-    refused = run_dag(dag_for(moved))
-    assert refused.tasks["plan"] == "failed", refused
-    message = plan_error(moved)
+    message = refused_plan(dag_for(moved), moved)
     assert (
         f"state table {entry['state_table']} says batches up to 1 are committed, but output {moved['output']} does not hold batch 1"
         in message
@@ -210,9 +211,7 @@ def test_a_directory_pipeline_upgraded_without_output_format_is_refused_until_it
     upgraded = {k: v for k, v in entry.items() if k != "output_format"}
     produced += produce(kinesis, entry["stream"], 60, start_index=100)
 
-    refused = run_dag(dag_for(upgraded))
-    assert refused.tasks["plan"] == "failed", refused
-    message = plan_error(upgraded)
+    message = refused_plan(dag_for(upgraded), upgraded)
     assert (
         f"pipeline {entry['name']!r}: output {entry['output']} was created as a directory output (it holds batch_id=<id>/ folders)"
         in message

@@ -74,8 +74,8 @@ def test_of_two_claims_racing_for_a_new_s3_root_the_first_wins_and_the_second_wr
     # Both read "no owner" before either wrote: the conditional PUT alone decides, and the later one changes nothing.
     first, second = pipeline(f"s3://{bucket}/raw/orders"), pipeline(f"s3://{bucket}/raw/orders", name="payments")
     record = output.owner_path(first.output)
-    assert output._put_if_absent_on_s3(record, b'{"pipeline": "orders"}') is True
-    assert output._put_if_absent_on_s3(record, b'{"pipeline": "payments"}') is False
+    assert output._put_if_absent_on_s3(record, b'{"pipeline": "orders"}', "orders") is True
+    assert output._put_if_absent_on_s3(record, b'{"pipeline": "payments"}', "payments") is False
     body = boto3.client("s3").get_object(Bucket=bucket, Key="raw/orders/_kinesis_replay_owner.json")["Body"].read()
     assert body == b'{"pipeline": "orders"}'
 
@@ -87,5 +87,5 @@ def test_of_two_claims_racing_for_a_new_s3_root_the_first_wins_and_the_second_wr
 
 
 def test_an_owner_record_in_a_missing_bucket_names_the_path(stack: Any) -> None:
-    with pytest.raises(KinesisReplayError, match="cannot write the owner record s3://no-such-bucket-kr/raw/orders/"):
+    with pytest.raises(KinesisReplayError, match="pipeline 'orders': cannot write the owner record s3://no-such-bucket-kr/raw/orders/"):
         guards.claim_output(pipeline("s3://no-such-bucket-kr/raw/orders"), NOW)
