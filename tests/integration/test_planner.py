@@ -199,3 +199,24 @@ def test_records_put_together_share_a_millisecond_and_the_end_is_still_the_newes
     middle = shared[len(shared) // 2]  # a start whose millisecond an earlier record shares
     found = kinesis_api.find_end(kinesis, stream, shard, middle, datetime.now(UTC), millis_behind=0)
     assert found.end == int(records[-1]["SequenceNumber"]) and not found.more_after
+
+
+def test_the_local_kinesis_answers_at_timestamp_with_the_first_record_that_new(kinesis: Any, stream: str) -> None:
+    """Planning's probes rely on AT_TIMESTAMP as Kinesis answers it; the local stack's kinesalite finds the record by a
+    search over the shard's sequence index (local_stack.py, fix 1), so check it against the shard read in full."""
+    for i in range(8):  # records over 8 puts a few milliseconds apart, some sharing a millisecond, on every shard
+        produce(kinesis, stream, 12, start_index=12 * i)
+        time.sleep(0.003 * i)
+    shard = "shardId-000000000001"
+    records = arrivals(kinesis, stream, shard)
+    assert len({arrival for _, arrival in records}) > 4, "too few distinct arrivals to search"
+    moments = sorted({arrival + delta for _, arrival in records for delta in (timedelta(0), timedelta(milliseconds=1))})
+    moments.insert(0, records[0][1] - timedelta(seconds=5))
+    for moment in moments:
+        iterator = kinesis.get_shard_iterator(StreamName=stream, ShardId=shard, ShardIteratorType="AT_TIMESTAMP", Timestamp=moment)
+        page = kinesis.get_records(ShardIterator=iterator["ShardIterator"], Limit=1)
+        expected = next((seq for seq, arrival in records if arrival >= moment), None)
+        got = int(page["Records"][0]["SequenceNumber"]) if page["Records"] else None
+        assert got == expected, f"AT_TIMESTAMP {moment.isoformat()}: {got}, not {expected}"
+        if expected is None:
+            assert page["MillisBehindLatest"] == 0 and page.get("NextShardIterator")  # the tip, not a wait for a record

@@ -35,3 +35,13 @@ def test_an_unknown_kinesalite_is_refused(kinesalite_copy: Path) -> None:
     (kinesalite_copy / "actions" / "getShardIterator.js").write_text("// another version\n")
     with pytest.raises(RuntimeError, match=r"is not kinesalite 3\.3\.3's"):
         local_stack.patch_kinesalite(kinesalite_copy)
+
+
+def test_an_earlier_fix_is_patched_over(kinesalite_copy: Path) -> None:
+    """A kinesalite patched by an earlier version of local_stack (make does not reinstall it) gets today's fix."""
+    source = kinesalite_copy / "actions" / "getShardIterator.js"
+    local_stack.patch_kinesalite(kinesalite_copy)
+    source.write_text(source.read_text().replace(local_stack._AT_TIMESTAMP_FIX, local_stack._AT_TIMESTAMP_EARLIER_FIX))
+    local_stack.patch_kinesalite(kinesalite_copy)
+    text = source.read_text()
+    assert local_stack._AT_TIMESTAMP_FIX in text and local_stack._AT_TIMESTAMP_EARLIER_FIX not in text
