@@ -129,3 +129,32 @@ def test_a_range_older_than_retention_fails_before_any_read(
     assert f"stream {entry['stream']}, batch 1, range shardId-" in error
     assert "arrived 25h00m ago, more than the stream's retention of 24h" in error and "Nothing was read" in error
     assert [p.name for p in Path(entry["output"]).iterdir()] == [OWNER_FILE]  # claimed by the plan; no batch written
+
+
+def test_the_proxy_limits_a_shard_of_a_stream_not_every_stream_s_shard_of_that_id(kinesis: Any, stream: str, stack: Any) -> None:
+    """Kinesis's limits are per shard of a stream: shardId-000000000000 of two streams each has its own (bench-planning
+    plans several streams through one proxy, one after the other)."""
+    import boto3
+    from botocore.config import Config
+    from botocore.exceptions import ClientError
+
+    from stack.producer import ensure_stream
+
+    other = f"{stream}-other"
+    ensure_stream(kinesis, other, 1)
+    running = KinesisProxy(stack.kinesis_url, ProxyLimits(get_shard_iterator_per_second=1)).start()
+    try:
+        client = boto3.client("kinesis", endpoint_url=running.url, config=Config(retries={"total_max_attempts": 1}))  # no retry
+
+        def iterator(name: str) -> None:
+            client.get_shard_iterator(StreamName=name, ShardId="shardId-000000000000", ShardIteratorType="TRIM_HORIZON")
+
+        iterator(stream)
+        iterator(other)  # the same shard id in another stream: a budget of its own
+        assert running.throttled() == 0
+        with pytest.raises(ClientError, match="ProvisionedThroughputExceeded"):
+            iterator(stream)  # the first stream's shard, twice within its second
+        assert running.throttled() == 1
+    finally:
+        running.stop()
+        kinesis.delete_stream(StreamName=other, EnforceConsumerDeletion=True)

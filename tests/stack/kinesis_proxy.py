@@ -91,11 +91,12 @@ class KinesisProxy(LocalServer):
         target = urlparse(upstream)
         self.upstream = (target.hostname or "127.0.0.1", target.port or 80)
         self.limits = limits or ProxyLimits()
-        self.counters: dict[str, ShardCounters] = defaultdict(ShardCounters)
+        self.counters: dict[str, ShardCounters] = defaultdict(ShardCounters)  # by shard id: tests read one stream's
         # shard id -> the sequence number of its first record left: records below it are gone, as if trimmed
         self.trim_below: dict[str, int] = {}
-        self._shards: dict[str, _Shard] = defaultdict(lambda: _Shard(tokens=self.limits.bytes_per_second))
-        self._iterators: dict[str, str] = {}
+        # Limits are a shard's of a stream, as Kinesis's are: two streams' shardId-000000000000 do not share one.
+        self._shards: dict[tuple[str, str], _Shard] = defaultdict(lambda: _Shard(tokens=self.limits.bytes_per_second))
+        self._iterators: dict[str, tuple[str, str]] = {}  # iterator -> (stream, shard id)
         self.session_tokens: dict[str, float] = {}  # session token -> when the proxy first saw it
         self.expired = 0  # requests refused with ExpiredTokenException
         self.read_tokens: dict[str, set[str]] = defaultdict(set)  # shard id -> the session tokens its GetRecords calls carried
@@ -125,10 +126,10 @@ class KinesisProxy(LocalServer):
 
     # -- limits ----------------------------------------------------------------------------------
 
-    def _admit(self, shard_id: str, operation: str) -> bool:
+    def _admit(self, stream: str, shard_id: str, operation: str) -> bool:
         now = time.monotonic()
         with self._lock:
-            shard = self._shards[shard_id]
+            shard = self._shards[stream, shard_id]
             calls, limit = (
                 (shard.calls, self.limits.get_records_per_second)
                 if operation == "GetRecords"
@@ -145,11 +146,11 @@ class KinesisProxy(LocalServer):
             calls.append(now)
             return True
 
-    def _served(self, shard_id: str, records: list[dict[str, Any]]) -> None:
+    def _served(self, stream: str, shard_id: str, records: list[dict[str, Any]]) -> None:
         size = sum(len(base64.b64decode(r["Data"])) + len(r["PartitionKey"]) for r in records)
         now = time.monotonic()
         with self._lock:
-            self._shards[shard_id].tokens -= size
+            self._shards[stream, shard_id].tokens -= size
             c = self.counters[shard_id]
             c.get_records += 1
             c.records += len(records)
@@ -248,8 +249,11 @@ class KinesisProxy(LocalServer):
                 # http.client sets Content-Length from the body forwarded, which the proxy may have rewritten.
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
                 request = json.loads(body or b"{}") if operation in ("GetRecords", "GetShardIterator") else {}
-                shard_id = request.get("ShardId") or proxy._iterators.get(request.get("ShardIterator", ""), "unknown")
-                if operation in ("GetRecords", "GetShardIterator") and not proxy._admit(shard_id, operation):
+                if "ShardId" in request:
+                    stream, shard_id = request.get("StreamName") or request.get("StreamARN", "unknown"), request["ShardId"]
+                else:
+                    stream, shard_id = proxy._iterators.get(request.get("ShardIterator", ""), ("unknown", "unknown"))
+                if operation in ("GetRecords", "GetShardIterator") and not proxy._admit(stream, shard_id, operation):
                     self._throttle(shard_id)
                     return
                 if operation == "GetShardIterator" and shard_id in proxy.trim_below:
@@ -260,15 +264,15 @@ class KinesisProxy(LocalServer):
                 status, response_headers, payload = proxy._forward("POST", self.path, headers, body)
                 if status == 200 and operation == "GetShardIterator":
                     proxy.counters[shard_id].get_shard_iterator += 1
-                    proxy._iterators[json.loads(payload)["ShardIterator"]] = shard_id
+                    proxy._iterators[json.loads(payload)["ShardIterator"]] = (stream, shard_id)
                 elif status == 200 and operation == "GetRecords":
                     page = json.loads(payload)
                     if shard_id in proxy.trim_below:
                         page["Records"] = [r for r in page["Records"] if int(r["SequenceNumber"]) >= proxy.trim_below[shard_id]]
                         payload = json.dumps(page).encode()
                     if page.get("NextShardIterator"):
-                        proxy._iterators[page["NextShardIterator"]] = shard_id
-                    proxy._served(shard_id, page["Records"])
+                        proxy._iterators[page["NextShardIterator"]] = (stream, shard_id)
+                    proxy._served(stream, shard_id, page["Records"])
                     if token := self.headers.get("X-Amz-Security-Token"):
                         proxy.read_tokens[shard_id].add(token)
                 self._reply(status, response_headers, payload)
