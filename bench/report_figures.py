@@ -340,7 +340,7 @@ def planning_and_memory(w: Write, f: Figures) -> None:
     S = f.by_size
     w("### Planning and memory\n")
     w("Planning: a dry run of the planner on the whole stream (4 shards, no checkpoints), just after a tail of 10 records per shard "
-      "arrived, as on a live stream: it reads each shard's first record and the last 10-second window to the tip.  ")  # fmt: skip
+      "arrived, as on a live stream: it reads each shard's first record and finds its newest with a few `AT_TIMESTAMP` probes of 5 records.  ")  # fmt: skip
     w("Memory: the spark-submit process tree sampled every 50 ms; a Python worker is `pyspark.daemon` or a worker it forked. "
       "The target figure is the largest single worker (one task reads one shard range); RSS, so forked workers' shared pages count in each.\n")  # fmt: skip
     w(

@@ -40,7 +40,7 @@ from stack import local_stack  # noqa: E402
 
 WORK = ROOT / ".stack" / "bench"
 SHARDS = 4
-TAIL_PER_SHARD = 10  # records produced just before each plan, as a live stream has in the planner's last window
+TAIL_PER_SHARD = 10  # records produced just before each plan, as a live stream has at its tip
 # The emulator enforces no read limits; the replay job is given no budget either, so that it is measured, not its pacing.
 UNLIMITED = {"get_records_per_second": 1e6, "bytes_per_second": 1e12, "get_shard_iterator_per_second": 1e6}
 SPARK_CONF = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4"}
@@ -457,7 +457,7 @@ def measure_size(bench: Bench, size: int, skip_dag: bool, baselines: bool = True
         for name, conf in JVM_VARIANTS.items() if jvm_variants else ():
             runs[name].append(bench.replay_job(stream, conf))
         say(f"{size}: run {n + 1}: " + ", ".join(f"{k} {v[-1]['seconds']:.1f}s" for k, v in runs.items()))
-    time.sleep(max(0.0, 11 - (time.monotonic() - produced_at)))  # the backlog is older than the planner's first window
+    time.sleep(max(0.0, 11 - (time.monotonic() - produced_at)))  # the backlog is older than the planner's first probe
     for _ in range(bench.runs):
         runs["plan"].append(bench.plan(stream))
     say(f"{size}: planning " + ", ".join(f"{r['seconds']:.2f}s" for r in runs["plan"]))
