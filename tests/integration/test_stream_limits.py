@@ -154,7 +154,10 @@ def test_the_proxy_limits_a_shard_of_a_stream_not_every_stream_s_shard_of_that_i
         assert running.throttled() == 0
         with pytest.raises(ClientError, match="ProvisionedThroughputExceeded"):
             iterator(stream)  # the first stream's shard, twice within its second
-        assert running.throttled() == 1
+        arn = kinesis.describe_stream_summary(StreamName=stream)["StreamDescriptionSummary"]["StreamARN"]
+        with pytest.raises(ClientError, match="ProvisionedThroughputExceeded"):  # named by its ARN, the same shard
+            client.get_shard_iterator(StreamARN=arn, ShardId="shardId-000000000000", ShardIteratorType="TRIM_HORIZON")
+        assert running.throttled() == 2
     finally:
         running.stop()
         kinesis.delete_stream(StreamName=other, EnforceConsumerDeletion=True)

@@ -250,7 +250,9 @@ class KinesisProxy(LocalServer):
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
                 request = json.loads(body or b"{}") if operation in ("GetRecords", "GetShardIterator") else {}
                 if "ShardId" in request:
-                    stream, shard_id = request.get("StreamName") or request.get("StreamARN", "unknown"), request["ShardId"]
+                    # A stream named by its ARN (arn:aws:kinesis:<region>:<account>:stream/<name>) is the same stream.
+                    stream = request.get("StreamName") or request.get("StreamARN", "unknown").rsplit("/", 1)[-1]
+                    shard_id = request["ShardId"]
                 else:
                     stream, shard_id = proxy._iterators.get(request.get("ShardIterator", ""), ("unknown", "unknown"))
                 if operation in ("GetRecords", "GetShardIterator") and not proxy._admit(stream, shard_id, operation):
