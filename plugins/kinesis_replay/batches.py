@@ -360,6 +360,15 @@ def verify_batch(
     accepted only for the ``acknowledged`` shards, and recorded in the ledger as a gap.
     """
     batch = store.get_batch(pipeline.name, batch_id)
+    if batch.status in (BatchStatus.COMMITTING, BatchStatus.COMMITTED):
+        # Two runs replayed the batch at once and the other verified it first: its commit removes this run's attempt.
+        raise StateConflictError(
+            f"pipeline {pipeline.name!r}, batch {batch_id} is {batch.status.value}: it was verified and committed after this "
+            "run replayed it (by a run replaying it at the same time, or by this run before this task was run again). This "
+            f"run changes nothing: the ledger and the output's {output.COMMITS_DIR} "
+            f"record describe the committed batch, and the output's {output.MANIFESTS_DIR} holds the last replay's result, "
+            "which may be this run's"
+        )
     manifest = output.read_manifest(pipeline.output, batch_id)
     gaps = check_manifest(batch, manifest, acknowledged, run_id)
     check_files(pipeline, batch_id, manifest)
@@ -380,7 +389,16 @@ def batch_files(pipeline: PipelineConfig, batch_id: int, manifest: Manifest) -> 
             f"pipeline {pipeline.name!r}, batch {batch_id}: the result manifest names no attempt, so it was written by a "
             "replay job of another release (or for a directory output); deploy one release to both sides and run the batch again"
         )
-    return output.parquet_files(output.data_path(pipeline.output, batch_id, manifest.attempt))
+    files = output.parquet_files(output.data_path(pipeline.output, batch_id, manifest.attempt))
+    if not files and manifest.records:
+        raise VerificationError(
+            f"pipeline {pipeline.name!r}, batch {batch_id}: the result manifest names attempt {manifest.attempt}, whose files "
+            f"are gone from {output.data_path(pipeline.output, batch_id, manifest.attempt)}. A run that commits the batch "
+            "removes the attempts it did not commit, so another run replaying the batch at the same time may have committed "
+            "it; otherwise they were deleted. Nothing was committed by this run; the next run replays the batch if it is "
+            "still in flight"
+        )
+    return files
 
 
 def check_files(pipeline: PipelineConfig, batch_id: int, manifest: Manifest) -> None:

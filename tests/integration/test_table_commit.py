@@ -9,8 +9,11 @@ from typing import Any
 
 import pytest
 
+from kinesis_replay.batches import verify_batch
+from kinesis_replay.config import parse_config
 from kinesis_replay.dynamodb_store import DynamoDBStateStore
-from kinesis_replay.output import read_commit_record
+from kinesis_replay.errors import StateConflictError
+from kinesis_replay.output import attempt_paths, read_commit_record, read_manifest
 from kinesis_replay.state import BatchStatus
 from stack.faults import TABLE_COMMITTED, StateFault, StateTableProxy
 from stack.harness import check_exactly_once, check_table_history, load_dags, output_table, read_output, run_dag
@@ -54,5 +57,35 @@ def test_a_commit_cut_after_the_table_commit_is_finished_by_the_next_run_without
     assert batch.status == BatchStatus.COMMITTED and batch.snapshot_id == snapshot.snapshot_id
     table = output_table(entry["output"])
     assert table is not None and [s.snapshot_id for s in table.metadata.snapshots] == [snapshot.snapshot_id]  # none added
+    assert {sid: s.checkpoint for sid, s in store.get_shards(entry["name"]).items()} == {r.shard_id: r.end for r in batch.ranges}
+    assert check_exactly_once(produced, read_output(entry["output"])).ok and check_table_history(entry["output"]) == []
+
+
+def test_a_replay_that_lost_the_race_to_a_concurrent_run_is_refused_at_verify_and_the_committed_batch_stands(
+    kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any], tmp_path: Path, airflow_db: Path
+) -> None:
+    """Two runs replay batch 1 at once (chaos seed 127162729): the first verifies and commits its attempt, and its
+    commit removes the second's; the second replay wrote the result manifest last. The second run's verify refuses,
+    naming the batch, and changes nothing: the ledger, the commit record and the table keep the first attempt."""
+    produced = produce(kinesis, entry["stream"], 120)
+    (pipeline,) = parse_config({"pipelines": [entry]})
+    dag_id = f"kinesis_replay_{entry['name']}"
+    first = run_dag(load_dags(tmp_path / "a.yaml", entry)[dag_id].partial_subset(task_ids=["verify"], include_upstream=True))
+    assert first.tasks == {"plan": "success", "replay": "success", "verify": "success"}
+    won = store.get_batch(entry["name"], 1).verified_manifest().attempt
+    second = run_dag(load_dags(tmp_path / "b.yaml", entry)[dag_id].partial_subset(task_ids=["replay"], include_upstream=True))
+    assert second.tasks == {"plan": "success", "replay": "success"}
+    lost = read_manifest(entry["output"], 1).attempt  # the second replay's result manifest is the last written
+    assert lost is not None and won is not None and lost != won and set(attempt_paths(entry["output"], 1)) == {won, lost}
+
+    committed = run_dag(load_dags(tmp_path / "c.yaml", entry)[dag_id], mark_success_pattern="^(replay|verify)$")
+    assert committed.tasks["commit"] == "success", committed
+    assert set(attempt_paths(entry["output"], 1)) == {won}  # the commit removed the attempt it did not commit
+    with pytest.raises(StateConflictError, match=r"batch 1 is COMMITTED: it was verified and committed after this run replayed it"):
+        verify_batch(pipeline, store, 1)  # the second run's verify, after the first run's commit
+
+    batch = store.get_batch(entry["name"], 1)
+    assert batch.status == BatchStatus.COMMITTED and batch.verified_manifest().attempt == won
+    assert read_commit_record(entry["output"], 1).verified_manifest().attempt == won
     assert {sid: s.checkpoint for sid, s in store.get_shards(entry["name"]).items()} == {r.shard_id: r.end for r in batch.ranges}
     assert check_exactly_once(produced, read_output(entry["output"])).ok and check_table_history(entry["output"]) == []

@@ -67,3 +67,11 @@ def test_a_manifest_without_an_attempt_is_refused_for_a_table_output(tmp_path: P
     old = Manifest("orders", 1, manifest(ROWS).shards)
     with pytest.raises(VerificationError, match="names no attempt, so it was written by a replay job of another release"):
         check_files(pipeline(tmp_path), 1, old)
+
+
+def test_an_attempt_whose_files_are_gone_is_named_not_counted_as_empty(tmp_path: Path) -> None:
+    """A run that commits a batch removes the attempts it did not commit; a concurrent run's verify then finds its own
+    attempt's folder gone, and says so, instead of reporting the shards' rows as none."""
+    gone = r"batch 1: the result manifest names attempt a, whose files are gone from .*attempt=a\. A run"
+    with pytest.raises(VerificationError, match=gone):
+        check_files(pipeline(tmp_path), 1, manifest(ROWS))
