@@ -545,24 +545,34 @@ def compact(tasks: dict[str, str]) -> str:
 
 
 def check_manifests(output: Path, committed: list[int]) -> list[str]:
-    """Each committed batch's manifest (read as JSON) agrees with its files (read with pyarrow), shard by shard."""
+    """Each committed batch's manifest, as its commit record in the output keeps it (check_commit_records ties that to
+    the ledger's), agrees with the files of the attempt it names (read with pyarrow), shard by shard; and the batch
+    has a result manifest, which the replay job wrote and verify read.
+
+    The result manifest itself is the last replay's: when two runs replayed the batch at once, it may be the one
+    whose attempt the other run's commit removed, so the commit record is what names the committed files.
+    """
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     problems = []
     for batch_id in committed:
         manifest_file = output / "_manifests" / f"batch_id={batch_id:010d}.json"
+        record_file = output / "_commits" / f"batch_id={batch_id:010d}.json"
         if not manifest_file.exists():
             problems.append(f"batch {batch_id}: no manifest at {manifest_file}")
             continue
-        manifest = json.loads(manifest_file.read_text())
+        if not record_file.exists():
+            problems.append(f"batch {batch_id}: no commit record at {record_file}")
+            continue
+        manifest = json.loads(record_file.read_text())["batch"]["manifest"]
         data_dir = output / f"batch_id={batch_id:010d}"
-        if "attempt" in manifest:  # a table output: the files of the attempt the manifest describes
+        if manifest.get("attempt"):  # a table output: the files of the attempt the commit record names
             data_dir = output / "data" / f"batch_id={batch_id:010d}" / f"attempt={manifest['attempt']}"
         table = pq.read_table(data_dir) if data_dir.exists() else None
         for shard in manifest["shards"]:
             if table is None:
-                problems.append(f"batch {batch_id}: manifest lists shard {shard['shard_id']}, but {data_dir} is missing")
+                problems.append(f"batch {batch_id}: its commit record lists shard {shard['shard_id']}, but {data_dir} is missing")
                 continue
             rows = table.filter(pc.equal(table.column("shard_id"), shard["shard_id"]))
             seqs = [int(s) for s in rows.column("sequence_number").to_pylist()]
@@ -704,9 +714,11 @@ def write_reliability(path: Path, totals: Totals, seeds: list[int], steps: int, 
 
 
 def reliability_table(old: str, totals: Totals, seeds: list[int], steps: int, command: str) -> str:
-    """The reliability section: the runs in its ``old`` body, this run, and the total over every run."""
+    """The reliability section: the runs in its ``old`` body, this run, and the total over every run; the notes on
+    failed seeds (lines starting "- failed seed ") that were written by hand are kept."""
     rows = [line for line in old.splitlines() if _RUN_ROW.match(line)]
     seed_lines = [line for line in old.splitlines() if line.startswith("- seeds of ")]
+    failures = [line for line in old.splitlines() if line.startswith("- failed seed ")]  # what each failure was, by hand
     at = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
     rows.append(
         f"| {at} | `{command}` | {totals.schedules} | {steps} + drain | {totals.records} | {totals.lost} | {totals.duplicated} | "
@@ -731,6 +743,7 @@ def reliability_table(old: str, totals: Totals, seeds: list[int], steps: int, co
             f"**{total['duplicated']}** | {', '.join(failed) or 'none'} | {sum(float(m['minutes']) for m in runs):.1f} min |",
             "",
             *seed_lines,
+            *(["", *failures] if failures else []),
             "",
             f"`schedules: {total['schedules']}, records: {total['records']}, lost: {total['lost']}, duplicated: {total['duplicated']}`",
         ]

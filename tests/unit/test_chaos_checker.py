@@ -12,8 +12,15 @@ import report
 from stack import chaos
 
 
-def write_batch(output: Path, batch_id: int, rows: list[tuple[str, str, int]], manifest: bool = True) -> None:
+def write_batch(
+    output: Path, batch_id: int, rows: list[tuple[str, str, int]], manifest: bool = True, attempt: str | None = None,
+    committed: bool = True,
+) -> None:  # fmt: skip
+    """A committed batch as the checker reads it: its files (a table output's attempt folder, given ``attempt``), the
+    replay's result manifest and the commit record that keeps the same manifest."""
     directory = output / f"batch_id={batch_id:010d}"
+    if attempt is not None:
+        directory = output / "data" / f"batch_id={batch_id:010d}" / f"attempt={attempt}"
     directory.mkdir(parents=True)
     table = pa.table(
         {
@@ -32,8 +39,13 @@ def write_batch(output: Path, batch_id: int, rows: list[tuple[str, str, int]], m
             entries.append(
                 {"shard_id": shard, "records": len(seqs), "first_sequence_number": str(min(seqs)), "last_sequence_number": str(max(seqs))}
             )
+        result = {"batch_id": batch_id, "shards": entries, **({"attempt": attempt} if attempt else {})}
         (output / "_manifests").mkdir(exist_ok=True)
-        (output / "_manifests" / f"batch_id={batch_id:010d}.json").write_text(json.dumps({"batch_id": batch_id, "shards": entries}))
+        (output / "_manifests" / f"batch_id={batch_id:010d}.json").write_text(json.dumps(result))
+        if committed:
+            (output / "_commits").mkdir(exist_ok=True)
+            record = json.dumps({"batch": {"manifest": result}, "format": 1})
+            (output / "_commits" / f"batch_id={batch_id:010d}.json").write_text(record)
 
 
 def test_a_manifest_that_disagrees_with_its_files_is_named(tmp_path: Path) -> None:
@@ -48,6 +60,22 @@ def test_a_manifest_that_disagrees_with_its_files_is_named(tmp_path: Path) -> No
     assert "batch 1, shard shardId-0: manifest says 2 records" in problem and "files hold 1" in problem
 
 
+def test_the_commit_record_names_the_committed_attempt_not_the_last_replay_s_result(tmp_path: Path) -> None:
+    """Two runs replayed batch 1 at once: the first committed attempt A and removed B, whose result manifest the
+    second replay wrote last. The commit record's attempt is the one checked."""
+    write_batch(tmp_path, 1, [("shardId-0", "10", 0), ("shardId-0", "11", 0)], attempt="A")
+    result = tmp_path / "_manifests" / "batch_id=0000000001.json"
+    result.write_text(json.dumps({**json.loads(result.read_text()), "attempt": "B"}))  # B's folder is gone
+    assert chaos.check_manifests(tmp_path, [1]) == []
+
+    committed = tmp_path / "data" / "batch_id=0000000001" / "attempt=A"
+    for f in committed.iterdir():
+        f.unlink()
+    committed.rmdir()
+    (problem,) = chaos.check_manifests(tmp_path, [1])
+    assert problem == f"batch 1: its commit record lists shard shardId-0, but {committed} is missing"
+
+
 def test_a_committed_batch_without_a_manifest_is_named(tmp_path: Path) -> None:
     write_batch(tmp_path, 3, [("shardId-0", "10", 0)], manifest=False)
     assert chaos.check_manifests(tmp_path, [3]) == [f"batch 3: no manifest at {tmp_path}/_manifests/batch_id=0000000003.json"]
@@ -60,7 +88,7 @@ def test_files_outside_committed_batches_are_named(tmp_path: Path) -> None:
     (tmp_path / "_quarantine" / "batch_id=0000000001" / "part-0.parquet").write_text("q")
     assert chaos.check_files(tmp_path, [1]) == []
 
-    write_batch(tmp_path, 2, [("shardId-0", "11", 0)])  # never committed
+    write_batch(tmp_path, 2, [("shardId-0", "11", 0)], committed=False)  # replayed, never committed
     (tmp_path / "_staging" / "batch_id=0000000002").mkdir(parents=True)
     (tmp_path / "_staging" / "batch_id=0000000002" / "part-0.parquet").write_text("left behind")
     assert sorted(chaos.check_files(tmp_path, [1])) == [
@@ -110,3 +138,10 @@ def test_each_chaos_run_adds_a_row_and_the_total_counts_every_run(tmp_path: Path
     assert "| **total** | 2 runs | **5** | | 1400 | **0** | **0** | 77 | 2.0 min |" in text
     assert "`schedules: 5, records: 1400, lost: 0, duplicated: 0`" in text
     assert text.count("- seeds of ") == 2 and "Not measured yet" not in text
+
+
+def test_the_reliability_table_keeps_the_notes_on_failed_seeds() -> None:
+    old = chaos.reliability_table("", chaos.Totals(), [1], 4, "make chaos SCHEDULES=1 CHAOS_STEPS=4")
+    noted = old.replace("\n\n`schedules", "\n\n- failed seed 7 of then: what it was\n\n`schedules")
+    new = chaos.reliability_table(noted, chaos.Totals(), [2], 4, "make chaos SCHEDULES=1 CHAOS_STEPS=4")
+    assert "- failed seed 7 of then: what it was" in new and new.count("| `make chaos SCHEDULES=1 CHAOS_STEPS=4` |") == 2
