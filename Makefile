@@ -75,14 +75,15 @@ lint: install
 package: install
 	PYTHONPATH=plugins $(BIN)/python -c "from pathlib import Path; from kinesis_replay.spark_submit import package_library as p; print(p(Path('dist/kinesis_replay.zip')))" 
 
-# Sizes (records per 4-shard stream) and runs per figure; about 20 minutes with these defaults on 2 cores.
+# Sizes (records per 4-shard stream) and runs per figure, then bench-table; about 18 minutes with these defaults on 2 cores
+# (BENCHMARKS.md: 17.3 minutes for bench/run.py, 0.9 for the table's commits).
 SIZES ?= 4000,40000,400000
 RUNS ?= 3
 bench: install
 	$(BIN)/python bench/run.py --sizes $(SIZES) --runs $(RUNS)
 	$(BIN)/python bench/table_commit.py --batches $(TABLE_BATCHES)
 
-# A batch's table commit at the 10th and the TABLE_BATCHES-th batch of one table; about 15 minutes on 2 cores.
+# A batch's table commit at the 10th and the TABLE_BATCHES-th batch of one table; about a minute on 2 cores.
 TABLE_BATCHES ?= 1000
 bench-table: install
 	$(BIN)/python bench/table_commit.py --batches $(TABLE_BATCHES)
