@@ -1,25 +1,29 @@
 """
 ### kinesis-replay: `plan → replay → verify → commit`
 
-Lands a Kinesis stream in Parquet exactly once, one bounded batch per run.
+Lands a Kinesis stream in an Apache Iceberg table (or plain Parquet folders) exactly once, one bounded batch per run.
 
 1. **plan** resumes the batch in flight, or fixes a closed sequence-number range per shard (from just
    after the committed checkpoint to the newest record now) and stores it in the state table. Nothing
    new: the run is skipped.
-2. **replay** runs the Spark job (`spark_jobs/replay_job.py`) on exactly those ranges and overwrites
-   the batch's own partition `<output>/batch_id=<id>/`. With `spark.emr_serverless` configured, a
+2. **replay** runs the Spark job (`spark_jobs/replay_job.py`) on exactly those ranges and writes the
+   batch's Parquet files into a folder of this attempt's own, `<output>/data/batch_id=<id>/attempt=<attempt>/`,
+   invisible to readers until the commit (a directory output: it overwrites `<output>/batch_id=<id>/`).
+   With `spark.emr_serverless` configured, a
    **stage** task first uploads the job and the batch spec to S3, and replay is an EMR Serverless job run.
-3. **verify** checks the result manifest and the files against the plan.
-4. **commit** advances each shard's checkpoint with a conditional write, then marks the batch committed,
-   and emits an event on the pipeline's output Asset (batch id and ranges in its extra).
+3. **verify** checks the result manifest and the files against the plan: per shard, the bounds, the count,
+   the row checksum, and that no record appears twice.
+4. **commit** puts the attempt's files into the table in one Iceberg snapshot, advances each shard's
+   checkpoint with a conditional write, then marks the batch committed, and emits an event on the
+   pipeline's output Asset (batch id, ranges and snapshot id in its extra).
 5. **check** fails, and so alerts, when a record has waited longer than `max_checkpoint_age_minutes`.
 6. **catch_up** and **plan_next**: a batch is capped by `max_batch` (its arrival span, its estimated read
    time). When one was, the pipeline is behind: plan_next queues the next run at once, without waiting
    for the schedule, until a batch reaches the tip. The commit's log says how far behind, and when it
    will have caught up at the pace of the last batch.
 
-If anything fails nothing moves: the next run replays the same batch, with the same ranges, into the
-same paths. One DAG per pipeline in the pipelines config (`$KINESIS_REPLAY_CONFIG`, else
+If anything fails nothing moves: the next run replays the same batch, with the same ranges, and the table
+never shows a batch that was not verified. One DAG per pipeline in the pipelines config (`$KINESIS_REPLAY_CONFIG`, else
 `dags/pipelines.yaml`).
 
 **Dry run.** Trigger with `dry_run` to see the plan (shards, ranges, record and byte estimates, the
@@ -62,8 +66,9 @@ Trigger by hand with `batches`, one of:
 `{"batch_ids": [3, 7]}`, `{"from_batch": 3, "to_batch": 7}` (inclusive), or
 `{"start_time": "2026-11-01T00:00:00Z", "end_time": "2026-11-02T00:00:00Z"}` (every committed batch
 whose records may have arrived in that window). Each chosen batch is replayed from its stored ranges
-into `<output>/batch_id=<id>/` and must come out identical to its first run (same rows, same
-checksum). No checkpoint moves. Refused, before anything is read, while the pipeline's regular batch
+into a new attempt's folder and must come out identical to its first run (same rows, same checksum); one
+snapshot then replaces the batch's files in the table, so a reader sees it whole throughout (a directory
+output: it overwrites `<output>/batch_id=<id>/`). No checkpoint moves. Refused, before anything is read, while the pipeline's regular batch
 is in flight, for batches that are not committed, and for ranges that have left the stream's retention.
 The batches replay one at a time: every replay of the pipeline, regular or backfill, takes the one slot of
 its Airflow pool (`kinesis_replay_<name>` unless the config's `pool` says otherwise), so the shards are never
@@ -77,6 +82,14 @@ def output_asset(p: PipelineConfig) -> Asset:
     """The pipeline's output: every committed batch, regular or backfilled, is an event on it."""
     uri = p.output if "://" in p.output else f"file://{p.output}"
     return Asset(name=f"kinesis_replay_{p.name}", uri=uri)
+
+
+TAG_LENGTH = 100  # the longest tag Airflow stores; a stream's name may have 128 characters
+
+
+def stream_tag(p: PipelineConfig) -> str:
+    """The tag that finds a stream's DAGs in the UI's filter: a long name is cut to fit, never refused."""
+    return f"stream:{p.stream}"[:TAG_LENGTH]
 
 
 def default_args(p: PipelineConfig) -> dict[str, Any]:
@@ -114,7 +127,7 @@ def build_dag(p: PipelineConfig) -> DAG:
         max_active_runs=1,  # one regular batch in flight per pipeline; the state table enforces it too
         default_args=default_args(p),
         doc_md=__doc__,
-        tags=["kinesis-replay", f"stream:{p.stream}"],
+        tags=["kinesis-replay", stream_tag(p)],
         params={
             "dry_run": Param(False, type="boolean", title="Dry run", description="Show the plan and its cost; write and read nothing."),
             "acknowledge_data_loss": Param(
@@ -193,11 +206,14 @@ def build_backfill_dag(p: PipelineConfig) -> DAG:
         max_active_runs=1,  # two backfills never write the same batch's paths at once
         default_args={**default_args(p), "retries": 0},
         doc_md=BACKFILL_DOC,
-        tags=["kinesis-replay", "backfill", f"stream:{p.stream}"],
+        tags=["kinesis-replay", "backfill", stream_tag(p)],
         params={
             "batches": Param(
                 title="Batches to replay",
-                description='{"batch_ids": [3, 7]}, or {"from_batch": 3, "to_batch": 7}, or {"start_time": ISO 8601, "end_time": ISO 8601}',
+                description=(
+                    'Exactly one of: {"batch_ids": [3, 7]}, or {"from_batch": 3, "to_batch": 7}, or '
+                    '{"start_time": ISO 8601, "end_time": ISO 8601}. More than two keys mix two ways.'
+                ),
                 **SELECTION_SCHEMA,
             ),
             "dry_run": Param(False, type="boolean", title="Dry run", description="Show what would be read and its cost; read nothing."),
@@ -266,11 +282,16 @@ def build_maintenance_dag(p: PipelineConfig) -> DAG:
         max_active_runs=1,
         default_args={**default_args(p), "retries": 1},
         doc_md=MAINTENANCE_DOC,
-        tags=["kinesis-replay", "maintenance", f"stream:{p.stream}"],
+        tags=["kinesis-replay", "maintenance", stream_tag(p)],
         params={
             "dry_run": Param(False, type="boolean", title="Dry run", description="Name what would be expired and removed; change nothing."),
             "orphan_age_hours": Param(
-                72, type="integer", minimum=1, title="Orphan age (hours)", description="Remove unreferenced files older than this."
+                72,
+                type="integer",
+                minimum=1,
+                maximum=87600,
+                title="Orphan age (hours)",
+                description="Remove unreferenced files older than this (1 hour to 10 years).",
             ),
         },
     ) as dag:

@@ -1,4 +1,4 @@
-"""Replay one batch: read its closed ranges from Kinesis, overwrite the batch's partition, write the result manifest.
+"""Replay one batch: read its closed ranges from Kinesis, write the batch's files for this attempt, write the result manifest.
 
 A plain spark-submit program that knows nothing of Airflow or of the state table:
 
@@ -38,6 +38,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from kinesis_replay.config import CORRUPT_RECORD_COLUMN as CORRUPT
 from kinesis_replay.config import PayloadConfig
 from kinesis_replay.errors import KinesisReplayError
 from kinesis_replay.job_spec import JobSpec
@@ -50,7 +51,6 @@ from kinesis_source import first_call_accumulator, read_ranges, sample_ranges
 SEQ_WIDTH = 130  # sequence numbers have at most 129 digits: left-padded, they order as text as they do as numbers
 PART = "kinesis_replay_part"  # the staging partition column: data or quarantine
 QUARANTINE_STAGED = "quarantine_rewritten"  # beside the staged partitions: a table output's quarantine without the partition column
-CORRUPT = "_corrupt_record"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

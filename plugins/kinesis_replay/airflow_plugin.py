@@ -3,6 +3,7 @@
 # No `from __future__ import annotations` here: FastAPI reads the routes' annotations at run time, and
 # Request and the credentials type are imported inside create_app(), out of reach of string annotations.
 import html
+import logging
 import os
 from collections.abc import Iterable
 from datetime import UTC, datetime
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
     from kinesis_replay.config import PipelineError
 
 URL_PREFIX = "/kinesis-replay"
+log = logging.getLogger(__name__)
 
 
 class _Named(Protocol):
@@ -55,7 +57,8 @@ def _pipeline_views(user: "BaseUser") -> list[dict[str, Any]]:
     from airflow.configuration import conf
     from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
 
-    from kinesis_replay.config import load_pipelines, missing_pool_message, resolve_config_path
+    from kinesis_replay.airflow_config import load_pipelines
+    from kinesis_replay.config import missing_pool_message, resolve_config_path
     from kinesis_replay.dynamodb_store import DynamoDBStateStore
     from kinesis_replay.errors import KinesisReplayError
     from kinesis_replay.status import pipeline_view
@@ -75,6 +78,9 @@ def _pipeline_views(user: "BaseUser") -> list[dict[str, Any]]:
             view = pipeline_view(p, DynamoDBStateStore(client, p.state_table), now).to_dict()
         except KinesisReplayError as exc:  # a pipeline that has never run has no state table yet
             view = {"name": p.name, "stream": p.stream, "error": str(exc), "shards": [], "batches": []}
+        except Exception as exc:  # its connection's own fault (no credentials, ...): it must not hide the other pipelines
+            log.exception("kinesis-replay page: pipeline %s", p.name)
+            view = {"name": p.name, "stream": p.stream, "error": f"{type(exc).__name__}: {exc}", "shards": [], "batches": []}
         view["pool"] = p.pool
         view["pool_error"] = None if p.pool in pools else missing_pool_message(loaded.pipelines, p.pool)
         views.append(view)

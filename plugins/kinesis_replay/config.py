@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import posixpath
 import re
@@ -20,6 +21,7 @@ INITIAL_POSITIONS = ("TRIM_HORIZON", "LATEST", "AT_TIMESTAMP")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 # An Airflow pool's name: what `airflow pools set` and a shell accept unquoted, within the 256 characters Airflow stores.
 _POOL = re.compile(r"^[A-Za-z0-9_.-]{1,256}$")
+_STREAM = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 
 
 @dataclass(frozen=True)
@@ -90,12 +92,16 @@ def parse_duration(text: str) -> timedelta:
     match = _DURATION.match(text)
     if not match:
         raise ValueError(f"{text!r} is not a duration such as 500ms, 90s, 30m, 1h or 2d")
-    return timedelta(seconds=float(match[1]) * _UNITS[match[2]])
+    try:
+        return timedelta(seconds=float(match[1]) * _UNITS[match[2]])
+    except OverflowError:
+        raise ValueError(f"{text!r} is longer than any duration Python can hold ({timedelta.max.days:,} days)") from None
 
 
 PAYLOAD_FORMATS = ("raw", "json")
 # Columns every row carries; a JSON schema may not reuse their names.
 RECORD_COLUMNS = (*(name for name, _ in ROW_COLUMNS), PARTITION_COLUMN)
+CORRUPT_RECORD_COLUMN = "_corrupt_record"  # the replay job's from_json puts an undecodable payload's text there
 
 
 @dataclass(frozen=True)
@@ -333,8 +339,8 @@ class _Reader:
 
     def number(self, key: str, default: float) -> float:
         value = self.data.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-            self.fail(f"must be a positive number, got {value!r}", key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            self.fail(f"must be a positive (finite) number, got {value!r}", key)
         return float(value)
 
 
@@ -583,7 +589,7 @@ def _parse_pipeline(source: str, index: int, data: object) -> PipelineConfig:
         )
     return PipelineConfig(
         name=name,
-        stream=r.text("stream"),
+        stream=_stream_name(r),
         output=output,
         schedule=schedule.strip() if isinstance(schedule, str) else None,
         initial_position=position,
@@ -641,6 +647,14 @@ def _parse_table(r: _Reader, pipeline: str, output: str) -> TableConfig | None:
     return TableConfig(names["name"], names["namespace"], names["catalog"], text_properties)
 
 
+def _stream_name(r: _Reader) -> str:
+    """A Kinesis data stream's name, as Kinesis allows it: 1 to 128 of letters, digits, '_', '.' and '-'."""
+    stream = r.text("stream")
+    if not _STREAM.match(stream):
+        r.fail(f"must be a Kinesis stream name (1 to 128 letters, digits, '_', '.' and '-'; not an ARN), got {stream!r}", "stream")
+    return stream
+
+
 def _parse_max_batch(r: _Reader) -> MaxBatch:
     defaults = MaxBatch()
     span = defaults.span
@@ -682,6 +696,13 @@ def _parse_spark(spark: _Reader) -> SparkConfig:
         if spark.has("master"):
             spark.fail("give either master (spark-submit) or emr_serverless, not both", "emr_serverless")
         emr = _parse_emr(_Reader(spark.source, f"{spark.path}.emr_serverless", spark.data["emr_serverless"], _EMR_KEYS))
+        for k, v in conf.items():
+            if any(c.isspace() for c in f"{k}{v}"):
+                spark.fail(
+                    f"{k}: EMR Serverless splits sparkSubmitParameters on whitespace and has no quoting, so it cannot pass "
+                    f"{v!r}; set it in the application's runtimeConfiguration (spark-defaults) instead",
+                    "conf",
+                )
     return SparkConfig(
         master=spark.text("master", default="local[*]"),
         conf={k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in conf.items()},
@@ -763,7 +784,7 @@ def _parse_payload(p: _Reader) -> PayloadConfig:
             names = [name.lower() for name in ddl_column_names(schema)]
         except ValueError as exc:
             p.fail(f"is not a Spark DDL schema ({exc}), such as 'user STRING, amount DOUBLE, tags ARRAY<STRING>'", "schema")
-        clashes = sorted(set(names) & set(RECORD_COLUMNS))
+        clashes = sorted(set(names) & {*RECORD_COLUMNS, CORRUPT_RECORD_COLUMN})
         if clashes:
             p.fail(f"names column(s) {', '.join(clashes)}, which every row already carries", "schema")
     share = p.data.get("max_bad_share", 0.05)

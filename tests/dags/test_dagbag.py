@@ -107,6 +107,14 @@ GOOD = {"kinesis_replay_good", "kinesis_replay_backfill_good", "kinesis_replay_m
         ({"output": "lake/bad"}, "pipelines[1] (bad).output: 'lake/bad' is relative"),
         ({"output": "/"}, "pipelines[1] (bad).output: '/' is the file system root"),
         ({"payload": {"format": "json", "schema": "user STRING, amount"}}, "pipelines[1] (bad).payload.schema"),
+        # Spark's own column for an undecodable payload: the job would add it a second time.
+        ({"payload": {"format": "json", "schema": "_corrupt_record STRING"}}, "names column(s) _corrupt_record"),
+        ({"stream": "s" * 129}, "pipelines[1] (bad).stream: must be a Kinesis stream name (1 to 128"),
+        ({"stream": "arn:aws:kinesis:us-east-1:123456789012:stream/orders"}, "pipelines[1] (bad).stream: must be a Kinesis stream name"),
+        # Once a raw OverflowError of the config reader, which stopped every pipeline's DAGs.
+        ({"max_batch": {"span": "1000000000d"}}, "pipelines[1] (bad).max_batch.span: '1000000000d' is longer than any duration"),
+        ({"read": {"bytes_per_second": float("inf")}}, "pipelines[1] (bad).read.bytes_per_second: must be a positive (finite) number"),
+        ({"max_batch": {"read_minutes": float("nan")}}, "pipelines[1] (bad).max_batch.read_minutes: must be a positive (finite) number"),
     ],
 )
 def test_an_invalid_pipeline_is_an_import_error_naming_it_and_stops_only_itself(
@@ -174,6 +182,27 @@ def test_an_emr_serverless_pipeline_stages_its_batch_then_runs_it_as_a_job_run(t
     backfill = bag.dags["kinesis_replay_backfill_demo"]  # type: ignore[attr-defined]
     assert [t.task_id for t in backfill.topological_sort()] == ["select", "stage", "replay", "check"]
     assert [a.name for a in backfill.get_task("check").outlets] == ["kinesis_replay_demo"]
+
+
+def test_a_spark_conf_value_emr_serverless_cannot_pass_stops_only_its_pipeline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once refused only while the DAG file built its DAGs: an import error of that file, and every pipeline stopped."""
+    emr = yaml.safe_load(emr_pipeline(tmp_path).read_text())["pipelines"][0]
+    emr["spark"]["conf"] = {"spark.executor.extraJavaOptions": "-XX:+UseG1GC -XX:MaxGCPauseMillis=200"}
+    good = shipped_entry(name="good", output=str(tmp_path / "good"))
+    dag_ids, errors = bag_of(tmp_path, monkeypatch, good, {**emr, "name": "bad", "output": str(tmp_path / "bad")})
+    assert dag_ids == GOOD and set(errors) == {CHECK_FILE}, errors
+    expected = "pipelines[1] (bad).spark.conf: spark.executor.extraJavaOptions: EMR Serverless splits sparkSubmitParameters"
+    assert expected in errors[CHECK_FILE]
+
+
+def test_a_stream_name_of_kinesis_s_full_length_gets_dags_with_its_tag_cut_to_fit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Airflow refuses a tag over 100 characters: once, a 96-character stream name was an import error of every DAG."""
+    config = tmp_path / "pipelines.yaml"
+    config.write_text(yaml.safe_dump({"pipelines": [shipped_entry(name="long", stream="s" * 128, output=str(tmp_path / "long"))]}))
+    bag = dagbag(config, monkeypatch)
+    assert bag.import_errors == {}  # type: ignore[attr-defined]
+    tags = bag.dags["kinesis_replay_long"].tags  # type: ignore[attr-defined]
+    assert f"stream:{'s' * 93}" in tags
 
 
 def test_deferring_without_aiobotocore_is_an_import_error_naming_the_pipeline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -31,6 +31,7 @@ CHROMIUM_ARGS = [
 
 
 NO_DAGS = "nodags"  # a viewer who may read no DAG: see tests/stack/auth_manager.py
+BROKEN_CONN = "kr_broken_endpoint"
 
 
 @pytest.fixture(scope="module")
@@ -64,6 +65,8 @@ def api_server(stack: object, airflow_db: Path, served_config: Path) -> Iterator
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"admin:admin,{NO_DAGS}:viewer",
         "KINESIS_REPLAY_TEST_NO_DAG_USERS": NO_DAGS,
         "AIRFLOW__CORE__LAZY_LOAD_PLUGINS": "False",
+        # A connection whose client cannot even be made (boto3 refuses the endpoint): see the invalid-pipeline test.
+        f"AIRFLOW_CONN_{BROKEN_CONN.upper()}": json.dumps({"conn_type": "aws", "extra": {"endpoint_url": "not a url"}}),
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
         "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "tests"), os.environ.get("PYTHONPATH")])),
     }
@@ -131,13 +134,20 @@ def test_an_invalid_pipeline_shows_its_own_error_and_the_others_their_state(
     api_server: str, entry: dict[str, Any], served_config: Path, airflow_db: Path
 ) -> None:
     broken = {**entry, "name": entry["name"] + "x", "output": entry["output"] + "x", "initial_position": "OLDEST"}
-    served_config.write_text(yaml.safe_dump({"pipelines": [entry, broken]}))
+    # Valid to the config's own checks; only Airflow refuses the schedule, so the pipeline has no DAGs.
+    bad_cron = {**entry, "name": entry["name"] + "c", "output": entry["output"] + "c", "schedule": "*/99 * * foo *"}
+    # Valid, but its connection fails with an error of boto3's own, not of kinesis-replay's.
+    bad_conn = {**entry, "name": entry["name"] + "e", "output": entry["output"] + "e", "aws_conn_id": BROKEN_CONN}
+    served_config.write_text(yaml.safe_dump({"pipelines": [entry, broken, bad_cron, bad_conn]}))
     admin = {"Authorization": f"Bearer {login(api_server, airflow_db)}"}
     status, _, body = request(f"{api_server}/kinesis-replay/api/pipelines", admin)
     assert status == 200, body  # once, one bad entry answered a bare 500 for every pipeline
     views = {v["name"]: v for v in json.loads(body)}
-    assert set(views) == {entry["name"], broken["name"]}
+    assert set(views) == {entry["name"], broken["name"], bad_cron["name"], bad_conn["name"]}
+    assert "not a url" in views[bad_conn["name"]]["error"]  # once, a bare 500 for every pipeline
     assert f"pipelines[1] ({broken['name']}).initial_position: must be one of" in views[broken["name"]]["error"]
+    # Once, the page loaded the config without Airflow's checks and showed this pipeline as if it ran.
+    assert f"pipeline {bad_cron['name']}: schedule: '*/99 * * foo *' is not a valid schedule" in views[bad_cron["name"]]["error"]
     assert views[entry["name"]]["output"] == entry["output"]  # the valid one shows its state (no run yet: nothing in it)
     status, _, body = request(f"{api_server}/kinesis-replay/", {**admin, "Accept": "text/html"})
     assert status == 200 and "invalid config" in body.decode()

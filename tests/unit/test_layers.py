@@ -27,6 +27,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     ),
     "steps": ("guards", "batches", "backfill", "recovery"),
     "entry points": (
+        "airflow_config",
         "airflow_plugin",
         "kinesis_replay_tasks",
         "kinesis_replay_dags",

@@ -1,0 +1,49 @@
+"""The config checks only Airflow can make, shared by the DAG files and the plugin's page.
+
+An adapter, like airflow_plugin: kinesis_replay.config (the domain core) imports no Airflow.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from datetime import UTC, datetime
+
+from kinesis_replay import config
+from kinesis_replay.config import LoadedConfig, PipelineConfig, PipelineError
+
+START = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def load_pipelines(path: str | os.PathLike[str]) -> LoadedConfig:
+    """The config's valid pipelines and an error for each invalid one, with the checks only Airflow can make.
+
+    One bad entry must stop only its own pipeline. An invalid cron expression shows only when Airflow
+    validates the DAG's timetable, so it is checked here, on a DAG that is never registered. The DAG files
+    and the page both load the config here, so a pipeline that has no DAGs shows its error on the page.
+    """
+    loaded = config.load_pipelines(path)
+    valid, errors = [], list(loaded.errors)
+    for p in loaded.pipelines:
+        problem = airflow_problem(p)
+        if problem is None:
+            valid.append(p)
+        else:
+            errors.append(PipelineError(-1, p.name, f"{path}: pipeline {p.name}: {problem}"))
+    return LoadedConfig(tuple(valid), tuple(errors))
+
+
+def airflow_problem(p: PipelineConfig) -> str | None:
+    """Why Airflow could not run the pipeline's DAGs, or None."""
+    from airflow.sdk import DAG
+
+    try:
+        DAG(dag_id=f"{p.dag_id}_schedule_check", schedule=p.schedule, start_date=START).timetable.validate()
+    except Exception as exc:  # Airflow raises several kinds for a bad schedule
+        return f"schedule: {p.schedule!r} is not a valid schedule: {exc}"
+    if p.spark.emr_serverless is not None and p.spark.emr_serverless.deferrable and importlib.util.find_spec("aiobotocore") is None:
+        return (
+            "spark.emr_serverless.deferrable needs aiobotocore in Airflow's environment "
+            "(pip install 'apache-airflow-providers-amazon[aiobotocore]'), or set deferrable: false"
+        )
+    return None
