@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from kinesis_replay import guards, iceberg_table, kinesis, output, table_maintenance
 from kinesis_replay.config import PipelineConfig
-from kinesis_replay.errors import DataLossError, KinesisReplayError, StateConflictError, VerificationError
+from kinesis_replay.errors import ConfigError, DataLossError, KinesisReplayError, ParameterError, StateConflictError, VerificationError
 from kinesis_replay.ranges import SequenceRange, ShardInfo, parse_sequence_number, shards_to_plan
 from kinesis_replay.records import format_digest
 from kinesis_replay.state import ESTIMATED_BYTES, Batch, BatchStatus, Gap, Manifest, ShardState, StartPosition, StateStore
@@ -60,6 +60,17 @@ def resolve_start(pipeline: PipelineConfig, shard: ShardInfo, now: datetime) -> 
     return StartPosition("AT_TIMESTAMP", pipeline.initial_timestamp)
 
 
+def check_acknowledged(pipeline: PipelineConfig, acknowledged: frozenset[str], known: set[str], where: str) -> None:
+    """Every shard of ``acknowledge_data_loss`` is one this run reads: a mistyped id would be ignored, and the run fail again."""
+    unknown = sorted(acknowledged - known)
+    if unknown:
+        raise ParameterError(
+            f"pipeline {pipeline.name!r}: acknowledge_data_loss names {', '.join(unknown)}, not among {where} "
+            f"({', '.join(sorted(known)[:10])}{' ...' if len(known) > 10 else ''}); shard ids are written in full, such as "
+            "shardId-000000000001. Nothing was acknowledged or changed"
+        )
+
+
 def plan_batch(
     pipeline: PipelineConfig,
     kinesis_client: KinesisClient,
@@ -80,10 +91,12 @@ def plan_batch(
     guards.check_before_plan(pipeline, head)  # before anything is written, the output and the table agree
     if head.in_flight is not None:
         batch = store.get_batch(pipeline.name, head.in_flight)
+        check_acknowledged(pipeline, acknowledged, {r.shard_id for r in batch.ranges}, f"the ranges of batch {batch.batch_id}")
         log.info("pipeline %s: resuming batch %d (%s), ranges unchanged", pipeline.name, batch.batch_id, batch.status.value)
         return PlanResult(batch=batch, resumed=True)
 
     shards = kinesis.list_shards(kinesis_client, pipeline.stream, pipeline.read)
+    check_acknowledged(pipeline, acknowledged, {s.shard_id for s in shards}, f"the shards of stream {pipeline.stream}")
     if not dry_run:
         guards.claim_output(pipeline, now)  # before the first write; a start resolved from now is never before the claim
     planner = _Planner(pipeline, kinesis_client, store, now, dry_run)
@@ -162,9 +175,23 @@ class _Planner:
             ShardState(s.shard_id, parent_shard_ids=s.parent_shard_ids, start_position=resolve_start(self.pipeline, s, self.now))
             for s in shards
         ]
+        self._refuse_a_start_to_come(new)
         if self.dry_run or not new:
             return {s.shard_id: s for s in new}
         return self.store.put_shards_if_absent(self.pipeline.name, new)
+
+    def _refuse_a_start_to_come(self, new: list[ShardState]) -> None:
+        """An initial_timestamp after this plan: Kinesis refuses such an iterator, and a mistyped year would wait for years."""
+        starts = {s.shard_id: s.start_position.timestamp for s in new if s.start_position is not None}
+        later = sorted(shard_id for shard_id, at in starts.items() if at is not None and at > self.now)
+        if later:
+            when = self.pipeline.initial_timestamp or self.now
+            raise ConfigError(
+                f"pipeline {self.pipeline.name!r}: initial_timestamp {when.isoformat()} is after this plan ({self.now.isoformat()}), "
+                f"so the new shards {', '.join(later[:5])}{' ...' if len(later) > 5 else ''} of stream "
+                f"{self.pipeline.stream} cannot start there: Kinesis refuses an iterator at a time to come. Nothing was "
+                "stored. Set a time in the past (was the year mistyped?), or leave the pipeline unscheduled until then"
+            )
 
     def _plan_shard(self, shard: ShardInfo, state: ShardState) -> tuple[ShardState, _ShardPlan]:
         """Plan one shard's range, if it has anything new (in a worker thread: it only reads)."""

@@ -5,18 +5,22 @@ from __future__ import annotations
 import itertools
 import json
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError
+from botocore.exceptions import BotoCoreError, ClientError, ReadTimeoutError
+from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from kinesis_replay.errors import (
+    ACCESS_REFUSED_CODES,
+    ConfigError,
     EndpointUnreachableError,
     KinesisReplayError,
     ProgressNotStoredError,
     StateConflictError,
     StateCorruptError,
+    access_refused,
 )
 from kinesis_replay.ranges import SequenceRange, format_sequence_number, parse_sequence_number
 from kinesis_replay.state import Batch, BatchStatus, BatchSummary, Gap, Head, Manifest, Progress, RunKind, ShardState, StartPosition
@@ -54,6 +58,7 @@ TRANSACTION_ITEMS = 100  # the most actions one TransactWriteItems may hold
 # A replay's progress is stored PROGRESS_SHARDS shards to an item (about 6 KB), one set of items per run kind, each
 # replaced by the next replay of that kind: the item count follows the widest batch, never the ledger's length.
 PROGRESS_SHARDS = 100
+STATE_TABLE_KEYS = {"pk": ("HASH", "S"), "sk": ("RANGE", "S")}  # the state table's key schema: name -> (key type, type)
 
 
 def progress_sk(kind: RunKind, chunk: int) -> str:
@@ -102,13 +107,15 @@ class DynamoDBStateStore:
     def _call(self, operation: str, what: str, **kwargs: Any) -> Any:
         try:
             return getattr(self.client, operation)(**kwargs)
-        except EndpointConnectionError as exc:
+        except (BotoConnectionError, ReadTimeoutError) as exc:
             raise EndpointUnreachableError(f"state table {self.table}: {what}: cannot reach DynamoDB: {exc}") from exc
         except ClientError as exc:
             code = exc.response.get("Error", {}).get("Code", "")
             if code == "ResourceNotFoundException":
                 raise StateCorruptError(f"state table {self.table} does not exist ({what}); the plan step creates it") from exc
-            raise
+            if code in ACCESS_REFUSED_CODES:
+                raise access_refused(f"state table {self.table}: {what}", code, exc.response["Error"].get("Message", "")) from exc
+            raise  # the callers handle the codes they expect (a failed condition, a cancelled transaction)
 
     def _query(self, pipeline: str, prefix: str) -> Iterator[dict[str, Any]]:
         kwargs: dict[str, Any] = {
@@ -146,12 +153,15 @@ class DynamoDBStateStore:
     def ensure_table(self) -> None:
         """Create the table if it is missing (on-demand billing) and wait until it is active."""
         try:
-            self.client.describe_table(TableName=self.table)
+            self._check_key_schema(self.client.describe_table(TableName=self.table)["Table"])
             return
-        except EndpointConnectionError as exc:
+        except (BotoConnectionError, ReadTimeoutError) as exc:
             raise EndpointUnreachableError(f"state table {self.table}: cannot reach DynamoDB: {exc}") from exc
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") != "ResourceNotFoundException":
+            code = exc.response.get("Error", {}).get("Code", "")
+            if code in ACCESS_REFUSED_CODES:
+                raise access_refused(f"state table {self.table}: DescribeTable", code, exc.response["Error"].get("Message", "")) from exc
+            if code != "ResourceNotFoundException":
                 raise
         try:
             self.client.create_table(
@@ -164,6 +174,19 @@ class DynamoDBStateStore:
             if exc.response.get("Error", {}).get("Code") != "ResourceInUseException":  # created concurrently
                 raise
         self.client.get_waiter("table_exists").wait(TableName=self.table, WaiterConfig={"Delay": 1, "MaxAttempts": 60})
+
+    def _check_key_schema(self, table: Mapping[str, Any]) -> None:
+        """An existing table must have kinesis-replay's keys: a typo may name another application's table."""
+        keys = {k["AttributeName"]: k["KeyType"] for k in table.get("KeySchema", [])}
+        types = {a["AttributeName"]: a["AttributeType"] for a in table.get("AttributeDefinitions", [])}
+        found = {name: (kind, types.get(name)) for name, kind in keys.items()}
+        if found != STATE_TABLE_KEYS:
+            shown = ", ".join(f"{name} ({kind}, {t})" for name, (kind, t) in sorted(found.items())) or "none"
+            raise ConfigError(
+                f"state table {self.table} exists with the keys {shown}; kinesis-replay's state table has pk (HASH, S) and "
+                "sk (RANGE, S). Is state_table the name of another application's table? Name a table of kinesis-replay's own "
+                "(the plan step creates it)"
+            )
 
     # -- head ---------------------------------------------------------------------------------
 

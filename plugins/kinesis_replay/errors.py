@@ -21,6 +21,12 @@ class ConfigError(KinesisReplayError):
     retryable = False
 
 
+class ParameterError(KinesisReplayError):
+    """A run's trigger parameter names what does not exist (a shard of another stream, a mistyped id)."""
+
+    retryable = False
+
+
 class StreamNotFoundError(KinesisReplayError):
     """The configured stream (or one of its shards) does not exist."""
 
@@ -28,7 +34,32 @@ class StreamNotFoundError(KinesisReplayError):
 
 
 class EndpointUnreachableError(KinesisReplayError):
-    """An AWS endpoint could not be reached at all (not a throttle, not a service error)."""
+    """An AWS endpoint could not be reached at all, or did not answer in time (not a throttle, not a service error)."""
+
+
+class AccessRefusedError(KinesisReplayError):
+    """AWS refused the caller: unknown credentials, a permission the policy lacks, or a KMS key that refuses it."""
+
+    retryable = False
+
+
+# AWS error codes that say who is calling may not (or cannot prove who it is): no retry changes the answer.
+ACCESS_REFUSED_CODES = frozenset(
+    {
+        "AccessDenied", "AccessDeniedException", "UnrecognizedClientException", "InvalidClientTokenId",
+        "InvalidSignatureException", "IncompleteSignature", "MissingAuthenticationToken", "KMSAccessDeniedException",
+        "KMSDisabledException", "KMSInvalidStateException", "KMSNotFoundException", "KMSOptInRequired",
+    }
+)  # fmt: skip
+
+
+def access_refused(what: str, code: str, message: str) -> AccessRefusedError:
+    """The error for an AWS answer whose code is in ACCESS_REFUSED_CODES, naming what was being done."""
+    return AccessRefusedError(
+        f"{what}: AWS refused the call ({code}: {message}). Check the credentials of the connection (or of the Spark "
+        'job) and that its policy grants this action (README, "The IAM policy"); a stream encrypted with a KMS key '
+        "also needs kms:Decrypt on it"
+    )
 
 
 class RangeReadError(KinesisReplayError):

@@ -12,11 +12,12 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from botocore.config import Config
-from botocore.exceptions import ClientError, EndpointConnectionError
+from botocore.exceptions import ClientError, ReadTimeoutError
+from botocore.exceptions import ConnectionError as BotoConnectionError
 from botocore.retries import quota, standard
 
 from kinesis_replay.config import ReadConfig
-from kinesis_replay.errors import EndpointUnreachableError, RangeReadError, StreamNotFoundError
+from kinesis_replay.errors import ACCESS_REFUSED_CODES, EndpointUnreachableError, RangeReadError, StreamNotFoundError, access_refused
 from kinesis_replay.ranges import SequenceRange, ShardInfo, parse_sequence_number
 from kinesis_replay.state import StartPosition
 
@@ -176,9 +177,13 @@ def call(
                 raise StreamNotFoundError(f"{what}: {exc.response['Error'].get('Message', code)}") from exc
             if code in RETRYABLE:
                 raise RangeReadError(f"{what}: still throttled after {attempt} retries ({code})") from exc
-            raise
-        except EndpointConnectionError as exc:
+            if code in ACCESS_REFUSED_CODES:
+                raise access_refused(what, code, exc.response["Error"].get("Message", "")) from exc
+            raise  # the callers handle the codes they expect (InvalidArgumentException, ExpiredIteratorException)
+        except BotoConnectionError as exc:  # refused, timed out connecting, TLS, proxy
             raise EndpointUnreachableError(f"{what}: cannot reach the Kinesis endpoint: {exc}") from exc
+        except ReadTimeoutError as exc:
+            raise EndpointUnreachableError(f"{what}: the Kinesis endpoint did not answer in time: {exc}") from exc
 
 
 def list_shards(client: KinesisClient, stream: str, limits: ReadConfig | None = None) -> list[ShardInfo]:

@@ -11,7 +11,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from kinesis_replay.dynamodb_store import PROGRESS_SHARDS, DynamoDBStateStore, part_sk
-from kinesis_replay.errors import EndpointUnreachableError, ProgressNotStoredError, StateConflictError, StateCorruptError
+from kinesis_replay.errors import ConfigError, EndpointUnreachableError, ProgressNotStoredError, StateConflictError, StateCorruptError
 from kinesis_replay.ranges import SequenceRange
 from kinesis_replay.state import Batch, BatchStatus, Head, Manifest, Progress, RunKind, ShardResult, ShardState, StartPosition
 
@@ -277,3 +277,20 @@ def test_a_failed_progress_write_names_the_pipeline_batch_and_items_and_writes_t
         "progress#regular#0000",
         "progress#regular#0002",
     }
+
+
+def test_a_state_table_with_another_application_s_keys_is_refused_naming_it(dynamodb: Any) -> None:
+    """A typo in state_table may name another application's table: once a raw ValidationException at the first read."""
+    dynamodb.create_table(
+        TableName="kr-orders-of-another-app",
+        AttributeDefinitions=[{"AttributeName": "order_id", "AttributeType": "S"}],
+        KeySchema=[{"AttributeName": "order_id", "KeyType": "HASH"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    store = DynamoDBStateStore(dynamodb, "kr-orders-of-another-app")
+    with pytest.raises(ConfigError, match=r"state table kr-orders-of-another-app exists with the keys order_id \(HASH, S\)") as caught:
+        store.ensure_table()
+    assert not caught.value.retryable
+    assert dynamodb.scan(TableName="kr-orders-of-another-app")["Items"] == []  # nothing written into it
+    DynamoDBStateStore(dynamodb, "kr-state-keys").ensure_table()  # a table of its own is created, then accepted as it is
+    DynamoDBStateStore(dynamodb, "kr-state-keys").ensure_table()

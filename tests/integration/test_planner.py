@@ -14,7 +14,7 @@ from kinesis_replay import kinesis as kinesis_api
 from kinesis_replay.batches import plan_batch
 from kinesis_replay.config import parse_config
 from kinesis_replay.dynamodb_store import DynamoDBStateStore
-from kinesis_replay.errors import EndpointUnreachableError, StateConflictError, StreamNotFoundError
+from kinesis_replay.errors import ConfigError, EndpointUnreachableError, StateConflictError, StreamNotFoundError
 from kinesis_replay.state import BatchStatus
 from stack.producer import produce
 
@@ -165,6 +165,18 @@ def test_at_timestamp_starts_at_the_configured_time(kinesis: Any, store: DynamoD
     result = plan_batch(pipeline(entry, initial_position="AT_TIMESTAMP", initial_timestamp=cut.isoformat()), kinesis, store, "run-1")
     assert result.batch is not None
     assert {r.shard_id: (r.start, r.end) for r in result.batch.ranges} == ends_by_shard(later)
+
+
+def test_an_initial_timestamp_to_come_is_refused_naming_it_and_stores_nothing(
+    kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any]
+) -> None:
+    """Kinesis answers GetShardIterator(AT_TIMESTAMP) at a time to come with InvalidArgumentException: once a raw error."""
+    produce(kinesis, entry["stream"], 20)
+    typo = datetime.now(UTC).replace(year=2062)
+    with pytest.raises(ConfigError, match=r"initial_timestamp 2062-.* is after this plan .*was the year mistyped") as caught:
+        plan_batch(pipeline(entry, initial_position="AT_TIMESTAMP", initial_timestamp=typo.isoformat()), kinesis, store, "run-1")
+    assert not caught.value.retryable
+    assert store.get_shards(entry["name"]) == {} and store.list_batches(entry["name"]) == []
 
 
 def test_a_missing_stream_fails_naming_it_and_writes_nothing(kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any]) -> None:

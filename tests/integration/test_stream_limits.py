@@ -91,7 +91,7 @@ def test_a_range_start_gone_before_replay_fails_until_acknowledged(
 
 
 def test_a_trimmed_checkpoint_fails_the_plan_until_acknowledged(
-    kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any], proxy: KinesisProxy, dag_for: Any
+    kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any], proxy: KinesisProxy, dag_for: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
     produced = produce(kinesis, entry["stream"], 80)
     dag = dag_for({**entry, "aws_conn_id": "aws_proxy"})
@@ -104,6 +104,15 @@ def test_a_trimmed_checkpoint_fails_the_plan_until_acknowledged(
     failed = run_dag(dag)
     assert failed.tasks["plan"] == "failed"
     assert [b.batch_id for b in store.list_batches(entry["name"])] == [1]  # nothing planned, nothing read
+
+    # A shard id written short is no shard of the stream: once ignored, and the run failed on the loss again.
+    typo = f"shardId-{int(shard.removeprefix('shardId-'))}"
+    capsys.readouterr()
+    mistyped = run_dag(dag, run_conf={"acknowledge_data_loss": [typo]})
+    assert mistyped.tasks["plan"] == "failed"
+    assert f"acknowledge_data_loss names {typo}, not among the shards of stream {entry['stream']}" in capsys.readouterr().out
+    assert [b.batch_id for b in store.list_batches(entry["name"])] == [1]
+    assert store.get_shards(entry["name"])[shard].checkpoint == checkpoint
 
     assert run_dag(dag, run_conf={"acknowledge_data_loss": [shard]}).tasks == SUCCESS
     (gap,) = store.get_batch(entry["name"], 2).gaps

@@ -14,7 +14,7 @@ import pytest
 
 from kinesis_replay import kinesis
 from kinesis_replay.config import ReadConfig
-from kinesis_replay.errors import RangeReadError
+from kinesis_replay.errors import AccessRefusedError, RangeReadError
 from stack.scripted_kinesis import OK, SERVER_ERROR, THROTTLE, ScriptedKinesis
 
 FAST = ReadConfig(throttle_base_seconds=0.001, throttle_max_seconds=0.001, max_throttle_retries=3)
@@ -75,3 +75,23 @@ def test_a_pipeline_planning_more_shards_at_once_gets_a_connection_for_each_thre
     assert wide.max_pool_connections == 300
     assert wide.retries == kinesis.CLIENT_CONFIG.retries and wide.read_timeout == kinesis.CLIENT_CONFIG.read_timeout
     assert kinesis.pooled(kinesis.CLIENT_CONFIG, 4).max_pool_connections == kinesis.POOL_CONNECTIONS  # never below the default
+
+
+def test_a_refused_caller_fails_at_once_naming_what_it_did_and_the_iam_policy(endpoint: Any) -> None:
+    """Once a raw ClientError: not a kinesis-replay error, so the task waited out its retries for the same answer."""
+    denied = (400, {"__type": "AccessDeniedException", "message": "User: arn:aws:sts::1:assumed-role/r is not authorized"})
+    served = endpoint([denied])
+    refused = r"stream s, shard 0: ListShards: AWS refused the call \(AccessDeniedException: User"
+    with pytest.raises(AccessRefusedError, match=refused) as caught:
+        kinesis.call(client(served.url).list_shards, "stream s, shard 0: ListShards", FAST, kinesis.ReadStats(), StreamName="s")
+    assert served.requests == 1 and not caught.value.retryable
+    assert "The IAM policy" in str(caught.value)
+
+
+def test_an_error_the_caller_handles_itself_stays_botocore_s(endpoint: Any) -> None:
+    """InvalidArgumentException (a trimmed checkpoint) and ExpiredIteratorException are answered by call()'s callers."""
+    from botocore.exceptions import ClientError
+
+    served = endpoint([(400, {"__type": "InvalidArgumentException", "message": "StartingSequenceNumber is not valid"})])
+    with pytest.raises(ClientError, match="InvalidArgumentException"):
+        kinesis.call(client(served.url).list_shards, "ListShards", FAST, kinesis.ReadStats(), StreamName="s")
