@@ -6,9 +6,7 @@ Not a DAG file (see .airflowignore): the factory in kinesis_replay_dags.py impor
 from __future__ import annotations
 
 import functools
-import importlib.util
 import logging
-import os
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -20,16 +18,15 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook, BaseSessionFactory
 from airflow.providers.amazon.aws.hooks.kinesis import KinesisHook
 from airflow.providers.amazon.aws.hooks.s3 import S3Hook
-from airflow.sdk import DAG
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 from airflow.sdk.observability import stats
 from botocore.config import Config
 from botocore.credentials import ReadOnlyCredentials, RefreshableCredentials
 
 from kinesis_replay import (
+    airflow_config,
     backfill,
     batches,
-    config,
     credentials,
     emr_serverless,
     guards,
@@ -41,7 +38,7 @@ from kinesis_replay import (
     status,
     table_maintenance,
 )
-from kinesis_replay.config import LoadedConfig, PipelineConfig, PipelineError
+from kinesis_replay.config import PipelineConfig
 from kinesis_replay.dynamodb_store import DynamoDBStateStore
 from kinesis_replay.errors import ConfigError, KinesisReplayError
 from kinesis_replay.job_spec import JobSpec, KinesisEndpoint
@@ -61,41 +58,12 @@ OPERATOR_FIXED = ("application_id", "execution_role_arn", "deferrable", "waiter_
 _RETRIES = Config(
     retries={"mode": "standard", "max_attempts": 5}, connect_timeout=10, read_timeout=60, max_pool_connections=kinesis.POOL_CONNECTIONS
 )
-START = datetime(2026, 1, 1, tzinfo=UTC)
+START = airflow_config.START
+load_pipelines = airflow_config.load_pipelines  # the config, with the checks only Airflow can make
 SUMMARY_RANGES = 100  # a batch's XCom and Asset event carry its ranges up to this many shards
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
-
-
-def load_pipelines(path: str | os.PathLike[str]) -> LoadedConfig:
-    """The config's valid pipelines and an error for each invalid one, with the checks only Airflow can make.
-
-    One bad entry must stop only its own pipeline. An invalid cron expression shows only when Airflow
-    validates the DAG's timetable, so it is checked here, on a DAG that is never registered.
-    """
-    loaded = config.load_pipelines(path)
-    valid, errors = [], list(loaded.errors)
-    for p in loaded.pipelines:
-        problem = _airflow_problem(p)
-        if problem is None:
-            valid.append(p)
-        else:
-            errors.append(PipelineError(-1, p.name, f"{path}: pipeline {p.name}: {problem}"))
-    return LoadedConfig(tuple(valid), tuple(errors))
-
-
-def _airflow_problem(p: PipelineConfig) -> str | None:
-    try:
-        DAG(dag_id=f"{p.dag_id}_schedule_check", schedule=p.schedule, start_date=START).timetable.validate()
-    except Exception as exc:  # Airflow raises several kinds for a bad schedule
-        return f"schedule: {p.schedule!r} is not a valid schedule: {exc}"
-    if p.spark.emr_serverless is not None and p.spark.emr_serverless.deferrable and importlib.util.find_spec("aiobotocore") is None:
-        return (
-            "spark.emr_serverless.deferrable needs aiobotocore in Airflow's environment "
-            "(pip install 'apache-airflow-providers-amazon[aiobotocore]'), or set deferrable: false"
-        )
-    return None
 
 
 def fail_fast(step: Callable[_P, _R]) -> Callable[_P, _R]:
@@ -340,7 +308,8 @@ def catch_up_needed(summary: dict[str, Any]) -> bool:
 def batch_summary(p: PipelineConfig, batch: Batch, kind: str) -> dict[str, Any]:
     """The batch's figures, sent as metrics and carried in the output Asset's event."""
     manifest = batch.verified_manifest()
-    seconds = (batch.committed_at - batch.created_at).total_seconds() if batch.committed_at else manifest.seconds
+    # A regular batch: plan to commit. A backfill: its replay job's own time (the batch's commit was long before).
+    seconds = (batch.committed_at - batch.created_at).total_seconds() if batch.committed_at and kind == "regular" else manifest.seconds
     prefix = f"kinesis_replay.{p.name}.{kind}_batch"
     stats.gauge(f"{prefix}.records", manifest.records)
     stats.gauge(f"{prefix}.bytes", manifest.bytes)

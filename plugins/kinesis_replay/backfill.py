@@ -54,12 +54,6 @@ ACKNOWLEDGE_DATA_LOSS_SCHEMA: dict[str, Any] = {
 }
 
 
-_ONLY = {
-    "batch_ids": ("from_batch", "to_batch", "start_time", "end_time"),
-    "range": ("batch_ids", "start_time", "end_time"),
-    "window": ("batch_ids", "from_batch", "to_batch"),
-}
-
 # The JSON schema of the backfill's `batches` trigger parameter: exactly one of three ways to choose.
 # Airflow validates each parameter on its own, so the choice lives in one object parameter, and an
 # invalid one is refused by the trigger form (and the REST API) before any run is created. Its sizes are
@@ -77,11 +71,12 @@ SELECTION_SCHEMA: dict[str, Any] = {
         "start_time": _TIMESTAMP,
         "end_time": _TIMESTAMP,
     },
-    "oneOf": [
-        {"required": ["batch_ids"], "not": {"anyOf": [{"required": [k]} for k in _ONLY["batch_ids"]]}},
-        {"required": ["from_batch", "to_batch"], "not": {"anyOf": [{"required": [k]} for k in _ONLY["range"]]}},
-        {"required": ["start_time", "end_time"], "not": {"anyOf": [{"required": [k]} for k in _ONLY["window"]]}},
-    ],
+    # Exactly one way: a bound needs its pair, and two ways need at least three keys. Written so, not as a oneOf,
+    # so that Airflow's refusal says what is wrong ("'to_batch' is a dependency of 'from_batch'"), not only "is
+    # not valid under any of the given schemas".
+    "minProperties": 1,
+    "maxProperties": 2,
+    "dependentRequired": {"from_batch": ["to_batch"], "to_batch": ["from_batch"], "start_time": ["end_time"], "end_time": ["start_time"]},
 }
 
 
@@ -209,6 +204,11 @@ def select_batches(pipeline: str, selection: Selection, ledger: Iterable[Batch],
     else:
         raise BackfillError(f"pipeline {pipeline!r}: the selection names no batch ids, no id range and no time window")
     missing = [i for i in wanted if i not in by_id]
+    if missing and newest == 0:
+        raise BackfillError(
+            f"pipeline {pipeline!r}: no batch {listed(missing)}: the ledger holds no batch yet (has the pipeline committed "
+            "one? does state_table name its table?)"
+        )
     if missing:
         raise BackfillError(f"pipeline {pipeline!r}: no batch {listed(missing)} in the ledger (it holds 1 to {newest})")
     open_ = [f"{i} ({by_id[i].status.value})" for i in wanted if by_id[i].status != BatchStatus.COMMITTED]
@@ -266,7 +266,10 @@ def candidates(store: StateStore, pipeline: str, selection: Selection, newest: i
         return list(store.get_batches(pipeline, range(selection.from_batch, min(selection.to_batch, newest) + 1)).values())
     if selection.start_time is None or selection.end_time is None or retention is None:
         return []
-    horizon = selection.end_time + retention
+    try:
+        horizon = selection.end_time + retention
+    except OverflowError:  # an end such as 9999-12-31, meaning "until now": every batch planned after start
+        horizon = datetime.max.replace(tzinfo=UTC)
     found: list[Batch] = []
     first = max(1, _first_planned_since(store, pipeline, selection.start_time, newest) - WINDOW_MARGIN)
     for low in range(first, newest + 1, WINDOW_SLICE):
@@ -339,7 +342,8 @@ def check_replayed(pipeline: PipelineConfig, store: StateStore, batch_id: int, r
         batch = replace(replayed, snapshot_id=snapshot_id)
         store.set_replayed(batch, expected=BatchStatus.COMMITTED)
         output.write_commit_record(pipeline.output, batch)
-    return batch
+        return batch
+    return replace(batch, manifest=manifest)  # a directory's ledger keeps the first run's; the caller reports this run's
 
 
 def _earliest(batch: Batch) -> datetime:

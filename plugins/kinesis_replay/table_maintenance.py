@@ -46,6 +46,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from kinesis_replay import iceberg_table
+from kinesis_replay.errors import ConfigError
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -72,12 +73,19 @@ class Policy:
 
     def __post_init__(self) -> None:
         if self.min_snapshots_to_keep < 1:
-            raise ValueError(f"{MIN_SNAPSHOTS_TO_KEEP_PROPERTY} must be at least 1, not {self.min_snapshots_to_keep}")
+            raise ConfigError(f"{MIN_SNAPSHOTS_TO_KEEP_PROPERTY} must be at least 1, not {self.min_snapshots_to_keep}")
         if self.max_snapshot_age < timedelta(0):
-            raise ValueError(f"{MAX_SNAPSHOT_AGE_PROPERTY} must not be negative, not {self.max_snapshot_age}")
+            raise ConfigError(f"{MAX_SNAPSHOT_AGE_PROPERTY} must not be negative, not {self.max_snapshot_age}")
         if self.orphan_age < timedelta(hours=1):
             # A younger file may belong to a replay whose commit is still to come.
-            raise ValueError(f"orphan_age must be at least an hour, not {self.orphan_age}")
+            raise ConfigError(f"orphan_age must be at least an hour, not {self.orphan_age}")
+
+    def cutoff(self, now: datetime, age: timedelta) -> datetime:
+        """``now - age``, or the earliest time there is when the age reaches further back (Iceberg's "never": Long.MAX_VALUE ms)."""
+        try:
+            return now - age
+        except OverflowError:
+            return datetime.min.replace(tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -119,14 +127,23 @@ def _int_property(table: Table, name: str, default: int) -> int:
     try:
         return int(value)
     except ValueError:
-        raise ValueError(f"table {_name(table)}: property {name} must be an integer, not {value!r}") from None
+        raise ConfigError(f"table {_name(table)}: property {name} must be an integer, not {value!r}") from None
 
 
 def policy_for(table: Table, orphan_age: timedelta = DEFAULT_ORPHAN_AGE) -> Policy:
-    """The table's retention, from its ``history.expire.*`` properties (Iceberg's defaults when unset)."""
+    """The table's retention, from its ``history.expire.*`` properties (Iceberg's defaults when unset).
+
+    An age longer than Python's timedelta holds (Iceberg's "never expire" is Long.MAX_VALUE ms) is held as the longest one.
+    """
     max_age_ms = _int_property(table, MAX_SNAPSHOT_AGE_PROPERTY, int(DEFAULT_MAX_SNAPSHOT_AGE.total_seconds() * 1000))
     keep = _int_property(table, MIN_SNAPSHOTS_TO_KEEP_PROPERTY, DEFAULT_MIN_SNAPSHOTS_TO_KEEP)
-    return Policy(timedelta(milliseconds=max_age_ms), keep, orphan_age)
+    try:
+        return Policy(timedelta(milliseconds=min(max_age_ms, _LONGEST_MS)), keep, orphan_age)
+    except ConfigError as exc:
+        raise ConfigError(f"table {_name(table)}: {exc}; set the table's property to a valid value") from None
+
+
+_LONGEST_MS = timedelta.max // timedelta(milliseconds=1)
 
 
 def snapshots_to_expire(table: Table, policy: Policy, now: datetime) -> list[int]:
@@ -135,7 +152,7 @@ def snapshots_to_expire(table: Table, policy: Policy, now: datetime) -> list[int
     protected = {ref.snapshot_id for ref in metadata.refs.values()}
     newest_first = sorted(metadata.snapshots, key=lambda s: (s.timestamp_ms, s.sequence_number or 0), reverse=True)
     kept = {s.snapshot_id for s in newest_first[: policy.min_snapshots_to_keep]}
-    cutoff_ms = int((now - policy.max_snapshot_age).timestamp() * 1000)
+    cutoff_ms = int(policy.cutoff(now, policy.max_snapshot_age).timestamp() * 1000)
     return [
         s.snapshot_id
         for s in metadata.snapshots
@@ -268,7 +285,7 @@ def remove_orphan_files(
     table.refresh()
     referenced = referenced_files(table, expiring)
     flying_ids = set(in_flight)
-    cutoff = now - policy.orphan_age
+    cutoff = policy.cutoff(now, policy.orphan_age)
     candidates: list[str] = []
     too_young = flying = 0
     for path, mtime in sorted(listed):

@@ -19,6 +19,7 @@ from kinesis_replay.backfill import (
     SELECTION_SCHEMA,
     BackfillError,
     Selection,
+    candidates,
     estimate,
     listed,
     parse_selection,
@@ -65,6 +66,45 @@ def test_each_way_of_choosing_is_valid(value: dict[str, Any]) -> None:
 def test_invalid_choices_are_refused_by_the_schema(value: dict[str, Any]) -> None:
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(value, SELECTION_SCHEMA, format_checker=jsonschema.FormatChecker())
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        ({"from_batch": 3}, "'to_batch' is a dependency of 'from_batch'"),
+        ({"end_time": "2026-11-01T01:00:00Z"}, "'start_time' is a dependency of 'end_time'"),
+        ({"batch_ids": [1], "from_batch": 1, "to_batch": 2}, "has too many properties"),
+        ({}, "should be non-empty"),
+    ],
+)
+def test_a_refusal_says_what_is_wrong(value: dict[str, Any], reason: str) -> None:
+    """Airflow shows the schema's first line: once "is not valid under any of the given schemas" for every mistake."""
+    with pytest.raises(jsonschema.ValidationError) as caught:
+        jsonschema.validate(value, SELECTION_SCHEMA, format_checker=jsonschema.FormatChecker())
+    assert reason in caught.value.message
+
+
+class Ledger:
+    """The one read ``candidates`` makes of a state store, over a list of batches."""
+
+    def __init__(self, batches: list[Batch]) -> None:
+        self.by_id = {b.batch_id: b for b in batches}
+
+    def get_batches(self, pipeline: str, ids: Any) -> dict[int, Batch]:
+        return {i: self.by_id[i] for i in ids if i in self.by_id}
+
+
+def test_a_window_to_the_end_of_time_selects_up_to_the_newest_batch() -> None:
+    """end_time 9999-12-31 ("until now") once overflowed adding the stream's retention: a raw OverflowError."""
+    store: Any = Ledger(LEDGER)
+    selection = parse_selection({"start_time": "2026-11-01T00:00:00Z", "end_time": "9999-12-31T23:59:59Z"})
+    found = candidates(store, "p", selection, newest=4, retention=timedelta(days=7))
+    assert [b.batch_id for b in select_batches("p", selection, found, newest=4)] == [1, 2, 3]
+
+
+def test_an_empty_ledger_is_named_as_such() -> None:
+    with pytest.raises(BackfillError, match=r"the ledger holds no batch yet .*does state_table name its table"):
+        select_batches("p", Selection(batch_ids=(3,)), [], newest=0)
 
 
 def test_bounds_in_the_wrong_order_are_refused() -> None:

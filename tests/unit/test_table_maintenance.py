@@ -21,6 +21,7 @@ from pyiceberg.types import LongType, NestedField, StringType
 from kinesis_replay import batches, iceberg_table, output
 from kinesis_replay import table_maintenance as tm
 from kinesis_replay.config import PipelineConfig
+from kinesis_replay.errors import ConfigError
 from kinesis_replay.ranges import SequenceRange
 from kinesis_replay.state import Batch, BatchStatus, Head, Manifest, ShardResult
 
@@ -158,10 +159,28 @@ def test_a_dry_run_names_what_it_would_remove_and_changes_nothing(tmp_path: Path
 
 def test_a_bad_retention_property_is_named(tmp_path: Path) -> None:
     table = make_table(tmp_path, {tm.MAX_SNAPSHOT_AGE_PROPERTY: "five days"})
-    with pytest.raises(ValueError, match=r"lake\.orders.*history\.expire\.max-snapshot-age-ms.*'five days'"):
+    with pytest.raises(ConfigError, match=r"lake\.orders.*history\.expire\.max-snapshot-age-ms.*'five days'") as caught:
         tm.maintain(table)
-    with pytest.raises(ValueError, match="orphan_age must be at least an hour"):
+    assert not caught.value.retryable  # the task fails at once: its retries would read the same property
+    with pytest.raises(ConfigError, match="orphan_age must be at least an hour"):
         tm.Policy(orphan_age=timedelta(minutes=5))
+    (tmp_path / "none").mkdir()
+    keep_none = make_table(tmp_path / "none", {tm.MIN_SNAPSHOTS_TO_KEEP_PROPERTY: "0"})
+    with pytest.raises(ConfigError, match=r"table lake\.orders: history\.expire\.min-snapshots-to-keep must be at least 1, not 0"):
+        tm.maintain(keep_none)
+
+
+@pytest.mark.parametrize("never", [str(2**63 - 1), str(10**15)])
+def test_a_retention_of_never_expires_nothing(tmp_path: Path, never: str) -> None:
+    """Long.MAX_VALUE ms is Iceberg's "never": once an OverflowError (no timedelta or date is that long), retried."""
+    table = make_table(tmp_path, {tm.MAX_SNAPSHOT_AGE_PROPERTY: never})
+    old_file = commit(table, 1)
+    commit(table, 1, attempt="b", replace=True)
+    make_old(old_file)
+    snapshots = len(table.metadata.snapshots)
+    report = tm.maintain(table, orphan_age=timedelta(hours=87600), now=datetime.now(UTC) + LATER)
+    assert report.expired_snapshots == () and len(table.metadata.snapshots) == snapshots
+    assert report.orphans_removed == () and Path(old_file.removeprefix("file://")).exists()
 
 
 def test_only_the_tables_own_folders_are_cleaned_never_the_rest_of_its_location(tmp_path: Path) -> None:
