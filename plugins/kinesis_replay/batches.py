@@ -631,10 +631,12 @@ def maintain_table(
     When the pipeline has no head item (its state table was lost, emptied or replaced, or ``state_table`` names another),
     no batch in flight is known: orphan removal is refused, with the reason in the report, and only the expiry runs.
     """
+    head = store.get_head(pipeline.name)
+    if head.version != 0:  # a table created anew would make every older batch's files orphans: refused, naming why
+        guards.check_table(pipeline, (head.in_flight or head.next_batch_id) - 1)
     table = iceberg_table.load_table(pipeline)
     if table is None:
         return None
-    head = store.get_head(pipeline.name)
     refused = None
     if head.version == 0:
         refused = (

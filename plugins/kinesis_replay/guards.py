@@ -17,7 +17,7 @@ import logging
 from dataclasses import replace
 from datetime import datetime
 
-from kinesis_replay import output
+from kinesis_replay import iceberg_table, output
 from kinesis_replay.config import PipelineConfig
 from kinesis_replay.errors import OutputOwnershipError, StateLostError
 from kinesis_replay.state import Head
@@ -149,6 +149,16 @@ def check_before_plan(pipeline: PipelineConfig, head: Head) -> None:
             f"backup?). Planning would replace it. Delete the pipeline's items from the table, then recover. "
             f"{recovery_hint(pipeline)} Nothing was written."
         )
+    check_table(pipeline, last)  # last: the output holds the batches, so its embedded catalog is where they are
+
+
+def check_table(pipeline: PipelineConfig, committed: int) -> None:
+    """A table output: the table the config names exists and holds the batches up to ``committed`` (the state table's)."""
+    if pipeline.table is None or committed < 1:
+        return
+    problem = iceberg_table.ledger_problem(pipeline, committed)
+    if problem is not None:
+        raise StateLostError(f"{problem} Nothing was written.")
 
 
 def claim_output(pipeline: PipelineConfig, now: datetime) -> None:

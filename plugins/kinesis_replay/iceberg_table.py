@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import time
 from collections.abc import Iterable, Mapping
 from datetime import datetime
@@ -53,6 +54,9 @@ ATTEMPT_PROPERTY = "kinesis-replay.attempt"
 RUN_PROPERTY = "kinesis-replay.run-id"
 # Table properties: the pipeline and stream that own the table (two pipelines never share one).
 STREAM_PROPERTY = "kinesis-replay.stream"
+# The newest batch id committed to the table, set in the commit's own snapshot transaction: metadata restored from an
+# old file, or a table created anew, shows less than the ledger's committed batches (see ledger_problem).
+COMMITTED_THROUGH_PROPERTY = "kinesis-replay.committed-through"
 COMMIT_RETRIES_PROPERTY = "commit.retry.num-retries"
 COMMIT_ATTEMPTS = 10  # a commit that lost the race for the table is retried against the new metadata this often
 
@@ -85,8 +89,6 @@ def load_catalog(pipeline: PipelineConfig, extra: Mapping[str, str] | None = Non
     table = require_table(pipeline)
     properties = {**catalog_properties(table, pipeline.output), **(extra or {})}
     if table.embedded:
-        import os
-
         os.makedirs(f"{pipeline.output.rstrip('/')}/{CATALOG_DIR}", exist_ok=True)
     for attempt in range(3):
         try:
@@ -118,8 +120,46 @@ def load_table(pipeline: PipelineConfig, catalog: Catalog | None = None) -> Tabl
         table = catalog.load_table(table_config.identifier)
     except NoSuchTableError:
         return None
+    except OSError as exc:  # the catalog names a metadata file that is not there: the output was moved or deleted
+        raise OutputOwnershipError(
+            f"pipeline {pipeline.name!r}: {table_config.describe()} names a metadata file that cannot be read ({exc}). A "
+            "table is not moved by moving its files: its catalog and metadata hold absolute paths. Point output back to "
+            "where the table is, or register the table again on its newest metadata file at the new place. Nothing was written."
+        ) from exc
     check_table_owner(pipeline, table)
     return table
+
+
+def ledger_problem(pipeline: PipelineConfig, committed: int, catalog: Catalog | None = None) -> str | None:
+    """Why the table the config names cannot be the one that holds batches 1 to ``committed``, or None.
+
+    A table that is missing (dropped, renamed, its catalog replaced or deleted, ``table.*`` changed in the config) would be
+    created anew by the next commit, holding only the batches after it; its output's older files would then be orphans
+    that maintenance deletes. A table whose metadata was restored from an old file misses the batches after it.
+    """
+    where = f"pipeline {pipeline.name!r}: {require_table(pipeline).describe()}"
+    register = (
+        "register the table again on its newest metadata file (pyiceberg: catalog.register_table(identifier, "
+        f"'<newest {iceberg_location(pipeline.output)}/metadata/*.metadata.json>'))"
+    )
+    config = require_table(pipeline)
+    # An embedded catalog that is gone holds no table; loading it would create an empty one (a write, however small).
+    gone = config.embedded and catalog is None and not os.path.exists(f"{pipeline.output.rstrip('/')}/{CATALOG_DIR}/catalog.db")
+    table = None if gone else load_table(pipeline, catalog)
+    if table is None:
+        return (
+            f"{where} does not exist, yet the state table says batches 1 to {committed} are committed to it (output "
+            f"{pipeline.output}). Was it dropped or renamed, table.* changed in the config, or the embedded catalog "
+            f"({CATALOG_DIR}/) deleted? A new table would hold only the batches after it, and maintenance would delete the "
+            f"others' files as orphans. Point table.* back to the table, or {register}."
+        )
+    through = table.properties.get(COMMITTED_THROUGH_PROPERTY)
+    if through is not None and int(through) < committed:
+        return (
+            f"{where} holds batches up to {through}, and the state table says batches up to {committed} are committed: "
+            f"its metadata was restored from an older file, or replaced. Point the catalog back to the newest metadata: {register}."
+        )
+    return None
 
 
 def check_table_owner(pipeline: PipelineConfig, table: Table) -> None:
@@ -474,6 +514,12 @@ def _add_new_columns(table: Table, tx: Transaction, path: str, where: str) -> No
             schema_update.union_by_name(file_schema)
 
 
+def _advance_committed_through(table: Table, tx: Transaction, batch_id: int) -> None:
+    """The table's newest committed batch, in the commit's own transaction; a backfill (an older batch) leaves it."""
+    if batch_id > int(table.properties.get(COMMITTED_THROUGH_PROPERTY, "0")):
+        tx.set_properties({COMMITTED_THROUGH_PROPERTY: str(batch_id)})
+
+
 def _commit_once(table: Table, batch_id: int, paths: list[str], props: dict[str, str], where: str) -> int:
     """One try: the batch's current files (if any) out and ``paths`` in, in one snapshot of ``table``'s metadata."""
     from pyiceberg.io.pyarrow import parquet_file_to_data_file
@@ -490,6 +536,7 @@ def _commit_once(table: Table, batch_id: int, paths: list[str], props: dict[str,
             wrong = [f.file_path for f in data_files if f.partition[0] != batch_id]
             if wrong:
                 raise TableCommitError(f"{where}: files {wrong} hold rows of another batch_id")
+            _advance_committed_through(table, tx, batch_id)
             update = tx.update_snapshot(snapshot_properties=props)
             if old:  # a replay of a committed batch: its old files out and the new ones in, one OVERWRITE snapshot
                 with update.overwrite() as overwrite:

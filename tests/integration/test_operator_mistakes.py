@@ -228,3 +228,43 @@ def test_a_directory_pipeline_upgraded_without_output_format_is_refused_until_it
     landed = check_exactly_once(produced, read_output(root))
     assert landed.ok and landed.rows == 160, landed
     assert f"as its owner record {owner_file} says" in plan_error(upgraded)  # and from now on the record says so
+
+
+def test_a_lost_or_renamed_table_is_refused_until_it_is_registered_again(
+    kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any], dag_for: Any
+) -> None:
+    """Once, the next commit created the table anew, holding only the later batches, and maintenance then deleted the
+    earlier batches' files as orphans: a loss no run reported."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    from kinesis_replay import iceberg_table
+
+    produced = produce(kinesis, entry["stream"], 120)
+    assert run_dag(dag_for(entry)).tasks == SUCCESS
+    before = ledger(store, entry["name"])
+    produced += produce(kinesis, entry["stream"], 40, start_index=120)
+
+    # table.name changed in the config: the catalog has no such table.
+    renamed = {**entry, "table": {"name": "orders_v2"}}
+    message = refused_plan(dag_for(renamed), renamed)
+    assert "table kinesis_replay.orders_v2 in catalog kinesis_replay (sql, embedded) does not exist, yet the state table says" in message
+    assert "batches 1 to 1 are committed" in message and "Nothing was written" in message
+
+    # The embedded catalog deleted (its folder looks like a temporary one): refused, and no empty catalog is made.
+    catalog_dir = Path(entry["output"]) / iceberg_table.CATALOG_DIR
+    shutil.rmtree(catalog_dir)
+    message = refused_plan(dag_for(entry), entry)
+    assert "embedded catalog (_catalog/) deleted?" in message and "register the table again" in message
+    assert not catalog_dir.exists()
+    assert ledger(store, entry["name"]) == before
+
+    # The remedy the message names: register the table on its newest metadata file; the pipeline then goes on.
+    catalog_dir.mkdir()
+    (p,) = parse_config({"pipelines": [entry]})
+    newest = max((Path(entry["output"]) / "metadata").glob("*.metadata.json"), key=lambda f: f.stat().st_mtime)
+    catalog = SqlCatalog(p.table.catalog, **iceberg_table.catalog_properties(p.table, p.output))
+    catalog.create_namespace_if_not_exists(p.table.namespace)
+    catalog.register_table(p.table.identifier, f"file://{newest}")
+    assert run_dag(dag_for(entry)).tasks == SUCCESS
+    landed = check_exactly_once(produced, read_output(entry["output"]))
+    assert landed.ok and landed.rows == 160, landed

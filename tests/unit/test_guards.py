@@ -113,7 +113,7 @@ def test_a_head_ahead_of_the_output_means_the_output_moved(tmp_path: Path) -> No
 
 
 def test_a_head_behind_the_output_is_refused(tmp_path: Path) -> None:
-    p = pipeline(tmp_path / "out")
+    p = pipeline(tmp_path / "out", output_format="directory")  # the ledger against the output: no table in it
     guards.claim_output(p, NOW)
     for i in (1, 2, 3):
         output.write_commit_record(p.output, committed(p, i))

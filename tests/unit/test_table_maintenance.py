@@ -21,7 +21,7 @@ from pyiceberg.types import LongType, NestedField, StringType
 from kinesis_replay import batches, iceberg_table, output
 from kinesis_replay import table_maintenance as tm
 from kinesis_replay.config import PipelineConfig
-from kinesis_replay.errors import ConfigError
+from kinesis_replay.errors import ConfigError, StateLostError
 from kinesis_replay.ranges import SequenceRange
 from kinesis_replay.state import Batch, BatchStatus, Head, Manifest, ShardResult
 
@@ -288,8 +288,13 @@ def test_maintenance_keeps_the_files_of_a_commit_cut_short_whatever_the_ledger_s
     p, unreferenced = cut_short_commit(tmp_path)
     kept, stray = unreferenced[:-1], unreferenced[-1]
 
+    # A head that claims batch 2 committed, though the table holds batch 1 only: refused, and nothing removed.
+    with pytest.raises(StateLostError, match="holds batches up to 1, and the state table says batches up to 2 are committed"):
+        batches.maintain_table(p, HeadOnly(Head(next_batch_id=3, version=4)), tm.DEFAULT_ORPHAN_AGE, now=datetime.now(UTC) + LATER)
+    assert all(Path(f.removeprefix("file://")).exists() for f in unreferenced)
+
     # A head that knows no batch in flight: only the commit record of batch 2 says its commit began.
-    report = batches.maintain_table(p, HeadOnly(Head(next_batch_id=3, version=4)), tm.DEFAULT_ORPHAN_AGE, now=datetime.now(UTC) + LATER)
+    report = batches.maintain_table(p, HeadOnly(Head(next_batch_id=2, version=4)), tm.DEFAULT_ORPHAN_AGE, now=datetime.now(UTC) + LATER)
 
     assert report is not None and report.orphans_refused is None and report.committing == (2,)
     assert report.orphans_removed == (stray.removeprefix("file://"),)
