@@ -128,6 +128,8 @@ def decode_payload(rows: DataFrame, payload: PayloadConfig, pipeline: str) -> Da
     error = (
         F.when(F.col("decode_error").isNotNull(), F.col("decode_error"))
         .when(~F.is_valid_utf8(text), F.lit("payload is not valid UTF-8"))
+        # from_json answers a blank payload (or the JSON literal null) with no struct at all, and no corrupt record either.
+        .when(F.col("_parsed").isNull(), F.lit("payload is not a JSON object: it is blank, or null"))
         .when(F.col("_parsed")[CORRUPT].isNotNull(), F.lit("payload is not a JSON object matching payload.schema"))
     )
     return (

@@ -29,9 +29,9 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 Record = dict[str, Any]  # a record exactly as boto3's GetRecords returns it
 
-# Kinesis answers these when a shard's or an account's call rate is exceeded; they are the only
-# errors worth waiting out. Everything else is wrapped with what was being done, and raised.
-RETRYABLE = frozenset({"ProvisionedThroughputExceededException", "LimitExceededException"})
+# Kinesis answers these when a shard's or an account's call rate (or, for an encrypted stream, the KMS key's request
+# quota) is exceeded; they are the only errors worth waiting out. Everything else is wrapped with what was being done, and raised.
+RETRYABLE = frozenset({"ProvisionedThroughputExceededException", "LimitExceededException", "KMSThrottlingException"})
 
 # One retry policy for every Kinesis client, the DAG tasks' and the Spark job's, each error retried by one layer:
 # - throttling (the codes above, HTTP 429) by call() alone, up to ReadConfig.max_throttle_retries times, with
@@ -546,6 +546,7 @@ class _RangeReader:
         self.shard, self.rng, self.accept_gap = shard, rng, accept_gap
         self.what = f"stream {shard.stream}, range {rng.describe()}"
         self.last: int | None = None  # the last record yielded
+        self.reopened_at: int | None = None  # an iterator reopened at the last record read: it must come first, again
         self.empty_at_tip = 0
         self.limit = min(shard.limits.first_page_records, shard.limits.max_records_per_call)
         self.iterator = shard.iterator(ShardIteratorType="AT_SEQUENCE_NUMBER", StartingSequenceNumber=str(rng.start))
@@ -565,21 +566,47 @@ class _RangeReader:
             self._empty(at_tip)
             return records
         self.empty_at_tip = 0
+        if self.reopened_at is not None:
+            records = self._after_reopened(records)
+            if not records:
+                return records
         if self.last is None:
             self._check_start(parse_sequence_number(records[0]["SequenceNumber"]))
         self.limit = page_limit(records, self.shard.limits)
         return records
 
     def _reopen(self, exc: ClientError) -> None:
-        """An expired iterator is opened again just after the last record read; any other error fails the range."""
+        """An expired iterator is opened again at the last record read; any other error fails the range."""
         if exc.response.get("Error", {}).get("Code") != "ExpiredIteratorException":
             raise RangeReadError(f"{self.what}: GetRecords failed: {exc}") from exc
         self.shard.stats.expired_iterators += 1
         log.info("%s: iterator expired after %s; re-opening", self.what, self.last)
         if self.last is None:
             self.iterator = self.shard.iterator(ShardIteratorType="AT_SEQUENCE_NUMBER", StartingSequenceNumber=str(self.rng.start))
-        else:
-            self.iterator = self.shard.iterator(ShardIteratorType="AFTER_SEQUENCE_NUMBER", StartingSequenceNumber=str(self.last))
+            return
+        # At the last record read, not after it: an iterator after a record that retention trimmed meanwhile starts at
+        # the first record left, and every record between them would be skipped without a word. Its first record
+        # must be the last one read (dropped, as read already); anything else means records are gone.
+        try:
+            self.iterator = self.shard.iterator(ShardIteratorType="AT_SEQUENCE_NUMBER", StartingSequenceNumber=str(self.last))
+        except ClientError as refused:  # Kinesis may refuse a sequence number it no longer holds
+            raise self._gone(f"Kinesis refused it ({refused})") from refused
+        self.reopened_at = self.last
+
+    def _after_reopened(self, records: list[Record]) -> list[Record]:
+        """The first page after a reopen, without the last record read; failing when that record is gone."""
+        first = parse_sequence_number(records[0]["SequenceNumber"])
+        if first != self.reopened_at:
+            raise self._gone(f"the reopened iterator's first record is {first}")
+        self.reopened_at = None
+        return records[1:]
+
+    def _gone(self, how: str) -> RangeReadError:
+        return RangeReadError(
+            f"{self.what}: record {self.last}, the last one read before the iterator expired, is gone ({how}): records after "
+            "it were trimmed by retention while the range was read, and may be lost. Nothing of this attempt is committed; "
+            "the next run checks the range against the stream's retention"
+        )
 
     def _empty(self, at_tip: bool) -> None:
         """An open shard with nothing more at its tip, several times in a row, will never reach the range's end."""

@@ -107,9 +107,14 @@ def deaggregate(record: dict[str, Any]) -> tuple[list[tuple[str, bytes]], str | 
         declared = len(messages_pb2.AggregatedRecord.FromString(body).records)
     except DecodeError as exc:
         return [], f"malformed KPL aggregate: undecodable protobuf ({exc})"
-    users = [u["kinesis"] for u in iter_deaggregate_records([record], data_format="Boto3")]
+    try:
+        users = [u["kinesis"] for u in iter_deaggregate_records([record], data_format="Boto3")]
+    except Exception as exc:  # its own error path can fail too (an explicit hash key index out of range: IndexError)
+        return [], f"malformed KPL aggregate: the deaggregator failed ({exc!r})"
     if not all(u.get("aggregated") for u in users):
         return [], "malformed KPL aggregate: its MD5 digest does not match its contents"
     if len(users) != declared or declared == 0:
         return [], f"malformed KPL aggregate: {len(users)} of its {declared} user records could be read"
+    if not all(isinstance(u["partitionKey"], str) for u in users):  # its table of keys held bytes that are not UTF-8
+        return [], "malformed KPL aggregate: a user record's partition key is not UTF-8"
     return [(u["partitionKey"], base64.b64decode(u["data"])) for u in users], None

@@ -29,8 +29,11 @@ def read(kinesis: Any, stream: str, rng: SequenceRange, limits: ReadConfig | Non
 class FaultyKinesis:
     """The real client, with chosen GetRecords calls answered by an injected error or a trimmed page."""
 
-    def __init__(self, client: Any, errors: dict[int, str] | None = None, drop_first_record: bool = False) -> None:
+    def __init__(
+        self, client: Any, errors: dict[int, str] | None = None, drop_first_record: bool = False, trim: dict[int, int] | None = None
+    ) -> None:
         self.client, self.errors, self.drop_first_record, self.calls = client, errors or {}, drop_first_record, 0
+        self.trim = trim or {}  # call number -> records cut from the front of its page, as retention would have
         self.limits: list[int] = []  # the Limit of each GetRecords call
 
     def __getattr__(self, name: str) -> Any:
@@ -45,6 +48,7 @@ class FaultyKinesis:
         page = self.client.get_records(**kwargs)
         if self.drop_first_record and self.calls == 1:
             page["Records"] = page["Records"][1:]  # as if retention had trimmed the range's first record
+        page["Records"] = page["Records"][self.trim.get(self.calls, 0) :]
         return page
 
 
@@ -89,6 +93,15 @@ def test_an_expired_iterator_is_reopened_after_the_last_record_read(kinesis: Any
     stats = ReadStats()
     assert read(faulty, stream, SequenceRange(shard, seqs[0], seqs[-1]), ReadConfig(max_records_per_call=5), stats) == seqs
     assert stats.expired_iterators == 1
+
+
+def test_records_trimmed_while_an_iterator_was_expired_fail_the_range_not_skip_it(kinesis: Any, stream: str) -> None:
+    """Once reopened after the last record read: an iterator after a trimmed record starts at the first record left, and
+    the records between were skipped, with first and last records (all the manifest checks) as planned."""
+    shard, seqs = shard_sequence_numbers(kinesis, stream)
+    faulty = FaultyKinesis(kinesis, errors={3: "ExpiredIteratorException"}, trim={4: 3})  # the last read and 2 more gone
+    with pytest.raises(RangeReadError, match=rf"record {seqs[9]}, the last one read before the iterator expired, is gone"):
+        read(faulty, stream, SequenceRange(shard, seqs[0], seqs[-1]), ReadConfig(max_records_per_call=5))
 
 
 def test_throttling_is_waited_out_and_counted(kinesis: Any, stream: str) -> None:

@@ -95,3 +95,11 @@ def test_an_error_the_caller_handles_itself_stays_botocore_s(endpoint: Any) -> N
     served = endpoint([(400, {"__type": "InvalidArgumentException", "message": "StartingSequenceNumber is not valid"})])
     with pytest.raises(ClientError, match="InvalidArgumentException"):
         kinesis.call(client(served.url).list_shards, "ListShards", FAST, kinesis.ReadStats(), StreamName="s")
+
+
+def test_a_kms_throttle_of_an_encrypted_stream_is_waited_out_like_a_shard_s(endpoint: Any) -> None:
+    """Once, the first KMSThrottlingException failed the whole batch, to be read again from its start."""
+    served = endpoint([(400, {"__type": "KMSThrottlingException", "message": "Rate exceeded"}), OK])
+    stats = kinesis.ReadStats()
+    assert kinesis.call(client(served.url).list_shards, "ListShards", FAST, stats, StreamName="s")["Shards"] == []
+    assert (served.requests, stats.throttled) == (2, 1)

@@ -59,3 +59,19 @@ def test_an_aggregate_whose_user_record_points_past_the_key_table_is_bad_whole()
 def test_an_undecodable_aggregate_body_is_bad() -> None:
     rows = to_rows([record("10", with_digest(b"\xff\xff\xff\xff"))])
     assert len(rows) == 1 and (rows.decode_error[0] or "").startswith("malformed KPL aggregate: undecodable protobuf")
+
+
+def test_an_aggregate_whose_explicit_hash_key_index_is_out_of_range_is_bad_not_a_crash() -> None:
+    """aws-kinesis-agg's own error path indexes the table again and raises IndexError: once, every replay failed so."""
+    # Key table ["k0"], hash key table ["1"], one user record naming hash key index 5.
+    body = b"\x0a\x02k0" + b"\x12\x011" + b"\x1a\x07\x08\x00\x10\x05\x1a\x01a"
+    rows = to_rows([record("10", with_digest(body))])
+    assert len(rows) == 1 and (rows.decode_error[0] or "").startswith("malformed KPL aggregate: the deaggregator failed (IndexError")
+
+
+def test_an_aggregate_whose_partition_key_is_not_utf8_is_bad() -> None:
+    """The deaggregator hands such a key back as bytes, which the table's string column then refused: a crash of the task."""
+    body = b"\x0a\x02\xff\xfe" + b"\x1a\x05\x08\x00\x1a\x01a"
+    rows = to_rows([record("10", with_digest(body))])
+    assert len(rows) == 1 and rows.decode_error == ["malformed KPL aggregate: a user record's partition key is not UTF-8"]
+    assert rows.partition_key == ["k"]  # the outer record's, as for any bad aggregate
