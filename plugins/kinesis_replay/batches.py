@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import logging
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -96,7 +97,6 @@ def plan_batch(
         return PlanResult(batch=batch, resumed=True)
 
     shards = kinesis.list_shards(kinesis_client, pipeline.stream, pipeline.read)
-    check_acknowledged(pipeline, acknowledged, {s.shard_id for s in shards}, f"the shards of stream {pipeline.stream}")
     if not dry_run:
         guards.claim_output(pipeline, now)  # before the first write; a start resolved from now is never before the claim
     planner = _Planner(pipeline, kinesis_client, store, now, dry_run)
@@ -155,6 +155,12 @@ class _Planner:
         A closed shard found drained is finished at once, which may free its children in this same plan.
         """
         states = self.store.get_shards(self.pipeline.name)
+        listed = {s.shard_id for s in shards}
+        gone = sorted(sid for sid, state in states.items() if not state.finished and sid not in listed)
+        where = f"the shards of stream {self.pipeline.stream}"
+        check_acknowledged(self.pipeline, acknowledged, listed | set(gone), where)
+        if gone:
+            states.update(self._shards_gone([states[sid] for sid in gone], acknowledged, run_id))
         self.rates = shard_rates(self.store, self.pipeline.name, states)
         finished = {sid: s.finished for sid, s in states.items()}
         seen: set[str] = set()
@@ -168,6 +174,30 @@ class _Planner:
                 states.update(self._store_new_shards([s for s in ready if s.shard_id not in states]))
                 for state, planned in pool.map(lambda s: self._plan_shard(s, states[s.shard_id]), ready):
                     finished[state.shard_id] = self._gather(state, planned, acknowledged, run_id)
+
+    def _shards_gone(self, gone: list[ShardState], acknowledged: frozenset[str], run_id: str) -> dict[str, ShardState]:
+        """Shards the pipeline had not read to their end, no longer listed: Kinesis drops a closed shard once its records
+        are past retention, and its unread records with it (a pipeline paused, or failing, longer than that across a
+        split or merge). Refused until acknowledged; then recorded as gaps, and the shards finished."""
+        refused = [s for s in gone if s.shard_id not in acknowledged]
+        if refused:
+            shown = ", ".join(f"{s.shard_id} (checkpoint {s.checkpoint if s.checkpoint is not None else 'none'})" for s in refused[:10])
+            raise DataLossError(
+                f"pipeline {self.pipeline.name!r}, stream {self.pipeline.stream}: shards {shown}{' ...' if len(refused) > 10 else ''} "
+                "are no longer in the stream, and were not read to their end: Kinesis removed them with their records, "
+                "past the stream's retention (was the pipeline paused, or failing, longer than that across a split or "
+                "merge?). Their records after those checkpoints are lost, if they had any (after a recovery from the "
+                "output, a shard drained before the state was lost looks the same: the output cannot say it was drained). "
+                "Nothing was read. To accept the loss, trigger a "
+                f'run with {{"acknowledge_data_loss": {json.dumps([s.shard_id for s in refused])}}}'
+            )
+        for state in gone:
+            log.warning("stream %s, shard %s: acknowledged loss of the gone shard after checkpoint %s", self.pipeline.stream,
+                        state.shard_id, state.checkpoint)  # fmt: skip
+            self.gaps.append(Gap(state.shard_id, state.checkpoint, None, acknowledged_by=run_id, detected="plan"))
+            if not self.dry_run:
+                self.store.mark_finished(self.pipeline.name, state.shard_id, state.checkpoint)
+        return {s.shard_id: replace(s, finished=True) for s in gone}
 
     def _store_new_shards(self, shards: list[ShardInfo]) -> dict[str, ShardState]:
         """Fix the start of each shard seen for the first time, and store it (all at once) before its range is planned."""

@@ -178,12 +178,13 @@ class Gap:
     """Records of a shard that were gone before they were read, lost with an operator's acknowledgement.
 
     Everything after ``after`` (a sequence number; None: the shard's start) and before
-    ``first_available`` was trimmed from the stream; ``acknowledged_by`` names the run that accepted it.
+    ``first_available`` was trimmed from the stream (None: all of it; the shard itself left the stream before it was
+    read to its end); ``acknowledged_by`` names the run that accepted it.
     """
 
     shard_id: str
     after: int | None
-    first_available: int
+    first_available: int | None
     acknowledged_by: str
     detected: str  # "plan" (the checkpoint was gone) or "replay" (the range start was gone)
 
@@ -191,18 +192,18 @@ class Gap:
         return {
             "shard_id": self.shard_id,
             "after": None if self.after is None else format_sequence_number(self.after),
-            "first_available": format_sequence_number(self.first_available),
+            "first_available": None if self.first_available is None else format_sequence_number(self.first_available),
             "acknowledged_by": self.acknowledged_by,
             "detected": self.detected,
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Gap:
-        after = data.get("after")
+        after, first = data.get("after"), data.get("first_available")
         return cls(
             shard_id=str(data["shard_id"]),
             after=None if after is None else parse_sequence_number(after),
-            first_available=parse_sequence_number(data["first_available"]),
+            first_available=None if first is None else parse_sequence_number(first),
             acknowledged_by=str(data["acknowledged_by"]),
             detected=str(data["detected"]),
         )

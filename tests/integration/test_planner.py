@@ -14,7 +14,7 @@ from kinesis_replay import kinesis as kinesis_api
 from kinesis_replay.batches import plan_batch
 from kinesis_replay.config import parse_config
 from kinesis_replay.dynamodb_store import DynamoDBStateStore
-from kinesis_replay.errors import ConfigError, EndpointUnreachableError, StateConflictError, StreamNotFoundError
+from kinesis_replay.errors import ConfigError, EndpointUnreachableError, ParameterError, StateConflictError, StreamNotFoundError
 from kinesis_replay.state import BatchStatus
 from stack.producer import produce
 
@@ -232,3 +232,28 @@ def test_the_local_kinesis_answers_at_timestamp_with_the_first_record_that_new(k
         assert got == expected, f"AT_TIMESTAMP {moment.isoformat()}: {got}, not {expected}"
         if expected is None:
             assert page["MillisBehindLatest"] == 0 and page.get("NextShardIterator")  # the tip, not a wait for a record
+
+
+def test_a_shard_gone_from_the_stream_before_it_was_read_to_its_end_is_a_loss_to_acknowledge(
+    kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any]
+) -> None:
+    """Kinesis drops a closed shard once its records are past retention. A parent the pipeline had not drained then
+    vanished from the listing, and its children were planned as if nothing had been lost."""
+    from kinesis_replay.errors import DataLossError
+    from kinesis_replay.state import Gap, ShardState
+
+    produce(kinesis, entry["stream"], 40)
+    store.put_shards_if_absent(entry["name"], [ShardState("shardId-000000000099", checkpoint=12345)])  # read up to 12345, then gone
+
+    with pytest.raises(DataLossError, match=r"shards shardId-000000000099 \(checkpoint 12345\) are no longer in the stream") as caught:
+        plan_batch(pipeline(entry), kinesis, store, "run-1")
+    assert '{"acknowledge_data_loss": ["shardId-000000000099"]}' in str(caught.value) and not caught.value.retryable
+    assert store.list_batches(entry["name"]) == [] and not store.get_shards(entry["name"])["shardId-000000000099"].finished
+    with pytest.raises(ParameterError, match="acknowledge_data_loss names shardId-000000000098"):  # no shard of the pipeline's
+        plan_batch(pipeline(entry), kinesis, store, "run-2", acknowledged=frozenset({"shardId-000000000098"}))
+
+    result = plan_batch(pipeline(entry), kinesis, store, "run-3", acknowledged=frozenset({"shardId-000000000099"}))
+    assert result.batch is not None and len(result.batch.ranges) == 4  # the stream's own shards, planned as ever
+    gap = Gap("shardId-000000000099", 12345, None, acknowledged_by="run-3", detected="plan")
+    assert result.batch.gaps == (gap,) and store.get_batch(entry["name"], 1).gaps == (gap,)  # in the ledger
+    assert store.get_shards(entry["name"])["shardId-000000000099"].finished
