@@ -17,7 +17,14 @@ from botocore.exceptions import ConnectionError as BotoConnectionError
 from botocore.retries import quota, standard
 
 from kinesis_replay.config import ReadConfig
-from kinesis_replay.errors import ACCESS_REFUSED_CODES, EndpointUnreachableError, RangeReadError, StreamNotFoundError, access_refused
+from kinesis_replay.errors import (
+    ACCESS_REFUSED_CODES,
+    DataLossError,
+    EndpointUnreachableError,
+    RangeReadError,
+    StreamNotFoundError,
+    access_refused,
+)
 from kinesis_replay.ranges import SequenceRange, ShardInfo, parse_sequence_number
 from kinesis_replay.state import StartPosition
 
@@ -517,7 +524,7 @@ def iterate_range(
     """Yield the records of a closed range, page by page, exactly: from ``start`` to ``end`` inclusive.
 
     The first fetch uses AT_SEQUENCE_NUMBER(start), later ones follow the next iterator; an expired
-    iterator is re-opened AFTER_SEQUENCE_NUMBER of the last record read. A first record that is not
+    iterator is re-opened AT_SEQUENCE_NUMBER of the last record read, which must come first again. A first record that is not
     ``start`` is a gap and fails, unless an operator acknowledged the loss (``accept_gap``). An open
     shard that runs dry before ``end`` fails; a closed shard is read until GetRecords returns no
     next iterator (SHARD_END).
@@ -549,7 +556,23 @@ class _RangeReader:
         self.reopened_at: int | None = None  # an iterator reopened at the last record read: it must come first, again
         self.empty_at_tip = 0
         self.limit = min(shard.limits.first_page_records, shard.limits.max_records_per_call)
-        self.iterator = shard.iterator(ShardIteratorType="AT_SEQUENCE_NUMBER", StartingSequenceNumber=str(rng.start))
+        self.iterator = self._open_at_start()
+
+    def _open_at_start(self) -> str | None:
+        """An iterator at the range's start. Kinesis may refuse a sequence number it no longer holds (trimmed): with
+        the loss acknowledged, reading starts at the first record left (and _check_start logs the gap)."""
+        try:
+            return self.shard.iterator(ShardIteratorType="AT_SEQUENCE_NUMBER", StartingSequenceNumber=str(self.rng.start))
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "InvalidArgumentException":
+                raise RangeReadError(f"{self.what}: GetShardIterator at the range start failed: {exc}") from exc
+            if self.accept_gap:
+                return self.shard.iterator(ShardIteratorType="TRIM_HORIZON")
+            raise DataLossError(
+                f"{self.what}: Kinesis refused the range start {self.rng.start} ({exc.response['Error'].get('Message', '')}): "
+                "trimmed by retention? Records from it may be lost. Nothing was read. To accept the loss, trigger a run "
+                f'with {{"acknowledge_data_loss": ["{self.rng.shard_id}"]}}'
+            ) from exc
 
     def next_page(self) -> list[Record]:
         """The next page's records, possibly none; the page itself is let go before they are returned."""
@@ -582,7 +605,7 @@ class _RangeReader:
         self.shard.stats.expired_iterators += 1
         log.info("%s: iterator expired after %s; re-opening", self.what, self.last)
         if self.last is None:
-            self.iterator = self.shard.iterator(ShardIteratorType="AT_SEQUENCE_NUMBER", StartingSequenceNumber=str(self.rng.start))
+            self.iterator = self._open_at_start()
             return
         # At the last record read, not after it: an iterator after a record that retention trimmed meanwhile starts at
         # the first record left, and every record between them would be skipped without a word. Its first record

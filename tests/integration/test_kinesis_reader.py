@@ -9,7 +9,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from kinesis_replay.config import ReadConfig
-from kinesis_replay.errors import RangeReadError, StreamNotFoundError
+from kinesis_replay.errors import DataLossError, RangeReadError, StreamNotFoundError
 from kinesis_replay.kinesis import ReadStats, iterate_range
 from kinesis_replay.ranges import SequenceRange
 from stack.producer import produce
@@ -34,7 +34,15 @@ class FaultyKinesis:
     ) -> None:
         self.client, self.errors, self.drop_first_record, self.calls = client, errors or {}, drop_first_record, 0
         self.trim = trim or {}  # call number -> records cut from the front of its page, as retention would have
+        self.refuse_start = False  # the first GetShardIterator(AT_SEQUENCE_NUMBER) is refused, as for a trimmed record
         self.limits: list[int] = []  # the Limit of each GetRecords call
+
+    def get_shard_iterator(self, **kwargs: Any) -> Any:
+        if self.refuse_start and kwargs["ShardIteratorType"] == "AT_SEQUENCE_NUMBER":
+            self.refuse_start = False
+            message = "StartingSequenceNumber used in ShardIterator has expired (trimmed)"
+            raise ClientError({"Error": {"Code": "InvalidArgumentException", "Message": message}}, "GetShardIterator")
+        return self.client.get_shard_iterator(**kwargs)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.client, name)
@@ -102,6 +110,18 @@ def test_records_trimmed_while_an_iterator_was_expired_fail_the_range_not_skip_i
     faulty = FaultyKinesis(kinesis, errors={3: "ExpiredIteratorException"}, trim={4: 3})  # the last read and 2 more gone
     with pytest.raises(RangeReadError, match=rf"record {seqs[9]}, the last one read before the iterator expired, is gone"):
         read(faulty, stream, SequenceRange(shard, seqs[0], seqs[-1]), ReadConfig(max_records_per_call=5))
+
+
+def test_a_range_start_kinesis_refuses_is_a_loss_to_acknowledge_then_read_from_the_first_record_left(kinesis: Any, stream: str) -> None:
+    """Once a raw ClientError, the same for an acknowledged gap: a pipeline stuck on every run."""
+    shard, seqs = shard_sequence_numbers(kinesis, stream, 40)
+    faulty = FaultyKinesis(kinesis)
+    faulty.refuse_start = True
+    with pytest.raises(DataLossError, match=rf'Kinesis refused the range start {seqs[0]} .*"acknowledge_data_loss": \["{shard}"\]'):
+        read(faulty, stream, SequenceRange(shard, seqs[0], seqs[-1]))
+    faulty.refuse_start = True
+    pages = iterate_range(faulty, stream, SequenceRange(shard, seqs[0], seqs[-1]), sleep=lambda s: None, accept_gap=True)
+    assert [int(r["SequenceNumber"]) for page in pages for r in page] == seqs  # from TRIM_HORIZON: here, the start itself
 
 
 def test_throttling_is_waited_out_and_counted(kinesis: Any, stream: str) -> None:
