@@ -97,8 +97,10 @@ def plan_batch(
         return PlanResult(batch=batch, resumed=True)
 
     shards = kinesis.list_shards(kinesis_client, pipeline.stream, pipeline.read)
+    created = kinesis.stream_created(kinesis_client, pipeline.stream, pipeline.read)
+    guards.check_stream_created(pipeline, created)  # the stream the output's batches came from, not a new one of that name
     if not dry_run:
-        guards.claim_output(pipeline, now)  # before the first write; a start resolved from now is never before the claim
+        guards.claim_output(pipeline, now, created)  # before the first write; a start resolved from now is never before the claim
     planner = _Planner(pipeline, kinesis_client, store, now, dry_run)
     waiting = planner.plan_shards(shards, acknowledged, run_id)
     waiting_ids = tuple((s.shard_id, tuple(parents)) for s, parents in waiting)

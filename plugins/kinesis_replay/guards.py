@@ -161,18 +161,37 @@ def check_table(pipeline: PipelineConfig, committed: int) -> None:
         raise StateLostError(f"{problem} Nothing was written.")
 
 
-def claim_output(pipeline: PipelineConfig, now: datetime) -> None:
+def check_stream_created(pipeline: PipelineConfig, created: datetime) -> None:
+    """The stream is the one the output's batches came from, not another created since under the same name."""
+    owner = output.read_owner(pipeline.output)
+    if owner is None or owner.stream_created is None or owner.stream_created == created.isoformat():
+        return
+    raise OutputOwnershipError(
+        f"pipeline {pipeline.name!r}: stream {pipeline.stream} was created at {created.isoformat()}, but output "
+        f"{pipeline.output} holds batches of a stream of that name created at {owner.stream_created}: the stream was "
+        "deleted and created again (or the connection now reaches another account or region). A new stream starts its "
+        "shard ids over, so the pipeline's checkpoints and finished shards would skip or misread its records. Land it "
+        "as a new pipeline, with an output root and state of its own. Nothing was written."
+    )
+
+
+def claim_output(pipeline: PipelineConfig, now: datetime, stream_created: datetime | None = None) -> None:
     """Record this pipeline as the output root's owner, if no one is yet; before the plan's first write."""
     root = pipeline.output
     owner = output.read_owner(root)
+    created = stream_created.isoformat() if stream_created is not None else None
     if owner is not None:
         if owner.state_table == pipeline.state_table:
             check_owner(pipeline, owner)  # a claim never takes over another pipeline's root
-            if owner.output_format is None:
-                # A record of a release that recorded no format, whose folders agree with the config (or show none):
-                # recorded now, so that later checks need no listing and a later change of output_format is refused.
-                output.write_owner(root, replace(owner, output_format=pipeline.output_format), replace=True)
-                log.info("pipeline %s: output %s recorded as a %s output", pipeline.name, root, pipeline.output_format)
+            if owner.output_format is None or (owner.stream_created is None and created is not None):
+                # A record of a release that recorded no format (whose folders agree with the config, or show none), or
+                # no stream creation time: recorded now, so that a later change of output_format, or of the stream
+                # behind the name, is refused without a listing.
+                fmt, stream_created_at = owner.output_format or pipeline.output_format, owner.stream_created or created
+                filled = replace(owner, output_format=fmt, stream_created=stream_created_at)
+                output.write_owner(root, filled, replace=True)
+                log.info("pipeline %s: output %s recorded as a %s output of stream %s created at %s", pipeline.name, root,
+                         filled.output_format, pipeline.stream, filled.stream_created)  # fmt: skip
             return
         # A new state table only while nothing in the output is committed (else check_owner says how to recover).
         check_owner(pipeline, owner, new_table=not output.holds_commits(root, owner))
@@ -180,7 +199,7 @@ def claim_output(pipeline: PipelineConfig, now: datetime) -> None:
         check_format(pipeline, None)
     # No owner yet, or (check_before_plan allowed it: nothing in the output is committed) a new state table.
     adopted = owner.adopted if owner is not None else max(output.manifest_batch_ids(root), default=0)
-    claim = output.Owner(pipeline.name, pipeline.stream, pipeline.state_table, now.isoformat(), adopted, pipeline.output_format)
+    claim = output.Owner(pipeline.name, pipeline.stream, pipeline.state_table, now.isoformat(), adopted, pipeline.output_format, created)
     claimed = output.write_owner(root, claim, replace=owner is not None)
     check_owner(pipeline, claimed)  # another pipeline may have claimed it first
     log.info("pipeline %s: claimed output %s (owner record %s)", pipeline.name, root, output.owner_path(root))

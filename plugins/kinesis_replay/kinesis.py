@@ -328,8 +328,18 @@ def _next_record(shard: ShardCalls, iterator: str | None, what: str, closed: boo
 
 def stream_retention(client: KinesisClient, stream: str, limits: ReadConfig | None = None) -> timedelta:
     """How long the stream keeps records (24 hours to 365 days)."""
+    return timedelta(hours=int(_summary(client, stream, limits)["RetentionPeriodHours"]))
+
+
+def stream_created(client: KinesisClient, stream: str, limits: ReadConfig | None = None) -> datetime:
+    """When the stream was created: another time means another stream under the same name, its shard ids started over."""
+    created: datetime = _summary(client, stream, limits)["StreamCreationTimestamp"]
+    return created.astimezone(UTC)
+
+
+def _summary(client: KinesisClient, stream: str, limits: ReadConfig | None) -> dict[str, Any]:
     summary = call(client.describe_stream_summary, f"stream {stream}: DescribeStreamSummary", limits or ReadConfig(), StreamName=stream)
-    return timedelta(hours=int(summary["StreamDescriptionSummary"]["RetentionPeriodHours"]))
+    return dict(summary["StreamDescriptionSummary"])
 
 
 # Finding where an open shard's range ends reads a handful of records, whatever the backlog.

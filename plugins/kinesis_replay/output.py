@@ -246,6 +246,9 @@ class Owner:
     # The root's layout, "iceberg" or "directory", recorded when the root is claimed: a pipeline never writes one layout
     # into a root that holds the other. None in a record of a release that recorded none (see layout_format).
     output_format: str | None = None
+    # When the stream was created (ISO 8601, Kinesis's StreamCreationTimestamp): a stream deleted and created again
+    # under the same name starts its shard ids over. None in a record of a release that recorded none.
+    stream_created: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -256,10 +259,11 @@ def read_owner(output: str) -> Owner | None:
     if data is None:
         return None
     try:
-        recorded = data.get("output_format")
+        recorded, created = data.get("output_format"), data.get("stream_created")
         return Owner(
             str(data["pipeline"]), str(data["stream"]), str(data["state_table"]), str(data["created_at"]),
             int(data.get("adopted", 0)), str(recorded) if recorded is not None else None,
+            str(created) if created is not None else None,
         )  # fmt: skip
     except (KeyError, TypeError) as exc:
         raise KinesisReplayError(f"{owner_path(output)}: not an owner record (missing {exc})") from exc
