@@ -685,4 +685,5 @@ def maintain_table(
         dry_run=dry_run,
         committing=functools.partial(output.unfinished_commits, pipeline.output),
         refuse_orphans=refused,
+        replayed=functools.partial(output.last_replayed_attempts, pipeline.output),
     )

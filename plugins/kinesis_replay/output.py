@@ -394,6 +394,25 @@ def read_commit_record(output: str, batch_id: int) -> Batch:
         raise KinesisReplayError(f"{path}: unreadable commit record: {exc!r}") from exc
 
 
+def last_replayed_attempts(output: str, batch_ids: Iterable[int]) -> dict[int, str]:
+    """Of these batches, the attempt each one's last replay wrote (its result manifest), whatever became of it.
+
+    A backfill's attempt is in no snapshot from its replay until its check commits it, and with EMR Serverless the
+    checks of a backfill of many batches start only after every replay ended. One read per batch named; an
+    unreadable manifest keeps nothing, and fails nothing (the batch's other attempts are judged as before).
+    """
+    found: dict[int, str] = {}
+    for batch_id in sorted(set(batch_ids)):
+        try:
+            data = _read_json(manifest_path(output, batch_id))
+        except KinesisReplayError:
+            continue
+        attempt = data.get("attempt") if isinstance(data, dict) else None
+        if isinstance(attempt, str):
+            found[batch_id] = attempt
+    return found
+
+
 def unfinished_commits(output: str, batch_ids: Iterable[int]) -> set[int]:
     """Of these batches, those whose commit record names no table snapshot yet (or cannot be read).
 

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
@@ -61,6 +61,7 @@ DEFAULT_MIN_SNAPSHOTS_TO_KEEP = 1
 # Iceberg's remove_orphan_files default: older than any write that has not committed yet could be.
 DEFAULT_ORPHAN_AGE = timedelta(days=3)
 _BATCH_IN_PATH = re.compile(r"(?:^|/)batch_id=(\d+)(?:/|$)")
+_ATTEMPT_IN_PATH = re.compile(r"(?:^|/)attempt=([^/]+)(?:/|$)")
 
 
 @dataclass(frozen=True)
@@ -248,8 +249,16 @@ def batch_of(path: str) -> int | None:
     return int(found.group(1)) if found else None
 
 
+def attempt_of(path: str) -> str | None:
+    """The attempt whose folder a path is under (``.../attempt=<attempt>/...``), if any."""
+    found = _ATTEMPT_IN_PATH.search(path)
+    return found.group(1) if found else None
+
+
 Committing = Callable[[set[int]], Collection[int]]
 """Of the batches named, those whose commit began and has no snapshot yet (``output.unfinished_commits``)."""
+Replayed = Callable[[set[int]], Mapping[int, str]]
+"""Of the batches named, the attempt each one's last replay wrote (``output.last_replayed_attempts``)."""
 
 
 def _committing(table: Table, candidates: list[str], committing: Committing | None) -> list[int]:
@@ -266,6 +275,14 @@ def _committing(table: Table, candidates: list[str], committing: Committing | No
     return kept
 
 
+def _last_replayed(table: Table, candidates: list[str], replayed: Replayed | None) -> Mapping[int, str]:
+    """The attempt each candidate file's batch last replayed: a backfill waiting for its commit keeps its files."""
+    named = {b for b in map(batch_of, candidates) if b is not None}
+    if replayed is None or not named:
+        return {}
+    return replayed(named)
+
+
 def remove_orphan_files(
     table: Table,
     policy: Policy,
@@ -274,12 +291,14 @@ def remove_orphan_files(
     dry_run: bool = False,
     expiring: Collection[int] = (),
     committing: Committing | None = None,
+    replayed: Replayed | None = None,
 ) -> tuple[list[str], int, int, list[str], list[int]]:
     """Delete files under the table's location that nothing references and that are older than the orphan age.
 
     Returns (removed, kept as too young, kept as in flight, failed deletes, batches kept as committing). A dry run
     counts the snapshots ``expiring`` (not expired yet) as gone. ``committing`` is asked once, about the batches
-    that hold files old enough to remove, and those it names keep them.
+    that hold files old enough to remove, and those it names keep them; so does ``replayed``, and the attempt it
+    names for a batch (its last replay: a backfill's, waiting for its check) keeps its files.
     """
     listed = _listing(table)  # first: a file committed from now on is in the metadata read next
     table.refresh()
@@ -298,11 +317,13 @@ def remove_orphan_files(
         else:
             candidates.append(path)
     kept = _committing(table, candidates, committing)
+    last = _last_replayed(table, candidates, replayed)
     removed: list[str] = []
     failed: list[str] = []
     for path in candidates:
-        if batch_of(path) in kept:
-            flying += 1
+        batch, attempt = batch_of(path), attempt_of(path)
+        if batch in kept or (batch is not None and attempt is not None and last.get(batch) == attempt):
+            flying += 1  # a commit cut short, or a replay (a backfill's) whose commit is still to come
         else:
             removed.append(path)
     io = table.io
@@ -325,6 +346,7 @@ def maintain(
     dry_run: bool = False,
     committing: Committing | None = None,
     refuse_orphans: str | None = None,
+    replayed: Replayed | None = None,
 ) -> Report:
     """Expire snapshots by the table's retention, then remove orphan files; see the module's doc for the defaults.
 
@@ -341,7 +363,14 @@ def maintain(
         log.error("table %s: no orphan file removed: %s", _name(table), refuse_orphans)
     else:
         removed, too_young, flying, failed, kept = remove_orphan_files(
-            table, policy, now, in_flight, dry_run=dry_run, expiring=expired if dry_run else (), committing=committing
+            table,
+            policy,
+            now,
+            in_flight,
+            dry_run=dry_run,
+            expiring=expired if dry_run else (),
+            committing=committing,
+            replayed=replayed,
         )
     report = Report(
         expired_snapshots=tuple(expired),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -300,3 +301,24 @@ def test_maintenance_keeps_the_files_of_a_commit_cut_short_whatever_the_ledger_s
     assert report.orphans_removed == (stray.removeprefix("file://"),)
     assert all(Path(f.removeprefix("file://")).exists() for f in kept) and not Path(stray.removeprefix("file://")).exists()
     assert output.unfinished_commits(str(tmp_path), [1, 2, 3]) == {2}
+
+
+def test_maintenance_keeps_the_attempt_a_backfill_replayed_until_its_commit(tmp_path: Path) -> None:
+    """A backfill's attempt is in no snapshot from its replay until its check commits it, hours later for a backfill of
+    many batches on EMR Serverless: once, maintenance with a short orphan age deleted it, and the check then failed."""
+    from test_iceberg_table import pipeline, write_attempt
+
+    p = pipeline(tmp_path)
+    iceberg_table.commit_batch(p, 1, "a", write_attempt(tmp_path, 1, "a", 3), "run")
+    failed = write_attempt(tmp_path, 1, "b", 3)  # an earlier backfill whose check failed: its result was replaced since
+    backfill = write_attempt(tmp_path, 1, "c", 3)  # the backfill replayed last, waiting for its check
+    manifest = Manifest("orders", 1, (ShardResult("shardId-0", 3, 30, 1000, 1002, "ab"),), attempt="c")
+    Path(output.manifest_path(str(tmp_path), 1)).parent.mkdir(parents=True, exist_ok=True)
+    Path(output.manifest_path(str(tmp_path), 1)).write_text(json.dumps(manifest.to_dict()))
+    make_old(*failed, *backfill)
+
+    report = batches.maintain_table(p, HeadOnly(Head(next_batch_id=2, version=2)), timedelta(hours=1), now=datetime.now(UTC) + LATER)
+
+    assert report is not None and report.orphans_removed == tuple(f.removeprefix("file://") for f in failed)
+    assert all(Path(f.removeprefix("file://")).exists() for f in backfill)
+    assert rows_by_batch(iceberg_table.load_table(p)) == {1: 3}  # type: ignore[arg-type]
