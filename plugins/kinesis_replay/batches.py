@@ -97,15 +97,17 @@ def plan_batch(
         return PlanResult(batch=batch, resumed=True)
 
     shards = kinesis.list_shards(kinesis_client, pipeline.stream, pipeline.read)
-    created = kinesis.stream_created(kinesis_client, pipeline.stream, pipeline.read)
-    guards.check_stream_created(pipeline, created)  # the stream the output's batches came from, not a new one of that name
-    if not dry_run:
-        guards.claim_output(pipeline, now, created)  # before the first write; a start resolved from now is never before the claim
+    # Before the first write, the output is claimed for this stream (not a new one of the same name), and a start
+    # resolved from now is never before the claim; a dry run only checks.
+    guards.claim_output(pipeline, now, kinesis.stream_created(kinesis_client, pipeline.stream, pipeline.read), dry_run)
     planner = _Planner(pipeline, kinesis_client, store, now, dry_run)
     waiting = planner.plan_shards(shards, acknowledged, run_id)
     waiting_ids = tuple((s.shard_id, tuple(parents)) for s, parents in waiting)
     ranges, lag, estimates = planner.ranges, planner.lag, planner.estimates
     if not ranges:
+        if planner.gaps:  # acknowledged gone shards: recorded with a batch only, so they stay unfinished until one is planned
+            log.warning("pipeline %s: the acknowledged loss of shards %s is recorded with the next batch, once the stream has "
+                        "records to plan; until then they stay as they are", pipeline.name, [g.shard_id for g in planner.gaps])  # fmt: skip
         log.info("pipeline %s: nothing new on stream %s", pipeline.name, pipeline.stream)
         return PlanResult(batch=None, resumed=False, waiting=waiting_ids, lag_millis=lag)
 
@@ -125,6 +127,9 @@ def plan_batch(
             f"pipeline {pipeline.name!r}: another run planned a batch while this one was planning batch {batch.batch_id}; "
             f"this run stops and changes nothing ({exc})"
         ) from exc
+    for gap in batch.gaps:
+        if gap.first_available is None:  # a gone shard's acknowledged loss, now in the ledger: the shard is done with
+            store.mark_finished(pipeline.name, gap.shard_id, gap.after)
     for rng in ranges[:_LOGGED_RANGES]:
         log.info("pipeline %s: batch %d plans %s%s", pipeline.name, batch.batch_id, rng.describe(),
                  " (capped by max_batch)" if rng.shard_id in planner.left else "")  # fmt: skip
@@ -180,7 +185,7 @@ class _Planner:
     def _shards_gone(self, gone: list[ShardState], acknowledged: frozenset[str], run_id: str) -> dict[str, ShardState]:
         """Shards the pipeline had not read to their end, no longer listed: Kinesis drops a closed shard once its records
         are past retention, and its unread records with it (a pipeline paused, or failing, longer than that across a
-        split or merge). Refused until acknowledged; then recorded as gaps, and the shards finished."""
+        split or merge). Refused until acknowledged; then recorded as gaps of the planned batch (plan_batch marks them finished)."""
         refused = [s for s in gone if s.shard_id not in acknowledged]
         if refused:
             shown = ", ".join(f"{s.shard_id} (checkpoint {s.checkpoint if s.checkpoint is not None else 'none'})" for s in refused[:10])
@@ -197,9 +202,7 @@ class _Planner:
             log.warning("stream %s, shard %s: acknowledged loss of the gone shard after checkpoint %s", self.pipeline.stream,
                         state.shard_id, state.checkpoint)  # fmt: skip
             self.gaps.append(Gap(state.shard_id, state.checkpoint, None, acknowledged_by=run_id, detected="plan"))
-            if not self.dry_run:
-                self.store.mark_finished(self.pipeline.name, state.shard_id, state.checkpoint)
-        return {s.shard_id: replace(s, finished=True) for s in gone}
+        return {s.shard_id: replace(s, finished=True) for s in gone}  # marked finished once the batch holding the gaps is stored
 
     def _store_new_shards(self, shards: list[ShardInfo]) -> dict[str, ShardState]:
         """Fix the start of each shard seen for the first time, and store it (all at once) before its range is planned."""

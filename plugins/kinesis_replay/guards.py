@@ -161,9 +161,8 @@ def check_table(pipeline: PipelineConfig, committed: int) -> None:
         raise StateLostError(f"{problem} Nothing was written.")
 
 
-def check_stream_created(pipeline: PipelineConfig, created: datetime) -> None:
-    """The stream is the one the output's batches came from, not another created since under the same name."""
-    owner = output.read_owner(pipeline.output)
+def check_stream_created(pipeline: PipelineConfig, created: datetime, owner: output.Owner | None) -> None:
+    """The stream is the one the output's batches came from (``owner`` recorded), not another created since under its name."""
     if owner is None or owner.stream_created is None or owner.stream_created == created.isoformat():
         return
     raise OutputOwnershipError(
@@ -175,10 +174,17 @@ def check_stream_created(pipeline: PipelineConfig, created: datetime) -> None:
     )
 
 
-def claim_output(pipeline: PipelineConfig, now: datetime, stream_created: datetime | None = None) -> None:
-    """Record this pipeline as the output root's owner, if no one is yet; before the plan's first write."""
+def claim_output(pipeline: PipelineConfig, now: datetime, stream_created: datetime | None = None, dry_run: bool = False) -> None:
+    """Record this pipeline as the output root's owner, if no one is yet; before the plan's first write.
+
+    With ``stream_created``, the stream must be the one the owner record names; a ``dry_run`` only checks that.
+    """
     root = pipeline.output
     owner = output.read_owner(root)
+    if stream_created is not None:
+        check_stream_created(pipeline, stream_created, owner)
+    if dry_run:
+        return
     created = stream_created.isoformat() if stream_created is not None else None
     if owner is not None:
         if owner.state_table == pipeline.state_table:

@@ -79,7 +79,12 @@ def catalog_properties(table: TableConfig, output: str) -> dict[str, str]:
     if not table.embedded:
         return dict(table.catalog_properties)
     root = output.rstrip("/")
-    return {"type": "sql", "uri": f"sqlite:///{root}/{CATALOG_DIR}/catalog.db", "warehouse": f"file://{root}/{CATALOG_DIR}"}
+    return {"type": "sql", "uri": f"sqlite:///{embedded_catalog_file(output)}", "warehouse": f"file://{root}/{CATALOG_DIR}"}
+
+
+def embedded_catalog_file(output: str) -> str:
+    """The embedded catalog's SQLite file, under the output root."""
+    return f"{output.rstrip('/')}/{CATALOG_DIR}/catalog.db"
 
 
 def load_catalog(pipeline: PipelineConfig, extra: Mapping[str, str] | None = None) -> Catalog:
@@ -120,7 +125,7 @@ def load_table(pipeline: PipelineConfig, catalog: Catalog | None = None) -> Tabl
         table = catalog.load_table(table_config.identifier)
     except NoSuchTableError:
         return None
-    except OSError as exc:  # the catalog names a metadata file that is not there: the output was moved or deleted
+    except FileNotFoundError as exc:  # the catalog names a metadata file that is not there: the output was moved or deleted
         raise OutputOwnershipError(
             f"pipeline {pipeline.name!r}: {table_config.describe()} names a metadata file that cannot be read ({exc}). A "
             "table is not moved by moving its files: its catalog and metadata hold absolute paths. Point output back to "
@@ -130,22 +135,22 @@ def load_table(pipeline: PipelineConfig, catalog: Catalog | None = None) -> Tabl
     return table
 
 
-def ledger_problem(pipeline: PipelineConfig, committed: int, catalog: Catalog | None = None) -> str | None:
+def ledger_problem(pipeline: PipelineConfig, committed: int) -> str | None:
     """Why the table the config names cannot be the one that holds batches 1 to ``committed``, or None.
 
     A table that is missing (dropped, renamed, its catalog replaced or deleted, ``table.*`` changed in the config) would be
     created anew by the next commit, holding only the batches after it; its output's older files would then be orphans
     that maintenance deletes. A table whose metadata was restored from an old file misses the batches after it.
     """
-    where = f"pipeline {pipeline.name!r}: {require_table(pipeline).describe()}"
+    config = require_table(pipeline)
+    where = f"pipeline {pipeline.name!r}: {config.describe()}"
     register = (
         "register the table again on its newest metadata file (pyiceberg: catalog.register_table(identifier, "
         f"'<newest {iceberg_location(pipeline.output)}/metadata/*.metadata.json>'))"
     )
-    config = require_table(pipeline)
     # An embedded catalog that is gone holds no table; loading it would create an empty one (a write, however small).
-    gone = config.embedded and catalog is None and not os.path.exists(f"{pipeline.output.rstrip('/')}/{CATALOG_DIR}/catalog.db")
-    table = None if gone else load_table(pipeline, catalog)
+    gone = config.embedded and not os.path.exists(embedded_catalog_file(pipeline.output))
+    table = None if gone else load_table(pipeline)
     if table is None:
         return (
             f"{where} does not exist, yet the state table says batches 1 to {committed} are committed to it (output "

@@ -622,8 +622,10 @@ class _RangeReader:
         # must be the last one read (dropped, as read already); anything else means records are gone.
         try:
             self.iterator = self.shard.iterator(ShardIteratorType="AT_SEQUENCE_NUMBER", StartingSequenceNumber=str(self.last))
-        except ClientError as refused:  # Kinesis may refuse a sequence number it no longer holds
-            raise self._gone(f"Kinesis refused it ({refused})") from refused
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "InvalidArgumentException":
+                raise RangeReadError(f"{self.what}: GetShardIterator after an expired iterator failed: {exc}") from exc
+            raise self._gone(f"Kinesis refused it ({exc})") from exc  # a sequence number it no longer holds
         self.reopened_at = self.last
 
     def _after_reopened(self, records: list[Record]) -> list[Record]:

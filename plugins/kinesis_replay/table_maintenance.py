@@ -275,14 +275,6 @@ def _committing(table: Table, candidates: list[str], committing: Committing | No
     return kept
 
 
-def _last_replayed(table: Table, candidates: list[str], replayed: Replayed | None) -> Mapping[int, str]:
-    """The attempt each candidate file's batch last replayed: a backfill waiting for its commit keeps its files."""
-    named = {b for b in map(batch_of, candidates) if b is not None}
-    if replayed is None or not named:
-        return {}
-    return replayed(named)
-
-
 def remove_orphan_files(
     table: Table,
     policy: Policy,
@@ -317,7 +309,8 @@ def remove_orphan_files(
         else:
             candidates.append(path)
     kept = _committing(table, candidates, committing)
-    last = _last_replayed(table, candidates, replayed)
+    named = {b for b in map(batch_of, candidates) if b is not None}
+    last = replayed(named) if replayed is not None and named else {}  # a backfill's attempt waiting for its commit
     removed: list[str] = []
     failed: list[str] = []
     for path in candidates:

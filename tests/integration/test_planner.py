@@ -242,7 +242,6 @@ def test_a_shard_gone_from_the_stream_before_it_was_read_to_its_end_is_a_loss_to
     from kinesis_replay.errors import DataLossError
     from kinesis_replay.state import Gap, ShardState
 
-    produce(kinesis, entry["stream"], 40)
     store.put_shards_if_absent(entry["name"], [ShardState("shardId-000000000099", checkpoint=12345)])  # read up to 12345, then gone
 
     with pytest.raises(DataLossError, match=r"shards shardId-000000000099 \(checkpoint 12345\) are no longer in the stream") as caught:
@@ -252,6 +251,11 @@ def test_a_shard_gone_from_the_stream_before_it_was_read_to_its_end_is_a_loss_to
     with pytest.raises(ParameterError, match="acknowledge_data_loss names shardId-000000000098"):  # no shard of the pipeline's
         plan_batch(pipeline(entry), kinesis, store, "run-2", acknowledged=frozenset({"shardId-000000000098"}))
 
+    # Acknowledged, with nothing new to plan: no batch to record the loss in, so the shard stays as it was.
+    idle = plan_batch(pipeline(entry), kinesis, store, "run-3", acknowledged=frozenset({"shardId-000000000099"}))
+    assert idle.batch is None and not store.get_shards(entry["name"])["shardId-000000000099"].finished
+
+    produce(kinesis, entry["stream"], 40)
     result = plan_batch(pipeline(entry), kinesis, store, "run-3", acknowledged=frozenset({"shardId-000000000099"}))
     assert result.batch is not None and len(result.batch.ranges) == 4  # the stream's own shards, planned as ever
     gap = Gap("shardId-000000000099", 12345, None, acknowledged_by="run-3", detected="plan")

@@ -205,3 +205,17 @@ def test_a_batch_with_every_record_quarantined_gets_a_snapshot_that_adds_nothing
     assert table is not None and first == again != second
     assert table.schema().find_field("batch_id") is not None and counts(table) == {2: 3}
     assert counts(table, snapshot_id=first) == {}
+
+
+def test_a_table_whose_metadata_file_is_gone_is_refused_naming_it_not_retried(tmp_path: Path) -> None:
+    """An output moved by moving its files: the catalog still names the old absolute path. Once a raw FileNotFoundError,
+    retried by Airflow and naming no pipeline."""
+    p = pipeline(tmp_path)
+    iceberg_table.commit_batch(p, 1, "a", write_attempt(tmp_path, 1, "a", 3), "run")
+    table = iceberg_table.load_table(p)
+    assert table is not None
+    Path(table.metadata_location.removeprefix("file://")).unlink()
+    refused = r"pipeline 'orders': table kinesis_replay\.orders .* names a metadata file that cannot be read"
+    with pytest.raises(OutputOwnershipError, match=refused) as caught:
+        iceberg_table.load_table(p)
+    assert not caught.value.retryable
