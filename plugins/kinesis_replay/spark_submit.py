@@ -171,15 +171,24 @@ def run(command: list[str], env: Mapping[str, str], what: str, on_line: Callable
 _FAILED = "kinesis-replay: replay failed: "
 # A JVM's or Python's error line: "Caused by: x.YException: ...", "Exception in thread ...", "java.lang.OutOfMemoryError: ...".
 _CAUSE = re.compile(r"^(?:Caused by: |Exception in thread \"[^\"]*\" )?(?:[\w$]+\.)*[\w$]*(?:Exception|Error)(?::|$)")
+# The JVM's own fatal error, printed on its own line with the reason on the next (a bad option, a class-data-sharing
+# archive it cannot write at exit): it comes after any stack trace Spark logged as a warning, and is why it exited.
+_VM_FAILED = "Error occurred during initialization of VM"
 REASON_CHARS = 1000  # the reason is stored in the ledger (2,000 characters) and quoted in the stuck alert
 
 
 def failure_reason(own: list[str], tail: list[str]) -> str:
     """Why a job failed, in one line: the job's own "replay failed" line, else its other error lines; when it printed
-    none (the JVM died first), the last "Caused by:" or exception line of the log, else the log's last lines."""
+    none (the JVM died first), the last "Caused by:" or exception line of the log, else the log's last lines. When the
+    JVM's own fatal error is there, it is the reason, with the lines since the last stack trace: a trace before it was a
+    warning's (Spark logs a late heartbeat so), not why the JVM exited."""
     errors = [line for line in own if not _PROGRESS.match(line)]
     failed = [line for line in errors if line.startswith(_FAILED)]
     causes = [line.removeprefix("Caused by: ") for line in tail if _CAUSE.match(line)]
+    if _VM_FAILED in tail:  # the lines since the last stack trace's: the JVM's error and what came just before it
+        frames = [i for i, line in enumerate(tail) if line.startswith("\t")]
+        causes = []
+        tail = tail[frames[-1] + 1 if frames else 0 :]
     reason = " | ".join(failed[-1:] or errors or causes[-1:] or tail[-8:])
     return reason if len(reason) <= REASON_CHARS else reason[: REASON_CHARS - 3] + "..."
 

@@ -127,6 +127,21 @@ def test_an_uncaught_exception_line_counts_as_the_cause_when_nothing_says_caused
     assert spark_submit.failure_reason([], tail) == tail[0]
 
 
+def test_the_jvms_own_fatal_error_wins_over_a_warnings_stack_trace() -> None:
+    # Seen in CI: a late heartbeat (a warning, the job went on) logged a trace, then the JVM could not write its
+    # class-data-sharing archive at exit. The reason is the JVM's, not the warning's.
+    heartbeat = [
+        "26/11/25 WARN Executor: Issue communicating with driver in heartbeater",
+        "org.apache.spark.rpc.RpcTimeoutException: Future timed out after [10000 milliseconds].",
+        "Caused by: java.util.concurrent.TimeoutException: Future timed out after [10000 milliseconds]",
+        "\t... 12 more",
+    ]
+    tail = [*heartbeat, "kinesis-replay: batch 1 of warm-up: 18 records", "Error occurred during initialization of VM",
+            "Cannot have non-empty directory in paths"]  # fmt: skip
+    assert spark_submit.failure_reason([], tail) == " | ".join(tail[-3:])
+    assert spark_submit.failure_reason([], heartbeat) == heartbeat[2].removeprefix("Caused by: ")
+
+
 def test_the_failure_reason_is_one_line_of_bounded_length() -> None:
     reason = spark_submit.failure_reason(["kinesis-replay: replay failed: " + "x" * 5000], [])
     assert len(reason) == spark_submit.REASON_CHARS and "\n" not in reason and reason.endswith("...")
