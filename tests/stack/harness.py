@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import runpy
 from collections import Counter
@@ -63,8 +64,18 @@ class RunResult:
 
 
 def run_dag(dag: Any, **kwargs: Any) -> RunResult:
-    """One DAG run with dag.test(): tasks run in this process, against the real endpoints and local Spark."""
-    run = dag.test(**kwargs)
+    """One DAG run with dag.test(): tasks run in this process, against the real endpoints and local Spark.
+
+    dag.test() merges the run's conf into each task's params in place, so a later run of the same DAG object would
+    see them as its own (an acknowledge_data_loss given once would hold for every run after). The scheduler's runs
+    load the DAG anew for each task: each run here starts from the params the DAG was built with, as they do.
+    """
+    built = {task_id: copy.deepcopy(task.params) for task_id, task in dag.task_dict.items()}
+    try:
+        run = dag.test(**kwargs)
+    finally:
+        for task_id, params in built.items():
+            dag.task_dict[task_id].params = params
     tasks = {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
     return RunResult(state=str(run.state), tasks=tasks, run_id=run.run_id)
 
