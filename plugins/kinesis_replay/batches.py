@@ -17,7 +17,7 @@ from kinesis_replay.config import PipelineConfig
 from kinesis_replay.errors import ConfigError, DataLossError, KinesisReplayError, ParameterError, StateConflictError, VerificationError
 from kinesis_replay.ranges import SequenceRange, ShardInfo, parse_sequence_number, shards_to_plan
 from kinesis_replay.records import format_digest
-from kinesis_replay.state import ESTIMATED_BYTES, Batch, BatchStatus, Gap, Manifest, ShardState, StartPosition, StateStore
+from kinesis_replay.state import ESTIMATED_BYTES, Batch, BatchStatus, Gap, Manifest, ShardResult, ShardState, StartPosition, StateStore
 from kinesis_replay.status import CAPPED, ESTIMATED
 
 if TYPE_CHECKING:  # the boto3 stubs are for type checking only
@@ -551,10 +551,15 @@ def check_manifest(batch: Batch, manifest: Manifest, acknowledged: frozenset[str
         raise VerificationError(f"{where}: the result manifest is for pipeline {manifest.pipeline!r}, batch {manifest.batch_id}")
     results = manifest.by_shard()
     planned = {r.shard_id for r in batch.ranges}
-    if set(results) != planned:
+    # A range with no row: every record of it was gone when it was read, which only an acknowledged shard may be.
+    wholly_gone = planned - set(results)
+    if set(results) - planned or wholly_gone - acknowledged:
         raise VerificationError(f"{where}: the manifest covers shards {sorted(results)}, the plan {sorted(planned)}")
     gaps = []
     for rng in batch.ranges:
+        if rng.shard_id in wholly_gone:
+            gaps.append(Gap(rng.shard_id, rng.previous_checkpoint, None, run_id, detected="replay"))
+            continue
         got = results[rng.shard_id]
         if got.records + got.bad_records < 1 or got.first_sequence_number < rng.start:
             raise VerificationError(f"{where}, range {rng.describe()}: the output starts at {got.first_sequence_number}")
@@ -606,8 +611,7 @@ def commit_batch(pipeline: PipelineConfig, store: StateStore, batch_id: int, now
     results = batch.verified_manifest().by_shard()
 
     def advance(rng: SequenceRange) -> None:
-        # A closed shard read to SHARD_END: its checkpoint is the last record read, and it is finished.
-        end = results[rng.shard_id].last_sequence_number if rng.to_shard_end else rng.end
+        end = range_checkpoint(rng, results)
         store.advance_checkpoint(pipeline.name, rng.shard_id, rng.previous_checkpoint, end, batch_id, finished=rng.to_shard_end)
 
     # Each checkpoint's write is conditional on its own previous value, so their order does not matter: they go
@@ -619,6 +623,14 @@ def commit_batch(pipeline: PipelineConfig, store: StateStore, batch_id: int, now
     except StateConflictError as exc:
         raise StateConflictError(f"{where}: another run completed this commit first ({exc})") from exc
     return committed
+
+
+def range_checkpoint(rng: SequenceRange, results: Mapping[str, ShardResult]) -> int:
+    """Where a committed range leaves its shard's checkpoint: its end; for a closed shard read to SHARD_END, the last
+    record read (the shard is then finished). A range every record of which was gone (an acknowledged gap, no row)
+    leaves it at its end as well: the loss is the gap's."""
+    result = results.get(rng.shard_id)
+    return result.last_sequence_number if rng.to_shard_end and result is not None else rng.end
 
 
 def commit_to_table(pipeline: PipelineConfig, batch: Batch, run_id: str, first: bool = True) -> int:

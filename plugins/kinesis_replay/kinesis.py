@@ -535,9 +535,12 @@ def iterate_range(
 
     The first fetch uses AT_SEQUENCE_NUMBER(start), later ones follow the next iterator; an expired
     iterator is re-opened AT_SEQUENCE_NUMBER of the last record read, which must come first again. A first record that is not
-    ``start`` is a gap and fails, unless an operator acknowledged the loss (``accept_gap``). An open
+    ``start`` is a gap and fails, unless an operator acknowledged the loss (``accept_gap``): then reading starts at the
+    first record left, and a range every record of which is gone reads as empty. An open
     shard that runs dry before ``end`` fails; a closed shard is read until GetRecords returns no
-    next iterator (SHARD_END).
+    next iterator (SHARD_END). After the last page, the first record read must still be in the stream: retention trims
+    a shard oldest first, so nothing the read went past was trimmed under it (an iterator over trimmed records starts
+    at the first record left, without a word).
     """
     reader = _RangeReader(ShardCalls(client, stream, rng.shard_id, limits, stats, sleep), rng, accept_gap)
     while reader.iterator is not None:
@@ -546,14 +549,19 @@ def iterate_range(
             continue
         tail = parse_sequence_number(records[-1]["SequenceNumber"])
         if tail > rng.end:
-            yield reader.up_to_end(records, tail)
+            kept = reader.up_to_end(records, tail)
+            if kept:
+                yield kept
+            reader.still_there()
             return
         reader.last = tail
         yield records
         del records  # a reader holds one page at a time
         if tail == rng.end and not rng.to_shard_end:
+            reader.still_there()
             return
     reader.at_shard_end()
+    reader.still_there()
 
 
 class _RangeReader:
@@ -563,6 +571,8 @@ class _RangeReader:
         self.shard, self.rng, self.accept_gap = shard, rng, accept_gap
         self.what = f"stream {shard.stream}, range {rng.describe()}"
         self.last: int | None = None  # the last record yielded
+        self.first: int | None = None  # the first record read
+        self.wholly_gone = False  # an acknowledged gap: every record of the range is gone
         self.reopened_at: int | None = None  # an iterator reopened at the last record read: it must come first, again
         self.empty_at_tip = 0
         self.limit = min(shard.limits.first_page_records, shard.limits.max_records_per_call)
@@ -573,6 +583,12 @@ class _RangeReader:
         the loss acknowledged, reading starts at the first record left (and _check_start logs the gap)."""
         try:
             return self.shard.iterator(ShardIteratorType="AT_SEQUENCE_NUMBER", StartingSequenceNumber=str(self.rng.start))
+        except StreamNotFoundError:
+            if not (self.accept_gap and self.rng.to_shard_end):
+                raise
+            # Kinesis drops a closed shard once its records are past retention: acknowledged, nothing of it is left.
+            self._wholly_gone("the closed shard is no longer in the stream")
+            return None
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") != "InvalidArgumentException":
                 raise RangeReadError(f"{self.what}: GetShardIterator at the range start failed: {exc}") from exc
@@ -603,8 +619,9 @@ class _RangeReader:
             records = self._after_reopened(records)
             if not records:
                 return records
-        if self.last is None:
-            self._check_start(parse_sequence_number(records[0]["SequenceNumber"]))
+        if self.first is None:
+            self.first = parse_sequence_number(records[0]["SequenceNumber"])
+            self._check_start(self.first)
         self.limit = page_limit(records, self.shard.limits)
         return records
 
@@ -648,6 +665,10 @@ class _RangeReader:
         if not at_tip or self.iterator is None or self.rng.to_shard_end:
             return
         self.empty_at_tip += 1
+        if self.empty_at_tip >= _EMPTY_AT_TIP and self.first is None and self.accept_gap:
+            self._wholly_gone("the shard holds nothing from its first record left to its tip")
+            self.iterator = None
+            return
         if self.empty_at_tip >= _EMPTY_AT_TIP:
             raise RangeReadError(
                 f"{self.what}: could not read until the end sequence number of the range: "
@@ -669,6 +690,9 @@ class _RangeReader:
         if self.rng.to_shard_end:
             raise RangeReadError(f"{self.what}: record {tail} lies past the shard's ending sequence number")
         keep = [r for r in records if parse_sequence_number(r["SequenceNumber"]) <= self.rng.end]
+        if not keep and self.last is None and self.accept_gap:
+            self._wholly_gone(f"the first record left is {tail}, after the range's end")
+            return keep
         if not keep or parse_sequence_number(keep[-1]["SequenceNumber"]) != self.rng.end:
             raise RangeReadError(
                 f"{self.what}: could not read until the end sequence number of the range: "
@@ -684,3 +708,44 @@ class _RangeReader:
             )
         if self.last is None and not self.accept_gap:
             raise RangeReadError(f"{self.what}: reached SHARD_END without reading the range start")
+        if self.last is None and not self.wholly_gone:
+            self._wholly_gone("the closed shard holds none of it any more")
+
+    def _wholly_gone(self, how: str) -> None:
+        """An acknowledged loss of the whole range: it reads as empty, and verify records the gap."""
+        self.first, self.wholly_gone = None, True
+        log.warning("%s: acknowledged gap: every record of the range is gone (%s)", self.what, how)
+
+    def still_there(self) -> None:
+        """After the last page: the first record read is still in the stream, so retention trimmed nothing the read went past.
+
+        Kinesis trims a shard oldest record first, and an iterator whose records were trimmed meanwhile starts at the
+        first record left without an error: a range read close to its retention could skip records unseen. One
+        GetShardIterator and one GetRecords of a record settle it.
+        """
+        if self.first is None:
+            return
+        try:
+            iterator = self.shard.iterator(ShardIteratorType="AT_SEQUENCE_NUMBER", StartingSequenceNumber=str(self.first))
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "InvalidArgumentException":
+                raise RangeReadError(f"{self.what}: GetShardIterator at the first record read failed: {exc}") from exc
+            raise self._trimmed_under_the_read(f"Kinesis refused it ({exc})") from exc
+        for _ in range(_EMPTY_AT_TIP):
+            if iterator is None:
+                break
+            page = self.shard.get_records(iterator, f"{self.what}: GetRecords at the first record read", limit=1)
+            if page["Records"]:
+                first = parse_sequence_number(page["Records"][0]["SequenceNumber"])
+                if first != self.first:
+                    raise self._trimmed_under_the_read(f"the first record there now is {first}")
+                return
+            iterator = page.get("NextShardIterator")
+        raise self._trimmed_under_the_read("nothing is there any more")
+
+    def _trimmed_under_the_read(self, how: str) -> RangeReadError:
+        return RangeReadError(
+            f"{self.what}: record {self.first}, the first one read, is gone after the read ({how}): retention trimmed the "
+            "range while it was read, and records may have been skipped. Nothing of this attempt is committed; the next "
+            "run checks the range against the stream's retention"
+        )

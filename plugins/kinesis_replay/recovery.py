@@ -23,7 +23,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from kinesis_replay import backfill, batches, guards, kinesis, output
-from kinesis_replay.batches import resolve_start
+from kinesis_replay.batches import range_checkpoint, resolve_start
 from kinesis_replay.config import PipelineConfig
 from kinesis_replay.errors import KinesisReplayError
 from kinesis_replay.ranges import ShardInfo
@@ -99,7 +99,7 @@ def plan_recovery(pipeline: PipelineConfig, records: Sequence[Batch], listed: Se
                     f"{where}: batch {batch.batch_id}, range {rng.describe()} follows checkpoint {rng.previous_checkpoint}, but "
                     f"the batches before it end shard {rng.shard_id} at {known.checkpoint if known else None}: the records disagree"
                 )
-            end = results[rng.shard_id].last_sequence_number if rng.to_shard_end else rng.end
+            end = range_checkpoint(rng, results)
             shards[rng.shard_id] = ShardState(
                 rng.shard_id, checkpoint=end, finished=rng.to_shard_end,
                 parent_shard_ids=parents.get(rng.shard_id, ()), last_batch_id=batch.batch_id,

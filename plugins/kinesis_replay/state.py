@@ -178,8 +178,9 @@ class Gap:
     """Records of a shard that were gone before they were read, lost with an operator's acknowledgement.
 
     Everything after ``after`` (a sequence number; None: the shard's start) and before
-    ``first_available`` was trimmed from the stream (None: all of it; the shard itself left the stream before it was
-    read to its end); ``acknowledged_by`` names the run that accepted it.
+    ``first_available`` was trimmed from the stream (None: all of it: the shard itself left the stream before it was
+    read to its end, or, detected at replay, every record of the range was gone); ``acknowledged_by`` names the run
+    that accepted it.
     """
 
     shard_id: str

@@ -90,6 +90,48 @@ def test_a_range_start_gone_before_replay_fails_until_acknowledged(
     assert result.ok, result
 
 
+def test_a_range_every_record_of_which_is_gone_is_a_loss_to_acknowledge_and_the_pipeline_moves_on(
+    kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any], proxy: KinesisProxy, dag_for: Any
+) -> None:
+    # The batch waited in flight (the replay failing, or the pipeline paused) until retention took the whole of one
+    # shard's range. Once, the acknowledged run failed the same way as every other: the pipeline could never move.
+    produced = produce(kinesis, entry["stream"], 120)
+    dag = dag_for({**entry, "aws_conn_id": "aws_proxy"})
+    assert run_dag(dag.partial_subset(task_ids=["plan"])).tasks == {"plan": "success"}
+    shard, records = shard_records(produced)
+    later = produce(kinesis, entry["stream"], 80, start_index=120)
+    _, left = shard_records([p for p in later if p.shard_id == shard])
+    proxy.trim_below[shard] = int(left[0].sequence_number)  # every record of the shard's range is gone
+    planned = {r.shard_id: r for r in store.get_batch(entry["name"], 1).ranges}
+    assert planned[shard].end == int(records[-1].sequence_number)
+
+    failed = run_dag(dag)
+    assert failed.tasks["replay"] == "failed" and failed.tasks["commit"] == "upstream_failed"
+    assert f"the first record is {left[0].sequence_number}, not the range start {records[0].sequence_number}" in (
+        store.get_batch(entry["name"], 1).error or ""
+    )
+    assert all(s.checkpoint is None for s in store.get_shards(entry["name"]).values())
+
+    assert run_dag(dag, run_conf={"acknowledge_data_loss": [shard]}).tasks == SUCCESS
+    batch = store.get_batch(entry["name"], 1)
+    assert batch.status == BatchStatus.COMMITTED
+    assert [(g.shard_id, g.after, g.first_available, g.detected) for g in batch.gaps] == [(shard, None, None, "replay")]
+    assert shard not in (batch.manifest.by_shard() if batch.manifest else {})
+    assert store.get_shards(entry["name"])[shard].checkpoint == planned[shard].end  # the loss is the gap's
+    lost = {r.sequence_number for r in records}
+    result = check_exactly_once([p for p in produced if p.sequence_number not in lost], read_output(entry["output"]))
+    assert result.ok, result
+
+    # The next plan finds that checkpoint trimmed too: records after it may have been lost as well, and it says so.
+    assert run_dag(dag).tasks["plan"] == "failed"
+    assert [b.batch_id for b in store.list_batches(entry["name"])] == [1]
+    assert run_dag(dag, run_conf={"acknowledge_data_loss": [shard]}).tasks == SUCCESS
+    (gap,) = store.get_batch(entry["name"], 2).gaps
+    assert (gap.shard_id, gap.after, gap.first_available, gap.detected) == (shard, planned[shard].end, int(left[0].sequence_number), "plan")
+    result = check_exactly_once([p for p in produced + later if p.sequence_number not in lost], read_output(entry["output"]))
+    assert result.ok, result
+
+
 def test_a_trimmed_checkpoint_fails_the_plan_until_acknowledged(
     kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any], proxy: KinesisProxy, dag_for: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:

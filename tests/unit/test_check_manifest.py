@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from kinesis_replay.batches import check_manifest, check_retention
+from kinesis_replay.batches import check_manifest, check_retention, range_checkpoint
 from kinesis_replay.config import parse_config
 from kinesis_replay.errors import DataLossError, VerificationError
 from kinesis_replay.ranges import SequenceRange
@@ -54,6 +54,23 @@ def test_output_starting_after_the_range_start_is_a_gap_only_when_acknowledged()
         check_manifest(BATCH, late)
     (gap,) = check_manifest(BATCH, late, acknowledged=frozenset({"s0"}), run_id="manual__1")
     assert (gap.shard_id, gap.after, gap.first_available, gap.acknowledged_by, gap.detected) == ("s0", None, S + 7, "manual__1", "replay")
+
+
+def test_a_range_with_no_row_is_a_whole_gap_only_when_acknowledged_and_leaves_its_checkpoint_at_its_end() -> None:
+    # Every record of the range was gone when it was read: no row, so the manifest has no line for its shard.
+    for missing, kept in (("s0", GOOD[1]), ("s1", GOOD[0])):
+        with pytest.raises(VerificationError, match=r"covers shards \['s[01]'\], the plan \['s0', 's1'\]"):
+            check_manifest(BATCH, manifest(kept))
+        (gap,) = check_manifest(BATCH, manifest(kept), acknowledged=frozenset({missing}), run_id="manual__2")
+        assert (gap.shard_id, gap.after, gap.first_available, gap.detected) == (missing, None, None, "replay")
+    # An acknowledged shard the manifest does cover is no gap; a shard the plan does not hold is refused.
+    assert check_manifest(BATCH, manifest(*GOOD), acknowledged=frozenset({"s0", "s1"})) == []
+    with pytest.raises(VerificationError, match="covers shards"):
+        check_manifest(BATCH, manifest(*GOOD, ShardResult("s9", 1, 1, S, S, "z")), acknowledged=frozenset({"s9"}))
+    results = manifest(GOOD[0]).by_shard()
+    assert range_checkpoint(RANGES[0], results) == S + 100  # an open range: its end
+    assert range_checkpoint(RANGES[1], manifest(*GOOD).by_shard()) == S + 50  # a closed shard: its last record read
+    assert range_checkpoint(RANGES[1], results) == S + 900  # a closed shard's range wholly gone: its end, finished
 
 
 def test_a_range_older_than_retention_fails_naming_it_unless_acknowledged() -> None:
