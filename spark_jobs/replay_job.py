@@ -270,6 +270,8 @@ def summarize(spark: SparkSession, spec: JobSpec, seconds: float, attempt: str |
         "decode_error",
         "approximate_arrival_timestamp",
     ]
+    if not paths:  # not a row: every range was acknowledged as gone (a loss the ledger records as gaps)
+        return Manifest(pipeline=spec.pipeline, batch_id=batch_id, shards=(), seconds=round(seconds, 3), attempt=attempt)
     written = spark.read.parquet(*paths).select(*columns)  # the quarantine's files have no batch_id column
     seq = F.lpad("sequence_number", SEQ_WIDTH, "0")
     row_hash = F.xxhash64("shard_id", "sequence_number", "sub_sequence_number", "partition_key", "data")

@@ -434,12 +434,30 @@ def verify_batch(
     manifest = output.read_manifest(pipeline.output, batch_id)
     gaps = check_manifest(batch, manifest, acknowledged, run_id)
     check_files(pipeline, batch_id, manifest)
-    known = {(g.shard_id, g.after) for g in batch.gaps}
-    all_gaps = batch.gaps + tuple(g for g in gaps if (g.shard_id, g.after) not in known)
+    all_gaps = merge_gaps(batch.gaps, gaps)
     written = batch.with_status(BatchStatus.WRITTEN, manifest=manifest, attempts=batch.attempts + 1, error=None, gaps=all_gaps)
     store.update_batch(written, expected=batch.status)
     log.info("pipeline %s: batch %d verified: %d records, %d bytes", pipeline.name, batch_id, manifest.records, manifest.bytes)
     return written
+
+
+def merge_gaps(known: tuple[Gap, ...], found: list[Gap]) -> tuple[Gap, ...]:
+    """The batch's gaps with those its replay found. A gap the plan found (the checkpoint trimmed, the range starting
+    at the first record left) and one the replay found after the same checkpoint are one loss: the replay's, which
+    reaches further (that first record was gone by the read, or every record of the range was), replaces it."""
+    merged = {(g.shard_id, g.after): g for g in known}
+    for gap in found:
+        before = merged.get((gap.shard_id, gap.after))
+        if before is None or _reaches_further(gap, before):
+            merged[(gap.shard_id, gap.after)] = gap
+    return tuple(merged.values())
+
+
+def _reaches_further(gap: Gap, than: Gap) -> bool:
+    """Whether ``gap`` lost more than ``than``, after the same record (a first_available of None: all of it)."""
+    if than.first_available is None:
+        return False
+    return gap.first_available is None or gap.first_available > than.first_available
 
 
 def batch_files(pipeline: PipelineConfig, batch_id: int, manifest: Manifest) -> list[str]:

@@ -536,11 +536,9 @@ def iterate_range(
     The first fetch uses AT_SEQUENCE_NUMBER(start), later ones follow the next iterator; an expired
     iterator is re-opened AT_SEQUENCE_NUMBER of the last record read, which must come first again. A first record that is not
     ``start`` is a gap and fails, unless an operator acknowledged the loss (``accept_gap``): then reading starts at the
-    first record left, and a range every record of which is gone reads as empty. An open
-    shard that runs dry before ``end`` fails; a closed shard is read until GetRecords returns no
-    next iterator (SHARD_END). After the last page, the first record read must still be in the stream: retention trims
-    a shard oldest first, so nothing the read went past was trimmed under it (an iterator over trimmed records starts
-    at the first record left, without a word).
+    first record left, and a range every record of which is gone (or whose closed shard left the stream) reads as
+    empty. An open shard that runs dry before ``end`` fails; a closed shard is read until GetRecords returns no
+    next iterator (SHARD_END).
     """
     reader = _RangeReader(ShardCalls(client, stream, rng.shard_id, limits, stats, sleep), rng, accept_gap)
     while reader.iterator is not None:
@@ -552,16 +550,14 @@ def iterate_range(
             kept = reader.up_to_end(records, tail)
             if kept:
                 yield kept
-            reader.still_there()
             return
         reader.last = tail
         yield records
         del records  # a reader holds one page at a time
         if tail == rng.end and not rng.to_shard_end:
-            reader.still_there()
             return
-    reader.at_shard_end()
-    reader.still_there()
+    if not reader.wholly_gone:  # else an acknowledged gap, found at an open shard's tip or a closed shard's end
+        reader.at_shard_end()
 
 
 class _RangeReader:
@@ -580,7 +576,9 @@ class _RangeReader:
 
     def _open_at_start(self) -> str | None:
         """An iterator at the range's start. Kinesis may refuse a sequence number it no longer holds (trimmed): with
-        the loss acknowledged, reading starts at the first record left (and _check_start logs the gap)."""
+        the loss acknowledged, reading starts at the first record left (and _check_start logs the gap). A closed
+        shard no longer in the stream (Kinesis drops it once its records are past retention): with the loss
+        acknowledged, none (the range reads as empty)."""
         try:
             return self.shard.iterator(ShardIteratorType="AT_SEQUENCE_NUMBER", StartingSequenceNumber=str(self.rng.start))
         except StreamNotFoundError:
@@ -715,37 +713,3 @@ class _RangeReader:
         """An acknowledged loss of the whole range: it reads as empty, and verify records the gap."""
         self.first, self.wholly_gone = None, True
         log.warning("%s: acknowledged gap: every record of the range is gone (%s)", self.what, how)
-
-    def still_there(self) -> None:
-        """After the last page: the first record read is still in the stream, so retention trimmed nothing the read went past.
-
-        Kinesis trims a shard oldest record first, and an iterator whose records were trimmed meanwhile starts at the
-        first record left without an error: a range read close to its retention could skip records unseen. One
-        GetShardIterator and one GetRecords of a record settle it.
-        """
-        if self.first is None:
-            return
-        try:
-            iterator = self.shard.iterator(ShardIteratorType="AT_SEQUENCE_NUMBER", StartingSequenceNumber=str(self.first))
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") != "InvalidArgumentException":
-                raise RangeReadError(f"{self.what}: GetShardIterator at the first record read failed: {exc}") from exc
-            raise self._trimmed_under_the_read(f"Kinesis refused it ({exc})") from exc
-        for _ in range(_EMPTY_AT_TIP):
-            if iterator is None:
-                break
-            page = self.shard.get_records(iterator, f"{self.what}: GetRecords at the first record read", limit=1)
-            if page["Records"]:
-                first = parse_sequence_number(page["Records"][0]["SequenceNumber"])
-                if first != self.first:
-                    raise self._trimmed_under_the_read(f"the first record there now is {first}")
-                return
-            iterator = page.get("NextShardIterator")
-        raise self._trimmed_under_the_read("nothing is there any more")
-
-    def _trimmed_under_the_read(self, how: str) -> RangeReadError:
-        return RangeReadError(
-            f"{self.what}: record {self.first}, the first one read, is gone after the read ({how}): retention trimmed the "
-            "range while it was read, and records may have been skipped. Nothing of this attempt is committed; the next "
-            "run checks the range against the stream's retention"
-        )

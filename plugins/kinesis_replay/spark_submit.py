@@ -185,8 +185,9 @@ def failure_reason(own: list[str], tail: list[str]) -> str:
     errors = [line for line in own if not _PROGRESS.match(line)]
     failed = [line for line in errors if line.startswith(_FAILED)]
     causes = [line.removeprefix("Caused by: ") for line in tail if _CAUSE.match(line)]
-    if _VM_FAILED in tail:  # the lines since the last stack trace's: the JVM's error and what came just before it
-        frames = [i for i, line in enumerate(tail) if line.startswith("\t")]
+    if _VM_FAILED in tail:  # from the last stack trace before the JVM's error: that error, what came just before it, and after
+        at = len(tail) - 1 - tail[::-1].index(_VM_FAILED)
+        frames = [i for i, line in enumerate(tail[:at]) if line.startswith("\t")]
         causes = []
         tail = tail[frames[-1] + 1 if frames else 0 :]
     reason = " | ".join(failed[-1:] or errors or causes[-1:] or tail[-8:])

@@ -77,9 +77,7 @@ def test_reading_stops_at_the_end_without_fetching_more(kinesis: Any, stream: st
     shard, seqs = shard_sequence_numbers(kinesis, stream)
     counting = FaultyKinesis(kinesis)
     read(counting, stream, SequenceRange(shard, seqs[0], seqs[19]), ReadConfig(max_records_per_call=10))
-    # 2 pages of 10: the second ends exactly at the end, and reading stops there; then one record at the first record
-    # read, which must still be there (retention trimmed nothing under the read).
-    assert counting.limits == [10, 10, 1]
+    assert counting.calls == 2  # 2 pages of 10: the second ends exactly at the end, and reading stops there
 
 
 def test_each_call_asks_for_about_page_bytes_of_records_so_a_reader_holds_one_small_page(kinesis: Any, stream: str) -> None:
@@ -90,10 +88,9 @@ def test_each_call_asks_for_about_page_bytes_of_records_so_a_reader_holds_one_sm
     limits = ReadConfig(page_bytes=10_000, first_page_records=3)
     pages = list(iterate_range(counting, stream, SequenceRange(shard, seqs[0], seqs[-1]), limits, sleep=lambda s: None))
     assert [int(r["SequenceNumber"]) for page in pages for r in page] == seqs
-    # The first call asks for first_page_records; each later one for page_bytes at the last page's mean size; the last
-    # call, after the pages, for the first record read again (still there: retention trimmed nothing under the read).
-    assert counting.limits[0] == 3 and len(counting.limits) == len(pages) + 1 and counting.limits[-1] == 1
-    for page, limit in zip(pages, counting.limits[1:-1], strict=False):
+    # The first call asks for first_page_records; each later one for page_bytes at the last page's mean size.
+    assert counting.limits[0] == 3 and len(counting.limits) == len(pages)
+    for page, limit in zip(pages, counting.limits[1:], strict=False):
         assert limit == int(10_000 / (sum(len(r["Data"]) for r in page) / len(page))) in (9, 10)  # records of about 1 KB
     assert max(len(page) for page in pages) <= 10
 
@@ -139,6 +136,13 @@ def test_a_range_every_record_of_which_is_gone_reads_as_empty_only_when_acknowle
                 list(pages)
         else:
             assert list(pages) == []
+    # Nothing left at all, up to the tip: an open shard whose every record was trimmed, and none written since.
+    everything = FaultyKinesis(kinesis, trim=dict.fromkeys(range(1, 20), 10_000))
+    everything.refuse_start = True
+    assert list(iterate_range(everything, stream, rng, ReadConfig(max_records_per_call=20), sleep=lambda s: None, accept_gap=True)) == []
+    everything = FaultyKinesis(kinesis, trim=dict.fromkeys(range(1, 20), 10_000))
+    with pytest.raises(RangeReadError, match="could not read until the end sequence number of the range"):
+        read(everything, stream, rng, ReadConfig(max_records_per_call=20))
 
 
 def test_a_closed_shard_gone_from_the_stream_reads_as_empty_only_when_acknowledged(kinesis: Any, stream: str) -> None:
@@ -150,17 +154,6 @@ def test_a_closed_shard_gone_from_the_stream_reads_as_empty_only_when_acknowledg
     open_range = SequenceRange("shardId-000000000099", 10**50, 10**51)  # an open shard does not leave the stream
     with pytest.raises(StreamNotFoundError):
         list(iterate_range(kinesis, stream, open_range, sleep=lambda s: None, accept_gap=True))
-
-
-def test_records_trimmed_while_the_range_was_read_fail_it_after_the_last_page(kinesis: Any, stream: str) -> None:
-    """An iterator over records trimmed meanwhile starts at the first record left without a word: the reader checks,
-    once the range is read, that its first record is still there (retention trims oldest first)."""
-    shard, seqs = shard_sequence_numbers(kinesis, stream, 40)
-    faulty = FaultyKinesis(kinesis, trim={2: 1})  # call 1 reads the range; by call 2 its first record is gone
-    gone = rf"record {seqs[0]}, the first one read, is gone after the read \(the first record there now is {seqs[1]}\)"
-    with pytest.raises(RangeReadError, match=gone):
-        read(faulty, stream, SequenceRange(shard, seqs[0], seqs[-1]), ReadConfig(max_records_per_call=100))
-    assert faulty.limits == [100, 1, 1]  # the range in one page; then the check, which follows past the trimmed record
 
 
 def test_throttling_is_waited_out_and_counted(kinesis: Any, stream: str) -> None:

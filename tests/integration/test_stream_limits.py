@@ -132,6 +132,31 @@ def test_a_range_every_record_of_which_is_gone_is_a_loss_to_acknowledge_and_the_
     assert result.ok, result
 
 
+def test_a_batch_every_range_of_which_is_gone_commits_no_row_once_acknowledged(
+    kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any], proxy: KinesisProxy, dag_for: Any
+) -> None:
+    # A batch that waited past the retention as a whole: the replay job writes not a row (once, it failed reading
+    # back a batch with no file), and the table takes a snapshot that adds nothing.
+    first = produce(kinesis, entry["stream"], 40)
+    dag = dag_for({**entry, "aws_conn_id": "aws_proxy"})
+    assert run_dag(dag).tasks == SUCCESS
+    produce(kinesis, entry["stream"], 40, start_index=40)
+    assert run_dag(dag.partial_subset(task_ids=["plan"])).tasks == {"plan": "success"}
+    shards = sorted(r.shard_id for r in store.get_batch(entry["name"], 2).ranges)
+    later = produce(kinesis, entry["stream"], 200, start_index=80)
+    for shard in shards:
+        _, left = shard_records([p for p in later if p.shard_id == shard])
+        proxy.trim_below[shard] = int(left[0].sequence_number)
+
+    assert run_dag(dag, run_conf={"acknowledge_data_loss": shards}).tasks == SUCCESS
+    batch = store.get_batch(entry["name"], 2)
+    assert batch.status == BatchStatus.COMMITTED and batch.manifest is not None and batch.manifest.shards == ()
+    assert sorted((g.shard_id, g.first_available) for g in batch.gaps) == [(shard, None) for shard in shards]
+    assert batch.snapshot_id is not None
+    result = check_exactly_once(first, read_output(entry["output"]))
+    assert result.ok, result
+
+
 def test_a_trimmed_checkpoint_fails_the_plan_until_acknowledged(
     kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any], proxy: KinesisProxy, dag_for: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -43,6 +43,7 @@ for path in (ROOT / "plugins", ROOT / "dags", ROOT / "spark_jobs", ROOT / "tests
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
+from kinesis_replay.batches import range_checkpoint  # noqa: E402
 from kinesis_replay.config import dag_ids  # noqa: E402
 
 CYCLE_FAULTS = (
@@ -500,7 +501,7 @@ class Schedule:
             assert batch.manifest is not None
             results = batch.manifest.by_shard()
             for r in batch.ranges:
-                ends[r.shard_id] = results[r.shard_id].last_sequence_number if r.to_shard_end else r.end
+                ends[r.shard_id] = range_checkpoint(r, results)
         for shard_id, state in self.store.get_shards(self.name).items():
             if shard_id in ends and state.checkpoint != ends[shard_id]:
                 problems.append(f"shard {shard_id}: checkpoint {state.checkpoint}, but its last committed range ends at {ends[shard_id]}")

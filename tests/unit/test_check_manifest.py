@@ -6,11 +6,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from kinesis_replay.batches import check_manifest, check_retention, range_checkpoint
+from kinesis_replay.batches import check_manifest, check_retention, merge_gaps, range_checkpoint
 from kinesis_replay.config import parse_config
 from kinesis_replay.errors import DataLossError, VerificationError
 from kinesis_replay.ranges import SequenceRange
-from kinesis_replay.state import Batch, BatchStatus, Manifest, ShardResult
+from kinesis_replay.state import Batch, BatchStatus, Gap, Manifest, ShardResult
 
 S = 10**55
 RANGES = (SequenceRange("s0", S, S + 100), SequenceRange("s1", S + 5, S + 900, to_shard_end=True))
@@ -71,6 +71,18 @@ def test_a_range_with_no_row_is_a_whole_gap_only_when_acknowledged_and_leaves_it
     assert range_checkpoint(RANGES[0], results) == S + 100  # an open range: its end
     assert range_checkpoint(RANGES[1], manifest(*GOOD).by_shard()) == S + 50  # a closed shard: its last record read
     assert range_checkpoint(RANGES[1], results) == S + 900  # a closed shard's range wholly gone: its end, finished
+
+
+def test_a_gap_the_replay_found_after_the_plans_replaces_it_when_it_reaches_further() -> None:
+    # The plan found the checkpoint trimmed (the range starts at the first record left); by the replay, more was gone.
+    plan = Gap("s0", S - 10, S, "manual__1", detected="plan")
+    other = Gap("s1", None, S + 9, "manual__1", detected="plan")
+    for replay in (Gap("s0", S - 10, None, "manual__2", "replay"), Gap("s0", S - 10, S + 7, "manual__2", "replay")):
+        assert merge_gaps((plan, other), [replay]) == (replay, other)  # once, the replay's was dropped: loss understated
+    wholly = Gap("s0", S - 10, None, "manual__2", "replay")
+    assert merge_gaps((wholly,), [Gap("s0", S - 10, S + 7, "manual__3", "replay")]) == (wholly,)
+    assert merge_gaps((plan,), [plan]) == (plan,)  # verify run again: the same gap once
+    assert merge_gaps((plan,), [Gap("s2", None, S, "manual__2", "replay")]) == (plan, Gap("s2", None, S, "manual__2", "replay"))
 
 
 def test_a_range_older_than_retention_fails_naming_it_unless_acknowledged() -> None:

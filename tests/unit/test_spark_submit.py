@@ -140,6 +140,9 @@ def test_the_jvms_own_fatal_error_wins_over_a_warnings_stack_trace() -> None:
             "Cannot have non-empty directory in paths"]  # fmt: skip
     assert spark_submit.failure_reason([], tail) == " | ".join(tail[-3:])
     assert spark_submit.failure_reason([], heartbeat) == heartbeat[2].removeprefix("Caused by: ")
+    # A trace the JVM prints after its own error is part of it, not a reason to drop it.
+    after = [*tail, "java.lang.Error: could not map the archive", "\tat java.base/x.y(Y.java:1)"]
+    assert spark_submit.failure_reason([], after).startswith("kinesis-replay: batch 1 of warm-up: 18 records | Error occurred")
 
 
 def test_the_failure_reason_is_one_line_of_bounded_length() -> None:
