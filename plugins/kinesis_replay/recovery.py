@@ -17,7 +17,7 @@ rather than skip it, as skipping would move the checkpoints past rows the table 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -26,8 +26,8 @@ from kinesis_replay import backfill, batches, guards, kinesis, output
 from kinesis_replay.batches import range_checkpoint, resolve_start
 from kinesis_replay.config import PipelineConfig
 from kinesis_replay.errors import KinesisReplayError
-from kinesis_replay.ranges import ShardInfo
-from kinesis_replay.state import Batch, BatchStatus, Head, ShardState, StateStore
+from kinesis_replay.ranges import SequenceRange, ShardInfo
+from kinesis_replay.state import Batch, BatchStatus, Head, ShardResult, ShardState, StateStore
 
 if TYPE_CHECKING:  # the boto3 stubs are for type checking only
     from types_boto3_kinesis.client import KinesisClient
@@ -66,6 +66,22 @@ class Recovery:
         return "\n".join(lines)
 
 
+def _checkpoint_after(where: str, batch: Batch, rng: SequenceRange, before: int | None, results: Mapping[str, ShardResult]) -> int:
+    """Where a recorded range left its shard's checkpoint, once it is known to follow ``before`` (the batches before it)
+    and to have a result, or the gap that says every record of it was gone."""
+    if before != rng.previous_checkpoint:
+        raise RecoveryError(
+            f"{where}: batch {batch.batch_id}, range {rng.describe()} follows checkpoint {rng.previous_checkpoint}, but "
+            f"the batches before it end shard {rng.shard_id} at {before}: the records disagree"
+        )
+    if rng.shard_id not in results and not any(g.shard_id == rng.shard_id and g.first_available is None for g in batch.gaps):
+        raise RecoveryError(
+            f"{where}: the commit record of batch {batch.batch_id} has no result for range {rng.describe()}, and no gap "
+            "that says every record of it was gone: the record is not one a commit wrote"
+        )
+    return range_checkpoint(rng, results)
+
+
 def plan_recovery(pipeline: PipelineConfig, records: Sequence[Batch], listed: Sequence[ShardInfo], claimed_at: datetime) -> Recovery:
     """The state the commit records imply; refused when they are not one unbroken chain of batches.
 
@@ -94,12 +110,7 @@ def plan_recovery(pipeline: PipelineConfig, records: Sequence[Batch], listed: Se
         results = batch.manifest.by_shard()
         for rng in batch.ranges:
             known = shards.get(rng.shard_id)
-            if (known.checkpoint if known else None) != rng.previous_checkpoint:
-                raise RecoveryError(
-                    f"{where}: batch {batch.batch_id}, range {rng.describe()} follows checkpoint {rng.previous_checkpoint}, but "
-                    f"the batches before it end shard {rng.shard_id} at {known.checkpoint if known else None}: the records disagree"
-                )
-            end = range_checkpoint(rng, results)
+            end = _checkpoint_after(where, batch, rng, known.checkpoint if known else None, results)
             shards[rng.shard_id] = ShardState(
                 rng.shard_id, checkpoint=end, finished=rng.to_shard_end,
                 parent_shard_ids=parents.get(rng.shard_id, ()), last_batch_id=batch.batch_id,

@@ -11,7 +11,7 @@ import pytest
 from kinesis_replay.config import PipelineConfig, parse_config
 from kinesis_replay.ranges import SequenceRange, ShardInfo
 from kinesis_replay.recovery import RecoveryError, plan_recovery
-from kinesis_replay.state import Batch, BatchStatus, Manifest, ShardResult, StartPosition
+from kinesis_replay.state import Batch, BatchStatus, Gap, Manifest, ShardResult, StartPosition
 
 CLAIMED = datetime(2026, 11, 1, tzinfo=UTC)
 S0, S1, S2 = (f"shardId-00000000000{i}" for i in range(3))
@@ -84,6 +84,18 @@ def test_records_that_do_not_chain_refuse_the_recovery() -> None:
     records = [batch(1, SequenceRange(S0, 100, 200)), batch(2, SequenceRange(S0, 301, 400, 300))]
     with pytest.raises(RecoveryError, match=r"batch 2, range .* follows checkpoint 300, but the batches before it end shard .* at 200"):
         plan_recovery(pipeline(), records, LISTED, CLAIMED)
+
+
+def test_a_range_without_a_result_recovers_only_with_the_gap_that_says_it_was_wholly_gone() -> None:
+    ranges = (SequenceRange(S0, 100, 200), SequenceRange(S2, 100, 300))
+    full = batch(1, *ranges)
+    assert full.manifest is not None
+    without = replace(full, manifest=replace(full.manifest, shards=full.manifest.shards[:1]))  # no result for S2
+    with pytest.raises(RecoveryError, match=rf"batch 1 has no result for range {S2} .*no gap that says every record of it was gone"):
+        plan_recovery(pipeline(), [without], LISTED, CLAIMED)
+    gone = replace(without, gaps=(Gap(S2, None, None, "manual__1", "replay"),))
+    shards = {s.shard_id: s for s in plan_recovery(pipeline(), [gone], LISTED, CLAIMED).shards}
+    assert shards[S2].checkpoint == 300  # the range's end, as the commit left it
 
 
 def test_a_record_of_another_stream_refuses_the_recovery() -> None:
