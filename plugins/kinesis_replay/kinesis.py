@@ -567,7 +567,6 @@ class _RangeReader:
         self.shard, self.rng, self.accept_gap = shard, rng, accept_gap
         self.what = f"stream {shard.stream}, range {rng.describe()}"
         self.last: int | None = None  # the last record yielded
-        self.first: int | None = None  # the first record read
         self.wholly_gone = False  # an acknowledged gap: every record of the range is gone
         self.reopened_at: int | None = None  # an iterator reopened at the last record read: it must come first, again
         self.empty_at_tip = 0
@@ -617,9 +616,8 @@ class _RangeReader:
             records = self._after_reopened(records)
             if not records:
                 return records
-        if self.first is None:
-            self.first = parse_sequence_number(records[0]["SequenceNumber"])
-            self._check_start(self.first)
+        if self.last is None:
+            self._check_start(parse_sequence_number(records[0]["SequenceNumber"]))
         self.limit = page_limit(records, self.shard.limits)
         return records
 
@@ -663,7 +661,7 @@ class _RangeReader:
         if not at_tip or self.iterator is None or self.rng.to_shard_end:
             return
         self.empty_at_tip += 1
-        if self.empty_at_tip >= _EMPTY_AT_TIP and self.first is None and self.accept_gap:
+        if self.empty_at_tip >= _EMPTY_AT_TIP and self.last is None and self.accept_gap:
             self._wholly_gone("the shard holds nothing from its first record left to its tip")
             self.iterator = None
             return
@@ -706,10 +704,10 @@ class _RangeReader:
             )
         if self.last is None and not self.accept_gap:
             raise RangeReadError(f"{self.what}: reached SHARD_END without reading the range start")
-        if self.last is None and not self.wholly_gone:
+        if self.last is None:
             self._wholly_gone("the closed shard holds none of it any more")
 
     def _wholly_gone(self, how: str) -> None:
         """An acknowledged loss of the whole range: it reads as empty, and verify records the gap."""
-        self.first, self.wholly_gone = None, True
+        self.wholly_gone = True
         log.warning("%s: acknowledged gap: every record of the range is gone (%s)", self.what, how)

@@ -404,11 +404,10 @@ def last_replayed_attempts(output: str, batch_ids: Iterable[int]) -> dict[int, s
     found: dict[int, str] = {}
     for batch_id in sorted(set(batch_ids)):
         try:
-            data = _read_json(manifest_path(output, batch_id))
-        except KinesisReplayError:
+            attempt = read_manifest(output, batch_id).attempt
+        except VerificationError:
             continue
-        attempt = data.get("attempt") if isinstance(data, dict) else None
-        if isinstance(attempt, str):
+        if attempt is not None:
             found[batch_id] = attempt
     return found
 

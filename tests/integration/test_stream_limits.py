@@ -48,6 +48,14 @@ def shard_records(produced: list[Any]) -> tuple[str, list[Any]]:
     return shard, sorted(counts[shard], key=lambda p: int(p.sequence_number))
 
 
+def planned_through_proxy(kinesis: Any, entry: dict[str, Any], dag_for: Any) -> tuple[list[Any], Any]:
+    """120 records produced, and batch 1 planned (not read) by the pipeline's DAG through the proxy; the DAG."""
+    produced = produce(kinesis, entry["stream"], 120)
+    dag = dag_for({**entry, "aws_conn_id": "aws_proxy"})
+    assert run_dag(dag.partial_subset(task_ids=["plan"])).tasks == {"plan": "success"}
+    return produced, dag
+
+
 def test_a_throttled_batch_finishes_exactly_once_and_shows_its_progress(
     kinesis: Any, entry: dict[str, Any], proxy: KinesisProxy, dag_for: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -67,9 +75,7 @@ def test_a_throttled_batch_finishes_exactly_once_and_shows_its_progress(
 def test_a_range_start_gone_before_replay_fails_until_acknowledged(
     kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any], proxy: KinesisProxy, dag_for: Any
 ) -> None:
-    produced = produce(kinesis, entry["stream"], 120)
-    dag = dag_for({**entry, "aws_conn_id": "aws_proxy"})
-    assert run_dag(dag.partial_subset(task_ids=["plan"])).tasks == {"plan": "success"}
+    produced, dag = planned_through_proxy(kinesis, entry, dag_for)
     shard, records = shard_records(produced)
     proxy.trim_below[shard] = int(records[2].sequence_number)  # its first two records are trimmed away
 
@@ -95,9 +101,7 @@ def test_a_range_every_record_of_which_is_gone_is_a_loss_to_acknowledge_and_the_
 ) -> None:
     # The batch waited in flight (the replay failing, or the pipeline paused) until retention took the whole of one
     # shard's range. Once, the acknowledged run failed the same way as every other: the pipeline could never move.
-    produced = produce(kinesis, entry["stream"], 120)
-    dag = dag_for({**entry, "aws_conn_id": "aws_proxy"})
-    assert run_dag(dag.partial_subset(task_ids=["plan"])).tasks == {"plan": "success"}
+    produced, dag = planned_through_proxy(kinesis, entry, dag_for)
     shard, records = shard_records(produced)
     later = produce(kinesis, entry["stream"], 80, start_index=120)
     _, left = shard_records([p for p in later if p.shard_id == shard])
