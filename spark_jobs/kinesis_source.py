@@ -21,13 +21,12 @@ from pyspark.sql import DataFrame, SparkSession
 
 from kinesis_replay.config import SHARD_WRITE_BYTES_PER_SECOND, ReadConfig
 from kinesis_replay.job_spec import JobSpec, KinesisEndpoint
+from kinesis_replay.output import arrow_row_schema
 from kinesis_replay.ranges import SequenceRange
 from kinesis_replay.records import ROW_COLUMNS, to_rows
 
-# Arrow's type for each Spark SQL type of records.ROW_COLUMNS.
-_ARROW_TYPES = {"STRING": pa.string(), "BIGINT": pa.int64(), "TIMESTAMP": pa.timestamp("us", tz="UTC"), "BINARY": pa.binary()}
 SCHEMA_DDL = ", ".join(f"{name} {kind}" for name, kind in ROW_COLUMNS)
-ARROW_SCHEMA = pa.schema([(name, _ARROW_TYPES[kind]) for name, kind in ROW_COLUMNS])
+ARROW_SCHEMA = arrow_row_schema()
 log = logging.getLogger("kinesis_replay.spark")
 
 

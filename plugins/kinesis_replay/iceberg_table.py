@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from kinesis_replay.config import PipelineConfig, TableConfig
 from kinesis_replay.errors import KinesisReplayError, OutputOwnershipError, VerificationError
+from kinesis_replay.output import arrow_row_schema
 from kinesis_replay.records import PARTITION_COLUMN
 
 if TYPE_CHECKING:
@@ -340,7 +341,8 @@ def commit_batch(
     files in the current snapshot, if any (a committed batch replayed), are replaced in the same snapshot. A batch
     with no data file (every record quarantined) still gets its snapshot, which adds nothing (or removes what an
     earlier attempt held): the ledger and a resumed commit find it like any other. ``schema_file`` gives the
-    table's columns when such a batch is the table's first. Columns the files have and the table lacks are added
+    table's columns when such a batch is the table's first; without one (every record gone), the record's own
+    columns do. Columns the files have and the table lacks are added
     in the same snapshot. ``before_commit(table)`` runs just before each try (a test's hook).
     """
     import pyarrow as pa
@@ -352,9 +354,9 @@ def commit_batch(
     table = load_table(pipeline, catalog)
     if table is None:  # the first commit: the table takes the files' columns
         source = paths[0] if paths else schema_file
-        if source is None:
-            raise TableCommitError(f"{where}: attempt {attempt} wrote no file, so the table's columns are unknown")
-        file_schema = read_file_schema(catalog.properties, source)
+        # No file at all (every record of the batch was gone, acknowledged): the record's own columns; a payload
+        # schema's columns are added by the first batch that has rows, as a field added to payload.schema is.
+        file_schema = read_file_schema(catalog.properties, source) if source is not None else arrow_row_schema()
         if PARTITION_COLUMN not in file_schema.names and not paths:  # a quarantine file: batch_id is in its folder
             file_schema = file_schema.append(pa.field(PARTITION_COLUMN, pa.int64()))
         table = create_or_load_table(pipeline, file_schema, catalog)

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from kinesis_replay.errors import KinesisReplayError, VerificationError
+from kinesis_replay.records import ROW_COLUMNS
 from kinesis_replay.state import Batch, Manifest
 
 BATCH_DIGITS = 10  # zero-padded so that batch directories list in order
@@ -26,6 +27,14 @@ OWNER_FILE = "_kinesis_replay_owner.json"  # who owns this output root: one pipe
 # A table output's data files (Iceberg's own layout under the table location, which is the output root): one folder per
 # attempt of a batch, so that a replay never overwrites a file a snapshot references. Not for reading directly.
 DATA_DIR = "data"
+
+
+def arrow_row_schema() -> Any:
+    """The output files' columns (records.ROW_COLUMNS) as a pyarrow schema, without the partition column."""
+    import pyarrow as pa
+
+    types = {"STRING": pa.string(), "BIGINT": pa.int64(), "TIMESTAMP": pa.timestamp("us", tz="UTC"), "BINARY": pa.binary()}
+    return pa.schema([(name, types[kind]) for name, kind in ROW_COLUMNS])
 
 
 def batch_partition(batch_id: int) -> str:

@@ -13,8 +13,9 @@ import pytest
 from kinesis_replay import kinesis as kinesis_api
 from kinesis_replay.dynamodb_store import DynamoDBStateStore
 from kinesis_replay.output import OWNER_FILE
+from kinesis_replay.records import ROW_COLUMNS
 from kinesis_replay.state import BatchStatus
-from stack.harness import SUCCESS, age_batch, check_exactly_once, load_dags, read_output, run_dag
+from stack.harness import SUCCESS, age_batch, check_exactly_once, check_table_history, load_dags, output_table, read_output, run_dag
 from stack.kinesis_proxy import KinesisProxy, ProxyLimits
 from stack.producer import produce
 
@@ -139,26 +140,31 @@ def test_a_range_every_record_of_which_is_gone_is_a_loss_to_acknowledge_and_the_
 def test_a_batch_every_range_of_which_is_gone_commits_no_row_once_acknowledged(
     kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any], proxy: KinesisProxy, dag_for: Any
 ) -> None:
-    # A batch that waited past the retention as a whole: the replay job writes not a row (once, it failed reading
-    # back a batch with no file), and the table takes a snapshot that adds nothing.
-    first = produce(kinesis, entry["stream"], 40)
-    dag = dag_for({**entry, "aws_conn_id": "aws_proxy"})
-    assert run_dag(dag).tasks == SUCCESS
-    produce(kinesis, entry["stream"], 40, start_index=40)
-    assert run_dag(dag.partial_subset(task_ids=["plan"])).tasks == {"plan": "success"}
-    shards = sorted(r.shard_id for r in store.get_batch(entry["name"], 2).ranges)
-    later = produce(kinesis, entry["stream"], 200, start_index=80)
+    # A first batch that waited past the retention as a whole: the replay job writes not a row (once, it failed
+    # reading back a batch with no file), the table is created with the record's columns (once, the commit failed,
+    # the columns unknown without a file, and the pipeline could never move), and takes a snapshot that adds nothing.
+    _, dag = planned_through_proxy(kinesis, entry, dag_for)
+    shards = sorted(r.shard_id for r in store.get_batch(entry["name"], 1).ranges)
+    later = produce(kinesis, entry["stream"], 200, start_index=120)
     for shard in shards:
         _, left = shard_records([p for p in later if p.shard_id == shard])
         proxy.trim_below[shard] = int(left[0].sequence_number)
 
     assert run_dag(dag, run_conf={"acknowledge_data_loss": shards}).tasks == SUCCESS
-    batch = store.get_batch(entry["name"], 2)
+    batch = store.get_batch(entry["name"], 1)
     assert batch.status == BatchStatus.COMMITTED and batch.manifest is not None and batch.manifest.shards == ()
     assert sorted((g.shard_id, g.first_available) for g in batch.gaps) == [(shard, None) for shard in shards]
     assert batch.snapshot_id is not None
-    result = check_exactly_once(first, read_output(entry["output"]))
+    assert read_output(entry["output"]).num_rows == 0
+    table = output_table(entry["output"])
+    assert table is not None and [f.name for f in table.schema().fields] == [*(name for name, _ in ROW_COLUMNS), "batch_id"]
+
+    # The next plan starts after those trimmed checkpoints (acknowledged once more); its rows land in that table.
+    assert run_dag(dag, run_conf={"acknowledge_data_loss": shards}).tasks == SUCCESS
+    assert store.get_batch(entry["name"], 2).status == BatchStatus.COMMITTED
+    result = check_exactly_once(later, read_output(entry["output"]))  # every record of batch 1 gone, none after
     assert result.ok, result
+    assert check_table_history(entry["output"]) == []
 
 
 def test_a_trimmed_checkpoint_fails_the_plan_until_acknowledged(

@@ -14,6 +14,7 @@ import pytest
 from kinesis_replay import iceberg_table, output
 from kinesis_replay.config import PipelineConfig, parse_config
 from kinesis_replay.errors import OutputOwnershipError, VerificationError
+from kinesis_replay.records import ROW_COLUMNS
 
 
 def pipeline(root: Path, name: str = "orders", stream: str = "orders-stream") -> PipelineConfig:
@@ -205,6 +206,23 @@ def test_a_batch_with_every_record_quarantined_gets_a_snapshot_that_adds_nothing
     assert table is not None and first == again != second
     assert table.schema().find_field("batch_id") is not None and counts(table) == {2: 3}
     assert counts(table, snapshot_id=first) == {}
+
+
+def test_a_first_batch_with_no_file_at_all_creates_the_table_with_the_record_columns(tmp_path: Path) -> None:
+    """Every record of the table's first batch gone before its replay (acknowledged): no data file, no quarantine
+    file. Once the commit failed, the table's columns unknown, and the pipeline could never move."""
+    p = pipeline(tmp_path)
+    first = iceberg_table.commit_batch(p, 1, "a", [], "run-1")
+    table = iceberg_table.load_table(p)
+    assert table is not None and [f.name for f in table.schema().fields] == [*(n for n, _ in ROW_COLUMNS), "batch_id"]
+    assert counts(table) == {} and table.current_snapshot().snapshot_id == first
+
+    # The next batch's files carry a payload schema's column too: it joins the table in that batch's snapshot.
+    files = write_with(tmp_path, 2, "a", stream_name=pa.array(["s", "s"]), decode_error=pa.nulls(2, pa.string()), amount=pa.array([1, 2]))
+    second = iceberg_table.commit_batch(p, 2, "a", files, "run-2")
+    table = iceberg_table.load_table(p)
+    assert table is not None and table.current_snapshot().snapshot_id == second
+    assert counts(table) == {2: 2} and table.scan().to_arrow().column("amount").to_pylist() == [1, 2]
 
 
 def test_a_table_whose_metadata_file_is_gone_is_refused_naming_it_not_retried(tmp_path: Path) -> None:
