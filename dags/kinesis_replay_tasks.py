@@ -157,10 +157,11 @@ def replay(p: PipelineConfig, planned: dict[str, Any], params: dict[str, Any]) -
 
 
 def job_spec(p: PipelineConfig, batch: Batch, accept_gaps: frozenset[str] = frozenset()) -> JobSpec:
-    """The replay job's input: the batch's ranges, and the hook's Kinesis endpoint and region."""
+    """The replay job's input: the batch's ranges, the hook's Kinesis endpoint and region, and the stream's retention."""
     hook = kinesis_hook(p)
     endpoint = KinesisEndpoint(hook.conn_region_name, hook.conn_config.get_service_endpoint_url("kinesis"))
-    return JobSpec.for_batch(p, batch, endpoint, accept_gaps)
+    retention = kinesis.stream_retention(kinesis_client(p), p.stream, p.read)
+    return JobSpec.for_batch(p, batch, endpoint, accept_gaps, retention)
 
 
 def submit(p: PipelineConfig, batch: Batch, accept_gaps: frozenset[str] = frozenset(), kind: RunKind = RunKind.REGULAR) -> None:

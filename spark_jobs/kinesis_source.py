@@ -10,9 +10,9 @@ import queue
 import statistics
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pyarrow as pa
@@ -41,14 +41,36 @@ class RangePartition:
     read: ReadConfig
     accept_gap: bool = False  # an operator acknowledged that this range's first records may be gone
     planned_at: datetime | None = None
+    retention: timedelta | None = None  # the stream's: a page read near it is checked (kinesis.iterate_range)
 
 
 def partitions(spec: JobSpec) -> list[RangePartition]:
     """One partition per range of the spec, planned on the driver."""
     return [
-        RangePartition(i, spec.stream, r, spec.kinesis, spec.read, r.shard_id in spec.accept_gaps, spec.planned_at)
+        RangePartition(i, spec.stream, r, spec.kinesis, spec.read, r.shard_id in spec.accept_gaps, spec.planned_at, spec.retention)
         for i, r in enumerate(spec.ranges)
     ]
+
+
+# (shard id, the last record read, the first record after it or None) where records between the two may have been
+# trimmed unread: a range read near the retention, with the loss acknowledged (kinesis.ReadStats.unconfirmed).
+Unconfirmed = tuple[str, int, int | None]
+
+
+class Spans(AccumulatorParam[list[Unconfirmed]]):
+    """Collects every task's unconfirmed spans. A retried task may add its failed attempt's too: a gap may then
+    overstate what was lost, never hide it."""
+
+    def zero(self, value: list[Unconfirmed]) -> list[Unconfirmed]:
+        return []
+
+    def addInPlace(self, value1: list[Unconfirmed], value2: list[Unconfirmed]) -> list[Unconfirmed]:  # PySpark's name
+        return value1 + value2
+
+
+def unconfirmed_accumulator(spark: SparkSession) -> Accumulator[list[Unconfirmed]]:
+    """Tasks add the spans their ranges could not confirm; the driver puts them in the manifest."""
+    return spark.sparkContext.accumulator([], Spans())
 
 
 class Earliest(AccumulatorParam[float]):
@@ -66,7 +88,12 @@ def first_call_accumulator(spark: SparkSession) -> Accumulator[float]:
     return spark.sparkContext.accumulator(math.inf, Earliest())
 
 
-def read_ranges(spark: SparkSession, spec: JobSpec, first_call: Accumulator[float] | None = None) -> DataFrame:
+def read_ranges(
+    spark: SparkSession,
+    spec: JobSpec,
+    first_call: Accumulator[float] | None = None,
+    unconfirmed: Accumulator[list[Unconfirmed]] | None = None,
+) -> DataFrame:
     """Exactly the spec's ranges as rows: a Spark task per core, each reading its share of the ranges concurrently.
 
     A shard's reads are bounded by its budget (2 MB/s at Kinesis's limits), not by the core: a task that read
@@ -86,7 +113,7 @@ def read_ranges(spark: SparkSession, spec: JobSpec, first_call: Accumulator[floa
     def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for task in batch.column(0).to_pylist():
-                yield from read_group([planned[i] for i in groups[task]], first_call)
+                yield from read_group([planned[i] for i in groups[task]], first_call, unconfirmed)
 
     return spark.range(0, len(groups), 1, len(groups)).mapInArrow(read, SCHEMA_DDL)
 
@@ -140,11 +167,22 @@ class _Failed:
         self.error = error
 
 
+class _Unconfirmed:
+    """A reader thread's unconfirmed span, carried to the task's thread, which adds it to the accumulator."""
+
+    def __init__(self, span: Unconfirmed) -> None:
+        self.span = span
+
+
 _DONE = object()  # a reader thread has no range left
 _PUT_SECONDS = 0.5  # how often a reader waiting for room in the queue checks whether the task has stopped
 
 
-def read_group(group: list[RangePartition], first_call: Accumulator[float] | None = None) -> Iterator[pa.RecordBatch]:
+def read_group(
+    group: list[RangePartition],
+    first_call: Accumulator[float] | None = None,
+    unconfirmed: Accumulator[list[Unconfirmed]] | None = None,
+) -> Iterator[pa.RecordBatch]:
     """In the task: read the group's ranges concurrently, up to ``read.task_concurrency`` at a time; yield their pages.
 
     Each range is read by ``read_partition`` in a thread of its own, with its own shard's budget, throttling
@@ -153,12 +191,13 @@ def read_group(group: list[RangePartition], first_call: Accumulator[float] | Non
     or converted, one waiting), whatever the ranges' lengths. The first error stops the other readers (each
     after its current call) and fails the task with it.
     """
+    noted = None if unconfirmed is None else (lambda span: unconfirmed.add([span]))
     if len(group) == 1:
-        yield from read_partition(group[0], first_call)
+        yield from read_partition(group[0], first_call, noted)
         return
     if first_call is not None:
         first_call.add(time.time())  # the readers start now; accumulators are added to from the task's thread only
-    readers = _Readers(group)
+    readers = _Readers(group, noted)
     try:
         yield from readers.pages()
     finally:
@@ -168,7 +207,8 @@ def read_group(group: list[RangePartition], first_call: Accumulator[float] | Non
 class _Readers:
     """The reader threads of one task, and the bounded queue that hands their pages to the task's thread."""
 
-    def __init__(self, group: list[RangePartition]) -> None:
+    def __init__(self, group: list[RangePartition], noted: Callable[[Unconfirmed], None] | None = None) -> None:
+        self.noted = noted  # the task's: called from its own thread
         self.count = min(len(group), group[0].read.task_concurrency)
         self.queue: queue.Queue[Any] = queue.Queue(maxsize=self.count)
         self.stopped = threading.Event()
@@ -186,6 +226,9 @@ class _Readers:
                 done += 1
             elif isinstance(item, _Failed):
                 raise item.error
+            elif isinstance(item, _Unconfirmed):
+                if self.noted is not None:
+                    self.noted(item.span)
             else:
                 yield item
                 del item  # the task holds one page at a time
@@ -209,10 +252,14 @@ class _Readers:
                 continue
         return False
 
+    def _note(self, span: Unconfirmed) -> None:
+        """From a reader thread: the span goes to the task's thread, which adds it to the accumulator."""
+        self._put(_Unconfirmed(span))
+
     def _read(self) -> None:
         try:
             while not self.stopped.is_set() and (partition := self._next()) is not None:
-                for batch in read_partition(partition):
+                for batch in read_partition(partition, noted=self._note):
                     if not self._put(batch):
                         return
         except BaseException as exc:  # carried to the task's thread, which raises it
@@ -236,7 +283,12 @@ def kinesis_client(endpoint: KinesisEndpoint, connections: int = 0) -> Any:
     )
 
 
-def sample_ranges(spark: SparkSession, spec: JobSpec, first_call: Accumulator[float] | None = None) -> DataFrame:
+def sample_ranges(
+    spark: SparkSession,
+    spec: JobSpec,
+    first_call: Accumulator[float] | None = None,
+    unconfirmed: Accumulator[list[Unconfirmed]] | None = None,  # a sample has none: read_ranges' signature
+) -> DataFrame:
     """Made-up records, two shards of them, through the same path as ``read_ranges`` but without Kinesis.
 
     For the JVM's warm-up job: its JVM then loads the classes a replay loads (the Python runner,
@@ -260,10 +312,13 @@ def sample_ranges(spark: SparkSession, spec: JobSpec, first_call: Accumulator[fl
     return spark.range(0, shards, 1, shards).mapInArrow(read, SCHEMA_DDL)
 
 
-def read_partition(partition: RangePartition, first_call: Accumulator[float] | None = None) -> Iterator[pa.RecordBatch]:
+def read_partition(
+    partition: RangePartition, first_call: Accumulator[float] | None = None, noted: Callable[[Unconfirmed], None] | None = None
+) -> Iterator[pa.RecordBatch]:
     """In the task: read the range page by page with the worker's client, yield each page as an Arrow batch.
 
-    Only one page is held at a time: each is converted and let go before the next is fetched.
+    Only one page is held at a time: each is converted and let go before the next is fetched. Spans the reader could
+    not confirm (an acknowledged loss near the retention) go to ``noted`` once the range is read.
     """
     from kinesis_replay.kinesis import ReadStats, iterate_range
 
@@ -275,7 +330,8 @@ def read_partition(partition: RangePartition, first_call: Accumulator[float] | N
     if first_call is not None:
         first_call.add(time.time())
     records, started, reported = 0, time.monotonic(), time.monotonic()
-    for page in iterate_range(client, partition.stream, rng, limits, stats, accept_gap=partition.accept_gap):
+    pages = iterate_range(client, partition.stream, rng, limits, stats, accept_gap=partition.accept_gap, retention=partition.retention)
+    for page in pages:
         records += len(page)
         newest, batch = page[-1], to_record_batch(partition.stream, rng.shard_id, page)
         del page
@@ -291,6 +347,10 @@ def read_partition(partition: RangePartition, first_call: Accumulator[float] | N
         rng.describe(), records, stats.bytes / 1024, seconds, records / seconds, stats.bytes / 1024 / seconds,
         stats.get_records_calls, stats.throttled, stats.throttled_seconds, stats.paced_seconds, stats.expired_iterators,
     )  # fmt: skip
+    for after, first in stats.unconfirmed:
+        if noted is None:
+            raise RuntimeError(f"{rng.describe()}: records after {after} may be lost, and this job has nowhere to note it")
+        noted((rng.shard_id, after, first))
 
 
 def utc_botocore_session() -> Any:

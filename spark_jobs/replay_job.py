@@ -30,7 +30,7 @@ import sys
 import time
 import traceback
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -46,7 +46,7 @@ from kinesis_replay.output import batch_path, data_path, manifest_path, owner_pa
 from kinesis_replay.ranges import SequenceRange
 from kinesis_replay.records import DIGEST_SEPARATOR, DIGEST_TEXT_COLUMNS, PARTITION_COLUMN, format_digest
 from kinesis_replay.state import Manifest, ShardResult
-from kinesis_source import first_call_accumulator, read_ranges, sample_ranges
+from kinesis_source import Unconfirmed, first_call_accumulator, read_ranges, sample_ranges, unconfirmed_accumulator
 
 SEQ_WIDTH = 130  # sequence numbers have at most 129 digits: left-padded, they order as text as they do as numbers
 PART = "kinesis_replay_part"  # the staging partition column: data or quarantine
@@ -256,8 +256,11 @@ def row_digest_column() -> Any:
     return F.conv(F.substring(F.md5(joined), 1, 16), 16, 10).cast("decimal(20,0)")
 
 
-def summarize(spark: SparkSession, spec: JobSpec, seconds: float, attempt: str | None = None) -> Manifest:
-    """Per-shard rows, bad rows, bytes, first and last sequence numbers and row checksums, read back from the files."""
+def summarize(
+    spark: SparkSession, spec: JobSpec, seconds: float, attempt: str | None = None, unconfirmed: Sequence[Unconfirmed] = ()
+) -> Manifest:
+    """Per-shard rows, bad rows, bytes, first and last sequence numbers and row checksums, read back from the files;
+    with each shard's ``unconfirmed`` spans (records that may have been trimmed unread, an acknowledged loss)."""
     output, batch_id = spec.output, spec.batch_id
     fs = HadoopFS(spark, output)
     paths = [p for p in (rows_path(spec, attempt), quarantine_path(output, batch_id)) if fs.exists(p)]
@@ -270,6 +273,10 @@ def summarize(spark: SparkSession, spec: JobSpec, seconds: float, attempt: str |
         "decode_error",
         "approximate_arrival_timestamp",
     ]
+    spans: dict[str, set[tuple[int, int | None]]] = {}
+    for shard_id, after, first in unconfirmed:
+        spans.setdefault(shard_id, set()).add((after, first))
+    # A shard with no row has a span only from a retried task's failed attempt: verify records the whole range as gone.
     if not paths:  # not a row: every range was acknowledged as gone (a loss the ledger records as gaps)
         return Manifest(pipeline=spec.pipeline, batch_id=batch_id, shards=(), seconds=round(seconds, 3), attempt=attempt)
     written = spark.read.parquet(*paths).select(*columns)  # the quarantine's files have no batch_id column
@@ -301,6 +308,7 @@ def summarize(spark: SparkSession, spec: JobSpec, seconds: float, attempt: str |
             bad_records=int(r["bad"]),
             last_arrival=datetime.fromtimestamp(r["last_arrival"] / 1e6, UTC) if r["last_arrival"] is not None else None,
             digest=format_digest(int(r["digest"])),
+            unconfirmed=tuple(sorted(spans.get(r["shard_id"], ()), key=lambda span: span[0])),
         )
         for r in sorted(rows, key=lambda r: r["shard_id"])
     )
@@ -317,14 +325,14 @@ def run(spec: JobSpec, source: Callable[..., DataFrame] = read_ranges) -> Manife
     spark = build_session(spec)
     lap("session")
     try:
-        first_call = first_call_accumulator(spark)
-        rows = decode_payload(source(spark, spec, first_call), spec.payload, spec.pipeline)
+        first_call, unconfirmed = first_call_accumulator(spark), unconfirmed_accumulator(spark)
+        rows = decode_payload(source(spark, spec, first_call, unconfirmed), spec.payload, spec.pipeline)
         attempt = new_attempt() if spec.output_format == "iceberg" else None
         write_batch(spark, rows, spec, attempt)
         lap("read_write")
         # Of that phase, the part from the first Kinesis call on: before it, the tasks start (Python workers, imports).
         from_first_call = max(0.0, time.time() - first_call.value) if math.isfinite(first_call.value) else 0.0
-        manifest = summarize(spark, spec, time.monotonic() - started, attempt)
+        manifest = summarize(spark, spec, time.monotonic() - started, attempt, unconfirmed.value)
         lap("summary")
         path = manifest_path(spec.output, spec.batch_id)
         HadoopFS(spark, path).write_text(path, json.dumps(manifest.to_dict(), indent=2))

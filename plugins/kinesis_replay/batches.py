@@ -587,10 +587,22 @@ def check_manifest(batch: Batch, manifest: Manifest, acknowledged: frozenset[str
                     f"{where}, range {rng.describe()}: the output starts at {got.first_sequence_number}, after the range start"
                 )
             gaps.append(Gap(rng.shard_id, rng.previous_checkpoint, got.first_sequence_number, run_id, detected="replay"))
+        gaps += read_gaps(where, rng, got, acknowledged, run_id)
         last_ok = got.last_sequence_number <= rng.end if rng.to_shard_end else got.last_sequence_number == rng.end
         if not last_ok or got.last_sequence_number < got.first_sequence_number:
             raise VerificationError(f"{where}, range {rng.describe()}: the output ends at {got.last_sequence_number}")
     return gaps
+
+
+def read_gaps(where: str, rng: SequenceRange, got: ShardResult, acknowledged: frozenset[str], run_id: str) -> list[Gap]:
+    """The range's unconfirmed spans as gaps: records the reader could not show it read (near the retention, trimmed)."""
+    if got.unconfirmed and rng.shard_id not in acknowledged:
+        after = got.unconfirmed[0][0]
+        raise VerificationError(
+            f"{where}, range {rng.describe()}: records after {after} may have been trimmed unread (the reader found {after} "
+            f'gone near the retention); to accept the loss, trigger a run with {{"acknowledge_data_loss": ["{rng.shard_id}"]}}'
+        )
+    return [Gap(rng.shard_id, after, first, run_id, detected="read") for after, first in got.unconfirmed]
 
 
 def commit_batch(pipeline: PipelineConfig, store: StateStore, batch_id: int, now: datetime | None = None, run_id: str = "") -> Batch:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from kinesis_replay.config import OUTPUT_FORMATS, PayloadConfig, PipelineConfig, ReadConfig
@@ -24,7 +24,9 @@ from kinesis_replay.ranges import SequenceRange
 from kinesis_replay.state import ESTIMATED_BYTES, Batch
 
 # Raise it with any change of the JSON a job could misread; from_json refuses every other version.
-VERSION = 2  # 2: output_format (a table output is written per attempt, with batch_id in the files), estimated_bytes
+# 2: output_format (a table output is written per attempt, with batch_id in the files), estimated_bytes;
+# 3: retention_seconds (a job of version 2 would read a range near the retention without checking its pages)
+VERSION = 3
 
 
 class JobSpecError(KinesisReplayError):
@@ -59,6 +61,9 @@ class JobSpec:
     # Planning's estimate of each range's bytes (shard id -> bytes), where it could tell: the job balances its
     # ranges across tasks by it. Only a hint: a missing or wrong estimate changes how fast, never what, is read.
     estimated_bytes: Mapping[str, int] = field(default_factory=dict)
+    # How long the stream keeps records, when the job was submitted: a range read near it has each page checked for
+    # records trimmed while it was read (kinesis.iterate_range). None: no page is checked.
+    retention: timedelta | None = None
     version: int = VERSION
 
     def __post_init__(self) -> None:
@@ -67,7 +72,12 @@ class JobSpec:
 
     @classmethod
     def for_batch(
-        cls, pipeline: PipelineConfig, batch: Batch, kinesis: KinesisEndpoint, accept_gaps: frozenset[str] = frozenset()
+        cls,
+        pipeline: PipelineConfig,
+        batch: Batch,
+        kinesis: KinesisEndpoint,
+        accept_gaps: frozenset[str] = frozenset(),
+        retention: timedelta | None = None,
     ) -> JobSpec:
         """The spec of one of ``pipeline``'s stored batches."""
         return cls(
@@ -83,6 +93,7 @@ class JobSpec:
             payload=pipeline.payload,
             output_format=pipeline.output_format,
             estimated_bytes=dict(batch.extra.get(ESTIMATED_BYTES) or {}),
+            retention=retention,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -100,6 +111,7 @@ class JobSpec:
             "payload": asdict(self.payload),
             "output_format": self.output_format,
             "estimated_bytes": dict(sorted(self.estimated_bytes.items())),
+            "retention_seconds": None if self.retention is None else int(self.retention.total_seconds()),
         }
 
     def to_json(self) -> str:
@@ -123,7 +135,7 @@ class JobSpec:
         if missing:
             raise JobSpecError(f"{source} lacks {', '.join(missing)}")
         try:
-            planned_at = data.get("planned_at")
+            planned_at, retention = data.get("planned_at"), data.get("retention_seconds")
             return cls(
                 pipeline=str(data["pipeline"]),
                 stream=str(data["stream"]),
@@ -137,6 +149,7 @@ class JobSpec:
                 payload=_known(PayloadConfig, data.get("payload", {}), source, "payload"),
                 output_format=_output_format(data.get("output_format", "iceberg"), source),
                 estimated_bytes={str(k): int(v) for k, v in (data.get("estimated_bytes") or {}).items()},
+                retention=None if retention is None else timedelta(seconds=int(retention)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise JobSpecError(f"{source} is malformed: {exc}") from exc

@@ -7,7 +7,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -100,6 +100,11 @@ class _AllOf(standard.BaseRetryableChecker):
 # one at its word; the range reader, which fails the batch on it, asks this many times in a row.
 _EMPTY_AT_TIP = 3
 
+# Kinesis trims a record only once it is older than the stream's retention. A record younger than the retention less
+# this margin, which covers the difference between Kinesis's clock (ApproximateArrivalTimestamp) and the reader's, is
+# taken to be there still, and so is every record after it: the range reader checks a page only past that age.
+RETENTION_MARGIN = timedelta(minutes=5)
+
 
 @dataclass
 class ReadStats:
@@ -113,6 +118,10 @@ class ReadStats:
     paced_seconds: float = 0.0
     expired_iterators: int = 0
     millis_behind_latest: int | None = None
+    # Read near the retention, with the loss acknowledged: (the last record read, the first record of the page
+    # after it, or None at a closed shard's end) where the last record read was gone once the page was read, so
+    # records between the two may have been trimmed unread. Verify records each as a gap.
+    unconfirmed: list[tuple[int, int | None]] = field(default_factory=list)
 
 
 class ShardBudget:
@@ -516,6 +525,11 @@ class _EndSearch:
         )  # fmt: skip
 
 
+def _span(length: timedelta) -> str:
+    seconds = int(length.total_seconds())
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m{seconds % 60:02d}s"
+
+
 def page_limit(records: list[Record], limits: ReadConfig) -> int:
     """The next GetRecords Limit: as many records as fill ``limits.page_bytes`` at this page's mean size."""
     mean = max(1.0, sum(len(r["Data"]) for r in records) / len(records))
@@ -530,6 +544,7 @@ def iterate_range(
     stats: ReadStats | None = None,
     sleep: Callable[[float], None] = time.sleep,
     accept_gap: bool = False,
+    retention: timedelta | None = None,
 ) -> Iterator[list[Record]]:
     """Yield the records of a closed range, page by page, exactly: from ``start`` to ``end`` inclusive.
 
@@ -539,8 +554,15 @@ def iterate_range(
     first record left, and a range every record of which is gone (or whose closed shard left the stream) reads as
     empty. An open shard that runs dry before ``end`` fails; a closed shard is read until GetRecords returns no
     next iterator (SHARD_END).
+
+    Near the stream's ``retention``, a page may also begin past records trimmed while the range was read: Kinesis
+    starts a next iterator over trimmed records at the first record left, without an error. So once the last record
+    read is within ``RETENTION_MARGIN`` of the retention, each page after it is checked: that record must still be in
+    the stream (records are trimmed oldest first, so everything after it then was too). One that is gone fails the
+    range, or with the loss acknowledged is noted in ``stats.unconfirmed`` for verify to record as a gap. Without a
+    ``retention`` no page is checked.
     """
-    reader = _RangeReader(ShardCalls(client, stream, rng.shard_id, limits, stats, sleep), rng, accept_gap)
+    reader = _RangeReader(ShardCalls(client, stream, rng.shard_id, limits, stats, sleep), rng, accept_gap, retention)
     while reader.iterator is not None:
         records = reader.next_page()
         if not records:
@@ -551,7 +573,7 @@ def iterate_range(
             if kept:
                 yield kept
             return
-        reader.last = tail
+        reader.last, reader.last_arrival = tail, records[-1]["ApproximateArrivalTimestamp"]
         yield records
         del records  # a reader holds one page at a time
         if tail == rng.end and not rng.to_shard_end:
@@ -563,10 +585,11 @@ def iterate_range(
 class _RangeReader:
     """What reading one range keeps between pages, and the checks each page must pass."""
 
-    def __init__(self, shard: ShardCalls, rng: SequenceRange, accept_gap: bool) -> None:
-        self.shard, self.rng, self.accept_gap = shard, rng, accept_gap
+    def __init__(self, shard: ShardCalls, rng: SequenceRange, accept_gap: bool, retention: timedelta | None = None) -> None:
+        self.shard, self.rng, self.accept_gap, self.retention = shard, rng, accept_gap, retention
         self.what = f"stream {shard.stream}, range {rng.describe()}"
         self.last: int | None = None  # the last record yielded
+        self.last_arrival: datetime | None = None  # when it arrived: how near it is to the retention
         self.wholly_gone = False  # an acknowledged gap: every record of the range is gone
         self.reopened_at: int | None = None  # an iterator reopened at the last record read: it must come first, again
         self.empty_at_tip = 0
@@ -612,12 +635,15 @@ class _RangeReader:
             self._empty(at_tip)
             return records
         self.empty_at_tip = 0
-        if self.reopened_at is not None:
+        reopened = self.reopened_at is not None
+        if reopened:  # its first record was the last one read: nothing before the page was skipped
             records = self._after_reopened(records)
             if not records:
                 return records
         if self.last is None:
             self._check_start(parse_sequence_number(records[0]["SequenceNumber"]))
+        elif not reopened and self._at_risk():
+            self._confirm(parse_sequence_number(records[0]["SequenceNumber"]))
         self.limit = page_limit(records, self.shard.limits)
         return records
 
@@ -706,6 +732,53 @@ class _RangeReader:
             raise RangeReadError(f"{self.what}: reached SHARD_END without reading the range start")
         if self.last is None:
             self._wholly_gone("the closed shard holds none of it any more")
+        elif self._at_risk():  # the pages since the last record read may have been emptied by retention
+            self._confirm(None)
+
+    def _at_risk(self) -> bool:
+        """Whether records after the last one read could have been trimmed before the page after it was read."""
+        if self.retention is None or self.last_arrival is None:
+            return False
+        return datetime.now(UTC) - self.last_arrival >= self.retention - RETENTION_MARGIN
+
+    def _confirm(self, first: int | None) -> None:
+        """After a page read near the retention: the last record read before it must still be in the stream.
+
+        Kinesis trims a shard's records oldest first, so while that record is there, so is every record after it, and
+        the page, read before this check, skipped none. Once it is gone, the page may have begun past records trimmed
+        meanwhile (``first`` is the page's first record; None: the closed shard ended). That fails the range, unless
+        an operator acknowledged the loss: then it is noted, for verify to record as a gap, and reading goes on.
+        """
+        assert self.last is not None and self.last_arrival is not None and self.retention is not None
+        if self._holds(self.last):
+            return
+        after = "the shard's end" if first is None else f"{first}, the next page's first record,"
+        if not self.accept_gap:
+            raise DataLossError(
+                f"{self.what}: record {self.last}, the last one read, arrived {_span(datetime.now(UTC) - self.last_arrival)} ago and is "
+                f"no longer in the stream, which keeps records {_span(self.retention)}: records between it and {after} may have "
+                "been trimmed before they were read. Nothing of this attempt is committed. To accept the loss, trigger "
+                f'a run with {{"acknowledge_data_loss": ["{self.rng.shard_id}"]}}'
+            )
+        self.shard.stats.unconfirmed.append((self.last, first))
+        log.warning("%s: acknowledged gap: record %d is gone, so records between it and %s may be lost", self.what, self.last, after)
+
+    def _holds(self, sequence_number: int) -> bool:
+        """Whether the shard still holds ``sequence_number``: an iterator at it must begin with it."""
+        try:
+            iterator = self.shard.iterator(ShardIteratorType="AT_SEQUENCE_NUMBER", StartingSequenceNumber=str(sequence_number))
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "InvalidArgumentException":
+                raise RangeReadError(f"{self.what}: GetShardIterator at {sequence_number} failed: {exc}") from exc
+            return False  # a sequence number Kinesis no longer holds
+        for _ in range(_EMPTY_AT_TIP):  # Kinesis may answer empty pages before the records
+            if not iterator:
+                return False
+            page = self.shard.get_records(iterator, f"{self.what}: GetRecords at {sequence_number}", limit=1)
+            if page["Records"]:
+                return parse_sequence_number(page["Records"][0]["SequenceNumber"]) == sequence_number
+            iterator = page.get("NextShardIterator")
+        return False
 
     def _wholly_gone(self, how: str) -> None:
         """An acknowledged loss of the whole range: it reads as empty, and verify records the gap."""

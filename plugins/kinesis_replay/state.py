@@ -93,6 +93,10 @@ class ShardResult:
     # The row digest (records.row_digest summed over the shard's rows): unlike ``checksum`` (Spark's xxhash64, which
     # backfills compare), verify recomputes it from the files with pyarrow. None in manifests of older releases.
     digest: str | None = None
+    # (the last record read, the first record after it; None: the closed shard's end) where the last record read was
+    # gone once the next page was read, near the retention, so records between may have been trimmed unread: an
+    # acknowledged loss, which verify records as a gap (kinesis.iterate_range).
+    unconfirmed: tuple[tuple[int, int | None], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -105,6 +109,7 @@ class ShardResult:
             "bad_records": self.bad_records,
             "last_arrival": None if self.last_arrival is None else self.last_arrival.isoformat(),
             **({"digest": self.digest} if self.digest is not None else {}),
+            **({"unconfirmed": [_span_to_dict(span) for span in self.unconfirmed]} if self.unconfirmed else {}),
         }
 
     @classmethod
@@ -120,7 +125,21 @@ class ShardResult:
             bad_records=int(data.get("bad_records", 0)),
             last_arrival=datetime.fromisoformat(data["last_arrival"]) if data.get("last_arrival") else None,
             digest=str(data["digest"]) if data.get("digest") is not None else None,
+            unconfirmed=tuple(_span_from_dict(span, shard_id) for span in data.get("unconfirmed") or ()),
         )
+
+
+def _span_to_dict(span: tuple[int, int | None]) -> dict[str, str | None]:
+    after, first = span
+    return {"after": format_sequence_number(after), "first": None if first is None else format_sequence_number(first)}
+
+
+def _span_from_dict(data: Mapping[str, Any], shard_id: str) -> tuple[int, int | None]:
+    first = data.get("first")
+    return (
+        parse_sequence_number(data["after"], f"unconfirmed span of {shard_id}"),
+        None if first is None else parse_sequence_number(first, f"unconfirmed span of {shard_id}"),
+    )
 
 
 @dataclass(frozen=True)
@@ -187,7 +206,9 @@ class Gap:
     after: int | None
     first_available: int | None
     acknowledged_by: str
-    detected: str  # "plan" (the checkpoint was gone) or "replay" (the range start was gone)
+    # "plan" (the checkpoint was gone), "replay" (the range start was gone) or "read" (records after ``after`` were
+    # trimmed while the range was read, near the retention: ``after`` was gone once the page after it was read)
+    detected: str
 
     def to_dict(self) -> dict[str, Any]:
         return {

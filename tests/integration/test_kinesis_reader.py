@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -12,7 +13,7 @@ from kinesis_replay.config import ReadConfig
 from kinesis_replay.errors import DataLossError, RangeReadError, StreamNotFoundError
 from kinesis_replay.kinesis import ReadStats, iterate_range
 from kinesis_replay.ranges import SequenceRange
-from stack.producer import produce
+from stack.producer import produce, split_shard
 
 
 def shard_sequence_numbers(kinesis: Any, stream: str, count: int = 300) -> tuple[str, list[int]]:
@@ -36,9 +37,16 @@ class FaultyKinesis:
         self.trim = trim or {}  # call number -> records cut from the front of its page, as retention would have
         self.refuse_start = False  # the first GetShardIterator(AT_SEQUENCE_NUMBER) is refused, as for a trimmed record
         self.limits: list[int] = []  # the Limit of each GetRecords call
+        self.iterators = 0  # GetShardIterator calls
+        # (s, h): once a page after record s is asked for, retention has trimmed every record below h: that page and
+        # later ones leave them out, and an iterator at one of them is refused
+        self.trim_after: tuple[int, int] | None = None
+        self.horizon: int | None = None
 
     def get_shard_iterator(self, **kwargs: Any) -> Any:
-        if self.refuse_start and kwargs["ShardIteratorType"] == "AT_SEQUENCE_NUMBER":
+        self.iterators += 1
+        trimmed = self.horizon is not None and int(kwargs.get("StartingSequenceNumber", self.horizon)) < self.horizon
+        if (self.refuse_start or trimmed) and kwargs["ShardIteratorType"] == "AT_SEQUENCE_NUMBER":
             self.refuse_start = False
             message = "StartingSequenceNumber used in ShardIterator has expired (trimmed)"
             raise ClientError({"Error": {"Code": "InvalidArgumentException", "Message": message}}, "GetShardIterator")
@@ -57,6 +65,10 @@ class FaultyKinesis:
         if self.drop_first_record and self.calls == 1:
             page["Records"] = page["Records"][1:]  # as if retention had trimmed the range's first record
         page["Records"] = page["Records"][self.trim.get(self.calls, 0) :]
+        if self.trim_after and page["Records"] and int(page["Records"][0]["SequenceNumber"]) > self.trim_after[0]:
+            self.horizon = self.trim_after[1]
+        if self.horizon is not None:
+            page["Records"] = [r for r in page["Records"] if int(r["SequenceNumber"]) >= self.horizon]
         return page
 
 
@@ -110,6 +122,60 @@ def test_records_trimmed_while_an_iterator_was_expired_fail_the_range_not_skip_i
     faulty = FaultyKinesis(kinesis, errors={3: "ExpiredIteratorException"}, trim={4: 3})  # the last read and 2 more gone
     with pytest.raises(RangeReadError, match=rf"record {seqs[9]}, the last one read before the iterator expired, is gone"):
         read(faulty, stream, SequenceRange(shard, seqs[0], seqs[-1]), ReadConfig(max_records_per_call=5))
+
+
+# A retention every record is near: each page after the first is checked.
+NEAR = timedelta(seconds=1)
+
+
+def read_near_retention(faulty: FaultyKinesis, stream: str, rng: SequenceRange, accept_gap: bool = False, stats: ReadStats | None = None,
+                        retention: timedelta = NEAR) -> list[int]:  # fmt: skip
+    pages = iterate_range(
+        faulty, stream, rng, ReadConfig(max_records_per_call=5, first_page_records=5), stats, lambda s: None, accept_gap, retention
+    )
+    return [int(r["SequenceNumber"]) for page in pages for r in page]
+
+
+def test_near_the_retention_each_page_is_checked_and_one_that_skipped_nothing_passes(kinesis: Any, stream: str) -> None:
+    shard, seqs = shard_sequence_numbers(kinesis, stream, 120)
+    counting, stats = FaultyKinesis(kinesis), ReadStats()
+    assert read_near_retention(counting, stream, SequenceRange(shard, seqs[0], seqs[-1]), stats=stats) == seqs
+    pages = -(-len(seqs) // 5)
+    # One iterator at the start, then one for each page after the first: at the last record read, which is still there.
+    assert counting.iterators == pages and stats.unconfirmed == []
+    far = FaultyKinesis(kinesis)  # the stream's real retention (24 hours), which no record here is near: no check
+    assert read_near_retention(far, stream, SequenceRange(shard, seqs[0], seqs[-1]), retention=timedelta(hours=24)) == seqs
+    assert far.iterators == 1 and far.calls == pages
+
+
+def test_records_trimmed_between_two_pages_near_the_retention_fail_the_range_not_skip_it(kinesis: Any, stream: str) -> None:
+    """Kinesis starts the next page at the first record left: without the check, seqs[10] to seqs[12] were skipped
+    silently, with the range's first and last records, all the manifest checks, as planned."""
+    shard, seqs = shard_sequence_numbers(kinesis, stream)
+    rng = SequenceRange(shard, seqs[0], seqs[-1])
+    faulty = FaultyKinesis(kinesis)
+    faulty.trim_after = (seqs[9], seqs[13])  # the second page's last record, and the two after it, are trimmed
+    expected = rf"record {seqs[9]}, the last one read, .* no longer in the stream.* between it and {seqs[13]}, the next page's first"
+    with pytest.raises(DataLossError, match=expected + rf'.*"acknowledge_data_loss": \["{shard}"\]'):
+        read_near_retention(faulty, stream, rng)
+    acknowledged, stats = FaultyKinesis(kinesis), ReadStats()
+    acknowledged.trim_after = (seqs[9], seqs[13])
+    assert read_near_retention(acknowledged, stream, rng, accept_gap=True, stats=stats) == seqs[:10] + seqs[13:]
+    assert stats.unconfirmed == [(seqs[9], seqs[13])]  # for verify to record as the gap
+
+
+def test_a_closed_shard_emptied_by_retention_while_read_fails_at_its_end(kinesis: Any, stream: str) -> None:
+    shard, seqs = shard_sequence_numbers(kinesis, stream, 120)
+    split_shard(kinesis, stream, shard)  # the shard closes: it is read to its end, SHARD_END
+    rng = SequenceRange(shard, seqs[0], seqs[-1], to_shard_end=True)
+    faulty = FaultyKinesis(kinesis)
+    faulty.trim_after = (seqs[9], seqs[-1] + 1)  # everything after the second page is trimmed: empty pages, then SHARD_END
+    with pytest.raises(DataLossError, match=rf"record {seqs[9]}, the last one read, .* between it and the shard's end"):
+        read_near_retention(faulty, stream, rng)
+    acknowledged, stats = FaultyKinesis(kinesis), ReadStats()
+    acknowledged.trim_after = (seqs[9], seqs[-1] + 1)
+    assert read_near_retention(acknowledged, stream, rng, accept_gap=True, stats=stats) == seqs[:10]
+    assert stats.unconfirmed == [(seqs[9], None)]
 
 
 def test_a_range_start_kinesis_refuses_is_a_loss_to_acknowledge_then_read_from_the_first_record_left(kinesis: Any, stream: str) -> None:

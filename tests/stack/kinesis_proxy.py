@@ -94,6 +94,9 @@ class KinesisProxy(LocalServer):
         self.counters: dict[str, ShardCounters] = defaultdict(ShardCounters)  # by shard id: tests read one stream's
         # shard id -> the sequence number of its first record left: records below it are gone, as if trimmed
         self.trim_below: dict[str, int] = {}
+        # shard id -> (s, h): retention trims the shard while it is read: once a page after record s is asked for,
+        # every record below h is gone (trim_below), that page's included
+        self.trim_after: dict[str, tuple[int, int]] = {}
         # Limits are a shard's of a stream, as Kinesis's are: two streams' shardId-000000000000 do not share one.
         self._shards: dict[tuple[str, str], _Shard] = defaultdict(lambda: _Shard(tokens=self.limits.bytes_per_second))
         self._iterators: dict[str, tuple[str, str]] = {}  # iterator -> (stream, shard id)
@@ -269,6 +272,9 @@ class KinesisProxy(LocalServer):
                     proxy._iterators[json.loads(payload)["ShardIterator"]] = (stream, shard_id)
                 elif status == 200 and operation == "GetRecords":
                     page = json.loads(payload)
+                    after = proxy.trim_after.get(shard_id)
+                    if after and page["Records"] and int(page["Records"][0]["SequenceNumber"]) > after[0]:
+                        proxy.trim_below[shard_id] = after[1]
                     if shard_id in proxy.trim_below:
                         page["Records"] = [r for r in page["Records"] if int(r["SequenceNumber"]) >= proxy.trim_below[shard_id]]
                         payload = json.dumps(page).encode()

@@ -56,6 +56,20 @@ def test_output_starting_after_the_range_start_is_a_gap_only_when_acknowledged()
     assert (gap.shard_id, gap.after, gap.first_available, gap.acknowledged_by, gap.detected) == ("s0", None, S + 7, "manual__1", "replay")
 
 
+def test_records_the_reader_could_not_show_it_read_are_gaps_only_when_acknowledged() -> None:
+    # Near the retention, record S+40 was gone once the page after it was read (that page began at S+60); at the closed
+    # shard's end, S+50 was gone once the shard ended.
+    spans = manifest(ShardResult("s0", 3, 30, S, S + 100, "x", unconfirmed=((S + 40, S + 60),)),
+                     ShardResult("s1", 2, 20, S + 5, S + 50, "y", unconfirmed=((S + 50, None),)))  # fmt: skip
+    expected = rf'range s0 .*: records after {S + 40} may have been trimmed unread.*"acknowledge_data_loss": \["s0"\]'
+    with pytest.raises(VerificationError, match=expected):
+        check_manifest(BATCH, spans, acknowledged=frozenset({"s1"}))
+    gaps = check_manifest(BATCH, spans, acknowledged=frozenset({"s0", "s1"}), run_id="manual__2")
+    assert gaps == [Gap("s0", S + 40, S + 60, "manual__2", "read"), Gap("s1", S + 50, None, "manual__2", "read")]
+    # The manifest's JSON keeps them; a shard without any writes no key, as manifests always did.
+    assert Manifest.from_dict(spans.to_dict()) == spans and "unconfirmed" not in GOOD[0].to_dict()
+
+
 def test_a_range_with_no_row_is_a_whole_gap_only_when_acknowledged_and_leaves_its_checkpoint_at_its_end() -> None:
     # Every record of the range was gone when it was read: no row, so the manifest has no line for its shard.
     for missing, kept in (("s0", GOOD[1]), ("s1", GOOD[0])):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -43,7 +43,7 @@ def test_a_batch_spec_carries_the_ranges_and_the_pipelines_reading_rules_and_not
     assert s.payload == PayloadConfig("json", "n INT")
     assert s.version == VERSION
     assert set(s.to_dict()) == {"version", "pipeline", "stream", "batch_id", "output", "ranges", "accept_gaps", "planned_at",
-                                "kinesis", "read", "payload", "output_format", "estimated_bytes"}  # fmt: skip
+                                "kinesis", "read", "payload", "output_format", "estimated_bytes", "retention_seconds"}  # fmt: skip
 
 
 def test_the_json_round_trip_is_exact() -> None:
@@ -51,7 +51,9 @@ def test_the_json_round_trip_is_exact() -> None:
     assert JobSpec.from_json(s.to_json()) == s
     bare = JobSpec("p", "stream", 1, "/lake/p", (SequenceRange("s0", 1, 2),))
     assert JobSpec.from_json(bare.to_json()) == bare
-    assert bare.read == ReadConfig() and bare.kinesis == KinesisEndpoint()
+    assert bare.read == ReadConfig() and bare.kinesis == KinesisEndpoint() and bare.retention is None
+    kept = JobSpec.for_batch(PIPELINE, BATCH, KinesisEndpoint(), retention=timedelta(hours=168))
+    assert JobSpec.from_json(kept.to_json()) == kept and kept.to_dict()["retention_seconds"] == 168 * 3600
 
 
 def test_an_endpoint_only_airflow_can_reach_is_replaced_not_mutated() -> None:

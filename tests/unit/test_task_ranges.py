@@ -93,7 +93,7 @@ def test_a_task_reads_its_ranges_at_once_and_yields_every_page_of_each(monkeypat
     group = partitions(spec([60] * 4))
     together = threading.Barrier(len(group), timeout=30)  # passes only when all four ranges are being read at once
 
-    def read_partition(partition: RangePartition, first_call: Any = None) -> Iterator[pa.RecordBatch]:
+    def read_partition(partition: RangePartition, first_call: Any = None, noted: Any = None) -> Iterator[pa.RecordBatch]:
         for n in range(3):
             if n == 1:
                 together.wait()
@@ -108,7 +108,7 @@ def test_a_task_reads_no_more_ranges_at_once_than_read_task_concurrency(monkeypa
     group = partitions(spec([60] * 5, task_concurrency=2))
     active, most, lock = set(), 0, threading.Lock()
 
-    def read_partition(partition: RangePartition, first_call: Any = None) -> Iterator[pa.RecordBatch]:
+    def read_partition(partition: RangePartition, first_call: Any = None, noted: Any = None) -> Iterator[pa.RecordBatch]:
         nonlocal most
         with lock:
             active.add(partition.index)
@@ -122,10 +122,34 @@ def test_a_task_reads_no_more_ranges_at_once_than_read_task_concurrency(monkeypa
     assert most <= 2
 
 
+def test_spans_a_reader_thread_could_not_confirm_reach_the_accumulator_from_the_tasks_own_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """PySpark sends a task's accumulator updates from the task's thread: a reader thread's must be carried there."""
+    group = partitions(spec([60] * 3))
+
+    def read_partition(partition: RangePartition, first_call: Any = None, noted: Any = None) -> Iterator[pa.RecordBatch]:
+        yield page(partition.range.shard_id, 0)
+        noted((partition.range.shard_id, 10 + partition.index, None if partition.index else 20))
+
+    class Accumulator:
+        def __init__(self) -> None:
+            self.value: list[Any] = []
+            self.threads: set[str] = set()
+
+        def add(self, spans: list[Any]) -> None:
+            self.value += spans
+            self.threads.add(threading.current_thread().name)
+
+    monkeypatch.setattr(kinesis_source, "read_partition", read_partition)
+    accumulator = Accumulator()
+    assert len(list(read_group(group, None, accumulator))) == 3  # type: ignore[arg-type]
+    assert sorted(accumulator.value) == [(p.range.shard_id, 10 + p.index, None if p.index else 20) for p in group]
+    assert accumulator.threads == {threading.current_thread().name}
+
+
 def test_a_range_that_fails_fails_the_task_with_its_error_and_stops_the_other_readers(monkeypatch: pytest.MonkeyPatch) -> None:
     group = partitions(spec([60] * 3))
 
-    def read_partition(partition: RangePartition, first_call: Any = None) -> Iterator[pa.RecordBatch]:
+    def read_partition(partition: RangePartition, first_call: Any = None, noted: Any = None) -> Iterator[pa.RecordBatch]:
         if partition.index == 1:
             raise RangeReadError(f"stream s, range {partition.range.describe()}: could not read until the end")
         for n in range(1_000_000):  # endless: only the failure ends it
