@@ -3,23 +3,17 @@
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import pyarrow.dataset as ds
 import pytest
 
 from kinesis_replay import jvm_archive, output, spark_submit
-from kinesis_replay.batches import check_manifest
-from kinesis_replay.config import ReadConfig, parse_config
+from kinesis_replay.config import parse_config
 from kinesis_replay.job_spec import JobSpec, KinesisEndpoint
 from kinesis_replay.ranges import SequenceRange
-from kinesis_replay.state import Batch, BatchStatus, Gap, Manifest
 from stack.harness import ROOT
-from stack.kinesis_proxy import KinesisProxy
 from stack.producer import produce
 
 
@@ -45,51 +39,6 @@ def test_an_unreachable_range_end_fails_the_job_naming_stream_shard_and_range(
     assert "could not read until the end sequence number of the range" in message
     assert not (Path(entry["output"]) / "batch_id=0000000001").exists() and not (Path(entry["output"]) / "data").exists()
     assert not (Path(entry["output"]) / "_manifests").exists()
-
-
-def test_records_trimmed_while_ranges_are_read_near_the_retention_fail_the_job_or_become_gaps_once_acknowledged(
-    kinesis: Any, entry: dict[str, Any], tmp_path: Path, stack: Any
-) -> None:
-    """Retention trims each shard while it is read: the page after record s[9] begins at s[13], with no error from
-    Kinesis. Every range's first and last records are the plan's, so verify alone would have passed the batch."""
-    by_shard: dict[str, list[int]] = {}
-    for p in produce(kinesis, entry["stream"], 160):
-        by_shard.setdefault(p.shard_id, []).append(int(p.sequence_number))
-    seqs = {shard: sorted(numbers) for shard, numbers in by_shard.items() if len(numbers) >= 20}
-    ranges = tuple(SequenceRange(shard, numbers[0], numbers[-1]) for shard, numbers in sorted(seqs.items()))
-    proxy = KinesisProxy(stack.kinesis_url).start()
-    pipeline = parse_config({"pipelines": [entry]})[0]
-    jobs, output_dir = ROOT / "spark_jobs", Path(entry["output"])
-    py_files = [spark_submit.package_library(tmp_path / "lib.zip"), jobs / "kinesis_source.py"]
-
-    def replay(accept_gaps: frozenset[str]) -> None:
-        proxy.trim_below.clear()
-        proxy.trim_after.update({shard: (numbers[9], numbers[13]) for shard, numbers in seqs.items()})
-        spec = JobSpec(entry["name"], entry["stream"], 1, entry["output"], ranges, accept_gaps,
-                       kinesis=KinesisEndpoint("us-east-1", proxy.url), read=ReadConfig(max_records_per_call=5, first_page_records=5),
-                       retention=timedelta(seconds=1))  # fmt: skip  # every record is near a retention of a second
-        (tmp_path / "batch.json").write_text(spec.to_json())
-        command = spark_submit.build_command(pipeline, 1, tmp_path / "batch.json", jobs / "replay_job.py", py_files)
-        spark_submit.run(command, spark_submit.submit_env(pipeline.spark.master, {}), "pipeline p, batch 1")
-
-    try:
-        with pytest.raises(spark_submit.SparkSubmitError) as failure:
-            replay(frozenset())
-        assert re.search(r"range (shardId-\d+) .*: record (\d+), the last one read, .* no longer in the stream", str(failure.value))
-        assert '"acknowledge_data_loss"' in str(failure.value)
-        assert not (output_dir / "_manifests").exists()  # nothing of the attempt is verified, so nothing is committed
-        replay(frozenset(seqs))
-    finally:
-        proxy.stop()
-    manifest = Manifest.from_dict(json.loads((output_dir / "_manifests" / "batch_id=0000000001.json").read_text()))
-    assert {s.shard_id: s.unconfirmed for s in manifest.shards} == {shard: ((n[9], n[13]),) for shard, n in seqs.items()}
-    batch = Batch(entry["name"], 1, BatchStatus.PLANNED, ranges, entry["stream"], "run", datetime.now(UTC))
-    gaps = check_manifest(batch, manifest, frozenset(seqs), "manual__ack")
-    assert sorted(gaps, key=lambda g: g.shard_id) == [Gap(shard, n[9], n[13], "manual__ack", "read") for shard, n in sorted(seqs.items())]
-    # The rows: every record but the three trimmed from each shard, once.
-    rows = ds.dataset(output_dir / "data", format="parquet").to_table(columns=["shard_id", "sequence_number"]).to_pylist()
-    read = sorted((r["shard_id"], int(r["sequence_number"])) for r in rows)
-    assert read == sorted((shard, seq) for shard, n in seqs.items() for seq in n[:10] + n[13:])
 
 
 def test_the_warm_up_records_the_jvm_class_archive_and_the_replay_job_maps_it(

@@ -167,6 +167,31 @@ def test_a_batch_every_range_of_which_is_gone_commits_no_row_once_acknowledged(
     assert check_table_history(entry["output"]) == []
 
 
+def test_records_trimmed_while_a_range_is_read_near_the_retention_are_a_gap_the_ledger_records(
+    kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any], proxy: KinesisProxy, dag_for: Any
+) -> None:
+    # The replay reads at the retention's edge: while it reads, retention trims the shard past the last record read,
+    # and Kinesis begins the next page at the first record left, without an error. The range's first and last records
+    # are the plan's: without the read-time check, verify passed the batch and three records were lost unrecorded.
+    produced, _ = planned_through_proxy(kinesis, entry, dag_for)
+    dag = dag_for({**entry, "aws_conn_id": "aws_proxy", "read": {"max_records_per_call": 5, "first_page_records": 5}})
+    shard, records = shard_records(produced)
+    seqs = [int(r.sequence_number) for r in records]
+    shards = sorted(r.shard_id for r in store.get_batch(entry["name"], 1).ranges)
+    proxy.retention_hours = 0  # every record is near the retention (and past it, so each range start needs the acknowledgement)
+    proxy.trim_after[shard] = (seqs[9], seqs[13])
+
+    assert run_dag(dag, run_conf={"acknowledge_data_loss": shards}).tasks == SUCCESS
+    batch = store.get_batch(entry["name"], 1)
+    assert batch.status == BatchStatus.COMMITTED
+    assert [(g.shard_id, g.after, g.first_available, g.detected) for g in batch.gaps] == [(shard, seqs[9], seqs[13], "read")]
+    assert store.get_shards(entry["name"])[shard].checkpoint == seqs[-1]
+    lost = {r.sequence_number for r in records[10:13]}
+    result = check_exactly_once([p for p in produced if p.sequence_number not in lost], read_output(entry["output"]))
+    assert result.ok, result
+    assert check_table_history(entry["output"]) == []
+
+
 def test_a_trimmed_checkpoint_fails_the_plan_until_acknowledged(
     kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any], proxy: KinesisProxy, dag_for: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -2,7 +2,8 @@
 
 No emulator throttles, so this one does: per shard, GetRecords calls and bytes a second and
 GetShardIterator calls a second, answering ProvisionedThroughputExceededException as Kinesis does.
-It can also hide a shard's records below a sequence number, as retention trims them, and refuse a session
+It can also hide a shard's records below a sequence number, as retention trims them (from the start, or once a
+shard's read has passed a record), report another retention, and refuse a session
 token a set time after it first saw it, as Kinesis refuses expired credentials (no emulator checks expiry).
 
     proxy = KinesisProxy("http://127.0.0.1:4567", ProxyLimits(bytes_per_second=100_000)).start()
@@ -97,6 +98,8 @@ class KinesisProxy(LocalServer):
         # shard id -> (s, h): retention trims the shard while it is read: once a page after record s is asked for,
         # every record below h is gone (trim_below), that page's included
         self.trim_after: dict[str, tuple[int, int]] = {}
+        # The RetentionPeriodHours DescribeStreamSummary reports, if set: 0 puts every record near the retention
+        self.retention_hours: int | None = None
         # Limits are a shard's of a stream, as Kinesis's are: two streams' shardId-000000000000 do not share one.
         self._shards: dict[tuple[str, str], _Shard] = defaultdict(lambda: _Shard(tokens=self.limits.bytes_per_second))
         self._iterators: dict[str, tuple[str, str]] = {}  # iterator -> (stream, shard id)
@@ -270,6 +273,10 @@ class KinesisProxy(LocalServer):
                 if status == 200 and operation == "GetShardIterator":
                     proxy.counters[shard_id].get_shard_iterator += 1
                     proxy._iterators[json.loads(payload)["ShardIterator"]] = (stream, shard_id)
+                elif status == 200 and operation == "DescribeStreamSummary" and proxy.retention_hours is not None:
+                    described = json.loads(payload)
+                    described["StreamDescriptionSummary"]["RetentionPeriodHours"] = proxy.retention_hours
+                    payload = json.dumps(described).encode()
                 elif status == 200 and operation == "GetRecords":
                     page = json.loads(payload)
                     after = proxy.trim_after.get(shard_id)
