@@ -227,8 +227,8 @@ class _Readers:
             elif isinstance(item, _Failed):
                 raise item.error
             elif isinstance(item, _Unconfirmed):
-                if self.noted is not None:
-                    self.noted(item.span)
+                assert self.noted is not None  # only readers given a place to note a span send one
+                self.noted(item.span)
             else:
                 yield item
                 del item  # the task holds one page at a time
@@ -259,7 +259,7 @@ class _Readers:
     def _read(self) -> None:
         try:
             while not self.stopped.is_set() and (partition := self._next()) is not None:
-                for batch in read_partition(partition, noted=self._note):
+                for batch in read_partition(partition, noted=None if self.noted is None else self._note):
                     if not self._put(batch):
                         return
         except BaseException as exc:  # carried to the task's thread, which raises it
@@ -349,7 +349,10 @@ def read_partition(
     )  # fmt: skip
     for after, first in stats.unconfirmed:
         if noted is None:
-            raise RuntimeError(f"{rng.describe()}: records after {after} may be lost, and this job has nowhere to note it")
+            raise RuntimeError(
+                f"stream {partition.stream}, range {rng.describe()}: records after {after} may be lost, and "
+                "this read has nowhere to note it"
+            )
         noted((rng.shard_id, after, first))
 
 

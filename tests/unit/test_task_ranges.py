@@ -146,6 +146,21 @@ def test_spans_a_reader_thread_could_not_confirm_reach_the_accumulator_from_the_
     assert accumulator.threads == {threading.current_thread().name}
 
 
+def test_a_span_a_read_has_nowhere_to_note_fails_it_in_a_reader_thread_as_in_the_task(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Never dropped: a read without the accumulator (no caller of the job's own) fails on a span, however it is read."""
+    import kinesis_replay.kinesis
+
+    def iterate_range(client: Any, stream: str, rng: SequenceRange, limits: Any, stats: Any, **kwargs: Any) -> Iterator[list[Any]]:
+        stats.unconfirmed.append((11, 13))
+        yield [{"SequenceNumber": "10", "ApproximateArrivalTimestamp": PLANNED, "PartitionKey": "k", "Data": b"{}"}]
+
+    monkeypatch.setattr(kinesis_replay.kinesis, "iterate_range", iterate_range)
+    monkeypatch.setattr(kinesis_source, "kinesis_client", lambda endpoint, connections=0: None)
+    for group in (partitions(spec([60]))[:1], partitions(spec([60, 60]))):  # the task's own thread; reader threads
+        with pytest.raises(RuntimeError, match=r"stream s, range shardId-00000000000\d .*: records after 11 may be lost"):
+            list(read_group(group))
+
+
 def test_a_range_that_fails_fails_the_task_with_its_error_and_stops_the_other_readers(monkeypatch: pytest.MonkeyPatch) -> None:
     group = partitions(spec([60] * 3))
 
