@@ -43,7 +43,7 @@ SHARDS = 4
 TAIL_PER_SHARD = 10  # records produced just before each plan, as a live stream has at its tip
 # The emulator enforces no read limits; the replay job is given no budget either, so that it is measured, not its pacing.
 UNLIMITED = {"get_records_per_second": 1e6, "bytes_per_second": 1e12, "get_shard_iterator_per_second": 1e6}
-SPARK_CONF = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4"}
+SPARK_CONF = {"spark.sql.shuffle.partitions": "4"}
 # The job's JVM options for local masters (C1 only, the class-data-sharing archive) against two alternatives, in the
 # same runs: without the archive (a pipeline that sets spark.driver.defaultJavaOptions itself gets none), and the
 # JVM's own defaults here (tiered C1 then C2, G1).

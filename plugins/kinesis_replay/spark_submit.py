@@ -57,6 +57,11 @@ def spark_submit_binary() -> str:
 # Parquet out); C2, the JVM's optimizing compiler, spent more CPU compiling than its code saved: on 400,000
 # records of 1 KB the JVM used 30 CPU-seconds with the JVM's defaults and 20 with C1 alone (BENCHMARKS.md).
 LOCAL_DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+# A local job runs without Spark's web UI. Each running local job on a worker binds the next free port from 4040,
+# and Spark gives up after spark.port.maxRetries (16) taken ones: the 17th replay running at once on one Airflow
+# worker (a backfill pool with more slots, many pipelines) would fail at start-up. The UI dies with the job; its
+# progress is on the Kinesis replay page. A pipeline may still turn it on.
+LOCAL_NO_UI = {"spark.ui.enabled": "false"}
 # Set as the driver's default options: Spark puts spark.driver.extraJavaOptions (the pipeline's, or a site's
 # spark-defaults.conf) after them, so those still apply, and a later -XX flag wins over an earlier one.
 DEFAULT_JAVA_OPTIONS = "spark.driver.defaultJavaOptions"
@@ -65,11 +70,12 @@ DEFAULT_JAVA_OPTIONS = "spark.driver.defaultJavaOptions"
 def default_conf(master: str) -> dict[str, str]:
     """What every job gets unless the pipeline's spark.conf says otherwise.
 
-    A local job's JVM gets the C1-only options, and maps the class-data-sharing archive that ``warm_up``
-    recorded, if there is one.
+    A local job runs without the web UI (LOCAL_NO_UI). Its JVM gets the C1-only options, and maps the
+    class-data-sharing archive that ``warm_up`` recorded, if there is one.
     """
     conf = dict(DEFAULT_SPARK_CONF)
     if master.startswith("local"):
+        conf.update(LOCAL_NO_UI)
         archive = jvm_archive.for_spark(LOCAL_DRIVER_JAVA_OPTIONS)
         mapped = [archive.use_option()] if archive is not None and archive.ready() and not archive.disabled() else []
         conf[DEFAULT_JAVA_OPTIONS] = " ".join([LOCAL_DRIVER_JAVA_OPTIONS, *mapped])
@@ -90,7 +96,7 @@ def warm_up(pipeline: PipelineConfig, job: Path, py_files: list[Path], env: Mapp
         return
     options, tmp = archive.recording()
     output = Path(tempfile.mkdtemp(prefix="kinesis-replay-warm-up-"))
-    conf = {**pipeline.spark.conf, **DEFAULT_SPARK_CONF, DEFAULT_JAVA_OPTIONS: f"{LOCAL_DRIVER_JAVA_OPTIONS} {options}"}
+    conf = {**pipeline.spark.conf, **DEFAULT_SPARK_CONF, **LOCAL_NO_UI, DEFAULT_JAVA_OPTIONS: f"{LOCAL_DRIVER_JAVA_OPTIONS} {options}"}
     command = [spark_submit_binary(), "--master", pipeline.spark.master, "--name", "kinesis-replay-jvm-warm-up"]
     for key, value in sorted(conf.items()):
         command += ["--conf", f"{key}={value}"]

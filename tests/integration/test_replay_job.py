@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,6 +79,23 @@ def test_a_warm_up_the_jvm_cannot_record_disables_the_archive_and_replays_run_as
     assert f"pipeline {entry['name']}: the JVM's warm-up job" in (archive.disabled() or "")
     assert "Cannot have non-empty directory in paths" in (archive.disabled() or "")
     replay.run({})  # without an archive, and without failing
+
+
+def test_a_local_job_starts_while_every_port_of_sparks_web_ui_is_taken(
+    kinesis: Any, entry: dict[str, Any], tmp_path: Path, stack: Any
+) -> None:
+    """As when 17 replays run at once on one worker: Spark's UI would try 4040 and the 16 ports after it, then fail the job."""
+    replay = one_record_replay(kinesis, {**entry, "spark": {"master": "local[2]"}}, tmp_path, stack)  # the defaults only
+    held = []
+    with contextlib.ExitStack() as ports:
+        for port in range(4040, 4040 + 17):
+            listener = ports.enter_context(socket.socket())
+            with contextlib.suppress(OSError):  # already taken by something else: taken all the same
+                listener.bind(("0.0.0.0", port))
+                listener.listen()
+                held.append(port)
+        replay.run({})  # the manifest holds the record
+    assert held, "no port of 4040..4056 could be held for the test"
 
 
 def test_the_job_writes_nothing_into_a_root_another_pipeline_owns(kinesis: Any, entry: dict[str, Any], tmp_path: Path, stack: Any) -> None:

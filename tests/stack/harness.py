@@ -15,8 +15,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 DAG_FILE = ROOT / "dags" / "kinesis_replay_dags.py"
-# The job's own JVM defaults apply (C1 only, and the class-data-sharing archive, for local masters).
-TEST_SPARK_CONF = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4"}
+# The job's own defaults for local masters apply (no web UI, C1 only, and the class-data-sharing archive).
+TEST_SPARK_CONF = {"spark.sql.shuffle.partitions": "4"}
 # Every task of a regular run that planned, replayed, verified and committed a batch that reached the tip
 # (an uncapped batch: plan_next, which queues the next run at once after a capped batch, is skipped).
 SUCCESS = {
