@@ -63,20 +63,21 @@ def test_the_pipeline_may_raise_spark_log_level(tmp_path: Path) -> None:
     assert "spark.log.level=INFO" in command and "spark.log.level=WARN" not in command
 
 
-def test_local_jobs_run_without_the_web_ui_unless_the_pipeline_turns_it_on(tmp_path: Path) -> None:
-    def ui(spark: dict[str, object]) -> list[str]:
-        pipeline = parse_config({"pipelines": [{**ENTRY, "spark": spark}]})[0]
-        return [c for c in spark_submit.build_command(pipeline, 1, tmp_path / "b.json", Path("job.py"), []) if c.startswith("spark.ui.")]
-
-    assert ui({"master": "local[2]"}) == ["spark.ui.enabled=false"]
-    assert ui({"master": "local[2]", "conf": {"spark.ui.enabled": True}}) == ["spark.ui.enabled=true"]
-    assert ui({"master": "spark://host:7077"}) == []  # a cluster's driver UI is the cluster's business
+def confs(spark: dict[str, object], about: str) -> list[str]:
+    """The --conf values of the command a pipeline with this ``spark`` section gets, those whose key holds ``about``."""
+    pipeline = parse_config({"pipelines": [{**ENTRY, "spark": spark}]})[0]
+    return [c for c in spark_submit.build_command(pipeline, 1, Path("b.json"), Path("job.py"), []) if about in c.split("=", 1)[0]]
 
 
-def test_local_jobs_run_their_jvm_with_c1_only_and_the_pipelines_own_options_still_apply(tmp_path: Path) -> None:
+def test_local_jobs_run_without_the_web_ui_unless_the_pipeline_turns_it_on() -> None:
+    assert confs({"master": "local[2]"}, "spark.ui.") == ["spark.ui.enabled=false"]
+    assert confs({"master": "local[2]", "conf": {"spark.ui.enabled": True}}, "spark.ui.") == ["spark.ui.enabled=true"]
+    assert confs({"master": "spark://host:7077"}, "spark.ui.") == []  # a cluster's driver UI is the cluster's business
+
+
+def test_local_jobs_run_their_jvm_with_c1_only_and_the_pipelines_own_options_still_apply() -> None:
     def java_options(spark: dict[str, object]) -> list[str]:
-        pipeline = parse_config({"pipelines": [{**ENTRY, "spark": spark}]})[0]
-        return [c for c in spark_submit.build_command(pipeline, 1, tmp_path / "b.json", Path("job.py"), []) if "JavaOptions" in c]
+        return confs(spark, "JavaOptions")
 
     (default,) = java_options({"master": "local[2]"})
     assert default.startswith(f"spark.driver.defaultJavaOptions={spark_submit.LOCAL_DRIVER_JAVA_OPTIONS}")
