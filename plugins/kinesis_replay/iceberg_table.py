@@ -261,7 +261,16 @@ def snapshot_properties(pipeline: str, batch_id: int, attempt: str, run_id: str)
 
 
 def find_batch_snapshot(table: Table, pipeline: str, batch_id: int, attempt: str) -> Snapshot | None:
-    """The snapshot that committed this attempt of the batch, if the table's history (newest first) holds it."""
+    """The snapshot that committed this attempt of the batch, if the table's history (newest first) holds it.
+
+    A batch past the table's committed-through mark has no snapshot: every commit of a batch raises the mark to it
+    in its own snapshot, and nothing lowers it. That is a regular batch's first commit, the common case, answered
+    without reading the history, which grows by a snapshot a batch until expiry cuts it. A resumed commit, a lost
+    race or a backfill (a batch at or below the mark) reads the history.
+    """
+    through = table.properties.get(COMMITTED_THROUGH_PROPERTY)
+    if through is not None and batch_id > int(through):
+        return None
     wanted = (pipeline, str(batch_id), attempt)
     for snapshot in sorted(table.metadata.snapshots, key=lambda s: s.sequence_number or 0, reverse=True):
         if snapshot.summary is None:

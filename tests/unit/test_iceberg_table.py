@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from datetime import UTC, datetime
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pyarrow as pa
@@ -90,6 +91,26 @@ def test_a_resumed_commit_finds_its_own_snapshot_and_adds_nothing(tmp_path: Path
     again = iceberg_table.commit_batch(p, 1, "a", files, "run-2")  # the run crashed after the table commit; this one resumes
     table = iceberg_table.load_table(p)
     assert table is not None and again == first and len(table.metadata.snapshots) == 1 and counts(table) == {1: 3}
+
+
+def test_a_first_commit_past_the_committed_mark_does_not_read_the_history(tmp_path: Path) -> None:
+    """The history grows by a snapshot a batch: a regular batch's first commit knows from the mark that it has none."""
+    p = pipeline(tmp_path)
+    first = iceberg_table.commit_batch(p, 1, "a", write_attempt(tmp_path, 1, "a", 3), "run-1")
+    table = iceberg_table.load_table(p)
+    assert table is not None and table.properties[iceberg_table.COMMITTED_THROUGH_PROPERTY] == "1"
+
+    class UnreadHistory:
+        @property
+        def snapshots(self) -> list[Any]:
+            raise AssertionError("the history was read")
+
+    past_the_mark = SimpleNamespace(properties=table.properties, metadata=UnreadHistory())
+    assert iceberg_table.find_batch_snapshot(past_the_mark, "orders", 2, "a") is None  # type: ignore[arg-type]
+    # At or below the mark (a resumed commit, a backfill), the history is read.
+    found = iceberg_table.find_batch_snapshot(table, "orders", 1, "a")
+    assert found is not None and found.snapshot_id == first
+    assert iceberg_table.find_batch_snapshot(table, "orders", 1, "b") is None
 
 
 def test_a_commit_that_loses_the_race_retries_against_the_new_metadata(tmp_path: Path) -> None:
