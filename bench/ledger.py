@@ -96,7 +96,7 @@ def measure(entries: int, shards: int, runs: int, whole: bool) -> dict[str, Any]
         head = store.get_head("bench")
         reads = {
             "UI page (last 10 batches, a day of figures, every shard)": lambda: status.pipeline_view(pipeline, store, now),
-            "of which the shard items (a Query of the shard# prefix; moto scans the partition)": lambda: store.get_shards("bench"),
+            "of which the shard items (a Query of the shard# prefix)": lambda: store.get_shards("bench"),
             "of which a day of figures for the charts (288 batches)": lambda: status.last_day(store, "bench", head, now),
             "backfill by ids (3 ids)": select(Selection(batch_ids=(7, entries // 2, entries))),
             "backfill by id range (100 batches)": select(Selection(from_batch=entries // 2, to_batch=entries // 2 + 99)),
@@ -119,8 +119,10 @@ def render(result: dict[str, Any]) -> str:
         f"{result['entries']:,} ledger entries of {result['shards']} shards each (the batches of {span_days:.0f} days at a "
         f"five-minute schedule), written straight into a state table on the moto server in {result['written_seconds']:.0f} s, "
         f"on {platform.node() or 'this machine'}, {os.cpu_count()} cores. Each read is the median of {result['runs']} runs through the "
-        "store, over HTTP. The reads name the ids they need (BatchGetItem, a key lookup on moto as on DynamoDB); "
-        "reading the whole ledger is a Query, which moto answers by scanning the pipeline's items.",
+        "store, over HTTP. The reads name the ids they need (BatchGetItem, a key lookup on moto as on DynamoDB), or a "
+        "sort-key prefix (a Query, which the local stack's moto answers from the prefix's items, as DynamoDB does: moto "
+        "itself sorts every item of the table first, 1.9 s a Query of the 4 shard items here); reading the whole ledger "
+        "is a Query of the batch# prefix.",
         "",
         "| read | seconds |",
         "|---|---|",
