@@ -531,8 +531,16 @@ def _add_new_columns(table: Table, tx: Transaction, path: str, where: str) -> No
 
 
 def _advance_committed_through(table: Table, tx: Transaction, batch_id: int) -> None:
-    """The table's newest committed batch, in the commit's own transaction; a backfill (an older batch) leaves it."""
-    if batch_id > int(table.properties.get(COMMITTED_THROUGH_PROPERTY, "0")):
+    """The table's newest committed batch, in the commit's own transaction; a backfill (an older batch) leaves it.
+
+    A table that holds batches and has no mark yet (made before the mark was kept) gets the newest batch its history
+    names, not the batch at hand: a backfill there must not set the mark below batches already committed.
+    """
+    through = table.properties.get(COMMITTED_THROUGH_PROPERTY)
+    if through is None:
+        named = (s.summary.additional_properties.get(BATCH_PROPERTY) for s in table.metadata.snapshots if s.summary is not None)
+        tx.set_properties({COMMITTED_THROUGH_PROPERTY: str(max([batch_id, *(int(b) for b in named if b is not None)]))})
+    elif batch_id > int(through):
         tx.set_properties({COMMITTED_THROUGH_PROPERTY: str(batch_id)})
 
 

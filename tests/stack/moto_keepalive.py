@@ -18,7 +18,8 @@ backup.
 And its Query of a sort-key prefix sorts every item of the table by its keys, then every item of the partition,
 before it compares one: a Query of the 4 shard# items of a pipeline whose partition holds 100,000 batch items took
 1.9 s (bench-ledger), where DynamoDB reads the prefix's items only. Such a Query is answered from the partition's
-items under the prefix; moto's own query then sorts, pages and projects them as before.
+items under the prefix; moto's own query then sorts, pages and projects them as before. The items are the same; a
+page that ends the prefix may come without the LastEvaluatedKey moto adds when any other item of the partition follows.
 
     python tests/stack/moto_keepalive.py -H 127.0.0.1 -p 5000
 """

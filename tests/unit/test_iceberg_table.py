@@ -113,6 +113,21 @@ def test_a_first_commit_past_the_committed_mark_does_not_read_the_history(tmp_pa
     assert iceberg_table.find_batch_snapshot(table, "orders", 1, "b") is None
 
 
+def test_a_table_without_the_mark_takes_its_newest_batch_even_when_a_backfill_commits_first(tmp_path: Path) -> None:
+    """A table made before the mark was kept: its first commit since must not set the mark below committed batches."""
+    p = pipeline(tmp_path)
+    iceberg_table.commit_batch(p, 1, "a", write_attempt(tmp_path, 1, "a", 3), "run-1")
+    iceberg_table.commit_batch(p, 2, "a", write_attempt(tmp_path, 2, "a", 4), "run-2")
+    table = iceberg_table.load_table(p)
+    assert table is not None
+    with table.transaction() as tx:
+        tx.remove_properties(iceberg_table.COMMITTED_THROUGH_PROPERTY)
+    iceberg_table.commit_batch(p, 1, "b", write_attempt(tmp_path, 1, "b", 3), "backfill-1")
+    table = iceberg_table.load_table(p)
+    assert table is not None and table.properties[iceberg_table.COMMITTED_THROUGH_PROPERTY] == "2"
+    assert iceberg_table.ledger_problem(p, 2) is None and counts(table) == {1: 3, 2: 4}
+
+
 def test_a_commit_that_loses_the_race_retries_against_the_new_metadata(tmp_path: Path) -> None:
     p = pipeline(tmp_path)
     iceberg_table.commit_batch(p, 1, "a", write_attempt(tmp_path, 1, "a", 3), "run-1")

@@ -13,6 +13,8 @@ from moto import mock_aws
 from stack import moto_keepalive  # noqa: F401  (fixes moto as the stack's server runs it)
 
 TABLE = "kr-state"
+# The item kinds of a pipeline's partition in the state table, in sort-key order, and one whose key only starts alike.
+SORT_KEYS = ("batch#000000000001", "batch#000000000002", "head", "progress#regular#0000", "shard#1", "shard#2", "shard#3", "shardz")
 
 
 @pytest.fixture
@@ -27,7 +29,7 @@ def dynamodb(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
             KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
         )  # fmt: skip
         for pk in ("pipeline#a", "pipeline#b"):
-            for sk in ("batch#000000000001", "batch#000000000002", "head", "progress#regular#0000", "shard#1", "shard#2", "shard#3", "shardz"):
+            for sk in SORT_KEYS:
                 client.put_item(TableName=TABLE, Item={"pk": {"S": pk}, "sk": {"S": sk}, "n": {"N": str(len(sk))}})
         yield client
 
@@ -47,11 +49,20 @@ def shard_keys(client: Any, **extra: Any) -> list[str]:
         kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
 
-def test_a_prefix_query_never_reads_the_whole_table_and_answers_as_before(dynamodb: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_prefix_query_never_reads_the_whole_table_and_finds_the_same_items(dynamodb: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same items, in the same order; only a page that ends the prefix may come without moto's LastEvaluatedKey
+    (moto gives one when any item of the partition follows, DynamoDB when it stopped at the Limit)."""
+
     def whole_table(_self: Any) -> list[Any]:
         raise AssertionError("the query read every item of the table")
 
     monkeypatch.setattr(dynamodb_models.Table, "all_items", whole_table)
+    as_the_store_asks = dynamodb.query(
+        TableName=TABLE, KeyConditionExpression="#pk = :pk AND begins_with(#sk, :prefix)", ConsistentRead=True,
+        ExpressionAttributeNames={"#pk": "pk", "#sk": "sk"},
+        ExpressionAttributeValues={":pk": {"S": "pipeline#a"}, ":prefix": {"S": "shard#"}},
+    )  # fmt: skip
+    assert [item["sk"]["S"] for item in as_the_store_asks["Items"]] == ["shard#1", "shard#2", "shard#3"]
     assert shard_keys(dynamodb) == ["shard#1", "shard#2", "shard#3"]
     assert shard_keys(dynamodb, ScanIndexForward=False) == ["shard#3", "shard#2", "shard#1"]
     projected = dynamodb.query(
@@ -59,6 +70,13 @@ def test_a_prefix_query_never_reads_the_whole_table_and_answers_as_before(dynamo
         ExpressionAttributeValues={":pk": {"S": "pipeline#b"}, ":prefix": {"S": "progress#"}},
     )  # fmt: skip
     assert projected["Items"] == [{"sk": {"S": "progress#regular#0000"}}]
+    nothing = dynamodb.query(
+        TableName=TABLE, KeyConditionExpression="pk = :pk AND begins_with(sk, :prefix)",
+        ExpressionAttributeValues={":pk": {"S": "pipeline#c"}, ":prefix": {"S": "shard#"}},
+    )  # fmt: skip
+    assert nothing["Items"] == []
+    (table,) = [t for backend in dynamodb_models.dynamodb_backends.values() for b in backend.values() for t in b.tables.values()]
+    assert "all_items" not in vars(table)  # the candidates were the query's alone
 
 
 def test_other_queries_are_moto_s_own(dynamodb: Any) -> None:
