@@ -79,7 +79,15 @@ def test_a_prefix_query_never_reads_the_whole_table_and_finds_the_same_items(dyn
     assert "all_items" not in vars(table)  # the candidates were the query's alone
 
 
-def test_other_queries_are_moto_s_own(dynamodb: Any) -> None:
+def test_other_queries_are_moto_s_own(dynamodb: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    whole_table_reads: list[int] = []
+    own = dynamodb_models.Table.all_items
+
+    def counted(self: Any) -> list[Any]:
+        whole_table_reads.append(1)
+        return own(self)
+
+    monkeypatch.setattr(dynamodb_models.Table, "all_items", counted)
     between = dynamodb.query(
         TableName=TABLE, KeyConditionExpression="pk = :pk AND sk BETWEEN :a AND :b",
         ExpressionAttributeValues={":pk": {"S": "pipeline#a"}, ":a": {"S": "head"}, ":b": {"S": "shard#2"}},
@@ -87,3 +95,4 @@ def test_other_queries_are_moto_s_own(dynamodb: Any) -> None:
     assert [item["sk"]["S"] for item in between["Items"]] == ["head", "progress#regular#0000", "shard#1", "shard#2"]
     whole = dynamodb.query(TableName=TABLE, KeyConditionExpression="pk = :pk", ExpressionAttributeValues={":pk": {"S": "pipeline#b"}})
     assert whole["Count"] == 8
+    assert len(whole_table_reads) == 2  # each answered by moto's own query, from every item of the table
