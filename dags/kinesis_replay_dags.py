@@ -53,6 +53,7 @@ from kinesis_replay import emr_serverless
 from kinesis_replay.backfill import ACKNOWLEDGE_DATA_LOSS_SCHEMA, SELECTION_SCHEMA
 from kinesis_replay.config import PipelineConfig, resolve_config_path
 from kinesis_replay.guards import RECOVER_PARAM
+from kinesis_replay.iceberg_table import RESTORE_PARAM
 
 CONFIG_PATH = resolve_config_path(Path(__file__).with_name("pipelines.yaml"))
 START = tasks.START
@@ -75,6 +76,13 @@ its Airflow pool (`kinesis_replay_<name>` unless the config's `pool` says otherw
 read harder than the per-shard budget. A replay that stays *scheduled* may be waiting for a pool that does not
 exist: the Kinesis replay page (Browse) says so, with the command that creates it.
 `dry_run` shows what would be read, and its cost, without reading.
+
+**Restore the table** with `{"restore_table": true}` (try `"dry_run": true` first) when the pipeline refuses
+because the table lacks committed batches: rolled back to an older snapshot, dropped from its catalog, its
+metadata deleted or restored from an older file, or rows deleted by another writer. It puts back exactly the
+committed batches the table's current snapshot lacks: from the output's files where they still verify against
+the ledger, else replayed from the stream; it creates the table only if there is none, and names any batch it
+cannot bring back (files gone, and its records past the stream's retention). No checkpoint moves.
 """
 
 
@@ -209,12 +217,23 @@ def build_backfill_dag(p: PipelineConfig) -> DAG:
         tags=["kinesis-replay", "backfill", stream_tag(p)],
         params={
             "batches": Param(
+                None,
                 title="Batches to replay",
                 description=(
                     'Exactly one of: {"batch_ids": [3, 7]}, or {"from_batch": 3, "to_batch": 7}, or '
-                    '{"start_time": ISO 8601, "end_time": ISO 8601}. More than two keys mix two ways.'
+                    '{"start_time": ISO 8601, "end_time": ISO 8601}. More than two keys mix two ways. '
+                    "Leave empty to restore the table."
                 ),
-                **SELECTION_SCHEMA,
+                **{**SELECTION_SCHEMA, "type": ["object", "null"]},
+            ),
+            RESTORE_PARAM: Param(
+                False,
+                type="boolean",
+                title="Restore the table",
+                description=(
+                    "Put back every committed batch the table lacks (rolled back, dropped, its metadata lost): from the "
+                    "output's verified files, or replayed from the stream. Try it with dry_run first."
+                ),
             ),
             "dry_run": Param(False, type="boolean", title="Dry run", description="Show what would be read and its cost; read nothing."),
         },
@@ -222,7 +241,8 @@ def build_backfill_dag(p: PipelineConfig) -> DAG:
 
         @task(task_id="select")
         def select() -> list[int]:
-            return tasks.select_backfill(p, get_current_context()["params"])
+            context = get_current_context()
+            return tasks.select_backfill(p, context["params"], context["run_id"])
 
         @task(
             task_id="replay",
@@ -233,7 +253,7 @@ def build_backfill_dag(p: PipelineConfig) -> DAG:
         )
         def replay(batch_id: int) -> dict[str, Any]:
             context = get_current_context()
-            summary = tasks.backfill_batch(p, batch_id, context["run_id"])
+            summary = tasks.backfill_batch(p, batch_id, context["run_id"], bool(context["params"].get(RESTORE_PARAM)))
             context["outlet_events"][asset].extra = summary
             return summary
 
@@ -244,7 +264,7 @@ def build_backfill_dag(p: PipelineConfig) -> DAG:
         @task(task_id="check", outlets=[asset], map_index_template="batch {{ task.op_kwargs['batch_id'] }}")
         def check(batch_id: int) -> dict[str, Any]:
             context = get_current_context()
-            summary = tasks.check_backfill(p, batch_id, context["run_id"])
+            summary = tasks.check_backfill(p, batch_id, context["run_id"], bool(context["params"].get(RESTORE_PARAM)))
             context["outlet_events"][asset].extra = summary
             return summary
 

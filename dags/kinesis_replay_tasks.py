@@ -348,8 +348,19 @@ def check(p: PipelineConfig) -> None:
 
 
 @fail_fast
-def select_backfill(p: PipelineConfig, params: dict[str, Any]) -> list[int]:
-    """The committed batches to replay; refuses while a regular batch is in flight or when ranges left retention."""
+def select_backfill(p: PipelineConfig, params: dict[str, Any], run_id: str = "") -> list[int]:
+    """The committed batches to replay; refuses while a regular batch is in flight or when ranges left retention.
+
+    With ``restore_table``: the committed batches the table lacks. Those whose verified files are still in the output
+    are committed from them here; the others are returned, for a replay from the stream each.
+    """
+    if params.get(iceberg_table.RESTORE_PARAM):
+        return restore_table(p, bool(params.get("dry_run")), run_id)
+    if not params.get("batches"):
+        raise backfill.BackfillError(
+            f'pipeline {p.name}: name the batches to replay ({{"batches": {{"batch_ids": [3, 7]}}}}, or from_batch and '
+            f'to_batch, or start_time and end_time), or restore the table ({{"{iceberg_table.RESTORE_PARAM}": true}})'
+        )
     selection, chosen = backfill.choose(p, kinesis_client(p), state_store(p), params["batches"])
     if params.get("dry_run"):
         for batch in chosen:
@@ -359,11 +370,28 @@ def select_backfill(p: PipelineConfig, params: dict[str, Any]) -> list[int]:
     return [b.batch_id for b in chosen]
 
 
+def restore_table(p: PipelineConfig, dry_run: bool, run_id: str) -> list[int]:
+    """The restore's first step: say what it puts back and from where; commit what the output's files hold."""
+    store = state_store(p)
+    plan = backfill.plan_restore(p, kinesis_client(p), store)
+    report = plan.describe()
+    log.info("%s", report)
+    if dry_run:
+        raise AirflowSkipException(f"dry run of a restore: nothing was read or written\n{report}")
+    replay_ids = [*backfill.restore_from_files(p, store, plan, run_id), *plan.from_stream][: backfill.MAX_BATCHES_PER_RUN]
+    if plan.lost:
+        log.error("pipeline %s: batches %s cannot be restored: their files are gone from the output and their records from "
+                  "the stream; the pipeline stays refused until they are", p.name, backfill.listed(plan.lost))  # fmt: skip
+    if not replay_ids:
+        raise AirflowSkipException(f"pipeline {p.name}: restored {len(plan.from_files)} batches from the output's files; none to replay")
+    return sorted(replay_ids)
+
+
 @fail_fast
-def backfill_batch(p: PipelineConfig, batch_id: int, run_id: str = "") -> dict[str, Any]:
+def backfill_batch(p: PipelineConfig, batch_id: int, run_id: str = "", restore: bool = False) -> dict[str, Any]:
     """Replay one committed batch into its own paths and check it holds what it held; never touches a checkpoint."""
     submit(p, backfill.committed_batch(p, state_store(p), batch_id), kind=RunKind.BACKFILL)
-    return check_backfill(p, batch_id, run_id)
+    return check_backfill(p, batch_id, run_id, restore)
 
 
 @fail_fast
@@ -373,9 +401,10 @@ def stage_backfill(p: PipelineConfig, batch_id: int) -> dict[str, Any]:
 
 
 @fail_fast
-def check_backfill(p: PipelineConfig, batch_id: int, run_id: str = "") -> dict[str, Any]:
-    """A backfilled batch must hold what its first run held (same shards, counts, checksums); then it replaces the table's."""
-    batch = backfill.check_replayed(p, state_store(p), batch_id, run_id)
+def check_backfill(p: PipelineConfig, batch_id: int, run_id: str = "", restore: bool = False) -> dict[str, Any]:
+    """A backfilled batch must hold what its first run held (same shards, counts, checksums); then it replaces the table's
+    (or, restoring, joins the table)."""
+    batch = backfill.check_replayed(p, state_store(p), batch_id, run_id, restore)
     summary = batch_summary(p, batch, "backfill")
     log.info("pipeline %s: backfilled %s", p.name, summary)
     return summary

@@ -2,22 +2,27 @@
 
 from __future__ import annotations
 
+import logging
 import math
+import os
 import reprlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from kinesis_replay import batches, guards, kinesis, output
+from kinesis_replay import batches, guards, iceberg_table, kinesis, output
 from kinesis_replay.config import PipelineConfig, ReadConfig
-from kinesis_replay.errors import KinesisReplayError, VerificationError
+from kinesis_replay.errors import DataLossError, KinesisReplayError, VerificationError
+from kinesis_replay.holdings import Commit, Ledger, Mismatch, TableState, compare
 from kinesis_replay.output import BATCH_DIGITS
 from kinesis_replay.ranges import SequenceRange
 from kinesis_replay.state import Batch, BatchStatus, ShardResult, StateStore
 
 if TYPE_CHECKING:  # the boto3 stubs are for type checking only
     from types_boto3_kinesis.client import KinesisClient
+
+log = logging.getLogger(__name__)
 
 
 class BackfillError(KinesisReplayError):
@@ -231,6 +236,7 @@ def choose(
     guards.require_owner(pipeline)
     selection = parse_selection(value)
     head = store.get_head(pipeline.name)
+    guards.check_table(pipeline, guards.ledger_of(head))  # a backfill replaces batches of a whole table, never builds one
     newest = head.next_batch_id - 1
     retention = kinesis.stream_retention(kinesis_client, pipeline.stream, pipeline.read) if selection.start_time else None
     chosen = select_batches(pipeline.name, selection, candidates(store, pipeline.name, selection, newest, retention), newest)
@@ -309,7 +315,7 @@ def committed_batch(pipeline: PipelineConfig, store: StateStore, batch_id: int) 
     return store.get_batch(pipeline.name, batch_id)
 
 
-def check_replayed(pipeline: PipelineConfig, store: StateStore, batch_id: int, run_id: str = "") -> Batch:
+def check_replayed(pipeline: PipelineConfig, store: StateStore, batch_id: int, run_id: str = "", restore: bool = False) -> Batch:
     """A backfilled batch must hold what its first run held: shard by shard, the same rows and checksum.
 
     For a table output, the checked attempt's files then replace the batch's in one snapshot, whose id the ledger
@@ -336,7 +342,9 @@ def check_replayed(pipeline: PipelineConfig, store: StateStore, batch_id: int, r
         )
     if pipeline.table is not None:
         replayed = replace(batch, manifest=manifest)
-        snapshot_id = batches.commit_to_table(pipeline, replayed, run_id or batch.run_id, first=False)
+        kind = Commit.RESTORE if restore else Commit.BACKFILL
+        ledger = guards.ledger_of(store.get_head(pipeline.name))
+        snapshot_id = batches.commit_to_table(pipeline, replayed, run_id or batch.run_id, kind, ledger)
         # The ledger and the commit record name the replayed attempt, whose files the snapshot holds: the first run's
         # files go with the snapshots before it, and a recovery from the commit records rebuilds what the table holds.
         batch = replace(replayed, snapshot_id=snapshot_id)
@@ -399,3 +407,145 @@ def describe(batch: Batch, est: Estimate) -> str:
             f"about {est.seconds_at_limit:.1f}s at the per-shard read limit"
         )
     return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Restore:
+    """What a restore puts back: each committed batch the table's current snapshot lacks (or holds other rows of), and
+    where it comes from. A batch whose verified files are still in the output is committed from them; one whose files
+    are gone is replayed from the stream, while its ranges are within the retention; the rest cannot come back."""
+
+    pipeline: str
+    ledger: Ledger
+    state: TableState
+    from_files: tuple[int, ...]
+    from_stream: tuple[int, ...]
+    lost: tuple[int, ...]
+    metadata_lost: bool  # the catalog names a metadata file that is gone: its entry is dropped before the table is made
+
+    def describe(self) -> str:
+        held = self.state.holdings.describe() if self.state.exists else "nothing (there is no table)"
+        lines = [
+            f"pipeline {self.pipeline}: the table holds {held}; the ledger says batches 1 to {self.ledger.last} are committed.",
+            f"  from the output's verified files: {len(self.from_files)} batches ({listed(self.from_files) or 'none'})",
+            f"  replayed from the stream: {len(self.from_stream)} batches ({listed(self.from_stream) or 'none'})",
+        ]
+        if self.metadata_lost:
+            lines.append("  the catalog's entry names a metadata file that is gone: it is dropped, and the table made anew")
+        elif not self.state.exists:
+            lines.append("  the table is created by the first batch restored")
+        if self.lost:
+            lines.append(
+                f"  CANNOT be restored: {len(self.lost)} batches ({listed(self.lost)}): their files are gone from the output "
+                "and their ranges from the stream (past its retention)"
+            )
+        return "\n".join(lines)
+
+
+def plan_restore(pipeline: PipelineConfig, kinesis_client: KinesisClient, store: StateStore, now: datetime | None = None) -> Restore:
+    """Which committed batches the table lacks, and where each comes back from; reads no data file and writes nothing.
+
+    Refused when the table holds a batch the ledger has not committed (a restore only puts back), and when the
+    pipeline has no ledger (recover the state table first).
+    """
+    guards.require_owner(pipeline)
+    config = iceberg_table.require_table(pipeline)
+    head = store.get_head(pipeline.name)
+    if head.version == 0:
+        raise BackfillError(
+            f"pipeline {pipeline.name!r}: state table {pipeline.state_table} holds no ledger for the pipeline, so there is "
+            f"nothing to restore the table to. {guards.recovery_hint(pipeline)}"
+        )
+    ledger = guards.ledger_of(head)
+    metadata_lost = False
+    try:
+        gone = config.embedded and not os.path.exists(iceberg_table.embedded_catalog_file(pipeline.output))
+        table = None if gone else iceberg_table.load_table(pipeline)
+    except iceberg_table.TableMetadataLostError:
+        table, metadata_lost = None, True
+    state = iceberg_table.table_state(table)
+    mismatch = compare(state, ledger)
+    if mismatch is not None and mismatch.extra:
+        raise BackfillError(
+            f"{guards.describe_mismatch(pipeline, state, ledger, mismatch)} A restore only puts back batches the ledger "
+            "committed; it never removes any. Nothing was written."
+        )
+    wanted = sorted(set(mismatch.missing if mismatch else ()) | set(_differing(pipeline, store, table, state, ledger, mismatch)))
+    held = {b for b in wanted if b in state.holdings}  # held with other rows: a new attempt, from the stream, replaces them
+    retention = kinesis.stream_retention(kinesis_client, pipeline.stream, pipeline.read) if wanted else None
+    from_files, from_stream, lost = [], [], []
+    for low in range(0, len(wanted), WINDOW_SLICE):
+        chosen = store.get_batches(pipeline.name, wanted[low : low + WINDOW_SLICE])
+        for batch_id in wanted[low : low + WINDOW_SLICE]:
+            batch = chosen[batch_id]
+            if batch_id not in held and _files_kept(pipeline, batch):
+                from_files.append(batch_id)
+                continue
+            try:
+                batches.check_retention(pipeline, batch, retention or timedelta(0), now or datetime.now(UTC))
+                from_stream.append(batch_id)
+            except DataLossError:
+                lost.append(batch_id)
+    if len(from_stream) > MAX_BATCHES_PER_RUN:
+        log.warning("pipeline %s: %d batches need a replay from the stream; this run replays the first %d, run the restore "
+                    "again for the rest", pipeline.name, len(from_stream), MAX_BATCHES_PER_RUN)  # fmt: skip
+    return Restore(pipeline.name, ledger, state, tuple(from_files), tuple(from_stream), tuple(lost), metadata_lost)
+
+
+def _differing(
+    pipeline: PipelineConfig, store: StateStore, table: Any, state: TableState, ledger: Ledger, mismatch: Mismatch | None
+) -> list[int]:
+    """Batches the table holds with another number of rows than the ledger verified (rows deleted or added by another
+    writer): read only when the snapshot's row count says some are, from the manifests' partition summaries."""
+    if table is None or mismatch is None or not mismatch.records:
+        return []
+    counts = iceberg_table.partition_counts(table)
+    found = []
+    for low in range(1, ledger.last + 1, WINDOW_SLICE):
+        for batch in store.get_batches(pipeline.name, range(low, min(ledger.last, low + WINDOW_SLICE - 1) + 1)).values():
+            verified = batch.manifest.records if batch.manifest is not None else 0
+            if counts.get(batch.batch_id, 0) != verified and batch.batch_id in state.holdings:
+                found.append(batch.batch_id)
+    return found
+
+
+def _files_kept(pipeline: PipelineConfig, batch: Batch) -> bool:
+    """The batch's verified attempt still has its files in the output (or had none: every record quarantined or gone)."""
+    manifest = batch.manifest
+    if manifest is None or manifest.attempt is None:
+        return False
+    if manifest.records == 0:
+        return True
+    return bool(output.parquet_files(output.data_path(pipeline.output, batch.batch_id, manifest.attempt)))
+
+
+def restore_from_files(pipeline: PipelineConfig, store: StateStore, plan: Restore, run_id: str) -> list[int]:
+    """Commit each batch whose verified files are still in the output, after checking them again (rows, digests);
+    returns the batches whose files no longer verify, for a replay from the stream."""
+    if plan.metadata_lost:
+        catalog = iceberg_table.load_catalog(pipeline)
+        identifier = iceberg_table.require_table(pipeline).identifier
+        log.warning("pipeline %s: dropping the catalog's entry for %s, whose metadata file is gone", pipeline.name, identifier)
+        catalog.drop_table(identifier)
+    failed = []
+    for batch_id in plan.from_files:
+        batch = store.get_batch(pipeline.name, batch_id)
+        manifest = batch.verified_manifest()
+        try:
+            batches.check_files(pipeline, batch_id, manifest)
+        except VerificationError as exc:
+            log.warning("pipeline %s, batch %d: its files no longer verify (%s); it is replayed from the stream",
+                        pipeline.name, batch_id, exc)  # fmt: skip
+            failed.append(batch_id)
+            continue
+        _commit_restored(pipeline, store, batch, run_id, plan.ledger)
+    return failed
+
+
+def _commit_restored(pipeline: PipelineConfig, store: StateStore, batch: Batch, run_id: str, ledger: Ledger) -> Batch:
+    snapshot_id = batches.commit_to_table(pipeline, batch, run_id, Commit.RESTORE, ledger)
+    restored = replace(batch, snapshot_id=snapshot_id)
+    store.set_replayed(restored, expected=BatchStatus.COMMITTED)
+    output.write_commit_record(pipeline.output, restored)
+    log.info("pipeline %s: batch %d restored to the table in snapshot %d", pipeline.name, batch.batch_id, snapshot_id)
+    return restored

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from kinesis_replay import guards, iceberg_table, kinesis, output, table_maintenance
 from kinesis_replay.config import PipelineConfig
 from kinesis_replay.errors import ConfigError, DataLossError, KinesisReplayError, ParameterError, StateConflictError, VerificationError
+from kinesis_replay.holdings import Commit, Ledger
 from kinesis_replay.ranges import SequenceRange, ShardInfo, parse_sequence_number, shards_to_plan
 from kinesis_replay.records import format_digest
 from kinesis_replay.state import ESTIMATED_BYTES, Batch, BatchStatus, Gap, Manifest, ShardResult, ShardState, StartPosition, StateStore
@@ -663,12 +664,16 @@ def range_checkpoint(rng: SequenceRange, results: Mapping[str, ShardResult]) -> 
     return result.last_sequence_number if rng.to_shard_end and result is not None else rng.end
 
 
-def commit_to_table(pipeline: PipelineConfig, batch: Batch, run_id: str, first: bool = True) -> int:
+def commit_to_table(
+    pipeline: PipelineConfig, batch: Batch, run_id: str, kind: Commit = Commit.REGULAR, ledger: Ledger | None = None
+) -> int:
     """Put the verified attempt's files in the table in one snapshot (or find the snapshot that did); its id.
 
-    A ``first`` commit of the batch (the regular one, not a backfill's) then removes the folders of the batch's
-    other attempts: replays that failed before a commit, which no snapshot ever referenced. A backfill leaves the
-    files it superseded to snapshot expiry: older snapshots still reference them.
+    Before each try the table's current snapshot must hold what the ledger says for this ``kind`` of commit
+    (guards.table_check; ``ledger`` is the head's for a backfill or a restore, the batches before this one for a
+    regular commit). Only a pipeline's first batch and a restore create a missing table. A regular commit then
+    removes the folders of the batch's other attempts: replays that failed before a commit, which no snapshot ever
+    referenced. A backfill leaves the files it superseded to snapshot expiry: older snapshots still reference them.
     """
     manifest = batch.verified_manifest()
     files = batch_files(pipeline, batch.batch_id, manifest)
@@ -676,7 +681,13 @@ def commit_to_table(pipeline: PipelineConfig, batch: Batch, run_id: str, first: 
     # Every record quarantined: the table's columns come from a quarantine file, should this be its first batch.
     quarantined = [] if files else output.parquet_files(output.quarantine_path(pipeline.output, batch.batch_id))
     schema_file = quarantined[0] if quarantined else None
-    snapshot_id = iceberg_table.commit_batch(pipeline, batch.batch_id, attempt, files, run_id, schema_file=schema_file)
+    ledger = ledger if ledger is not None and kind != Commit.REGULAR else Ledger(batch.batch_id - 1, batch.batch_id)
+    check = guards.table_check(pipeline, kind, batch.batch_id, ledger)
+    create = kind == Commit.RESTORE or (kind == Commit.REGULAR and ledger.last == 0)
+    snapshot_id = iceberg_table.commit_batch(
+        pipeline, batch.batch_id, attempt, files, run_id, manifest.records, check, create, schema_file=schema_file
+    )
+    first = kind == Commit.REGULAR
     if first:
         live = output.data_path(pipeline.output, batch.batch_id, attempt)
         table = iceberg_table.load_table(pipeline)
@@ -710,7 +721,7 @@ def maintain_table(
     """
     head = store.get_head(pipeline.name)
     if head.version != 0:  # a table created anew would make every older batch's files orphans: refused, naming why
-        guards.check_table(pipeline, (head.in_flight or head.next_batch_id) - 1)
+        guards.check_table(pipeline, guards.ledger_of(head))
     table = iceberg_table.load_table(pipeline)
     if table is None:
         return None

@@ -101,3 +101,10 @@ class StateLostError(KinesisReplayError):
     """
 
     retryable = False
+
+
+class TableMismatchError(StateLostError):
+    """The table's current snapshot does not hold the batches the ledger says are committed (rolled back, dropped, its
+    metadata restored from an older file, or its rows changed by another writer): nothing moves until it is restored."""
+
+    retryable = False

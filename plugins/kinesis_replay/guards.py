@@ -14,12 +14,14 @@ whose commit began. Before a plan writes anything it checks both against the sta
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import replace
 from datetime import datetime
 
 from kinesis_replay import iceberg_table, output
 from kinesis_replay.config import PipelineConfig
-from kinesis_replay.errors import OutputOwnershipError, StateLostError
+from kinesis_replay.errors import OutputOwnershipError, StateLostError, TableMismatchError
+from kinesis_replay.holdings import SHOWN_IDS, Commit, Ledger, Mismatch, TableState, compare, listed
 from kinesis_replay.state import Head
 
 log = logging.getLogger(__name__)
@@ -149,16 +151,81 @@ def check_before_plan(pipeline: PipelineConfig, head: Head) -> None:
             f"backup?). Planning would replace it. Delete the pipeline's items from the table, then recover. "
             f"{recovery_hint(pipeline)} Nothing was written."
         )
-    check_table(pipeline, last)  # last: the output holds the batches, so its embedded catalog is where they are
+    check_table(pipeline, ledger_of(head))  # the output holds the batches, so its embedded catalog is where they are
 
 
-def check_table(pipeline: PipelineConfig, committed: int) -> None:
-    """A table output: the table the config names exists and holds the batches up to ``committed`` (the state table's)."""
-    if pipeline.table is None or committed < 1:
+def ledger_of(head: Head) -> Ledger:
+    """What the ledger says is committed: every batch before the one in flight (or the next), which is dense."""
+    return Ledger((head.in_flight or head.next_batch_id) - 1, head.in_flight)
+
+
+def check_table(pipeline: PipelineConfig, ledger: Ledger) -> None:
+    """A table output: the table's current snapshot holds exactly the batches the ledger says are committed.
+
+    Read from the current snapshot's summary (kinesis_replay.holdings): no data or manifest file is read. A table that
+    lacks batches, holds others, or whose rows another writer changed, is refused before anything moves.
+    """
+    if pipeline.table is None or ledger.last < 1:
         return
-    problem = iceberg_table.ledger_problem(pipeline, committed)
-    if problem is not None:
-        raise StateLostError(f"{problem} Nothing was written.")
+    # An embedded catalog that is gone holds no table; loading it would create an empty one (a write, however small).
+    gone = pipeline.table.embedded and not os.path.exists(iceberg_table.embedded_catalog_file(pipeline.output))
+    state = iceberg_table.table_state(None if gone else iceberg_table.load_table(pipeline))
+    mismatch = compare(state, ledger)
+    if mismatch is not None:
+        raise TableMismatchError(f"{describe_mismatch(pipeline, state, ledger, mismatch)} Nothing was written.")
+
+
+def table_check(pipeline: PipelineConfig, kind: Commit, batch_id: int, ledger: Ledger) -> iceberg_table.TableCheck:
+    """What a commit of ``batch_id`` requires of the table, checked before each try (iceberg_table.commit_batch).
+
+    - a regular batch: the table holds batches 1 to the one before it (or it, by another attempt of a cut-short commit);
+    - a backfill: the table holds exactly the ledger's committed batches, this one among them;
+    - a restore: the table holds no batch the ledger has not committed (it may lack any: it is being restored).
+    """
+
+    def check(state: TableState) -> None:
+        mismatch = compare(state, ledger)
+        if kind == Commit.RESTORE:
+            mismatch = Mismatch([], mismatch.extra, False) if mismatch is not None and mismatch.extra else None
+        if mismatch is not None:
+            raise TableMismatchError(
+                f"{describe_mismatch(pipeline, state, ledger, mismatch)} Batch {batch_id} was not committed to the table, and "
+                "no checkpoint moved."
+            )
+
+    return check
+
+
+def describe_mismatch(pipeline: PipelineConfig, state: TableState, ledger: Ledger, mismatch: Mismatch) -> str:
+    """How the table and the ledger disagree, what may have caused it, and the one way back."""
+    config = iceberg_table.require_table(pipeline)
+    held = state.holdings.describe() if state.exists else "nothing: it does not exist"
+    text = (
+        f"pipeline {pipeline.name!r}: {config.describe()} (output {pipeline.output}) holds {held} in its current snapshot, "
+        f"and the ledger (state table {pipeline.state_table}) says batches 1 to {ledger.last} are committed"
+    )
+    causes = []
+    if mismatch.missing:
+        n = len(mismatch.missing)
+        text += f"; it lacks batch{'es' if n > 1 else ''} {listed(mismatch.missing)}" + (f" ({n} in all)" if n > SHOWN_IDS else "")
+        causes.append(
+            "was it dropped or renamed, table.* changed in the config, or the embedded catalog (_catalog/) deleted?"
+            if not state.exists
+            else "was it rolled back to an older snapshot, its metadata restored from an older file, or created anew?"
+        )
+    if mismatch.extra:
+        text += f"; it holds batch(es) {listed(mismatch.extra)}, which the ledger has not committed"
+        causes.append("was the state table restored from an older backup, or does table.* name another pipeline's table?")
+    if mismatch.records and not mismatch.missing:
+        foreign = f" (snapshots made since by another writer: {', '.join(state.foreign[:5])})" if state.foreign else ""
+        text += f"; its files hold {state.total_records} rows, and its batches held {state.holdings.records} when committed{foreign}"
+        causes.append("were rows deleted or rewritten outside kinesis-replay?")
+    fix = recovery_hint(pipeline) if mismatch.extra else iceberg_table.restore_hint(pipeline)
+    fix = fix[0].upper() + fix[1:]
+    return (
+        f"{text}. {' '.join(c[0].upper() + c[1:] for c in causes)} Nothing is planned, committed or removed while the two "
+        f"disagree: a commit would build on a table without those batches, and maintenance would delete their files. {fix}"
+    )
 
 
 def check_stream_created(pipeline: PipelineConfig, created: datetime, owner: output.Owner | None) -> None:

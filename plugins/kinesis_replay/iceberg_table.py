@@ -28,12 +28,13 @@ import functools
 import logging
 import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from kinesis_replay.config import PipelineConfig, TableConfig
 from kinesis_replay.errors import KinesisReplayError, OutputOwnershipError, VerificationError
+from kinesis_replay.holdings import Holdings, TableState
 from kinesis_replay.output import arrow_row_schema
 from kinesis_replay.records import PARTITION_COLUMN
 
@@ -55,8 +56,8 @@ ATTEMPT_PROPERTY = "kinesis-replay.attempt"
 RUN_PROPERTY = "kinesis-replay.run-id"
 # Table properties: the pipeline and stream that own the table (two pipelines never share one).
 STREAM_PROPERTY = "kinesis-replay.stream"
-# The newest batch id committed to the table, set in the commit's own snapshot transaction: metadata restored from an
-# old file, or a table created anew, shows less than the ledger's committed batches (see ledger_problem).
+# A table property of releases before the holdings went into each snapshot's summary (kinesis_replay.holdings): read by
+# no check now (Iceberg does not roll properties back with snapshots), and no longer written.
 COMMITTED_THROUGH_PROPERTY = "kinesis-replay.committed-through"
 COMMIT_RETRIES_PROPERTY = "commit.retry.num-retries"
 COMMIT_ATTEMPTS = 10  # a commit that lost the race for the table is retried against the new metadata this often
@@ -64,6 +65,22 @@ COMMIT_ATTEMPTS = 10  # a commit that lost the race for the table is retried aga
 
 class TableCommitError(KinesisReplayError):
     """The batch could not be committed to the table; nothing of it is in the table."""
+
+
+class TableMetadataLostError(OutputOwnershipError):
+    """The catalog names a metadata file that is gone: the table's metadata was deleted, or the output moved."""
+
+
+def restore_hint(pipeline: PipelineConfig) -> str:
+    """The one documented way back for a table that lacks committed batches: the backfill DAG's restore."""
+    return (
+        f"to put back exactly the committed batches the table lacks, trigger {pipeline.backfill_dag_id} with "
+        f'{{"{RESTORE_PARAM}": true, "dry_run": true}} to see what it would restore, then with {{"{RESTORE_PARAM}": true}} '
+        '(README: "Restoring the table").'
+    )
+
+
+RESTORE_PARAM = "restore_table"  # the backfill DAG's parameter that restores the table from the output and the stream
 
 
 def iceberg_location(path: str) -> str:
@@ -127,45 +144,60 @@ def load_table(pipeline: PipelineConfig, catalog: Catalog | None = None) -> Tabl
     except NoSuchTableError:
         return None
     except FileNotFoundError as exc:  # the catalog names a metadata file that is not there: the output was moved or deleted
-        raise OutputOwnershipError(
-            f"pipeline {pipeline.name!r}: {table_config.describe()} names a metadata file that cannot be read ({exc}). A "
-            "table is not moved by moving its files: its catalog and metadata hold absolute paths. Point output back to "
-            "where the table is, or register the table again on its newest metadata file at the new place. Nothing was written."
+        raise TableMetadataLostError(
+            f"pipeline {pipeline.name!r}: {table_config.describe()} names a metadata file that cannot be read ({exc}). If "
+            f"the output was moved, point output back to where the table is: a table is not moved by moving its files (its "
+            f"catalog and metadata hold absolute paths). If its metadata was deleted, {restore_hint(pipeline)} Nothing was written."
         ) from exc
     check_table_owner(pipeline, table)
     return table
 
 
-def ledger_problem(pipeline: PipelineConfig, committed: int) -> str | None:
-    """Why the table the config names cannot be the one that holds batches 1 to ``committed``, or None.
+def table_state(table: Table | None) -> TableState:
+    """What the table's current snapshot holds, by its own summary (kinesis_replay.holdings), and Iceberg's row count.
 
-    A table that is missing (dropped, renamed, its catalog replaced or deleted, ``table.*`` changed in the config) would be
-    created anew by the next commit, holding only the batches after it; its output's older files would then be orphans
-    that maintenance deletes. A table whose metadata was restored from an old file misses the batches after it.
+    The holdings are the newest commit's in the current snapshot's ancestry: snapshots another writer made on top of it
+    are named in ``foreign``, and show in Iceberg's ``total-records`` if they changed the rows. A table of a release
+    before holdings were recorded takes batches 1 to the newest batch its ancestry names (a rollback's snapshot is not
+    in it) and the rows it holds: its next commit records them.
     """
-    config = require_table(pipeline)
-    where = f"pipeline {pipeline.name!r}: {config.describe()}"
-    register = (
-        "register the table again on its newest metadata file (pyiceberg: catalog.register_table(identifier, "
-        f"'<newest {iceberg_location(pipeline.output)}/metadata/*.metadata.json>'))"
-    )
-    # An embedded catalog that is gone holds no table; loading it would create an empty one (a write, however small).
-    gone = config.embedded and not os.path.exists(embedded_catalog_file(pipeline.output))
-    table = None if gone else load_table(pipeline)
+    from pyiceberg.table.snapshots import ancestors_of
+
     if table is None:
-        return (
-            f"{where} does not exist, yet the state table says batches 1 to {committed} are committed to it (output "
-            f"{pipeline.output}). Was it dropped or renamed, table.* changed in the config, or the embedded catalog "
-            f"({CATALOG_DIR}/) deleted? A new table would hold only the batches after it, and maintenance would delete the "
-            f"others' files as orphans. Point table.* back to the table, or {register}."
-        )
-    through = table.properties.get(COMMITTED_THROUGH_PROPERTY)
-    if through is not None and int(through) < committed:
-        return (
-            f"{where} holds batches up to {through}, and the state table says batches up to {committed} are committed: "
-            f"its metadata was restored from an older file, or replaced. Point the catalog back to the newest metadata: {register}."
-        )
-    return None
+        return TableState(Holdings(), 0, exists=False)
+    current = table.current_snapshot()
+    if current is None:
+        return TableState(Holdings(), 0)
+    total = int((current.summary.additional_properties if current.summary else {}).get("total-records", "0"))
+    foreign: list[str] = []
+    newest_named = 0
+    for snapshot in ancestors_of(current, table.metadata):
+        properties = snapshot.summary.additional_properties if snapshot.summary is not None else {}
+        try:
+            held = Holdings.from_summary(properties)
+        except ValueError as exc:
+            raise VerificationError(f"table {'.'.join(table.name())}, snapshot {snapshot.snapshot_id}: {exc}") from None
+        if held is not None:
+            return TableState(held, total, tuple(foreign))
+        named = properties.get(BATCH_PROPERTY)
+        if named is None and newest_named == 0:
+            operation = snapshot.summary.operation.value if snapshot.summary is not None else "unknown"
+            foreign.append(f"{snapshot.snapshot_id} ({operation})")
+        elif named is not None:
+            newest_named = max(newest_named, int(named))
+    return TableState(Holdings.of(range(1, newest_named + 1), total), total)
+
+
+def partition_counts(table: Table) -> dict[int, int]:
+    """Rows per batch in the current snapshot, from its manifests' partition summaries (no data file is read)."""
+    if table.current_snapshot() is None:
+        return {}
+    counts: dict[int, int] = {}
+    for row in table.inspect.partitions().select(["partition", "record_count"]).to_pylist():
+        batch_id = row["partition"][PARTITION_COLUMN]
+        if batch_id is not None:
+            counts[int(batch_id)] = counts.get(int(batch_id), 0) + int(row["record_count"])
+    return counts
 
 
 def check_table_owner(pipeline: PipelineConfig, table: Table) -> None:
@@ -260,22 +292,23 @@ def snapshot_properties(pipeline: str, batch_id: int, attempt: str, run_id: str)
     return {PIPELINE_PROPERTY: pipeline, BATCH_PROPERTY: str(batch_id), ATTEMPT_PROPERTY: attempt, RUN_PROPERTY: run_id}
 
 
-def find_batch_snapshot(table: Table, pipeline: str, batch_id: int, attempt: str) -> Snapshot | None:
-    """The snapshot that committed this attempt of the batch, if the table's history (newest first) holds it.
+def find_batch_snapshot(table: Table, pipeline: str, batch_id: int, attempt: str, held: Holdings | None = None) -> Snapshot | None:
+    """The snapshot that committed this attempt of the batch, if the current snapshot or one of its ancestors is it.
 
-    A batch past the table's committed-through mark has no snapshot: every commit of a batch raises the mark to it
-    in its own snapshot, and nothing lowers it. That is a regular batch's first commit, the common case, answered
-    without reading the history, which grows by a snapshot a batch until expiry cuts it. A resumed commit, a lost
-    race or a backfill (a batch at or below the mark) reads the history.
+    Only the ancestry counts: a snapshot that a rollback left behind holds nothing a reader sees. A batch the
+    current snapshot's ``held`` batches do not include has no such snapshot: that is a regular batch's first
+    commit, the common case, answered without reading the history, which grows by a snapshot a batch until expiry
+    cuts it. A resumed commit, a lost race or a backfill (a batch held already) walks the ancestry, newest first.
     """
-    through = table.properties.get(COMMITTED_THROUGH_PROPERTY)
-    if through is not None and batch_id > int(through):
+    from pyiceberg.table.snapshots import ancestors_of
+
+    if held is not None and batch_id not in held:
         return None
     wanted = (pipeline, str(batch_id), attempt)
-    for snapshot in sorted(table.metadata.snapshots, key=lambda s: s.sequence_number or 0, reverse=True):
+    for snapshot in ancestors_of(table.current_snapshot(), table.metadata):
         if snapshot.summary is None:
             continue
-        properties = snapshot.summary.additional_properties  # a plain dict: a commit reads every snapshot's
+        properties = snapshot.summary.additional_properties
         if (properties.get(PIPELINE_PROPERTY), properties.get(BATCH_PROPERTY), properties.get(ATTEMPT_PROPERTY)) == wanted:
             return snapshot
     return None
@@ -334,57 +367,82 @@ def check_files_fit(pipeline: PipelineConfig, batch_id: int, attempt: str, files
         )
 
 
+TableCheck = Callable[[TableState], None]
+"""The step's check of the table before each try of a commit: raises, naming what is wrong, when the current snapshot
+does not hold what the ledger says it must for this commit (see guards.table_check)."""
+
+
 def commit_batch(
     pipeline: PipelineConfig,
     batch_id: int,
     attempt: str,
     files: Iterable[str],
     run_id: str,
+    records: int | None = None,
+    check: TableCheck | None = None,
+    create: bool = True,
     catalog: Catalog | None = None,
     before_commit: Any = None,
     schema_file: str | None = None,
 ) -> int:
     """Make the attempt's files the batch's rows in the table, in one snapshot; returns the snapshot's id.
 
-    Idempotent: a snapshot of this attempt already in the table's history is returned as it is. The batch's
-    files in the current snapshot, if any (a committed batch replayed), are replaced in the same snapshot. A batch
-    with no data file (every record quarantined) still gets its snapshot, which adds nothing (or removes what an
-    earlier attempt held): the ledger and a resumed commit find it like any other. ``schema_file`` gives the
-    table's columns when such a batch is the table's first; without one (every record gone), the record's own
-    columns do. Columns the files have and the table lacks are added
-    in the same snapshot. ``before_commit(table)`` runs just before each try (a test's hook).
+    Idempotent: a snapshot of this attempt in the current snapshot's ancestry is returned as it is. Before each try,
+    ``check`` compares what the current snapshot holds with what the ledger says it must, and refuses a table that
+    was rolled back, lost batches or holds others. The batch's files in the current snapshot, if any (a committed
+    batch replayed), are replaced in the same snapshot. The snapshot's summary records the table's holdings with this
+    batch and its ``records`` (the ledger's verified count; the files' rows when None). The steps always pass a
+    ``check``; None (the table's own tests, the bench) checks nothing. A table that does not exist is created only when
+    ``create`` says so (the first batch of a pipeline, or a restore), never by a backfill. A batch with no data file
+    (every record quarantined) still gets its snapshot, which adds nothing (or removes what an earlier attempt held):
+    the ledger and a resumed commit find it like any other. ``schema_file`` gives the table's columns when such a
+    batch is the table's first; without one (every record gone), the record's own columns do. Columns the files have
+    and the table lacks are added in the same snapshot. ``before_commit(table)`` runs just before each try (a test's hook).
     """
-    import pyarrow as pa
     from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
 
     paths = sorted(iceberg_location(f) for f in files)
     catalog = catalog or load_catalog(pipeline)
     where = f"pipeline {pipeline.name!r}, batch {batch_id}, {require_table(pipeline).describe()}"
     table = load_table(pipeline, catalog)
-    if table is None:  # the first commit: the table takes the files' columns
-        source = paths[0] if paths else schema_file
-        # No file at all (every record of the batch was gone, acknowledged): the record's own columns; a payload
-        # schema's columns are added by the first batch that has rows, as a field added to payload.schema is.
-        file_schema = read_file_schema(catalog.properties, source) if source is not None else arrow_row_schema()
-        if PARTITION_COLUMN not in file_schema.names and not paths:  # a quarantine file: batch_id is in its folder
-            file_schema = file_schema.append(pa.field(PARTITION_COLUMN, pa.int64()))
-        table = create_or_load_table(pipeline, file_schema, catalog)
+    if table is None:
+        if check is not None:
+            check(table_state(None))  # refuses unless the ledger says the table holds nothing yet
+        if not create:
+            raise TableCommitError(f"{where}: the table does not exist, and only a pipeline's first batch or a restore creates it")
+        table = _create_for(pipeline, paths, schema_file, catalog)
     props = snapshot_properties(pipeline.name, batch_id, attempt, run_id)
     for attempt_no in range(1, COMMIT_ATTEMPTS + 1):
-        found = find_batch_snapshot(table, pipeline.name, batch_id, attempt)
+        state = table_state(table)
+        found = find_batch_snapshot(table, pipeline.name, batch_id, attempt, state.holdings)
         if found is not None:
             log.info("%s: attempt %s is committed already, in snapshot %d", where, attempt, found.snapshot_id)
             return found.snapshot_id
+        if check is not None:
+            check(state)
         if before_commit is not None:
             before_commit(table)
         try:
-            return _commit_once(table, batch_id, paths, props, where)
+            return _commit_once(table, batch_id, paths, props, where, state.holdings, records)
         except (CommitFailedException, CommitStateUnknownException) as exc:
             # Lost the race (or the catalog's answer): reload, and look for this attempt's snapshot before trying again.
             log.warning("%s: the table changed under the commit (%s); retrying against its new metadata (%d)", where, exc, attempt_no)
             time.sleep(min(0.05 * 2**attempt_no, 2.0))
             table = catalog.load_table(require_table(pipeline).identifier)
     raise TableCommitError(f"{where}: {COMMIT_ATTEMPTS} commits in a row lost the race for the table; nothing was committed")
+
+
+def _create_for(pipeline: PipelineConfig, paths: list[str], schema_file: str | None, catalog: Catalog) -> Table:
+    """The table, created with the first files' columns (or, with none, a quarantine file's or the record's own)."""
+    import pyarrow as pa
+
+    source = paths[0] if paths else schema_file
+    # No file at all (every record of the batch was gone, acknowledged): the record's own columns; a payload
+    # schema's columns are added by the first batch that has rows, as a field added to payload.schema is.
+    file_schema = read_file_schema(catalog.properties, source) if source is not None else arrow_row_schema()
+    if PARTITION_COLUMN not in file_schema.names and not paths:  # a quarantine file: batch_id is in its folder
+        file_schema = file_schema.append(pa.field(PARTITION_COLUMN, pa.int64()))
+    return create_or_load_table(pipeline, file_schema, catalog)
 
 
 def transaction(table: Table, autocommit: bool = False) -> Transaction:
@@ -530,22 +588,11 @@ def _add_new_columns(table: Table, tx: Transaction, path: str, where: str) -> No
             schema_update.union_by_name(file_schema)
 
 
-def _advance_committed_through(table: Table, tx: Transaction, batch_id: int) -> None:
-    """The table's newest committed batch, in the commit's own transaction; a backfill (an older batch) leaves it.
-
-    A table that holds batches and has no mark yet (made before the mark was kept) gets the newest batch its history
-    names, not the batch at hand: a backfill there must not set the mark below batches already committed.
-    """
-    through = table.properties.get(COMMITTED_THROUGH_PROPERTY)
-    if through is None:
-        named = (s.summary.additional_properties.get(BATCH_PROPERTY) for s in table.metadata.snapshots if s.summary is not None)
-        tx.set_properties({COMMITTED_THROUGH_PROPERTY: str(max([batch_id, *(int(b) for b in named if b is not None)]))})
-    elif batch_id > int(through):
-        tx.set_properties({COMMITTED_THROUGH_PROPERTY: str(batch_id)})
-
-
-def _commit_once(table: Table, batch_id: int, paths: list[str], props: dict[str, str], where: str) -> int:
-    """One try: the batch's current files (if any) out and ``paths`` in, in one snapshot of ``table``'s metadata."""
+def _commit_once(
+    table: Table, batch_id: int, paths: list[str], props: dict[str, str], where: str, held: Holdings, records: int | None
+) -> int:
+    """One try: the batch's current files (if any) out and ``paths`` in, in one snapshot of ``table``'s metadata, whose
+    summary records the table's holdings with the batch (``held`` and it)."""
     from pyiceberg.io.pyarrow import parquet_file_to_data_file
 
     attempt = props[ATTEMPT_PROPERTY]
@@ -560,8 +607,8 @@ def _commit_once(table: Table, batch_id: int, paths: list[str], props: dict[str,
             wrong = [f.file_path for f in data_files if f.partition[0] != batch_id]
             if wrong:
                 raise TableCommitError(f"{where}: files {wrong} hold rows of another batch_id")
-            _advance_committed_through(table, tx, batch_id)
-            update = tx.update_snapshot(snapshot_properties=props)
+            counted = records if records is not None else sum(f.record_count for f in data_files)
+            update = tx.update_snapshot(snapshot_properties={**props, **held.add(batch_id, counted).to_summary()})
             if old:  # a replay of a committed batch: its old files out and the new ones in, one OVERWRITE snapshot
                 with update.overwrite() as overwrite:
                     for data_file in old:

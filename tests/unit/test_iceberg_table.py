@@ -15,6 +15,7 @@ import pytest
 from kinesis_replay import iceberg_table, output
 from kinesis_replay.config import PipelineConfig, parse_config
 from kinesis_replay.errors import OutputOwnershipError, VerificationError
+from kinesis_replay.holdings import Holdings, Ledger, Mismatch, compare
 from kinesis_replay.records import ROW_COLUMNS
 
 
@@ -93,39 +94,84 @@ def test_a_resumed_commit_finds_its_own_snapshot_and_adds_nothing(tmp_path: Path
     assert table is not None and again == first and len(table.metadata.snapshots) == 1 and counts(table) == {1: 3}
 
 
-def test_a_first_commit_past_the_committed_mark_does_not_read_the_history(tmp_path: Path) -> None:
-    """The history grows by a snapshot a batch: a regular batch's first commit knows from the mark that it has none."""
+def test_a_first_commit_of_a_batch_the_snapshot_does_not_hold_does_not_read_the_history(tmp_path: Path) -> None:
+    """The history grows by a snapshot a batch: a regular batch's first commit knows from the current snapshot's
+    holdings that it has none."""
     p = pipeline(tmp_path)
     first = iceberg_table.commit_batch(p, 1, "a", write_attempt(tmp_path, 1, "a", 3), "run-1")
     table = iceberg_table.load_table(p)
-    assert table is not None and table.properties[iceberg_table.COMMITTED_THROUGH_PROPERTY] == "1"
+    assert table is not None
+    held = iceberg_table.table_state(table).holdings
+    assert held == Holdings(((1, 1),), 3)
 
     class UnreadHistory:
         @property
         def snapshots(self) -> list[Any]:
             raise AssertionError("the history was read")
 
-    past_the_mark = SimpleNamespace(properties=table.properties, metadata=UnreadHistory())
-    assert iceberg_table.find_batch_snapshot(past_the_mark, "orders", 2, "a") is None  # type: ignore[arg-type]
-    # At or below the mark (a resumed commit, a backfill), the history is read.
-    found = iceberg_table.find_batch_snapshot(table, "orders", 1, "a")
+    unread = SimpleNamespace(metadata=UnreadHistory(), current_snapshot=lambda: None)
+    assert iceberg_table.find_batch_snapshot(unread, "orders", 2, "a", held) is None  # type: ignore[arg-type]
+    # A batch held (a resumed commit, a backfill): the ancestry is read.
+    found = iceberg_table.find_batch_snapshot(table, "orders", 1, "a", held)
     assert found is not None and found.snapshot_id == first
-    assert iceberg_table.find_batch_snapshot(table, "orders", 1, "b") is None
+    assert iceberg_table.find_batch_snapshot(table, "orders", 1, "b", held) is None
 
 
-def test_a_table_without_the_mark_takes_its_newest_batch_even_when_a_backfill_commits_first(tmp_path: Path) -> None:
-    """A table made before the mark was kept: its first commit since must not set the mark below committed batches."""
+def test_each_snapshot_records_what_the_table_holds_and_a_rollback_brings_back_the_older_holdings(tmp_path: Path) -> None:
+    """Table properties are not rolled back with snapshots; the holdings in each snapshot's summary are."""
     p = pipeline(tmp_path)
-    iceberg_table.commit_batch(p, 1, "a", write_attempt(tmp_path, 1, "a", 3), "run-1")
-    iceberg_table.commit_batch(p, 2, "a", write_attempt(tmp_path, 2, "a", 4), "run-2")
+    one = iceberg_table.commit_batch(p, 1, "a", write_attempt(tmp_path, 1, "a", 3), "run-1", records=3)
+    two = write_attempt(tmp_path, 2, "a", 4)
+    iceberg_table.commit_batch(p, 2, "a", two, "run-2", records=4)
+    iceberg_table.commit_batch(p, 1, "b", write_attempt(tmp_path, 1, "b", 3), "backfill-1", records=3)  # a replacement
     table = iceberg_table.load_table(p)
     assert table is not None
-    with table.transaction() as tx:
-        tx.remove_properties(iceberg_table.COMMITTED_THROUGH_PROPERTY)
-    iceberg_table.commit_batch(p, 1, "b", write_attempt(tmp_path, 1, "b", 3), "backfill-1")
+    state = iceberg_table.table_state(table)
+    assert (state.holdings, state.total_records, state.foreign) == (Holdings(((1, 2),), 7), 7, ())
+    assert compare(state, Ledger(2)) is None
+
+    table.manage_snapshots().rollback_to_snapshot(one).commit()
+    state = iceberg_table.table_state(iceberg_table.load_table(p))
+    assert (state.holdings, state.total_records) == (Holdings(((1, 1),), 3), 3)
+    assert compare(state, Ledger(2)) == Mismatch(missing=[2], extra=[], records=False)
+    # A commit of batch 2 again (a restore) finds no snapshot of its own in the rolled-back ancestry: it adds the batch.
+    again = iceberg_table.commit_batch(p, 2, "a", two, "restore", records=4)
     table = iceberg_table.load_table(p)
-    assert table is not None and table.properties[iceberg_table.COMMITTED_THROUGH_PROPERTY] == "2"
-    assert iceberg_table.ledger_problem(p, 2) is None and counts(table) == {1: 3, 2: 4}
+    assert table is not None and again == table.current_snapshot().snapshot_id  # type: ignore[union-attr]
+    assert counts(table) == {1: 3, 2: 4} and compare(iceberg_table.table_state(table), Ledger(2)) is None
+
+
+def test_rows_another_writer_deletes_show_as_the_snapshot_disagreeing_with_its_holdings(tmp_path: Path) -> None:
+    from pyiceberg.expressions import EqualTo
+
+    p = pipeline(tmp_path)
+    iceberg_table.commit_batch(p, 1, "a", write_attempt(tmp_path, 1, "a", 3), "run-1", records=3)
+    iceberg_table.commit_batch(p, 2, "a", write_attempt(tmp_path, 2, "a", 4), "run-2", records=4)
+    table = iceberg_table.load_table(p)
+    assert table is not None
+    table.delete(EqualTo("batch_id", 2))  # Iceberg's own tools, not ours
+    state = iceberg_table.table_state(iceberg_table.load_table(p))
+    assert state.holdings == Holdings(((1, 2),), 7) and state.total_records == 3 and len(state.foreign) == 1
+    assert compare(state, Ledger(2)) == Mismatch(missing=[], extra=[], records=True)
+    assert iceberg_table.partition_counts(iceberg_table.load_table(p)) == {1: 3}  # type: ignore[arg-type]
+
+
+def test_a_table_of_a_release_before_holdings_takes_the_batches_its_ancestry_names(tmp_path: Path) -> None:
+    """Snapshots of an older release name their batch but no holdings: batches 1 to the newest named, rows as they are."""
+    from pyiceberg.io.pyarrow import parquet_file_to_data_file
+
+    p = pipeline(tmp_path)
+    for batch_id, rows in ((1, 3), (2, 4)):
+        files = write_attempt(tmp_path, batch_id, "a", rows)
+        table = iceberg_table.load_table(p) or iceberg_table.create_or_load_table(p, iceberg_table.read_file_schema({}, files[0]))
+        summary = iceberg_table.snapshot_properties(p.name, batch_id, "a", "run")  # what the older release wrote
+        with table.transaction() as tx, tx.update_snapshot(snapshot_properties=summary).fast_append() as add:
+            for f in files:
+                add.append_data_file(parquet_file_to_data_file(table.io, tx.table_metadata, iceberg_table.iceberg_location(f)))
+    state = iceberg_table.table_state(iceberg_table.load_table(p))
+    assert (state.holdings, state.total_records) == (Holdings(((1, 2),), 7), 7)
+    iceberg_table.commit_batch(p, 3, "a", write_attempt(tmp_path, 3, "a", 2), "run-3", records=2)
+    assert iceberg_table.table_state(iceberg_table.load_table(p)).holdings == Holdings(((1, 3),), 9)
 
 
 def test_a_commit_that_loses_the_race_retries_against_the_new_metadata(tmp_path: Path) -> None:
