@@ -199,10 +199,10 @@ def table_check(pipeline: PipelineConfig, kind: Commit, batch_id: int, ledger: L
 def describe_mismatch(pipeline: PipelineConfig, state: TableState, ledger: Ledger, mismatch: Mismatch) -> str:
     """How the table and the ledger disagree, what may have caused it, and the one way back."""
     config = iceberg_table.require_table(pipeline)
-    held = state.holdings.describe() if state.exists else "nothing: it does not exist"
+    held = f"holds {state.holdings.describe()} in its current snapshot" if state.exists else "does not exist"
     text = (
-        f"pipeline {pipeline.name!r}: {config.describe()} (output {pipeline.output}) holds {held} in its current snapshot, "
-        f"and the ledger (state table {pipeline.state_table}) says batches 1 to {ledger.last} are committed"
+        f"pipeline {pipeline.name!r}: {config.describe()} (output {pipeline.output}) {held}, and the ledger (state table "
+        f"{pipeline.state_table}) says batches 1 to {ledger.last} are committed"
     )
     causes = []
     if mismatch.missing:
