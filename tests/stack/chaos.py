@@ -52,9 +52,10 @@ CYCLE_FAULTS = (
     "state_unreachable_after_table_commit", "concurrent_table_commits",
 )  # fmt: skip
 SHARDS = 2
-STEP_KINDS = ("produce", "produce_aggregated", "cycle", "backfill", "split", "merge", "lose_state", "share_output", "cap")
-STEP_WEIGHTS = (3, 2, 6, 1, 1, 1, 3, 1, 2)
+STEP_KINDS = ("produce", "produce_aggregated", "cycle", "backfill", "split", "merge", "lose_state", "share_output", "cap", "table")
+STEP_WEIGHTS = (3, 2, 6, 1, 1, 1, 3, 1, 2, 2)
 LOSSES = ("deleted", "renamed")  # how a lose_state step loses the table
+TABLE_FAULTS = ("rollback", "drop", "lose_metadata")  # what a table step does to the Iceberg table, with Iceberg's own tools
 DRAIN_CYCLES = 4  # clean cycles after the steps; a drained stream makes the last one idle
 
 
@@ -69,8 +70,8 @@ class Step:
             return f"{self.kind} {self.n}"
         if self.kind == "cycle":
             return f"cycle fault={self.fault}" + (f" write={self.n}" if self.fault.startswith("state_") else "")
-        if self.kind == "lose_state":
-            return f"lose_state {self.fault}"
+        if self.kind in ("lose_state", "table"):
+            return f"{self.kind} {self.fault}"
         if self.kind == "cap":
             return f"cap span={self.n}ms"
         return self.kind
@@ -87,7 +88,7 @@ def generate(seed: int, steps: int, spark_steps_max: int = 2) -> list[Step]:
     spark_steps = 0
     while len(schedule) < steps + 1:
         kind = rng.choices(STEP_KINDS, STEP_WEIGHTS)[0]
-        if kind in ("backfill", "lose_state", "share_output") and not any(s.kind == "cycle" for s in schedule):
+        if kind in ("backfill", "lose_state", "share_output", "table") and not any(s.kind == "cycle" for s in schedule):
             continue  # nothing committed to backfill or to lose yet, and no owner of the output to intrude on
         if kind in ("cycle", "backfill", "lose_state"):  # a recovery runs a cycle
             if spark_steps >= spark_steps_max:
@@ -102,6 +103,8 @@ def generate(seed: int, steps: int, spark_steps_max: int = 2) -> list[Step]:
             schedule.append(Step("produce_aggregated", n=rng.randint(1, 8)))
         elif kind == "lose_state":
             schedule.append(Step("lose_state", rng.choice(LOSSES)))
+        elif kind == "table":
+            schedule.append(Step("table", rng.choice(TABLE_FAULTS)))
         elif kind == "cap":
             schedule.append(Step("cap", n=rng.randint(1, 400)))
         else:
@@ -330,6 +333,53 @@ class Schedule:
             self.outcome.violations.append(f"{step}: the cycle after the loss was not refused before planning: {compact(result.tasks)}")
         recovered = run_dag(self.dags()[dag_ids(self.name)[0]], run_conf={"recover_from_output": True})
         self.log(f"recover: {recovered.state} {compact(recovered.tasks)}")
+
+    def step_table(self, step: Step) -> None:
+        """The operator changes the table with Iceberg's own tools: rolls it back to an older snapshot, drops it from its
+        catalog, or deletes its metadata/ folder. A cycle must then refuse before planning when the table lacks committed
+        batches, and write nothing; the documented way out (the backfill DAG's restore, a dry run first) puts them back."""
+        from pyiceberg.table.snapshots import ancestors_of
+
+        from kinesis_replay import guards, iceberg_table
+        from kinesis_replay.config import parse_config
+        from kinesis_replay.holdings import compare
+        from stack.harness import output_table, run_dag
+
+        try:
+            table = output_table(self.output)
+        except FileNotFoundError:  # its metadata is gone already (a restore that did not run)
+            table = None
+        if table is None or table.current_snapshot() is None:
+            self.log(f"{step}: no table yet")
+            return
+        if step.fault == "rollback":
+            older = list(ancestors_of(table.current_snapshot(), table.metadata))[1:]
+            if not older:
+                self.log(f"{step}: the table has one snapshot")
+                return
+            target = self.rng.choice(older)
+            table.manage_snapshots().rollback_to_snapshot(target.snapshot_id).commit()
+            what = f"to snapshot {target.snapshot_id} (batch {target.summary.additional_properties.get('kinesis-replay.batch-id')})"
+        elif step.fault == "drop":
+            table.catalog.drop_table(table.name())
+            what = "from its catalog"
+        else:
+            shutil.rmtree(self.output / "metadata")
+            what = "metadata/ deleted"
+        (p,) = parse_config({"pipelines": [self.entry]})
+        try:
+            state = iceberg_table.table_state(iceberg_table.load_table(p))
+        except iceberg_table.TableMetadataLostError:
+            state = iceberg_table.table_state(None)
+        lacking = compare(state, guards.ledger_of(self.store.get_head(self.name)))
+        dags = self.dags()
+        result = run_dag(dags[dag_ids(self.name)[0]])
+        self.log(f"{step} {what}: the cycle after it {result.state} {compact(result.tasks)}")
+        if lacking is not None and lacking.missing and result.tasks.get("plan") != "failed":
+            self.outcome.violations.append(f"{step}: the table lacked batches {lacking.missing[:5]}, and the cycle was not refused")
+        for conf in ({"restore_table": True, "dry_run": True}, {"restore_table": True}):
+            restored = run_dag(self.dags()[dag_ids(self.name)[1]], run_conf=conf)
+            self.log(f"restore{' (dry run)' if 'dry_run' in conf else ''}: {restored.state} {compact(restored.tasks)}")
 
     def step_share_output(self, step: Step) -> None:
         """The operator points a second pipeline, on another stream with records of its own, at this output (spelled
