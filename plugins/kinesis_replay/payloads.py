@@ -131,6 +131,8 @@ def _double_quoted(text: str) -> str:
             else:
                 body.append('\\"' if c == "'" and text[j] == '"' else text[j])
                 j += 1
+        if j >= len(text):
+            return text  # a string never closed: no JSON either way
         out.append('"' + "".join(body) + '"')
         i = j + 1
     return "".join(out)

@@ -105,6 +105,7 @@ def reason(payload: bytes | str, schema: str = SCHEMA) -> str | None:
         # Spark's JSON: strings in single quotes, and what follows the first value is not read.
         (b"{'n': 'x'}", 'field "n": expected INT, got string "x"'),
         (b'{"n": "x"} trailing', 'field "n": expected INT, got string "x"'),
+        (b"'text", "not valid JSON: Expecting value: line 1 column 1 (char 0)"),  # never closed
     ],
 )
 def test_an_undecodable_payload_names_why(payload: bytes, expected: str) -> None:
