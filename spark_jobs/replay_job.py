@@ -9,7 +9,8 @@ the read budget and the payload's format. Credentials come from the environment 
 role), never from the spec.
 
 The batch is written in one pass to a staging path of its own, then moved into place. Rows that could not be
-decoded go to <output>/_quarantine/batch_id=<id>/, replacing what an earlier run of the batch left there. The
+decoded go to <output>/_quarantine/batch_id=<id>/, replacing what an earlier run of the batch left there, each with
+why in decode_error (for a JSON payload, the field and the type at fault, worked out for those rows only). The
 batch's rows go:
 
 - for a table output (the default), to a folder of this attempt's own, <output>/data/batch_id=<id>/attempt=<attempt>/,
@@ -39,10 +40,11 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from kinesis_replay.config import CORRUPT_RECORD_COLUMN as CORRUPT
-from kinesis_replay.config import PayloadConfig
+from kinesis_replay.config import DdlType, PayloadConfig, parse_ddl_schema
 from kinesis_replay.errors import KinesisReplayError
 from kinesis_replay.job_spec import JobSpec
 from kinesis_replay.output import batch_path, data_path, manifest_path, owner_path, quarantine_path, staging_path
+from kinesis_replay.payloads import UNEXPLAINED, json_decode_error
 from kinesis_replay.ranges import SequenceRange
 from kinesis_replay.records import DIGEST_SEPARATOR, DIGEST_TEXT_COLUMNS, PARTITION_COLUMN, format_digest
 from kinesis_replay.state import Manifest, ShardResult
@@ -107,11 +109,16 @@ def build_session(spec: JobSpec) -> SparkSession:
 
 
 def decode_payload(rows: DataFrame, payload: PayloadConfig, pipeline: str) -> DataFrame:
-    """For JSON payloads, add the schema's columns; a payload that does not parse gets a decode_error."""
+    """For JSON payloads, add the schema's columns; a payload that does not parse gets a decode_error.
+
+    Its decode_error is UNEXPLAINED here: the reason, which names the field at fault, is worked out by
+    ``explain_decode_errors`` for the quarantined rows only, after the batch's one pass.
+    """
     if payload.format != "json" or payload.schema is None:
         return rows
     from pyspark.errors import ParseException
 
+    reasons_schema(payload, pipeline)  # a schema the reasons cannot follow fails here, before any read
     text = F.col("data").cast("string")
     try:
         schema = StructType.fromDDL(payload.schema)
@@ -125,18 +132,45 @@ def decode_payload(rows: DataFrame, payload: PayloadConfig, pipeline: str) -> Da
         )
     except ParseException as exc:
         raise KinesisReplayError(f"pipeline {pipeline}: payload.schema is not a Spark DDL schema: {exc}") from exc
-    error = (
-        F.when(F.col("decode_error").isNotNull(), F.col("decode_error"))
-        .when(~F.is_valid_utf8(text), F.lit("payload is not valid UTF-8"))
-        # from_json answers a blank payload (or the JSON literal null) with no struct at all, and no corrupt record either.
-        .when(F.col("_parsed").isNull(), F.lit("payload is not a JSON object: it is blank, or null"))
-        .when(F.col("_parsed")[CORRUPT].isNotNull(), F.lit("payload is not a JSON object matching payload.schema"))
+    undecoded = (
+        ~F.is_valid_utf8(text)
+        # from_json answers a blank payload with no struct at all, and no corrupt record either.
+        | F.col("_parsed").isNull()
+        | F.col("_parsed")[CORRUPT].isNotNull()
     )
+    error = F.when(F.col("decode_error").isNotNull(), F.col("decode_error")).when(undecoded, F.lit(UNEXPLAINED))
     return (
         rows.withColumn("_parsed", parsed)
         .withColumn("decode_error", error)
         .select(*rows.columns, *(F.col("_parsed")[name].alias(name) for name in fields))
     )
+
+
+def reasons_schema(payload: PayloadConfig, pipeline: str) -> DdlType | None:
+    """payload.schema as json_decode_error reads it; None when payloads are not decoded."""
+    if payload.format != "json" or payload.schema is None:
+        return None
+    try:
+        return parse_ddl_schema(payload.schema)
+    except ValueError as exc:
+        raise KinesisReplayError(f"pipeline {pipeline}: payload.schema is not a Spark DDL schema: {exc}") from exc
+
+
+def explain_decode_errors(rows: DataFrame, payload: PayloadConfig, pipeline: str) -> DataFrame:
+    """Quarantined rows with each JSON payload's reason in decode_error: the field and type at fault, or why it is not
+    a JSON object at all (payloads.json_decode_error).
+
+    Run on the quarantine's few rows after the batch's pass, never in it: a Python UDF in the pass would send every
+    row of the batch through a Python worker. A reason it cannot find leaves UNEXPLAINED; other reasons (a broken KPL
+    aggregate) are kept.
+    """
+    schema = reasons_schema(payload, pipeline)
+    if schema is None:
+        return rows
+    explain = F.udf(lambda data: json_decode_error(schema, data), "string")
+    pending = F.col("decode_error") == F.lit(UNEXPLAINED)
+    reason = F.coalesce(explain(F.when(pending, F.col("data"))), F.lit(UNEXPLAINED))
+    return rows.withColumn("decode_error", F.when(pending, reason).otherwise(F.col("decode_error")))
 
 
 def new_attempt() -> str:
@@ -168,13 +202,16 @@ def write_batch(spark: SparkSession, rows: DataFrame, spec: JobSpec, attempt: st
     rows.withColumn(PART, part).write.partitionBy(PART).parquet(staging)
     fs.swap(f"{staging}/{PART}=data", rows_path(spec, attempt))
     quarantined, quarantine = f"{staging}/{PART}=quarantine", quarantine_path(output, batch_id)
-    if spec.output_format == "iceberg" and fs.exists(quarantined):
+    decoded = reasons_schema(spec.payload, spec.pipeline) is not None
+    if (spec.output_format == "iceberg" or decoded) and fs.exists(quarantined):
         # The quarantine is no part of the table: its files keep batch_id in their folder's name only, as a directory
-        # output's do (a column of that name too would clash with the folder's in a reader). Few rows, read from disk,
-        # written beside them in the staging folder and swapped into place like the rows: a run cut short leaves the
-        # batch's quarantine as it was (a backfill's committed batch keeps its rows), never deleted and not yet rewritten.
+        # output's do (a column of that name too would clash with the folder's in a reader). And a JSON payload's
+        # reason is worked out here, for these rows only. Few rows, read from disk, written beside them in the staging
+        # folder and swapped into place like the rows: a run cut short leaves the batch's quarantine as it was (a
+        # backfill's committed batch keeps its rows), never deleted and not yet rewritten.
         rewritten = f"{staging}/{QUARANTINE_STAGED}"
-        spark.read.parquet(quarantined).drop(PARTITION_COLUMN).write.parquet(rewritten)
+        bad = spark.read.parquet(quarantined).drop(PARTITION_COLUMN)  # a directory output's have no such column
+        explain_decode_errors(bad, spec.payload, spec.pipeline).write.parquet(rewritten)
         quarantined = rewritten
     fs.swap(quarantined, quarantine)
     fs.delete(staging)

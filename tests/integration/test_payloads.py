@@ -54,24 +54,41 @@ def test_a_malformed_aggregate_is_quarantined_and_counted_not_lost(
     assert manifest is not None and (manifest.records, manifest.bad_records) == (33, 1)
 
 
-def test_json_payloads_become_columns_and_undecodable_ones_are_quarantined(
+def test_json_payloads_become_columns_and_undecodable_ones_are_quarantined_with_the_field_at_fault(
     kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any], run: Any
 ) -> None:
-    good = produce(kinesis, entry["stream"], 100)
-    bad = [put_raw(kinesis, entry["stream"], "k", data) for data in (b"not json", b"\xff\xfe{}", b"  \n", b"null")]
-    pipeline = {**entry, "payload": {"format": "json", "schema": "user STRING, `index` BIGINT"}}
-    assert run(pipeline).tasks == SUCCESS
+    good = produce(kinesis, entry["stream"], 100)  # no amount, no meta: both null
+    extra = put_raw(kinesis, entry["stream"], "k", b'{"user": "u-x", "index": 1000, "amount": 5, "meta": {"id": 7}, "other": [1, "x"]}')
+    reasons = {
+        b"not json": "not valid JSON: Expecting value: line 1 column 1 (char 0)",
+        b"\xff\xfe{}": "not UTF-8: byte 0xff at offset 0 (invalid start byte)",
+        b"  \n": "blank payload",
+        b"null": "not a JSON object (got null)",
+        b"[1, 2]": "not a JSON object (got array)",
+        b'{"user": "u", "amount": "abc"}': 'field "amount": expected BIGINT, got string "abc"',
+        b'{"user": "u", "meta": {"id": 1.5}}': 'field "meta.id": expected INT, got 1.5',
+        b'{"meta": {"id": 1099511627776}}': 'field "meta.id": expected INT, got 1099511627776, out of range',
+    }
+    bad = {put_raw(kinesis, entry["stream"], "k", data).sequence_number: (data, reason) for data, reason in reasons.items()}
+    aggregate = b"".join([b"\xf3\x89\x9a\xc2", b"\x0a\x02k0", b"\x1a\x04\x08\x05\x1a\x00", b"0" * 16])  # index 5 of 1 keys
+    broken = put_raw(kinesis, entry["stream"], "k0", aggregate).sequence_number  # quarantined before any JSON is read
+    schema = "user STRING, `index` BIGINT, amount BIGINT, meta STRUCT<id: INT>"
+    assert run({**entry, "payload": {"format": "json", "schema": schema, "max_bad_share": 0.5}}).tasks == SUCCESS
     table = read_output(entry["output"])
-    assert check_exactly_once(good, table).ok
-    decoded = {row["index"]: row["user"] for row in table.select(["index", "user"]).to_pylist()}
-    assert decoded == {json.loads(p.data)["index"]: json.loads(p.data)["user"] for p in good}
-    quarantined = read_output(entry["output"], quarantine=True)
-    assert sorted(quarantined["sequence_number"].to_pylist()) == sorted(p.sequence_number for p in bad)
-    assert set(quarantined["decode_error"].to_pylist()) == {
-        "payload is not a JSON object matching payload.schema", "payload is not valid UTF-8",
-        "payload is not a JSON object: it is blank, or null",  # once counted as decoded, every column null
-    }  # fmt: skip
-    assert store.get_batch(entry["name"], 1).manifest.bad_records == 4  # type: ignore[union-attr]
+    assert check_exactly_once([*good, extra], table).ok
+    decoded = {
+        row["index"]: (row["user"], row["amount"], row["meta"]) for row in table.select(["index", "user", "amount", "meta"]).to_pylist()
+    }
+    assert decoded == {
+        **{json.loads(p.data)["index"]: (json.loads(p.data)["user"], None, None) for p in good},  # a missing field is null
+        1000: ("u-x", 5, {"id": 7}),  # a field the schema does not name is dropped
+    }
+    quarantined = read_output(entry["output"], quarantine=True).select(["sequence_number", "data", "decode_error"]).to_pylist()
+    # Each row kept whole, with why: the field and the type at fault, or why the payload is no JSON object at all.
+    kept = {row["sequence_number"]: (row["data"], row["decode_error"]) for row in quarantined}
+    assert kept.pop(broken) == (aggregate, "malformed KPL aggregate: its MD5 digest does not match its contents")  # kept
+    assert kept == bad
+    assert store.get_batch(entry["name"], 1).manifest.bad_records == len(reasons) + 1  # type: ignore[union-attr]
 
 
 def test_too_many_bad_records_fail_the_batch_and_move_nothing(
@@ -87,3 +104,6 @@ def test_too_many_bad_records_fail_the_batch_and_move_nothing(
     assert "10 of 50 records (20.0%) could not be decoded, more than payload.max_bad_share (5.0%)" in (batch.error or "")
     assert "_quarantine/batch_id=0000000001" in (batch.error or "")
     assert all(s.checkpoint is None for s in store.get_shards(entry["name"]).values())
+    # Where the error sends the operator: each record there says why.
+    reasons = read_output(entry["output"], quarantine=True)["decode_error"].to_pylist()
+    assert reasons == ["not valid JSON: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"] * 10
