@@ -11,8 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from airflow.sdk.exceptions import AirflowFailException
 from test_pipeline_dag import rows_of
 
+import kinesis_replay_tasks as tasks
+from kinesis_replay.config import parse_config
 from kinesis_replay.dynamodb_store import DynamoDBStateStore
 from stack.harness import (
     SUCCESS,
@@ -186,7 +189,6 @@ def test_a_backfill_is_refused_while_a_regular_batch_is_in_flight(
         {"batches": {"from_batch": 1}},
         {"batches": {"batch_ids": [1], "from_batch": 1, "to_batch": 2}},
         {"batches": {"batch_ids": []}},
-        {},
         {"batches": {"batch_ids": list(range(1, 102))}},  # more than MAX_BATCHES_PER_RUN
         {"batches": {"from_batch": 1, "to_batch": 10_000_000_000}},  # an id past the 10 digits of the paths
         {"batches": {"start_time": "2026-11-01T00:00:00." + "0" * 1_000_000 + "Z", "end_time": "2026-11-01T01:00:00Z"}},  # 1 MB
@@ -202,6 +204,18 @@ def test_invalid_backfill_parameters_create_no_run(dags: dict[str, Any], conf: d
         dags["backfill"].test(run_conf=conf)
     with create_session() as session:
         assert session.scalar(select(func.count()).select_from(DagRun).where(DagRun.dag_id == dags["backfill"].dag_id)) == 0
+
+
+def test_a_backfill_that_names_no_batch_and_no_restore_fails_at_once_saying_what_to_give(
+    store: DynamoDBStateStore, entry: dict[str, Any], dags: dict[str, Any]
+) -> None:
+    """batches may be left empty since the restore needs none: a run that gives neither fails in its first task."""
+    (p,) = parse_config({"pipelines": [entry]})
+    result = run_dag(dags["backfill"], run_conf={})
+    assert result.state == "failed" and result.tasks == {"select": "failed", "replay": "upstream_failed"}, result
+    with pytest.raises(AirflowFailException, match=r'name the batches to replay .* or restore the table \(\{"restore_table": true\}\)'):
+        tasks.select_backfill(p, {"batches": None, "dry_run": False, "restore_table": False})
+    assert store.list_batches(entry["name"]) == [] and not Path(entry["output"]).exists()
 
 
 def test_dry_runs_write_and_read_nothing(
