@@ -70,6 +70,7 @@ DEFAULT_MIN_SNAPSHOTS_TO_KEEP = 1
 # Iceberg's remove_orphan_files default: older than any write that has not committed yet could be.
 DEFAULT_ORPHAN_AGE = timedelta(days=3)
 _BATCH_IN_PATH = re.compile(r"(?:^|/)batch_id=(\d+)(?:/|$)")
+_ATTEMPT_IN_PATH = re.compile(r"(?:^|/)attempt=([^/]+)(?:/|$)")
 # What the table's own writers name their files, relative to the data and the metadata folder (see the module's doc).
 _OWN_DATA_FILE = re.compile(r"batch_id=\d+/attempt=[^/]+/(?:[^/]+\.parquet|\.[^/]+\.parquet\.crc)")
 _OWN_METADATA_FILE = re.compile(
@@ -81,7 +82,6 @@ _OWN_METADATA_FILE = re.compile(
 # A folder that holds one of these is a kinesis-replay output root (another pipeline's): nothing under it is the table's.
 _ROOT_MARKERS = (output.OWNER_FILE, iceberg_table.CATALOG_DIR, output.COMMITS_DIR, output.MANIFESTS_DIR)
 _FOREIGN_NAMED_IN_LOG = 20  # a warning names this many of the paths left alone; the report holds them all
-_ATTEMPT_IN_PATH = re.compile(r"(?:^|/)attempt=([^/]+)(?:/|$)")
 
 
 @dataclass(frozen=True)
