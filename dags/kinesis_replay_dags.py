@@ -288,6 +288,10 @@ it; without this the table's metadata and storage grow forever.
 2. **Orphan files**: files under the table's `data/` and `metadata/` that no remaining snapshot references, last
    written more than `orphan_age_hours` ago (72 by default: no replay waits that long for its commit). The batch
    in flight keeps its files whatever their age. Nothing else under the output root is touched.
+   Only files the table's writers write are removed: attempt folders' files under `data/`, Iceberg's metadata
+   files, manifest lists, manifests and statistics under `metadata/`. Another pipeline's root in those folders
+   (an owner record, `_catalog/`, `_commits/`) and any other file are left alone, named in a warning, and counted
+   (`left_alone`). A new root inside another pipeline's root, or around one, is refused at its plan.
 
 Trigger with `dry_run` to see what it would expire and remove.
 """

@@ -427,5 +427,6 @@ def maintain_table(p: PipelineConfig, params: dict[str, Any]) -> dict[str, Any]:
         "expired_snapshots": len(found.expired_snapshots),
         "snapshots_kept": found.snapshots_kept,
         "orphans_removed": len(found.orphans_removed),
+        "left_alone": found.foreign_files,  # files under the table's folders its writers never write (the log names them)
         "dry_run": found.dry_run,
     }

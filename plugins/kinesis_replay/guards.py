@@ -8,7 +8,9 @@ whose commit began. Before a plan writes anything it checks both against the sta
   recorded none, the root's folders say): a directory output never grows a table, nor a table batch_id= folders;
 - a head that is missing, or behind the output, is never taken as a fresh start (that would plan batch 1
   again from the stream's start, and replace committed batches): the run stops and says how to recover;
-- a head that is ahead of the output (the output moved or was deleted) stops the run too.
+- a head that is ahead of the output (the output moved or was deleted) stops the run too;
+- a new root inside another pipeline's root, or holding one, is never claimed, whatever config file or deployment
+  the other comes from (``check_nesting``).
 """
 
 from __future__ import annotations
@@ -241,15 +243,76 @@ def check_stream_created(pipeline: PipelineConfig, created: datetime, owner: out
     )
 
 
+def _who(other: output.OtherRoot) -> str:
+    if other.owner is None:
+        return f"a pipeline whose owner record {other.record} cannot be read here ({other.unreadable})"
+    owner = other.owner
+    return f"pipeline {owner.pipeline!r} (stream {owner.stream}, state table {owner.state_table}; owner record {other.record})"
+
+
+def check_nesting(pipeline: PipelineConfig, owner: output.Owner | None) -> None:
+    """A root no one owns yet is claimed only if no other pipeline's root holds it or is inside it.
+
+    The config's own check (``config.outputs_overlap``) sees one config file; this one sees the output itself, so it
+    holds across config files and deployments. Each pipeline treats everything under its root as its own: a root in
+    another's ``data/`` folder once lost its whole output to that table's orphan-file removal.
+
+    What is looked at, and what it costs: every parent folder of the root, up to the file system's or the bucket's
+    top, for an owner record (on S3 one ListObjectsV2 per parent: ``s3://bucket/raw/orders`` costs 2 requests; a stat
+    each on local disk), at every claim; and, while the root has no owner record of its own (the claim that writes
+    one), the folders under it, breadth first and bounded (``output.owner_record_inside``: an empty new root costs one
+    request on S3). A root claimed already was looked under when it was claimed, and listing a grown root at every plan
+    is what this avoids; whichever of two nested roots is claimed second is refused, as it finds the first's record.
+    A root claimed before this check (``owner`` given) whose parent is owned is not refused: its batches and table
+    cannot move by moving files. That is logged as a warning, as are the bounds of a search that stopped short.
+    Two claims at the same instant of a root and a root inside it can both pass: each finds no record of the other.
+    """
+    root = pipeline.output
+    around = output.owner_records_around(root)
+    if around and owner is not None:
+        log.warning(
+            "pipeline %s: output %s is inside output %s of %s, claimed before roots in other roots were refused. That "
+            "pipeline's replays and backfills may replace what is under its root; its table maintenance leaves this root "
+            "alone", pipeline.name, root, around[0].root, _who(around[0]),
+        )  # fmt: skip
+        return
+    if around:
+        other = around[-1]  # the outermost: what to stay out of
+        raise OutputOwnershipError(
+            f"pipeline {pipeline.name!r} may not claim output {root}: it is inside output {other.root} of {_who(other)}. "
+            "A pipeline treats everything under its root as its own: that pipeline's table maintenance, replays and "
+            f"backfills could remove or replace this pipeline's output. Give pipeline {pipeline.name!r} an output root "
+            f"outside {other.root}, in its pipelines config. Nothing was written."
+        )
+    if owner is not None:
+        return
+    inside, complete = output.owner_record_inside(root)
+    if inside is not None:
+        raise OutputOwnershipError(
+            f"pipeline {pipeline.name!r} may not claim output {root}: it holds output {inside.root} of {_who(inside)}. "
+            f"A pipeline treats everything under its root as its own: pipeline {pipeline.name!r}'s table maintenance, "
+            f"replays and backfills could remove or replace that pipeline's output. Give pipeline {pipeline.name!r} an "
+            f"output root outside {inside.root} that does not hold it either (one beside it), in its pipelines config. "
+            "Nothing was written."
+        )
+    if not complete:
+        log.warning(
+            "pipeline %s: output %s holds more folders than a claim looks through; another pipeline's output root deeper "
+            "in it was not looked for", pipeline.name, root,
+        )  # fmt: skip
+
+
 def claim_output(pipeline: PipelineConfig, now: datetime, stream_created: datetime | None = None, dry_run: bool = False) -> None:
     """Record this pipeline as the output root's owner, if no one is yet; before the plan's first write.
 
-    With ``stream_created``, the stream must be the one the owner record names; a ``dry_run`` only checks that.
+    With ``stream_created``, the stream must be the one the owner record names; a ``dry_run`` only checks that, and
+    that the root is neither inside another pipeline's root nor holds one (``check_nesting``).
     """
     root = pipeline.output
     owner = output.read_owner(root)
     if stream_created is not None:
         check_stream_created(pipeline, stream_created, owner)
+    check_nesting(pipeline, owner)
     if dry_run:
         return
     created = stream_created.isoformat() if stream_created is not None else None

@@ -327,6 +327,129 @@ def write_owner(output: str, owner: Owner, replace: bool = False) -> Owner:
     return found
 
 
+# How far a new claim looks below its root for another root's owner record (see owner_record_inside): a folder listing
+# costs microseconds on local disk and an S3 request (a page of at most 1,000 keys) on S3.
+INSIDE_SEARCH_FOLDERS = 2000
+INSIDE_SEARCH_FOLDERS_S3 = 20
+
+
+@dataclass(frozen=True)
+class OtherRoot:
+    """Another output root found around or inside a root: where it is, its owner record, and who that names."""
+
+    root: str  # written as the root looked from is (a local path, or a URI of its scheme)
+    record: str
+    owner: Owner | None  # None when the record cannot be read (not JSON, or outside what the role may read)
+    unreadable: str | None = None  # why not
+
+
+def _uri(like: str, path: str) -> str:
+    """A path a file system listed, written as ``like`` is: a local path, or a URI of its scheme."""
+    return f"{like.split('://', 1)[0]}://{path}" if "://" in like else path
+
+
+def _other_root(like: str, folder: str) -> OtherRoot:
+    root = _uri(like, folder)
+    try:
+        return OtherRoot(root, owner_path(root), read_owner(root))
+    except (KinesisReplayError, OSError) as exc:
+        return OtherRoot(root, owner_path(root), None, str(exc))
+
+
+def _s3_location(path: str) -> tuple[str, str]:
+    """A URI of S3 (s3:// or s3a://) as (bucket, key without a trailing slash)."""
+    bucket, _, key = path.split("://", 1)[1].partition("/")
+    return bucket, key.strip("/")
+
+
+def _s3_list(bucket: str, prefix: str, **options: Any) -> dict[str, Any]:
+    """One ListObjectsV2 page (boto3's default client, as for the owner record's conditional write); none for no bucket."""
+    import boto3
+    from botocore.exceptions import ClientError
+
+    try:
+        page = dict(boto3.client("s3").list_objects_v2(Bucket=bucket, Prefix=prefix, **options))
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") == "NoSuchBucket":
+            return {}  # nothing is owned there (the claim's write then says the bucket is missing)
+        raise KinesisReplayError(
+            f"cannot list s3://{bucket}/{prefix} to look for other pipelines' owner records: {exc}. The pipeline's role "
+            'needs s3:ListBucket on the bucket (README: "The IAM policy")'
+        ) from exc
+    return page
+
+
+def owner_records_around(output: str) -> list[OtherRoot]:
+    """The output roots that hold this one: an owner record in any of its parent folders, nearest first.
+
+    One ListObjectsV2 per parent on S3 (``raw/orders`` costs two: ``raw/`` and the bucket's top; a listing, not a
+    HEAD, because a role may read only its own prefix while it may list the whole bucket); one stat per parent on
+    local disk and other file systems.
+    """
+    from pyarrow import fs
+
+    if output.startswith(("s3://", "s3a://")):
+        bucket, key = _s3_location(output)
+        parents = key.split("/")[:-1] if key else []
+        found = []
+        for depth in range(len(parents), -1, -1):
+            record = "/".join([*parents[:depth], OWNER_FILE])
+            contents = _s3_list(bucket, record, MaxKeys=1).get("Contents", [])
+            if contents and contents[0]["Key"] == record:
+                found.append(_other_root(output, "/".join([bucket, *parents[:depth]])))
+        return found
+    filesystem, local = _filesystem(output)
+    parents = []
+    folder = local.rstrip("/")
+    while "/" in folder:
+        folder = folder.rsplit("/", 1)[0]
+        parents.append(folder or "/")
+    records = [f"{p.rstrip('/')}/{OWNER_FILE}" for p in parents]
+    infos = filesystem.get_file_info(records) if records else []
+    return [_other_root(output, p) for p, i in zip(parents, infos, strict=True) if i.type == fs.FileType.File]
+
+
+def owner_record_inside(output: str) -> tuple[OtherRoot | None, bool]:
+    """The nearest output root below this one (an owner record in a folder under it), breadth first; and whether the
+    search saw every folder under the root.
+
+    Bounded: at most INSIDE_SEARCH_FOLDERS folder listings on local disk and other file systems, and
+    INSIDE_SEARCH_FOLDERS_S3 on S3, one ListObjectsV2 page each (a new root is empty or nearly: one request). A
+    pipeline's root puts its owner record at its top, so a root nested a level or two down is found in a few listings.
+    """
+    from pyarrow import fs
+
+    s3 = output.startswith(("s3://", "s3a://"))
+    limit = INSIDE_SEARCH_FOLDERS_S3 if s3 else INSIDE_SEARCH_FOLDERS
+    if s3:
+        bucket, key = _s3_location(output)
+        queue = [f"{key}/" if key else ""]
+    else:
+        filesystem, local = _filesystem(output)
+        queue = [local.rstrip("/") or "/"]
+    complete, listed = True, 0
+    while queue:
+        if listed == limit:
+            return None, False
+        folder = queue.pop(0)
+        listed += 1
+        if s3:
+            page = _s3_list(bucket, folder, Delimiter="/", MaxKeys=1000)
+            names = {c["Key"][len(folder) :] for c in page.get("Contents", [])}
+            subfolders = [c["Prefix"] for c in page.get("CommonPrefixes", [])]
+            complete = complete and not page.get("IsTruncated", False)
+            here = f"{bucket}/{folder.rstrip('/')}"
+        else:
+            infos = filesystem.get_file_info(fs.FileSelector(folder, allow_not_found=True))
+            names = {i.base_name for i in infos if i.type == fs.FileType.File}
+            subfolders = sorted(i.path for i in infos if i.type == fs.FileType.Directory)
+            here = folder
+        if listed > 1 and OWNER_FILE in names:
+            return _other_root(output, here), complete
+        queue += subfolders
+    return None, complete
+
+
 def _put_if_absent_on_s3(path: str, body: bytes, who: str) -> bool:
     """Create the object at ``path`` unless it exists (S3's conditional write); returns whether this call created it.
 

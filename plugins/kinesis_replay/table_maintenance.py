@@ -15,6 +15,15 @@ forever. ``maintain`` does both halves, in this order:
    last modified longer ago than ``orphan_age`` (3 days by default, Iceberg's ``remove_orphan_files`` default).
    pyiceberg 0.12 has no orphan-file action, so this module holds the smallest correct one.
 
+Only files the table's own writers produce are ever removed (``own_file``): under ``data/``, the files of an attempt
+folder ``batch_id=<digits>/attempt=<attempt>/`` (the replay job's Parquet files, and the checksums Hadoop's local
+file system writes beside them); under ``metadata/``, Iceberg's metadata files (``*.metadata.json``), manifest lists
+(``snap-*.avro``), manifests (``<uuid>-m<N>.avro``) and statistics files (``*.stats``, ``*.puffin``; pyiceberg 0.12
+writes none, Iceberg's Java writers do). A folder that holds an owner record (``_kinesis_replay_owner.json``), an
+embedded catalog (``_catalog/``) or an output's commit records or result manifests is another pipeline's output root:
+nothing under it is removed, whatever its name (such a root in the table's folders lost all its output once). Every
+other file is left alone too, and reported (``Report.foreign``, and a warning naming the paths).
+
 Why orphan removal cannot remove a file a reader needs, or one a batch in flight is about to commit:
 
 - the files are listed first and the table is read afterwards, so a file committed while the listing ran is
@@ -41,11 +50,11 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from kinesis_replay import iceberg_table
+from kinesis_replay import iceberg_table, output
 from kinesis_replay.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -62,6 +71,17 @@ DEFAULT_MIN_SNAPSHOTS_TO_KEEP = 1
 DEFAULT_ORPHAN_AGE = timedelta(days=3)
 _BATCH_IN_PATH = re.compile(r"(?:^|/)batch_id=(\d+)(?:/|$)")
 _ATTEMPT_IN_PATH = re.compile(r"(?:^|/)attempt=([^/]+)(?:/|$)")
+# What the table's own writers name their files, relative to the data and the metadata folder (see the module's doc).
+_OWN_DATA_FILE = re.compile(r"batch_id=\d+/attempt=[^/]+/(?:[^/]+\.parquet|\.[^/]+\.parquet\.crc)")
+_OWN_METADATA_FILE = re.compile(
+    r"[^/]+\.metadata\.json"  # vN.metadata.json, NNNNN-<uuid>.metadata.json (and Java's .gz.metadata.json)
+    r"|snap-\d+-\d+-[0-9a-fA-F-]+\.avro"  # a manifest list: snap-<snapshot id>-<attempt>-<commit uuid>.avro
+    r"|[0-9a-fA-F-]+-m\d+\.avro"  # a manifest: <commit uuid>-m<N>.avro
+    r"|[^/]+\.(?:stats|puffin)"  # a statistics file
+)
+# A folder that holds one of these is a kinesis-replay output root (another pipeline's): nothing under it is the table's.
+_ROOT_MARKERS = (output.OWNER_FILE, iceberg_table.CATALOG_DIR, output.COMMITS_DIR, output.MANIFESTS_DIR)
+_FOREIGN_NAMED_IN_LOG = 20  # a warning names this many of the paths left alone; the report holds them all
 
 
 @dataclass(frozen=True)
@@ -102,6 +122,10 @@ class Report:
     failed: tuple[str, ...] = field(default=())  # orphans whose delete failed (the next run tries again)
     committing: tuple[int, ...] = field(default=())  # batches kept because their commit record names no snapshot yet
     orphans_refused: str | None = None  # why no orphan file was looked for or removed (expiry ran)
+    # Left alone as not the table's own (whatever their age): another output root nested in the table's folders, named
+    # once as its folder with a trailing "/", and each other file its writers never write (see own_file).
+    foreign: tuple[str, ...] = field(default=())
+    foreign_files: int = 0  # the files under those paths
 
     def summary(self) -> str:
         verb = "would remove" if self.dry_run else "removed"
@@ -114,7 +138,13 @@ class Report:
             f"{self.in_flight} of batches in flight"
             + (f" (commits cut short: batches {', '.join(map(str, self.committing))})" if self.committing else "")
             + (f"; {len(self.failed)} deletes failed" if self.failed else "")
+            + (f"; left alone {self.foreign_files} files that are not the table's: {_some(self.foreign)}" if self.foreign else "")
         )
+
+
+def _some(paths: Collection[str], most: int = 5) -> str:
+    shown = ", ".join(list(paths)[:most])
+    return shown + (f" and {len(paths) - most} more" if len(paths) > most else "")
 
 
 def _name(table: Table) -> str:
@@ -226,21 +256,70 @@ def table_folders(table: Table) -> list[str]:
     ]
 
 
-def _listing(table: Table) -> list[tuple[str, datetime]]:
-    """Every file under the table's folders, with its modification time, through the table's own file system."""
+@dataclass(frozen=True)
+class Listing:
+    """What the table's folders hold: the files its writers produce (with their modification times), and the rest."""
+
+    files: list[tuple[str, datetime]]
+    foreign: list[str]  # nested output roots (their folder, with a trailing "/") and single files, in order
+    foreign_files: int  # the files under those paths
+
+
+def own_file(kind: str, relative: str) -> bool:
+    """Whether a path relative to the table's ``data`` or ``metadata`` folder (``kind``) is named as its writers name theirs."""
+    return bool((_OWN_DATA_FILE if kind == "data" else _OWN_METADATA_FILE).fullmatch(relative))
+
+
+def _sort_out(kind: str, folder: str, infos: list[tuple[str, str, bool, datetime]]) -> tuple[list[tuple[str, datetime]], list[str], int]:
+    """Split one folder's recursive listing (path, base name, is a file, mtime) into own files and what is left alone."""
+    roots = sorted(
+        {path.rsplit("/", 1)[0] for path, name, is_file, _ in infos if (name == output.OWNER_FILE) == is_file and name in _ROOT_MARKERS}
+    )  # an owner record is a file, the other markers are folders
+    own: list[tuple[str, datetime]] = []
+    nested: dict[str, int] = {}
+    stray: list[str] = []
+    for path, _, is_file, mtime in infos:
+        if not is_file:
+            continue
+        root = next((r for r in roots if path.startswith(r + "/")), None)
+        if root is not None:
+            nested[root] = nested.get(root, 0) + 1
+        elif own_file(kind, path[len(folder) + 1 :]):
+            own.append((path, mtime))
+        else:
+            stray.append(path)
+    return own, sorted([f"{r}/" for r in nested] + stray), len(stray) + sum(nested.values())
+
+
+def _utc(mtime: datetime | None) -> datetime:
+    """A listed modification time in UTC; none known (a folder, or a store that gives none) counts as just now."""
+    if mtime is None:
+        return datetime.max.replace(tzinfo=UTC)
+    return mtime if mtime.tzinfo else mtime.replace(tzinfo=UTC)
+
+
+def _listing(table: Table) -> Listing:
+    """Every file under the table's folders, with its modification time, through the table's own file system, sorted
+    into the table's own files and those it leaves alone."""
     from pyarrow import fs as pafs
     from pyiceberg.io.pyarrow import PyArrowFileIO
 
     io = table.io
     if not isinstance(io, PyArrowFileIO):
         io = PyArrowFileIO(table.io.properties)
-    files = []
-    for folder in table_folders(table):
+    files: list[tuple[str, datetime]] = []
+    foreign: list[str] = []
+    count = 0
+    for kind, folder in zip(("data", "metadata"), table_folders(table), strict=True):
         scheme, netloc, root = PyArrowFileIO.parse_location(folder, io.properties)
         filesystem = io.fs_by_scheme(scheme, netloc)
         infos = filesystem.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
-        files += [(i.path, i.mtime if i.mtime.tzinfo else i.mtime.replace(tzinfo=UTC)) for i in infos if i.type == pafs.FileType.File]
-    return files
+        listed = [(i.path, i.base_name, i.type == pafs.FileType.File, _utc(i.mtime)) for i in infos if i.type != pafs.FileType.NotFound]
+        own, left, n = _sort_out(kind, root.rstrip("/"), listed)
+        files += own
+        foreign += left
+        count += n
+    return Listing(files, foreign, count)
 
 
 def batch_of(path: str) -> int | None:
@@ -275,6 +354,25 @@ def _committing(table: Table, candidates: list[str], committing: Committing | No
     return kept
 
 
+def _left_alone(table: Table, listing: Listing, referenced: set[str]) -> Listing:
+    """The listing without the files the table references (added by hand under names of their own: the table's); the
+    rest of its foreign paths are logged as a warning, naming them."""
+    if referenced & set(listing.foreign):
+        kept = [f for f in listing.foreign if f not in referenced]
+        listing = replace(listing, foreign=kept, foreign_files=listing.foreign_files - len(listing.foreign) + len(kept))
+    if listing.foreign:
+        shown = listing.foreign[:_FOREIGN_NAMED_IN_LOG]
+        more = len(listing.foreign) - len(shown)
+        log.warning(
+            "table %s: left alone %d files under its folders %s that its writers did not write (another pipeline's output "
+            "root, which holds an owner record, a _catalog, _commits or _manifests, or files put there by hand): %s%s. "
+            "Maintenance never removes them; the table's readers never see them",
+            _name(table), listing.foreign_files, " and ".join(table_folders(table)), ", ".join(shown),
+            f" and {more} more" if more else "",
+        )  # fmt: skip
+    return listing
+
+
 def remove_orphan_files(
     table: Table,
     policy: Policy,
@@ -284,22 +382,24 @@ def remove_orphan_files(
     expiring: Collection[int] = (),
     committing: Committing | None = None,
     replayed: Replayed | None = None,
-) -> tuple[list[str], int, int, list[str], list[int]]:
-    """Delete files under the table's location that nothing references and that are older than the orphan age.
+) -> tuple[list[str], int, int, list[str], list[int], Listing]:
+    """Delete the table's own files under its folders that nothing references and that are older than the orphan age.
 
-    Returns (removed, kept as too young, kept as in flight, failed deletes, batches kept as committing). A dry run
+    Returns (removed, kept as too young, kept as in flight, failed deletes, batches kept as committing, the listing,
+    whose ``foreign`` paths were left alone whatever their age: see the module's doc). A dry run
     counts the snapshots ``expiring`` (not expired yet) as gone. ``committing`` is asked once, about the batches
     that hold files old enough to remove, and those it names keep them; so does ``replayed``, and the attempt it
     names for a batch (its last replay: a backfill's, waiting for its check) keeps its files.
     """
-    listed = _listing(table)  # first: a file committed from now on is in the metadata read next
+    listing = _listing(table)  # first: a file committed from now on is in the metadata read next
     table.refresh()
     referenced = referenced_files(table, expiring)
+    listing = _left_alone(table, listing, referenced)
     flying_ids = set(in_flight)
     cutoff = policy.cutoff(now, policy.orphan_age)
     candidates: list[str] = []
     too_young = flying = 0
-    for path, mtime in sorted(listed):
+    for path, mtime in sorted(listing.files):
         if path in referenced:
             continue
         if batch_of(path) in flying_ids:
@@ -328,7 +428,7 @@ def remove_orphan_files(
                 log.warning("table %s: could not delete orphan %s: %s", _name(table), path, e)
                 failed.append(path)
         removed = [p for p in removed if p not in set(failed)]
-    return removed, too_young, flying, failed, kept
+    return removed, too_young, flying, failed, kept, listing
 
 
 def maintain(
@@ -352,10 +452,11 @@ def maintain(
     failed: list[str] = []
     kept: list[int] = []
     too_young = flying = 0
+    listing = Listing([], [], 0)
     if refuse_orphans is not None:
         log.error("table %s: no orphan file removed: %s", _name(table), refuse_orphans)
     else:
-        removed, too_young, flying, failed, kept = remove_orphan_files(
+        removed, too_young, flying, failed, kept, listing = remove_orphan_files(
             table,
             policy,
             now,
@@ -375,6 +476,8 @@ def maintain(
         failed=tuple(failed),
         committing=tuple(kept),
         orphans_refused=refuse_orphans,
+        foreign=tuple(listing.foreign),
+        foreign_files=listing.foreign_files,
     )
     log.info("table %s: %s", _name(table), report.summary())
     return report

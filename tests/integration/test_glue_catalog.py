@@ -87,8 +87,8 @@ def table(catalog: GlueCatalog) -> Table:
 
 
 def write_batch(table: Table, batch_id: int, attempt: str) -> str:
-    """A batch's Parquet file on S3 under the table's data directory, through the table's own FileIO."""
-    location = f"{table.location()}/data/batch_id={batch_id:010d}/part-{attempt}.parquet"
+    """A batch's Parquet file on S3 in its attempt's folder under the table's data, through the table's own FileIO."""
+    location = f"{table.location()}/data/batch_id={batch_id:010d}/attempt={attempt}/part-00000.parquet"
     buffer = io.BytesIO()
     pq.write_table(pa.table({"sequence_number": [f"{batch_id}-{i}" for i in range(3)], "batch_id": [batch_id] * 3}), buffer)
     with table.io.new_output(location).create(overwrite=True) as f:
@@ -127,19 +127,31 @@ def test_commits_replays_and_maintenance_through_glue_on_s3(catalog: GlueCatalog
     reader = catalog.load_table(table.name())  # a reader that knows only the table's name
     assert rows_by_batch(reader) == {1: 3, 2: 3}
     assert glue_pointer(glue, table) == table.metadata_location
-    old = f"{table.location().removeprefix(f's3://{bucket}/')}/data/batch_id=0000000001/part-a.parquet"
+    old = f"{table.location().removeprefix(f's3://{bucket}/')}/data/batch_id=0000000001/attempt=a/part-00000.parquet"
     assert old in s3_keys(bucket), "a replay leaves the replaced files to maintenance"
 
+    # What is not the table's: another pipeline's root in its data/ (one known by its owner record, one by its commit
+    # records, each shaped as the table's files are), and a note. Maintenance leaves them and names them.
+    data = f"{table.location().removeprefix(f's3://{bucket}/')}/data"
+    foreign = [
+        f"{data}/other/_kinesis_replay_owner.json", f"{data}/other/data/batch_id=0000000001/attempt=x/part-00000.parquet",
+        f"{data}/older/_commits/batch_id=0000000001.json", f"{data}/older/data/batch_id=0000000001/attempt=y/part-00000.parquet",
+        f"{data}/notes.txt",
+    ]  # fmt: skip
+    for key in foreign:
+        boto3.client("s3").put_object(Bucket=bucket, Key=key, Body=b"{}")
     history = len(table.metadata.snapshots)
     # A month later (every snapshot and file older than the defaults): only the current snapshot stays.
     report = table_maintenance.maintain(table, now=datetime.now(UTC) + timedelta(days=30))
 
     assert len(report.expired_snapshots) == history - 1 and len(table.metadata.snapshots) == 1
     assert f"{bucket}/{old}" in report.orphans_removed and old not in s3_keys(bucket)
+    assert set(foreign) <= s3_keys(bucket) and report.foreign_files == len(foreign)
+    assert report.foreign == (f"{bucket}/{data}/notes.txt", f"{bucket}/{data}/older/", f"{bucket}/{data}/other/")
     assert glue_pointer(glue, table) == table.metadata_location
     assert rows_by_batch(catalog.load_table(table.name())) == {1: 3, 2: 3}
     referenced = table_maintenance.referenced_files(table)
-    assert all(f"{bucket}/{key}" in referenced or not key.endswith(".parquet") for key in s3_keys(bucket))
+    assert all(f"{bucket}/{key}" in referenced or not key.endswith(".parquet") for key in s3_keys(bucket) - set(foreign))
 
 
 def test_a_commit_from_a_stale_table_is_retried_on_glues_new_version_and_loses_no_batch(

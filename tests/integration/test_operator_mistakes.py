@@ -7,7 +7,9 @@ refusal the tests check what the output and the ledger hold; after each recovery
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,16 @@ from kinesis_replay.config import parse_config
 from kinesis_replay.dynamodb_store import DynamoDBStateStore
 from kinesis_replay.output import OWNER_FILE, read_owner
 from kinesis_replay.state import BatchStatus
-from stack.harness import SUCCESS, batch_dirs, check_exactly_once, load_dags, read_output, run_dag, scheduler_asset_pass
+from stack.harness import (
+    SUCCESS,
+    batch_dirs,
+    check_exactly_once,
+    load_dags,
+    pipeline_entry,
+    read_output,
+    run_dag,
+    scheduler_asset_pass,
+)
 from stack.producer import ensure_stream, produce, split_shard
 
 
@@ -293,3 +304,64 @@ def test_a_stream_deleted_and_created_again_under_its_name_is_refused(
     assert f"stream {entry['stream']} was created at " in message and f"created at {owner.stream_created}" in message
     assert "deleted and created again" in message and "Nothing was written" in message
     assert ledger(store, entry["name"]) == before and read_owner(entry["output"]) == owner
+
+
+def files_under(root: Path) -> dict[str, bytes]:
+    return {str(p): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_a_root_in_or_around_another_deployments_table_is_refused_and_its_maintenance_removes_only_its_own(
+    kinesis: Any, dynamodb: Any, store: DynamoDBStateStore, entry: dict[str, Any], dag_for: Any, tmp_path: Path
+) -> None:
+    """Once, a pipeline of a second deployment (another config file and state table) was given an output root in a
+    table's data/ folder; it committed its batch, and the table's maintenance then removed all of its output (data,
+    metadata, catalog, commit records, owner record) as 15 orphan files, while its ledger still said committed."""
+    produced = produce(kinesis, entry["stream"], 120)
+    assert run_dag(dag_for(entry)).tasks == SUCCESS
+    root = Path(entry["output"])
+    before, files_before = ledger(store, entry["name"]), files_under(root)
+    other_table = f"kr-{uuid.uuid4().hex[:8]}"
+    other_store = DynamoDBStateStore(dynamodb, other_table)
+    other_store.ensure_table()
+    other_stream = f"other-{uuid.uuid4().hex[:8]}"
+    ensure_stream(kinesis, other_stream, 2)
+    try:
+        produce(kinesis, other_stream, 40)
+        name = entry["name"] + "b"
+        for other, relation in ((root / "data" / "replay", "is inside"), (root.parent, "holds")):
+            intruder = pipeline_entry(name, other_stream, other, other_table, retries=2)  # no retry waits out a refusal
+            message = refused_plan(dag_for(intruder), intruder)
+            assert f"pipeline {name!r} may not claim output {other}: it {relation} output {root} of pipeline {entry['name']!r}" in message
+            assert "an output root outside" in message and "Nothing was written." in message
+            assert ledger(other_store, name) == {"head": other_store.get_head("none"), "shards": {}, "batches": []}
+            assert read_owner(str(other)) is None
+    finally:
+        kinesis.delete_stream(StreamName=other_stream, EnforceConsumerDeletion=True)
+    assert files_under(root) == files_before and ledger(store, entry["name"]) == before
+    assert check_exactly_once(produced, read_output(entry["output"])).ok
+
+    # What a release before the check let in: the other pipeline's whole output in the table's data/ folder (here a
+    # copy of this pipeline's own, shaped as the table's files are), a note beside it, and a genuine orphan of the
+    # table's: an attempt no snapshot took. All a month old; maintenance runs with the shortest orphan age.
+    nested = root / "data" / "replay"
+    shutil.copytree(root, nested, ignore=shutil.ignore_patterns("data"))
+    shutil.copytree(root / "data" / "batch_id=0000000001", nested / "data" / "batch_id=0000000001")
+    (root / "data" / "notes.txt").write_text("who wrote this?")
+    (live,) = (root / "data" / "batch_id=0000000001").iterdir()
+    stale = root / "data" / "batch_id=0000000001" / "attempt=stale"
+    shutil.copytree(live, stale)
+    month_ago = time.time() - 30 * 86400
+    for path in root.rglob("*"):
+        os.utime(path, (month_ago, month_ago))
+    everything = files_under(root)
+    left_alone = {p: b for p, b in everything.items() if not p.startswith(f"{stale}/")}
+    assert len(left_alone) < len(everything)  # the stale attempt holds files
+    assert sum(p.startswith(f"{nested}/") for p in left_alone) >= 10
+
+    dags = load_dags(tmp_path / "maintenance.yaml", entry)
+    maintained = run_dag(dags[f"kinesis_replay_maintenance_{entry['name']}"], run_conf={"orphan_age_hours": 1})
+
+    assert maintained.state == "success", maintained
+    assert files_under(root) == left_alone  # the stale attempt's files went, and nothing else
+    assert ledger(store, entry["name"]) == before
+    assert check_exactly_once(produced, read_output(entry["output"])).ok

@@ -89,3 +89,35 @@ def test_of_two_claims_racing_for_a_new_s3_root_the_first_wins_and_the_second_wr
 def test_an_owner_record_in_a_missing_bucket_names_the_path(stack: Any) -> None:
     with pytest.raises(KinesisReplayError, match="pipeline 'orders': cannot write the owner record s3://no-such-bucket-kr/raw/orders/"):
         guards.claim_output(pipeline("s3://no-such-bucket-kr/raw/orders"), NOW)
+
+
+def s3_keys(bucket: str) -> list[str]:
+    return sorted(o["Key"] for o in boto3.client("s3").list_objects_v2(Bucket=bucket).get("Contents", []))
+
+
+def test_an_s3_root_inside_another_root_or_holding_one_is_refused_and_writes_nothing(bucket: str) -> None:
+    """Another deployment's pipeline (another config file and state table) in the table's data/, or around its root."""
+    a = pipeline(f"s3://{bucket}/lake/orders")  # a table's root on S3 needs Glue; the guard is the same for both formats
+    guards.claim_output(a, NOW)
+    output.write_commit_record(a.output, committed(a, 1))
+    before = s3_keys(bucket)
+    other = {"name": "payments", "stream": "payments-stream", "state_table": "kr-state-2"}
+
+    inside = pipeline(f"s3a://{bucket}/lake/orders/data/payments", **other)
+    with pytest.raises(OutputOwnershipError) as raised:
+        guards.claim_output(inside, NOW)
+    assert f"may not claim output {inside.output}: it is inside output s3a://{bucket}/lake/orders of pipeline 'orders'" in str(raised.value)
+    assert f"an output root outside s3a://{bucket}/lake/orders, in its pipelines config. Nothing was written." in str(raised.value)
+
+    around = pipeline(f"s3://{bucket}/lake", **other)
+    holds = f"may not claim output s3://{bucket}/lake: it holds output s3://{bucket}/lake/orders of pipeline 'orders'"
+    with pytest.raises(OutputOwnershipError, match=holds):
+        guards.claim_output(around, NOW, dry_run=True)
+    with pytest.raises(OutputOwnershipError, match="Nothing was written"):
+        guards.claim_output(around, NOW)
+
+    assert s3_keys(bucket) == before  # no owner record, no folder marker: nothing
+    beside = pipeline(f"s3://{bucket}/lake/orders-2", **other)
+    guards.claim_output(beside, NOW)  # a root that only starts like the other's name is not inside it
+    guards.claim_output(a, NOW)  # the owner's own root goes on as before
+    assert s3_keys(bucket) == sorted([*before, "lake/orders-2/_kinesis_replay_owner.json"])

@@ -246,3 +246,93 @@ def test_a_root_written_before_owner_records_is_claimed_only_in_the_format_of_it
     guards.claim_output(pipeline(root, output_format="directory"), NOW)
     owner = output.read_owner(str(root))
     assert owner is not None and owner.output_format == "directory"
+
+
+def files_under(root: Path) -> dict[str, bytes]:
+    return {str(p): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def claimed_with_a_batch(root: Path) -> PipelineConfig:
+    """Pipeline orders with batch 1 committed in its table's layout: an attempt folder's file and a commit record."""
+    p = pipeline(root)
+    guards.claim_output(p, NOW)
+    output.write_commit_record(p.output, committed(p, 1))
+    part = Path(output.data_path(p.output, 1, "a")) / "part-00000.parquet"
+    part.parent.mkdir(parents=True)
+    part.write_bytes(b"rows")
+    return p
+
+
+@pytest.mark.parametrize("inside", ["data/other", "data/batch_id=0000000001", "x/y/z"])
+def test_a_root_inside_another_deployments_root_is_refused_before_anything_is_written(tmp_path: Path, inside: str) -> None:
+    """Once, a pipeline of another deployment (another config file and state table, so the config's own overlap check
+    could not see it) wrote into a table's data/ folder, and that table's maintenance removed all of it."""
+    a = claimed_with_a_batch(tmp_path / "a")
+    before = files_under(tmp_path)
+    b = pipeline(tmp_path / "a" / inside, name="payments", stream="payments-stream", state_table="kr-state-2")
+
+    for dry_run in (True, False):
+        with pytest.raises(OutputOwnershipError) as raised:
+            guards.claim_output(b, NOW, dry_run=dry_run)
+        assert not raised.value.retryable
+
+    text = str(raised.value)
+    assert text.startswith(
+        f"pipeline 'payments' may not claim output {b.output}: it is inside output {a.output} of pipeline 'orders' "
+        f"(stream orders-stream, state table kr-state; owner record {output.owner_path(a.output)})."
+    )
+    assert text.endswith(f"Give pipeline 'payments' an output root outside {a.output}, in its pipelines config. Nothing was written.")
+    assert files_under(tmp_path) == before  # not even a folder for the new root
+    assert output.read_owner(b.output) is None and output.committed_batch_ids(a.output) == [1]
+
+
+def test_a_root_that_holds_another_deployments_root_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    a = claimed_with_a_batch(tmp_path / "lake" / "orders" / "v1")
+    before = files_under(tmp_path)
+    b = pipeline(tmp_path / "lake", name="payments", stream="payments-stream", state_table="kr-state-2")
+
+    for dry_run in (True, False):
+        with pytest.raises(OutputOwnershipError) as raised:
+            guards.claim_output(b, NOW, dry_run=dry_run)
+
+    text = str(raised.value)
+    assert text.startswith(f"pipeline 'payments' may not claim output {b.output}: it holds output {a.output} of pipeline 'orders' ")
+    assert f"Give pipeline 'payments' an output root outside {a.output} that does not hold it either" in text
+    assert text.endswith("Nothing was written.")
+    assert files_under(tmp_path) == before and output.read_owner(b.output) is None
+
+
+def test_a_root_of_an_unreadable_owner_record_around_it_is_refused_naming_the_record(tmp_path: Path) -> None:
+    record = Path(output.owner_path(str(tmp_path / "a")))
+    record.parent.mkdir()
+    record.write_text("not json")
+    b = pipeline(tmp_path / "a" / "b")
+    expected = f"inside output {tmp_path / 'a'} of a pipeline whose owner record {record} cannot be read"
+    with pytest.raises(OutputOwnershipError, match=expected):
+        guards.claim_output(b, NOW)
+    assert not Path(b.output).exists()
+
+
+def test_roots_claimed_before_nesting_was_refused_keep_working_and_the_inner_one_is_warned_of(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    a = claimed_with_a_batch(tmp_path / "a")
+    b = pipeline(tmp_path / "a" / "data" / "other", name="payments", stream="payments-stream", state_table="kr-state-2")
+    claim = output.Owner("payments", "payments-stream", "kr-state-2", NOW.isoformat(), output_format="iceberg")
+    output.write_owner(b.output, claim)  # claimed by a release that did not look around
+    a_before, b_before = output.read_owner(a.output), output.read_owner(b.output)
+
+    guards.claim_output(a, NOW)  # already claimed: not looked under again
+    guards.claim_output(b, NOW)
+
+    assert (output.read_owner(a.output), output.read_owner(b.output)) == (a_before, b_before)
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any(f"output {b.output} is inside output {a.output} of pipeline 'orders'" in w for w in warned), warned
+
+
+def test_roots_beside_each_other_are_claimed(tmp_path: Path) -> None:
+    claimed_with_a_batch(tmp_path / "lake" / "orders")
+    beside = pipeline(tmp_path / "lake" / "orders-2", name="payments", stream="payments-stream", state_table="kr-state-2")
+    guards.claim_output(beside, NOW)  # a name that starts like the other root's is not inside it
+    owner = output.read_owner(beside.output)
+    assert owner is not None and owner.pipeline == "payments"

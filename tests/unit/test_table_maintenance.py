@@ -41,10 +41,10 @@ def make_table(tmp_path: Path, properties: dict[str, str] | None = None) -> Tabl
 
 
 def write_batch(table: Table, batch_id: int, rows: int = 3, attempt: str = "a") -> str:
-    """A batch's Parquet file where the replay writes it, under the table's data directory; not committed."""
-    folder = Path(table.location().removeprefix("file://")) / "data" / f"batch_id={batch_id:010d}"
+    """A batch's Parquet file where the replay writes it, in its attempt's folder under the table's data; not committed."""
+    folder = Path(output.data_path(table.location().removeprefix("file://"), batch_id, attempt))
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"part-{attempt}.parquet"
+    path = folder / "part-00000.parquet"
     data = pa.table({"sequence_number": [f"{batch_id}-{i}" for i in range(rows)], "batch_id": [batch_id] * rows})
     pq.write_table(data, path)
     return f"file://{path}"
@@ -197,6 +197,60 @@ def test_only_the_tables_own_folders_are_cleaned_never_the_rest_of_its_location(
     report = tm.maintain(table, now=datetime.now(UTC) + LATER)
 
     assert report.orphans_removed == () and all(o.exists() for o in others)
+
+
+def put(path: Path, text: str = "{}") -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    make_old(str(path))
+    return str(path)
+
+
+def test_files_its_writers_never_write_stay_and_are_reported_while_its_own_orphans_go(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Once, another deployment's pipeline had its output root inside a table's data/ folder, and the table's
+    maintenance removed all of it (data, metadata, catalog, commit records, owner record) as orphans."""
+    table = make_table(tmp_path)
+    commit(table, 1)
+    root = Path(table.location().removeprefix("file://"))
+    # Another pipeline's output root, in the table's data folder, shaped as the table's own files are.
+    nested = root / "data" / "other"
+    nested_files = [
+        put(nested / output.OWNER_FILE, json.dumps({"pipeline": "other"})),
+        put(nested / iceberg_table.CATALOG_DIR / "catalog.db", "sqlite"),
+        put(nested / output.COMMITS_DIR / "batch_id=0000000001.json"),
+        put(Path(output.data_path(str(nested), 1, "x")) / "part-00000.parquet", "rows"),
+        put(nested / "metadata" / "00001-6b1c5d1e-0f4e-4a5b-9c1d-2e3f4a5b6c7d.metadata.json"),
+    ]
+    # A root whose owner record is gone: its embedded catalog still says what it is.
+    bare = root / "data" / "bare"
+    bare_files = [put(bare / iceberg_table.CATALOG_DIR / "catalog.db"), put(Path(output.data_path(str(bare), 2, "y")) / "p.parquet")]
+    strays = [
+        put(root / "data" / "notes.txt", "a note"),
+        put(root / "data" / "batch_id=0000000005" / "part-00000.parquet", "outside any attempt folder"),
+        put(root / "metadata" / "notes.txt"),
+        put(root / "metadata" / "copies" / "00001-6b1c5d1e-0f4e-4a5b-9c1d-2e3f4a5b6c7d.metadata.json"),
+    ]
+    # The table's own orphans: an attempt no commit took, and a metadata file no table version names.
+    orphan_data = write_batch(table, 9).removeprefix("file://")
+    orphan_metadata = put(root / "metadata" / "00099-0a1b2c3d-4e5f-6a7b-8c9d-0e1f2a3b4c5d.metadata.json")
+    make_old(orphan_data)
+    foreign = [*nested_files, *bare_files, *strays]
+
+    dry = tm.maintain(table, now=datetime.now(UTC) + LATER, dry_run=True)
+    report = tm.maintain(table, now=datetime.now(UTC) + LATER)
+
+    for run in (dry, report):
+        assert sorted(run.orphans_removed) == sorted([orphan_data, orphan_metadata])
+        assert run.foreign == tuple(sorted([f"{bare}/", f"{nested}/", *strays]))
+        assert run.foreign_files == len(foreign)
+    assert all(Path(f).exists() for f in foreign)
+    assert not Path(orphan_data).exists() and not Path(orphan_metadata).exists()
+    assert rows_by_batch(table) == {1: 3}
+    assert f"left alone {len(foreign)} files that are not the table's: {bare}/, " in report.summary()
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and "left alone" in r.getMessage()]
+    assert warnings and all(str(path).rstrip("/") in warnings[-1] for path in [bare, nested, *strays])
 
 
 def test_files_of_a_batch_whose_commit_record_names_no_snapshot_stay_and_other_orphans_go(tmp_path: Path) -> None:
