@@ -133,6 +133,7 @@ def check_before_plan(pipeline: PipelineConfig, head: Head) -> None:
                 f"holds {held}. The table was deleted, emptied or replaced; planning now would start the stream over and "
                 f"replace those batches. {recovery_hint(pipeline)} Nothing was written."
             )
+        check_table(pipeline, 0)
         return
     last = (head.in_flight or head.next_batch_id) - 1  # every batch before the next (or in-flight) one is committed
     if last >= 1 and not (output.has_commit_record(root, last) or output.has_manifest(root, last)):
@@ -153,8 +154,17 @@ def check_before_plan(pipeline: PipelineConfig, head: Head) -> None:
 
 
 def check_table(pipeline: PipelineConfig, committed: int) -> None:
-    """A table output: the table the config names exists and holds the batches up to ``committed`` (the state table's)."""
-    if pipeline.table is None or committed < 1:
+    """A table output: the table the config names exists and holds the batches up to ``committed`` (the state table's).
+
+    With nothing committed, a catalog of the config's (not the embedded one, which the first commit creates under the
+    output root) is loaded all the same: one that can't load fails the plan before the root is claimed or the stream
+    read, rather than the verify after the whole batch was (iceberg_table.load_catalog says whether it is retried).
+    """
+    if pipeline.table is None:
+        return
+    if committed < 1:
+        if not pipeline.table.embedded:
+            iceberg_table.load_catalog(pipeline)
         return
     problem = iceberg_table.ledger_problem(pipeline, committed)
     if problem is not None:

@@ -290,3 +290,61 @@ def test_a_stream_deleted_and_created_again_under_its_name_is_refused(
     assert f"stream {entry['stream']} was created at " in message and f"created at {owner.stream_created}" in message
     assert "deleted and created again" in message and "Nothing was written" in message
     assert ledger(store, entry["name"]) == before and read_owner(entry["output"]) == owner
+
+
+def closed_port() -> int:
+    """A local port nothing listens on (bound, then closed)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_a_catalog_that_cannot_load_fails_the_plan_before_the_root_is_claimed_or_the_stream_read(
+    kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any], dag_for: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once, a catalog that could not load was found only at verify: after the root was claimed and the whole batch
+    read, and an unreachable one then retried the replay. Now the plan loads it first, and says which key to fix."""
+    from kinesis_replay import kinesis as kinesis_module
+    from kinesis_replay.errors import CatalogUnreachableError
+
+    produced = produce(kinesis, entry["stream"], 80)
+    listed: list[str] = []
+    list_shards = kinesis_module.list_shards
+    monkeypatch.setattr(kinesis_module, "list_shards", lambda *a, **k: listed.append("ListShards") or list_shards(*a, **k))
+    root, name = Path(entry["output"]), entry["name"]
+    fix = f"table.catalog_properties of pipeline {name!r} in the pipelines config"
+    for properties, says in (
+        (
+            {"type": "sql"},
+            f"cannot load Iceberg catalog 'lake' (table kinesis_replay.{name} in catalog lake (sql)): ValueError: URI missing",
+        ),
+        ({"py-catalog-impl": "no_such_module.Catalog"}, "ValueError: Could not initialize Catalog: no_such_module.Catalog"),
+    ):
+        bad = {**entry, "table": {"catalog": "lake", "catalog_properties": properties}}
+        message = refused_plan(dag_for(bad), bad)  # failed outright: a config mistake is not retried
+        assert f"pipeline {name!r}: " in message and says in message and f"Fix {fix}" in message, message
+        assert not root.exists() and listed == []  # never claimed, the stream never read
+        assert ledger(store, name) == {"head": store.get_head("none"), "shards": {}, "batches": []}
+
+    # An endpoint that does not answer: retried (an outage may end), but still before the claim and any read.
+    unreachable = {
+        **entry,
+        "table": {"catalog": "lake", "catalog_properties": {"type": "rest", "uri": f"http://127.0.0.1:{closed_port()}"}},
+    }
+    (p,) = parse_config({"pipelines": [unreachable]})
+    with pytest.raises(CatalogUnreachableError) as raised:
+        tasks.plan(p, "manual__test", {})
+    assert raised.value.retryable and "the catalog did not answer" in str(raised.value) and fix in str(raised.value)
+    assert not root.exists() and listed == []
+    assert ledger(store, name) == {"head": store.get_head("none"), "shards": {}, "batches": []}
+
+    # As the message says: the key fixed (here, back to the embedded catalog), the pipeline lands everything.
+    assert run_dag(dag_for(entry)).tasks == SUCCESS
+    landed = check_exactly_once(produced, read_output(entry["output"]))
+    assert landed.ok and landed.rows == 80, landed
+    before, listed[:] = ledger(store, name), []
+    bad = {**entry, "table": {"catalog": "lake", "catalog_properties": {"type": "sql"}}}  # and with batches committed
+    assert "URI missing" in refused_plan(dag_for(bad), bad) and listed == []
+    assert ledger(store, name) == before and check_exactly_once(produced, read_output(entry["output"])).ok
