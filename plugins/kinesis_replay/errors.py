@@ -89,6 +89,15 @@ class StateConflictError(KinesisReplayError):
     """A conditional write to the state table lost: another run changed the item first."""
 
 
+class BatchSupersededError(StateConflictError):
+    """Another run of the pipeline committed the batch this run was replaying, verifying or committing.
+
+    Not retryable: the batch is committed, so nothing is left for this run to do; a retry would only fail the same way.
+    """
+
+    retryable = False
+
+
 class StateCorruptError(KinesisReplayError):
     """The state table holds something the protocol never writes."""
 
