@@ -101,6 +101,8 @@ def plan_batch(
     if head.in_flight is not None:
         batch = store.get_batch(pipeline.name, head.in_flight)
         check_acknowledged(pipeline, acknowledged, {r.shard_id for r in batch.ranges}, f"the ranges of batch {batch.batch_id}")
+        if not dry_run:  # an owner record deleted while the batch was in flight is written again (check_before_plan
+            guards.claim_output(pipeline, now)  # found the root's commit records to be this pipeline's, if it has any)
         log.info("pipeline %s: resuming batch %d (%s), ranges unchanged", pipeline.name, batch.batch_id, batch.status.value)
         return PlanResult(batch=batch, resumed=True)
 

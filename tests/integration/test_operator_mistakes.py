@@ -348,3 +348,54 @@ def test_a_catalog_that_cannot_load_fails_the_plan_before_the_root_is_claimed_or
     bad = {**entry, "table": {"catalog": "lake", "catalog_properties": {"type": "sql"}}}  # and with batches committed
     assert "URI missing" in refused_plan(dag_for(bad), bad) and listed == []
     assert ledger(store, name) == before and check_exactly_once(produced, read_output(entry["output"])).ok
+
+
+def test_a_root_whose_owner_record_was_deleted_is_refused_to_another_pipeline_and_taken_up_again_by_its_own(
+    kinesis: Any, dynamodb: Any, store: DynamoDBStateStore, entry: dict[str, Any], dag_for: Any
+) -> None:
+    """Once, a second pipeline on a root whose owner record was deleted was told to recover_from_output, and the recovery
+    then refused ("no owner record"): advice that could not be followed, and, had it worked, a takeover of another
+    pipeline's batches. Now the root's commit records say whose it is: the other pipeline is told to take a root of its
+    own; the pipeline whose records they are goes on, or (its state table lost too) recovers, as its messages say."""
+    produced = produce(kinesis, entry["stream"], 100)
+    assert run_dag(dag_for(entry)).tasks == SUCCESS
+    root, name = Path(entry["output"]), entry["name"]
+    owner_file = root / OWNER_FILE
+    owner_file.unlink()
+    before = ledger(store, name)
+
+    intruder = {**entry, "name": name + "b"}
+    for params in ({}, {"recover_from_output": True}):
+        refused = run_dag(dag_for(intruder), run_conf=params)
+        assert refused.state == "failed" and refused.tasks["plan"] == "failed", refused
+        message = plan_error(intruder, params)
+        assert (
+            f"pipeline {intruder['name']!r} may not write output {entry['output']}: output {entry['output']} has no owner record" in message
+        )
+        assert f"are of pipeline {name!r} (stream {entry['stream']}), whose output it is" in message
+        assert f"Give pipeline {intruder['name']!r} an output root of its own" in message and "recover_from_output" not in message
+        assert not owner_file.exists() and ledger(store, intruder["name"]) == {"head": store.get_head("none"), "shards": {}, "batches": []}
+    assert ledger(store, name) == before and check_exactly_once(produced, read_output(root)).ok
+
+    # The pipeline whose records they are: its next run writes its owner record again, and goes on.
+    produced += produce(kinesis, entry["stream"], 50, start_index=100)
+    assert run_dag(dag_for(entry)).tasks == SUCCESS
+    owner = read_owner(entry["output"])
+    assert owner is not None and (owner.pipeline, owner.stream, owner.state_table) == (name, entry["stream"], entry["state_table"])
+
+    # Its owner record and its state table both lost: the plan advises a recovery, which works as written.
+    owner_file.unlink()
+    dynamodb.delete_table(TableName=store.table)
+    dynamodb.get_waiter("table_not_exists").wait(TableName=store.table)
+    produced += produce(kinesis, entry["stream"], 50, start_index=150)
+    message = refused_plan(dag_for(entry), entry)
+    assert "holds 2 committed batches (up to batch 2)" in message and '"recover_from_output": true' in message
+    assert not owner_file.exists()
+    dry = run_dag(dag_for(entry), run_conf={"recover_from_output": True, "dry_run": True})  # the advice's two steps, as written
+    assert dry.skipped and store.get_head(name).version == 0 and not owner_file.exists()
+    assert run_dag(dag_for(entry), run_conf={"recover_from_output": True}).tasks == SUCCESS  # rebuilt, then batch 3
+    owner = read_owner(entry["output"])
+    assert owner is not None and (owner.pipeline, owner.stream) == (name, entry["stream"])
+    assert [(b.batch_id, b.status) for b in store.list_batches(name)] == [(i, BatchStatus.COMMITTED) for i in (1, 2, 3)]
+    landed = check_exactly_once(produced, read_output(root))
+    assert landed.ok and landed.rows == 200, landed
