@@ -152,7 +152,9 @@ def replay(p: PipelineConfig, planned: dict[str, Any], params: dict[str, Any]) -
     store = state_store(p)
     batch = batches.batch_to_replay(p, kinesis_client(p), store, planned["batch_id"], planned["action"], acknowledged(params))
     if batch is not None:
-        with batches.failure_recorded(p, store, batch.batch_id):
+        # A job that fails because another run committed the batch meanwhile (its commit removes this run's attempt
+        # folder under the job) fails the run with that, not with Spark's FileNotFoundException, and is not retried.
+        with batches.failure_recorded(p, store, batch.batch_id), batches.committed_meanwhile(p, store, batch.batch_id):
             submit(p, batch, acknowledged(params))
 
 

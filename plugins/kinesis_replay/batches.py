@@ -14,7 +14,15 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from kinesis_replay import guards, iceberg_table, kinesis, output, table_maintenance
 from kinesis_replay.config import PipelineConfig
-from kinesis_replay.errors import ConfigError, DataLossError, KinesisReplayError, ParameterError, StateConflictError, VerificationError
+from kinesis_replay.errors import (
+    BatchSupersededError,
+    ConfigError,
+    DataLossError,
+    KinesisReplayError,
+    ParameterError,
+    StateConflictError,
+    VerificationError,
+)
 from kinesis_replay.holdings import Commit, Ledger
 from kinesis_replay.ranges import SequenceRange, ShardInfo, parse_sequence_number, shards_to_plan
 from kinesis_replay.records import format_digest
@@ -94,6 +102,8 @@ def plan_batch(
     if head.in_flight is not None:
         batch = store.get_batch(pipeline.name, head.in_flight)
         check_acknowledged(pipeline, acknowledged, {r.shard_id for r in batch.ranges}, f"the ranges of batch {batch.batch_id}")
+        if not dry_run:  # an owner record deleted while the batch was in flight is written again (check_before_plan
+            guards.claim_output(pipeline, now)  # found the root's commit records to be this pipeline's, if it has any)
         log.info("pipeline %s: resuming batch %d (%s), ranges unchanged", pipeline.name, batch.batch_id, batch.status.value)
         return PlanResult(batch=batch, resumed=True)
 
@@ -381,6 +391,8 @@ def batch_to_replay(
         log.info("batch %d was verified and is being committed: finishing the commit, not replaying", batch_id)
         return None
     batch = store.get_batch(pipeline.name, batch_id)
+    if batch.status in (BatchStatus.COMMITTING, BatchStatus.COMMITTED):  # another run verified it since this run's plan
+        raise superseded(pipeline, batch)
     with failure_recorded(pipeline, store, batch_id):
         guards.require_owner(pipeline)
         retention = kinesis.stream_retention(kinesis_client, pipeline.stream, pipeline.read)
@@ -425,21 +437,45 @@ def verify_batch(
     batch = store.get_batch(pipeline.name, batch_id)
     if batch.status in (BatchStatus.COMMITTING, BatchStatus.COMMITTED):
         # Two runs replayed the batch at once and the other verified it first: its commit removes this run's attempt.
-        raise StateConflictError(
-            f"pipeline {pipeline.name!r}, batch {batch_id} is {batch.status.value}: it was verified and committed after this "
-            "run replayed it (by a run replaying it at the same time, or by this run before this task was run again). This "
-            f"run changes nothing: the ledger and the output's {output.COMMITS_DIR} "
-            f"record describe the committed batch, and the output's {output.MANIFESTS_DIR} holds the last replay's result, "
-            "which may be this run's"
-        )
-    manifest = output.read_manifest(pipeline.output, batch_id)
-    gaps = check_manifest(batch, manifest, acknowledged, run_id)
-    check_files(pipeline, batch_id, manifest)
-    all_gaps = merge_gaps(batch.gaps, gaps)
-    written = batch.with_status(BatchStatus.WRITTEN, manifest=manifest, attempts=batch.attempts + 1, error=None, gaps=all_gaps)
-    store.update_batch(written, expected=batch.status)
+        raise superseded(pipeline, batch)
+    with committed_meanwhile(pipeline, store, batch_id):  # its commit may remove this run's files while they are checked
+        manifest = output.read_manifest(pipeline.output, batch_id)
+        gaps = check_manifest(batch, manifest, acknowledged, run_id)
+        check_files(pipeline, batch_id, manifest)
+        all_gaps = merge_gaps(batch.gaps, gaps)
+        written = batch.with_status(BatchStatus.WRITTEN, manifest=manifest, attempts=batch.attempts + 1, error=None, gaps=all_gaps)
+        store.update_batch(written, expected=batch.status)
     log.info("pipeline %s: batch %d verified: %d records, %d bytes", pipeline.name, batch_id, manifest.records, manifest.bytes)
     return written
+
+
+def superseded(pipeline: PipelineConfig, batch: Batch) -> BatchSupersededError:
+    """The error of a run that finds its batch verified and committed by another run of the pipeline (the loser of two
+    runs of one batch at once): it stops, changing nothing, and is not retried, as nothing is left for it to do."""
+    return BatchSupersededError(
+        f"pipeline {pipeline.name!r}, batch {batch.batch_id} is {batch.status.value}: it was verified and committed after this "
+        "run replayed it (by a run replaying it at the same time, or by this run before this task was run again). This "
+        f"run changes nothing: the ledger and the output's {output.COMMITS_DIR} "
+        f"record describe the committed batch, and the output's {output.MANIFESTS_DIR} holds the last replay's result, "
+        "which may be this run's. Nothing is left to do: the next run plans the next batch"
+    )
+
+
+@contextmanager
+def committed_meanwhile(pipeline: PipelineConfig, store: StateStore, batch_id: int) -> Iterator[None]:
+    """On a failure, the batch's status is read again: when another run verified it and began (or finished) committing it
+    meanwhile, its commit removed this run's attempt, which is why this run failed (Spark's FileNotFoundException on an
+    attempt file, files gone at verify, a conditional write refused). The run then fails with ``superseded``."""
+    try:
+        yield
+    except Exception as exc:
+        try:
+            batch = store.get_batch(pipeline.name, batch_id)
+        except Exception:
+            raise exc from None  # the first failure is the one to report
+        if batch.status in (BatchStatus.COMMITTING, BatchStatus.COMMITTED):
+            raise superseded(pipeline, batch) from exc
+        raise
 
 
 def merge_gaps(known: tuple[Gap, ...], found: list[Gap]) -> tuple[Gap, ...]:
@@ -627,6 +663,8 @@ def commit_batch(pipeline: PipelineConfig, store: StateStore, batch_id: int, now
         except StateConflictError as exc:
             raise StateConflictError(f"{where}: another run is committing this batch; this one moved nothing ({exc})") from exc
         batch = committing
+    elif batch.status == BatchStatus.COMMITTED:
+        raise superseded(pipeline, batch)
     elif batch.status != BatchStatus.COMMITTING:
         raise StateConflictError(f"{where}: cannot commit a batch that is {batch.status.value}; it must be verified (WRITTEN) first")
     if batch.manifest is None:
@@ -652,6 +690,8 @@ def commit_batch(pipeline: PipelineConfig, store: StateStore, batch_id: int, now
     try:
         store.complete_batch(batch, committed_at)
     except StateConflictError as exc:
+        if (now_stored := store.get_batch(pipeline.name, batch_id)).status == BatchStatus.COMMITTED:
+            raise superseded(pipeline, now_stored) from exc  # another run committed it first: nothing is left to do
         raise StateConflictError(f"{where}: another run completed this commit first ({exc})") from exc
     return committed
 

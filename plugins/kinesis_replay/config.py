@@ -145,6 +145,9 @@ class SparkConfig:
 
 # The two layouts of a pipeline's output: an Apache Iceberg table (the default), or today's plain directories.
 OUTPUT_FORMATS = ("iceberg", "directory")
+# pyiceberg's catalog types (pyiceberg.catalog.CatalogType; a unit test keeps the two equal): catalog_properties.type
+# is checked against them when the config is parsed, without importing pyiceberg.
+CATALOG_TYPES = ("rest", "hive", "glue", "dynamodb", "sql", "in-memory", "bigquery")
 EMBEDDED_CATALOG = "kinesis_replay"  # the name of the default catalog: pyiceberg's SQL catalog on a SQLite file
 DEFAULT_NAMESPACE = "kinesis_replay"
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,254}$")  # what Glue, Athena and the SQL catalog all accept
@@ -688,6 +691,7 @@ def _parse_table(r: _Reader, pipeline: str, output: str) -> TableConfig | None:
     for k, v in properties.items():
         if not isinstance(k, str) or isinstance(v, (Mapping, list)) or v is None:
             t.fail(f"{k!r} must be a scalar property, got {v!r}", "catalog_properties")
+    _check_catalog_type(t, pipeline, properties)
     if not properties and "://" in output:
         t.fail(
             f"the embedded catalog keeps a SQLite file under the output root, and {output} is not a local path; name a "
@@ -696,6 +700,17 @@ def _parse_table(r: _Reader, pipeline: str, output: str) -> TableConfig | None:
         )
     text_properties = {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in properties.items()}
     return TableConfig(names["name"], names["namespace"], names["catalog"], text_properties)
+
+
+def _check_catalog_type(t: _Reader, pipeline: str, properties: Mapping[str, Any]) -> None:
+    """catalog_properties.type, when given, is one pyiceberg knows: else every plan would fail at loading the catalog."""
+    kind = properties.get("type")
+    if kind is not None and "py-catalog-impl" not in properties and str(kind).lower() not in CATALOG_TYPES:
+        t.fail(
+            f"pipeline {pipeline!r} names catalog type {kind!r}, which pyiceberg does not know; it must be one of "
+            f"{', '.join(CATALOG_TYPES)} (or leave type out and give py-catalog-impl, a catalog class of your own)",
+            "catalog_properties.type",
+        )
 
 
 def _stream_name(r: _Reader) -> str:

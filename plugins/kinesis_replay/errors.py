@@ -37,6 +37,19 @@ class EndpointUnreachableError(KinesisReplayError):
     """An AWS endpoint could not be reached at all, or did not answer in time (not a throttle, not a service error)."""
 
 
+class CatalogConfigError(ConfigError):
+    """The pipeline's Iceberg catalog cannot be loaded as configured: an unknown type, a catalog module that is not
+    installed, a missing or malformed property, or credentials the catalog refuses. No retry changes that."""
+
+
+class CatalogUnreachableError(EndpointUnreachableError):
+    """The pipeline's Iceberg catalog did not answer (connection refused, a timeout): retryable, as an outage may end.
+
+    The plan loads the catalog before it claims the output or reads the stream, so this fails the plan, not a verify
+    after the stream was read.
+    """
+
+
 class AccessRefusedError(KinesisReplayError):
     """AWS refused the caller: unknown credentials, a permission the policy lacks, or a KMS key that refuses it."""
 
@@ -74,6 +87,15 @@ class DataLossError(RangeReadError):
 
 class StateConflictError(KinesisReplayError):
     """A conditional write to the state table lost: another run changed the item first."""
+
+
+class BatchSupersededError(StateConflictError):
+    """Another run of the pipeline committed the batch this run was replaying, verifying or committing.
+
+    Not retryable: the batch is committed, so nothing is left for this run to do; a retry would only fail the same way.
+    """
+
+    retryable = False
 
 
 class StateCorruptError(KinesisReplayError):

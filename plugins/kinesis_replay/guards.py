@@ -44,7 +44,9 @@ def check_owner(pipeline: PipelineConfig, owner: output.Owner | None, new_table:
     if owner is None:
         raise OutputOwnershipError(
             f"pipeline {pipeline.name!r}: output {root} has no owner record ({output.OWNER_FILE}); the pipeline's plan "
-            "writes it before anything else, so the output was moved or deleted since. Nothing was written."
+            "writes it before anything else, so the output was moved or deleted since. If output is still where the "
+            "pipeline's batches are, its next run's plan writes the record again (once the output's commit records are "
+            "found to be the pipeline's); else point output back to where they are. Nothing was written."
         )
     if owner.pipeline != pipeline.name:
         raise OutputOwnershipError(
@@ -124,19 +126,24 @@ def check_before_plan(pipeline: PipelineConfig, head: Head) -> None:
         check_owner(pipeline, owner, new_table=new_table_allowed)
     else:
         check_format(pipeline, None)  # a root written before owner records: its folders say its format
+        check_records_owner(pipeline)  # or one whose record was deleted: its commit records say whose it is
     if head.version == 0:
         if output.holds_commits(root, owner):
             committed = output.committed_batch_ids(root)
-            held = (
-                f"{len(committed)} committed batches (up to batch {committed[-1]})"
-                if committed
-                else "results of batches written before it kept commit records (_manifests)"
-            )
+            if committed:
+                held, advice = f"{len(committed)} committed batches (up to batch {committed[-1]})", recovery_hint(pipeline)
+            else:  # nothing a recovery could rebuild the state from
+                held = "results of batches written before it kept commit records (_manifests)"
+                advice = (
+                    "A recovery needs the commit records (_commits) that this output has none of: restore the state table "
+                    "from a backup, or land the stream in a new output root (a new pipeline)."
+                )
             raise StateLostError(
                 f"pipeline {pipeline.name!r}: state table {table} holds no state for the pipeline, but its output {root} "
                 f"holds {held}. The table was deleted, emptied or replaced; planning now would start the stream over and "
-                f"replace those batches. {recovery_hint(pipeline)} Nothing was written."
+                f"replace those batches. {advice} Nothing was written."
             )
+        check_table(pipeline, Ledger(0))
         return
     last = (head.in_flight or head.next_batch_id) - 1  # every batch before the next (or in-flight) one is committed
     if last >= 1 and not (output.has_commit_record(root, last) or output.has_manifest(root, last)):
@@ -161,13 +168,48 @@ def ledger_of(head: Head) -> Ledger:
     return Ledger((head.in_flight or head.next_batch_id) - 1, head.in_flight)
 
 
+def check_records_owner(pipeline: PipelineConfig) -> None:
+    """A root whose owner record is gone: its newest commit record (a ledger entry, naming pipeline and stream) must be
+    this pipeline's and stream's, or the root is another's, which a claim or a recovery must never take over."""
+    root = pipeline.output
+    ids = output.committed_batch_ids(root)
+    if not ids:
+        return
+    newest = output.read_commit_record(root, ids[-1])
+    if newest.pipeline == pipeline.name and newest.stream == pipeline.stream:
+        return
+    gone = (
+        f"output {root} has no owner record ({output.OWNER_FILE}: deleted?), and its commit records ({output.COMMITS_DIR}, up "
+        f"to batch {ids[-1]})"
+    )
+    if newest.pipeline != pipeline.name:
+        raise OutputOwnershipError(
+            f"pipeline {pipeline.name!r} may not write output {root}: {gone} are of pipeline {newest.pipeline!r} (stream "
+            f"{newest.stream}), whose output it is. Both would number their batches from 1 and replace each other's. Give "
+            f"pipeline {pipeline.name!r} an output root of its own; pipeline {newest.pipeline!r}'s next run writes its owner "
+            "record again. Nothing was written."
+        )
+    raise OutputOwnershipError(
+        f"pipeline {pipeline.name!r}: {gone} hold stream {newest.stream}, and the config now names stream {pipeline.stream}; "
+        "shard ids of two streams would share one set of checkpoints. Give the new stream a new pipeline and output root. "
+        "Nothing was written."
+    )
+
+
 def check_table(pipeline: PipelineConfig, ledger: Ledger) -> None:
     """A table output: the table's current snapshot holds exactly the batches the ledger says are committed.
 
     Read from the current snapshot's summary (kinesis_replay.holdings): no data or manifest file is read. A table that
-    lacks batches, holds others, or whose rows another writer changed, is refused before anything moves.
+    lacks batches, holds others, or whose rows another writer changed, is refused before anything moves. With nothing
+    committed, a catalog of the config's (not the embedded one, which the first commit creates under the output root)
+    is loaded all the same: one that can't load fails the plan before the root is claimed or the stream read, rather
+    than the verify after the whole batch was (iceberg_table.load_catalog says whether it is retried).
     """
-    if pipeline.table is None or ledger.last < 1:
+    if pipeline.table is None:
+        return
+    if ledger.last < 1:
+        if not pipeline.table.embedded:
+            iceberg_table.load_catalog(pipeline)
         return
     # An embedded catalog that is gone holds no table; loading it would create an empty one (a write, however small).
     gone = pipeline.table.embedded and not os.path.exists(iceberg_table.embedded_catalog_file(pipeline.output))

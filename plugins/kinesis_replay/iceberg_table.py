@@ -32,8 +32,14 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from kinesis_replay.config import PipelineConfig, TableConfig
-from kinesis_replay.errors import KinesisReplayError, OutputOwnershipError, VerificationError
+from kinesis_replay.config import CATALOG_TYPES, PipelineConfig, TableConfig
+from kinesis_replay.errors import (
+    CatalogConfigError,
+    CatalogUnreachableError,
+    KinesisReplayError,
+    OutputOwnershipError,
+    VerificationError,
+)
 from kinesis_replay.holdings import Holdings, TableState
 from kinesis_replay.output import arrow_row_schema
 from kinesis_replay.records import PARTITION_COLUMN
@@ -106,7 +112,11 @@ def embedded_catalog_file(output: str) -> str:
 
 
 def load_catalog(pipeline: PipelineConfig, extra: Mapping[str, str] | None = None) -> Catalog:
-    """The pipeline's catalog; ``extra`` properties (credentials, an endpoint) come from the caller's hook."""
+    """The pipeline's catalog; ``extra`` properties (credentials, an endpoint) come from the caller's hook.
+
+    A catalog that cannot load as configured is a CatalogConfigError (not retried); one that does not answer, a
+    CatalogUnreachableError (retried). The plan loads it before it claims the output or reads the stream.
+    """
     from pyiceberg.catalog import load_catalog as pyiceberg_load_catalog
 
     table = require_table(pipeline)
@@ -116,15 +126,45 @@ def load_catalog(pipeline: PipelineConfig, extra: Mapping[str, str] | None = Non
     for attempt in range(3):
         try:
             return _parse_each_metadata_file_once(_stage_without_deep_copy(pyiceberg_load_catalog(table.catalog, **properties)))
-        except (ValueError, ImportError) as exc:
-            raise KinesisReplayError(f"pipeline {pipeline.name!r}: cannot load Iceberg catalog {table.catalog!r}: {exc}") from exc
         except Exception as exc:
+            problem = catalog_problem(pipeline, exc)
             # The SQL catalog creates its own tables on first use; two tasks doing so at once: one of them fails ("table
             # iceberg_tables already exists"), and finds them the next time.
-            if not table.embedded or attempt == 2:
-                raise KinesisReplayError(f"pipeline {pipeline.name!r}: cannot reach {table.describe()}: {exc}") from exc
+            if problem is not None or not table.embedded or attempt == 2:
+                raise problem or KinesisReplayError(f"pipeline {pipeline.name!r}: cannot load {table.describe()}: {exc}") from exc
             time.sleep(0.1)
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def catalog_problem(pipeline: PipelineConfig, exc: Exception) -> KinesisReplayError | None:
+    """What a failure to load the pipeline's catalog says: a config mistake, an unreachable endpoint, or None (unknown)."""
+    from botocore.exceptions import BotoCoreError, ConnectTimeoutError, EndpointConnectionError, ReadTimeoutError
+    from pyiceberg.exceptions import ForbiddenError, NotInstalledError, OAuthError, UnauthorizedError
+
+    table = require_table(pipeline)
+    where = f"pipeline {pipeline.name!r}: cannot load Iceberg catalog {table.catalog!r} ({table.describe()})"
+    key = f"table.catalog_properties of pipeline {pipeline.name!r} in the pipelines config"
+    kind = table.catalog_properties.get("type")
+    if isinstance(exc, ValueError) and kind is not None and f"{kind!r} is not a valid CatalogType" in str(exc):
+        return CatalogConfigError(
+            f"{where}: catalog_properties.type is {kind!r}, which pyiceberg does not know. Set table.catalog_properties.type "
+            f"of pipeline {pipeline.name!r} in the pipelines config to one of {', '.join(CATALOG_TYPES)}. Nothing was written or read."
+        )
+    if isinstance(exc, (ConnectTimeoutError, EndpointConnectionError, ReadTimeoutError, ConnectionError, TimeoutError)) or (
+        isinstance(exc, OSError) and not isinstance(exc, FileNotFoundError)  # requests' errors are OSErrors too
+    ):
+        return CatalogUnreachableError(
+            f"{where}: the catalog did not answer ({type(exc).__name__}: {exc}). Nothing was written or read; the task is "
+            f"retried. If it never answers, check its uri (and its network path from the workers) in {key}."
+        )
+    if isinstance(exc, (ValueError, TypeError, KeyError, ImportError, NotInstalledError, BotoCoreError)):
+        return CatalogConfigError(f"{where}: {type(exc).__name__}: {exc}. Fix {key}. Nothing was written or read.")
+    if isinstance(exc, (ForbiddenError, UnauthorizedError, OAuthError)):
+        return CatalogConfigError(
+            f"{where}: the catalog refused the caller ({type(exc).__name__}: {exc}). Check the credentials in {key} "
+            "(or the worker's), and that they may use the catalog. Nothing was written or read."
+        )
+    return None
 
 
 def require_table(pipeline: PipelineConfig) -> TableConfig:

@@ -168,11 +168,12 @@ def recover(pipeline: PipelineConfig, kinesis_client: KinesisClient, store: Stat
     """
     owner = output.read_owner(pipeline.output)
     if owner is None:
-        raise RecoveryError(
-            f"pipeline {pipeline.name!r}: output {pipeline.output} has no owner record ({output.OWNER_FILE}), so it holds "
-            "nothing a recovery could trust; is output the root the pipeline wrote to?"
-        )
-    guards.check_owner(pipeline, owner, new_table=True)
+        # The owner record was deleted: the commit records say whose the root is (another pipeline's is refused), and
+        # the recovery writes the record again. plan_recovery checks that every record is this pipeline's and stream's.
+        guards.check_format(pipeline, None)
+        guards.check_records_owner(pipeline)
+    else:
+        guards.check_owner(pipeline, owner, new_table=True)
     head = store.get_head(pipeline.name)
     if head.version != 0:
         raise RecoveryError(
@@ -188,14 +189,23 @@ def recover(pipeline: PipelineConfig, kinesis_client: KinesisClient, store: Stat
         )
     records = [output.read_commit_record(pipeline.output, i) for i in ids]
     listed = kinesis.list_shards(kinesis_client, pipeline.stream, pipeline.read)
-    plan = plan_recovery(pipeline, records, listed, datetime.fromisoformat(owner.created_at))
+    # Without the owner record, the first batch's plan stands for the first claim: a shard that committed nothing by the
+    # last batch's plan had no record since the first plan, so any start between the two reads the same records.
+    claimed_at = datetime.fromisoformat(owner.created_at) if owner is not None else min(b.created_at for b in records)
+    plan = plan_recovery(pipeline, records, listed, claimed_at)
     log.info("%s%s", "dry run: would " if dry_run else "", plan.describe())
     if dry_run:
         return plan
     if pipeline.table is not None:
         plan = replace(plan, batches=tuple(in_table(pipeline, b) for b in plan.batches))
     store.restore(pipeline.name, plan.head, plan.shards, plan.batches)
-    if owner.state_table != pipeline.state_table or owner.output_format is None:
+    if owner is None:
+        claim = output.Owner(pipeline.name, pipeline.stream, pipeline.state_table, claimed_at.isoformat(), 0, pipeline.output_format)
+        guards.check_owner(pipeline, output.write_owner(pipeline.output, claim))  # unless another claimed it meanwhile
+        log.info(
+            "pipeline %s: output %s claimed again (owner record %s)", pipeline.name, pipeline.output, output.owner_path(pipeline.output)
+        )
+    elif owner.state_table != pipeline.state_table or owner.output_format is None:
         # check_owner found the output's format (recorded, or shown by its folders) agrees with the pipeline's: record it.
         claim = replace(owner, state_table=pipeline.state_table, output_format=pipeline.output_format)
         output.write_owner(pipeline.output, claim, replace=True)

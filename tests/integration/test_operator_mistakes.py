@@ -365,3 +365,112 @@ def test_a_root_in_or_around_another_deployments_table_is_refused_and_its_mainte
     assert files_under(root) == left_alone  # the stale attempt's files went, and nothing else
     assert ledger(store, entry["name"]) == before
     assert check_exactly_once(produced, read_output(entry["output"])).ok
+
+
+def closed_port() -> int:
+    """A local port nothing listens on (bound, then closed)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_a_catalog_that_cannot_load_fails_the_plan_before_the_root_is_claimed_or_the_stream_read(
+    kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any], dag_for: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once, a catalog that could not load was found only at verify: after the root was claimed and the whole batch
+    read, and an unreachable one then retried the replay. Now the plan loads it first, and says which key to fix."""
+    from kinesis_replay import kinesis as kinesis_module
+    from kinesis_replay.errors import CatalogUnreachableError
+
+    produced = produce(kinesis, entry["stream"], 80)
+    listed: list[str] = []
+    list_shards = kinesis_module.list_shards
+    monkeypatch.setattr(kinesis_module, "list_shards", lambda *a, **k: listed.append("ListShards") or list_shards(*a, **k))
+    root, name = Path(entry["output"]), entry["name"]
+    fix = f"table.catalog_properties of pipeline {name!r} in the pipelines config"
+    for properties, says in (
+        (
+            {"type": "sql"},
+            f"cannot load Iceberg catalog 'lake' (table kinesis_replay.{name} in catalog lake (sql)): ValueError: URI missing",
+        ),
+        ({"py-catalog-impl": "no_such_module.Catalog"}, "ValueError: Could not initialize Catalog: no_such_module.Catalog"),
+    ):
+        bad = {**entry, "table": {"catalog": "lake", "catalog_properties": properties}}
+        message = refused_plan(dag_for(bad), bad)  # failed outright: a config mistake is not retried
+        assert f"pipeline {name!r}: " in message and says in message and f"Fix {fix}" in message, message
+        assert not root.exists() and listed == []  # never claimed, the stream never read
+        assert ledger(store, name) == {"head": store.get_head("none"), "shards": {}, "batches": []}
+
+    # An endpoint that does not answer: retried (an outage may end), but still before the claim and any read.
+    unreachable = {
+        **entry,
+        "table": {"catalog": "lake", "catalog_properties": {"type": "rest", "uri": f"http://127.0.0.1:{closed_port()}"}},
+    }
+    (p,) = parse_config({"pipelines": [unreachable]})
+    with pytest.raises(CatalogUnreachableError) as raised:
+        tasks.plan(p, "manual__test", {})
+    assert raised.value.retryable and "the catalog did not answer" in str(raised.value) and fix in str(raised.value)
+    assert not root.exists() and listed == []
+    assert ledger(store, name) == {"head": store.get_head("none"), "shards": {}, "batches": []}
+
+    # As the message says: the key fixed (here, back to the embedded catalog), the pipeline lands everything.
+    assert run_dag(dag_for(entry)).tasks == SUCCESS
+    landed = check_exactly_once(produced, read_output(entry["output"]))
+    assert landed.ok and landed.rows == 80, landed
+    before, listed[:] = ledger(store, name), []
+    bad = {**entry, "table": {"catalog": "lake", "catalog_properties": {"type": "sql"}}}  # and with batches committed
+    assert "URI missing" in refused_plan(dag_for(bad), bad) and listed == []
+    assert ledger(store, name) == before and check_exactly_once(produced, read_output(entry["output"])).ok
+
+
+def test_a_root_whose_owner_record_was_deleted_is_refused_to_another_pipeline_and_taken_up_again_by_its_own(
+    kinesis: Any, dynamodb: Any, store: DynamoDBStateStore, entry: dict[str, Any], dag_for: Any
+) -> None:
+    """Once, a second pipeline on a root whose owner record was deleted was told to recover_from_output, and the recovery
+    then refused ("no owner record"): advice that could not be followed, and, had it worked, a takeover of another
+    pipeline's batches. Now the root's commit records say whose it is: the other pipeline is told to take a root of its
+    own; the pipeline whose records they are goes on, or (its state table lost too) recovers, as its messages say."""
+    produced = produce(kinesis, entry["stream"], 100)
+    assert run_dag(dag_for(entry)).tasks == SUCCESS
+    root, name = Path(entry["output"]), entry["name"]
+    owner_file = root / OWNER_FILE
+    owner_file.unlink()
+    before = ledger(store, name)
+
+    intruder = {**entry, "name": name + "b"}
+    for params in ({}, {"recover_from_output": True}):
+        refused = run_dag(dag_for(intruder), run_conf=params)
+        assert refused.state == "failed" and refused.tasks["plan"] == "failed", refused
+        message = plan_error(intruder, params)
+        assert (
+            f"pipeline {intruder['name']!r} may not write output {entry['output']}: output {entry['output']} has no owner record" in message
+        )
+        assert f"are of pipeline {name!r} (stream {entry['stream']}), whose output it is" in message
+        assert f"Give pipeline {intruder['name']!r} an output root of its own" in message and "recover_from_output" not in message
+        assert not owner_file.exists() and ledger(store, intruder["name"]) == {"head": store.get_head("none"), "shards": {}, "batches": []}
+    assert ledger(store, name) == before and check_exactly_once(produced, read_output(root)).ok
+
+    # The pipeline whose records they are: its next run writes its owner record again, and goes on.
+    produced += produce(kinesis, entry["stream"], 50, start_index=100)
+    assert run_dag(dag_for(entry)).tasks == SUCCESS
+    owner = read_owner(entry["output"])
+    assert owner is not None and (owner.pipeline, owner.stream, owner.state_table) == (name, entry["stream"], entry["state_table"])
+
+    # Its owner record and its state table both lost: the plan advises a recovery, which works as written.
+    owner_file.unlink()
+    dynamodb.delete_table(TableName=store.table)
+    dynamodb.get_waiter("table_not_exists").wait(TableName=store.table)
+    produced += produce(kinesis, entry["stream"], 50, start_index=150)
+    message = refused_plan(dag_for(entry), entry)
+    assert "holds 2 committed batches (up to batch 2)" in message and '"recover_from_output": true' in message
+    assert not owner_file.exists()
+    dry = run_dag(dag_for(entry), run_conf={"recover_from_output": True, "dry_run": True})  # the advice's two steps, as written
+    assert dry.skipped and store.get_head(name).version == 0 and not owner_file.exists()
+    assert run_dag(dag_for(entry), run_conf={"recover_from_output": True}).tasks == SUCCESS  # rebuilt, then batch 3
+    owner = read_owner(entry["output"])
+    assert owner is not None and (owner.pipeline, owner.stream) == (name, entry["stream"])
+    assert [(b.batch_id, b.status) for b in store.list_batches(name)] == [(i, BatchStatus.COMMITTED) for i in (1, 2, 3)]
+    landed = check_exactly_once(produced, read_output(root))
+    assert landed.ok and landed.rows == 200, landed

@@ -400,12 +400,32 @@ def test_a_directory_output_says_so_and_has_no_table() -> None:
         ),
         ({"table": {"catalog_properties": ["type", "glue"]}}, r"table\.catalog_properties: must be a mapping of pyiceberg"),
         ({"table": {"schema": "x"}}, r"table: unknown key\(s\) schema"),
+        (
+            {"table": {"catalog_properties": {"type": "nonesuch"}}},
+            r"table\.catalog_properties\.type: pipeline 'orders' names catalog type 'nonesuch', which pyiceberg does not know; "
+            r"it must be one of rest, hive, glue, dynamodb, sql, in-memory, bigquery",
+        ),
         ({"output": "s3://bucket/orders"}, r"table\.catalog_properties: the embedded catalog keeps a SQLite file under the output"),
     ],
 )
 def test_a_bad_table_config_names_the_key(changes: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         parse_config(config(**changes))
+
+
+def test_the_catalog_types_the_config_accepts_are_pyicebergs() -> None:
+    from pyiceberg.catalog import CatalogType
+
+    from kinesis_replay.config import CATALOG_TYPES
+
+    assert set(CATALOG_TYPES) == {t.value for t in CatalogType}
+    for properties in (
+        {"type": "GLUE", "glue.region": "eu-west-1"},
+        {"py-catalog-impl": "lake.catalogs.Mine"},
+        {"uri": "http://rest:8181"},
+    ):
+        (p,) = parse_config(config(table={"catalog": "lake", "catalog_properties": properties}))
+        assert p.table is not None and p.table.catalog_properties == properties  # pyiceberg's own case-insensitive type, or none
 
 
 @pytest.mark.parametrize(

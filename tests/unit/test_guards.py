@@ -336,3 +336,83 @@ def test_roots_beside_each_other_are_claimed(tmp_path: Path) -> None:
     guards.claim_output(beside, NOW)  # a name that starts like the other root's is not inside it
     owner = output.read_owner(beside.output)
     assert owner is not None and owner.pipeline == "payments"
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            {"name": "payments"},
+            "pipeline 'payments' may not write output {root}: output {root} has no owner record (_kinesis_replay_owner.json: "
+            "deleted?), and its commit records (_commits, up to batch 2) are of pipeline 'orders' (stream orders-stream), whose "
+            "output it is. Both would number their batches from 1 and replace each other's. Give pipeline 'payments' an output "
+            "root of its own; pipeline 'orders''s next run writes its owner record again. Nothing was written.",
+        ),
+        ({"stream": "other"}, "(_commits, up to batch 2) hold stream orders-stream, and the config now names stream other"),
+    ],
+)
+def test_a_root_whose_owner_record_is_gone_is_another_pipelines_when_its_commit_records_say_so(
+    tmp_path: Path, change: dict[str, str], message: str
+) -> None:
+    """Whatever the intruder's state table holds: no plan claims it, and no recovery takes it over."""
+    from kinesis_replay import recovery
+
+    owner = pipeline(tmp_path / "out", output_format="directory")  # no table: the guards of the output alone
+    guards.claim_output(owner, NOW)
+    for i in (1, 2):
+        output.write_commit_record(owner.output, committed(owner, i))
+    Path(output.owner_path(owner.output)).unlink()
+    intruder = pipeline(tmp_path / "out", output_format="directory", **change)
+    for head in (Head(), Head(next_batch_id=3, version=2)):
+        with pytest.raises(OutputOwnershipError) as raised:
+            guards.check_before_plan(intruder, head)
+        assert message.format(root=owner.output) in str(raised.value)
+        assert guards.RECOVER_PARAM not in str(raised.value)
+    with pytest.raises(OutputOwnershipError, match="Nothing was written"):
+        recovery.recover(intruder, None, None, NOW)  # type: ignore[arg-type]  # refused before any client is used
+    assert output.read_owner(owner.output) is None and output.committed_batch_ids(owner.output) == [1, 2]
+    guards.check_before_plan(owner, Head(next_batch_id=3, version=2))  # the pipeline whose records they are goes on
+    guards.claim_output(owner, NOW)  # and its plan claims the root again
+    found = output.read_owner(owner.output)
+    assert found is not None and (found.pipeline, found.stream) == ("orders", "orders-stream")
+
+
+def test_a_lost_state_table_over_results_without_commit_records_is_not_told_to_recover(tmp_path: Path) -> None:
+    """A recovery needs commit records: advising one there would be advice that cannot be followed."""
+    p = pipeline(tmp_path / "out")
+    manifest = Path(output.manifest_path(p.output, 7))
+    manifest.parent.mkdir(parents=True)
+    manifest.write_text("{}")
+    with pytest.raises(StateLostError) as raised:
+        guards.check_before_plan(p, Head())
+    assert "A recovery needs the commit records (_commits) that this output has none of" in str(raised.value)
+    assert guards.RECOVER_PARAM not in str(raised.value)
+
+
+def test_a_plan_that_resumes_a_batch_writes_a_deleted_owner_record_again(tmp_path: Path) -> None:
+    """Else every run would resume the batch, and its replay refuse it for the missing record, for ever."""
+    from kinesis_replay import batches
+
+    p = pipeline(tmp_path / "out", output_format="directory")
+    guards.claim_output(p, NOW)
+    for i in (1, 2):
+        output.write_commit_record(p.output, committed(p, i))
+    Path(output.owner_path(p.output)).unlink()
+    in_flight = replace(committed(p, 3), status=BatchStatus.FAILED)
+
+    class Ledger:
+        def get_head(self, name: str) -> Head:
+            return Head(next_batch_id=4, in_flight=3, version=3)
+
+        def get_batch(self, name: str, batch_id: int) -> Batch:
+            return in_flight
+
+    with pytest.raises(OutputOwnershipError, match="its next run's plan writes the record again"):
+        guards.require_owner(p)  # the replay's refusal, and its advice
+    result = batches.plan_batch(p, None, Ledger(), "run", NOW, dry_run=True)  # type: ignore[arg-type]
+    assert result.resumed and output.read_owner(p.output) is None  # a dry run writes nothing
+    result = batches.plan_batch(p, None, Ledger(), "run", NOW)  # type: ignore[arg-type]
+    assert result.resumed and result.batch == in_flight
+    guards.require_owner(p)  # the replay goes on
+    owner = output.read_owner(p.output)
+    assert owner is not None and (owner.pipeline, owner.stream, owner.state_table) == ("orders", "orders-stream", "kr-state")

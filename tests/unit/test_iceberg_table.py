@@ -319,3 +319,52 @@ def test_a_table_whose_metadata_file_is_gone_is_refused_naming_it_not_retried(tm
     with pytest.raises(OutputOwnershipError, match=refused) as caught:
         iceberg_table.load_table(p)
     assert not caught.value.retryable
+
+
+def closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize(
+    ("properties", "error", "says"),
+    [
+        (
+            {"type": "nonesuch"},  # the config refuses it; a config of another release, or built by hand, may not
+            "CatalogConfigError",
+            "catalog_properties.type is 'nonesuch', which pyiceberg does not know. Set table.catalog_properties.type of "
+            "pipeline 'orders' in the pipelines config to one of rest, hive, glue, dynamodb, sql, in-memory, bigquery",
+        ),
+        ({"type": "sql"}, "CatalogConfigError", "ValueError: URI missing"),
+        ({"type": "hive", "uri": "thrift://127.0.0.1:1"}, "CatalogConfigError", "NotInstalledError"),
+        ({"py-catalog-impl": "no_such_module.Catalog"}, "CatalogConfigError", "Could not initialize Catalog"),
+        ({"type": "rest", "uri": "http://127.0.0.1:{port}"}, "CatalogUnreachableError", "the catalog did not answer (ConnectionError"),
+    ],
+)
+def test_a_catalog_that_cannot_load_says_whether_a_retry_can_help_and_which_key_to_fix(
+    tmp_path: Path, properties: dict[str, str], error: str, says: str
+) -> None:
+    from dataclasses import replace
+
+    from kinesis_replay import errors, guards
+
+    p = pipeline(tmp_path / "out")
+    assert p.table is not None
+    props = {k: v.format(port=closed_port()) for k, v in properties.items()}
+    p = replace(p, table=replace(p.table, catalog="lake", catalog_properties=props))
+    with pytest.raises(errors.KinesisReplayError) as raised:
+        guards.check_table(p, Ledger(0))  # the plan's check, before it claims the output or reads the stream
+    assert type(raised.value).__name__ == error and says in str(raised.value), raised.value
+    assert raised.value.retryable == (error == "CatalogUnreachableError")
+    assert str(raised.value).startswith("pipeline 'orders': cannot load Iceberg catalog 'lake'")
+    assert "table.catalog_properties" in str(raised.value) and not (tmp_path / "out").exists()
+
+
+def test_the_plan_does_not_create_the_embedded_catalog_before_the_first_commit(tmp_path: Path) -> None:
+    from kinesis_replay import guards
+
+    guards.check_table(pipeline(tmp_path / "out"), Ledger(0))
+    assert not (tmp_path / "out").exists()
