@@ -499,7 +499,22 @@ def _differing(
     writer): read only when the snapshot's row count says some are, from the manifests' partition summaries."""
     if table is None or mismatch is None or not mismatch.records:
         return []
+    where = f"pipeline {pipeline.name!r}: {iceberg_table.require_table(pipeline).describe()}"
+    if state.deletes:
+        raise BackfillError(
+            f"{where} holds {state.deletes} rows deleted by delete files, which another writer made (kinesis-replay never "
+            "writes them), and a restore replaces a batch's data files but cannot remove delete files. Apply them first "
+            "(Spark: CALL <catalog>.system.rewrite_data_files(table => '<table>', options => map('delete-file-threshold', '1'))), "
+            "then run the restore again: it replays the batches whose rows are gone. Nothing was written."
+        )
     counts = iceberg_table.partition_counts(table)
+    strangers = sorted(b for b in counts if not 1 <= b <= ledger.last and b != ledger.in_flight)
+    if strangers:
+        raise BackfillError(
+            f"{where} holds rows of batch_id {listed(strangers)}, which the ledger has not committed (batches 1 to "
+            f"{ledger.last}): another writer added them. A restore puts back only committed batches; delete those rows "
+            "with Iceberg's tools, then run the restore again. Nothing was written."
+        )
     found = []
     for low in range(1, ledger.last + 1, WINDOW_SLICE):
         for batch in store.get_batches(pipeline.name, range(low, min(ledger.last, low + WINDOW_SLICE - 1) + 1)).values():

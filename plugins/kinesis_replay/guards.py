@@ -262,8 +262,16 @@ def describe_mismatch(pipeline: PipelineConfig, state: TableState, ledger: Ledge
         causes.append("was the state table restored from an older backup, or does table.* name another pipeline's table?")
     if mismatch.records and not mismatch.missing:
         foreign = f" (snapshots made since by another writer: {', '.join(state.foreign[:5])})" if state.foreign else ""
-        text += f"; its files hold {state.total_records} rows, and its batches held {state.holdings.records} when committed{foreign}"
+        if state.deletes:
+            text += f"; it holds {state.deletes} deleted rows in delete files, which kinesis-replay never writes{foreign}"
+        else:
+            text += f"; its files hold {state.total_records} rows, and its batches held {state.holdings.records} when committed{foreign}"
         causes.append("were rows deleted or rewritten outside kinesis-replay?")
+    if state.derived:
+        causes.append(
+            "no snapshot of the table's current ancestry records what it holds (a table of an older release, or snapshot "
+            "expiry by another tool kept only another writer's snapshots), so its partitions said so."
+        )
     fix = recovery_hint(pipeline) if mismatch.extra else iceberg_table.restore_hint(pipeline)
     fix = fix[0].upper() + fix[1:]
     return (

@@ -142,9 +142,11 @@ class TableState:
     """A table's current snapshot as the holdings check reads it."""
 
     holdings: Holdings  # what the newest snapshot a commit made says the table holds
-    total_records: int  # Iceberg's own count of the rows the current snapshot's files hold
+    total_records: int | None  # Iceberg's own count of the rows the current snapshot's data files hold (None: unknown)
     foreign: tuple[str, ...] = ()  # snapshots made after that one by another writer: "<id> (<operation>)", newest first
     exists: bool = True  # False: no table (never created, dropped, or its catalog lost)
+    deletes: int = 0  # position and equality deletes in the current snapshot: only another writer makes them
+    derived: bool = False  # no snapshot of the ancestry records holdings: read from the table's partitions
 
 
 @dataclass(frozen=True)
@@ -178,5 +180,5 @@ def compare(state: TableState, ledger: Ledger) -> Mismatch | None:
     held = state.holdings
     missing = held.missing_from(1, ledger.last)
     extra = [i for i in held.outside(1, ledger.last) if i != ledger.in_flight]
-    records = state.total_records != held.records
+    records = (state.total_records is not None and state.total_records != held.records) or state.deletes > 0
     return Mismatch(missing, extra, records) if missing or extra or records else None

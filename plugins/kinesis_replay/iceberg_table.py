@@ -28,7 +28,7 @@ import functools
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -197,35 +197,47 @@ def table_state(table: Table | None) -> TableState:
     """What the table's current snapshot holds, by its own summary (kinesis_replay.holdings), and Iceberg's row count.
 
     The holdings are the newest commit's in the current snapshot's ancestry: snapshots another writer made on top of it
-    are named in ``foreign``, and show in Iceberg's ``total-records`` if they changed the rows. A table of a release
-    before holdings were recorded takes batches 1 to the newest batch its ancestry names (a rollback's snapshot is not
-    in it) and the rows it holds: its next commit records them.
+    are named in ``foreign``, and show in Iceberg's ``total-records`` (or its delete files) if they changed the rows.
+    When no snapshot of the ancestry records holdings (a table written by a release before they were recorded, or one
+    whose recording snapshots were expired under another writer's), they are read from the current snapshot's
+    partitions and the batches its ancestry names, once: the next commit records them again.
     """
-    from pyiceberg.table.snapshots import ancestors_of
-
     if table is None:
         return TableState(Holdings(), 0, exists=False)
     current = table.current_snapshot()
     if current is None:
         return TableState(Holdings(), 0)
-    total = int((current.summary.additional_properties if current.summary else {}).get("total-records", "0"))
+    summary = current.summary.additional_properties if current.summary is not None else {}
+    # Iceberg carries a total forward only from a parent that has one: absent means unknown, never 0.
+    total = int(summary["total-records"]) if "total-records" in summary else None
+    deletes = sum(int(summary.get(key, "0")) for key in ("total-position-deletes", "total-equality-deletes"))
     foreign: list[str] = []
-    newest_named = 0
-    for snapshot in ancestors_of(current, table.metadata):
+    named: set[int] = set()
+    for snapshot in ancestry(table):
         properties = snapshot.summary.additional_properties if snapshot.summary is not None else {}
         try:
             held = Holdings.from_summary(properties)
         except ValueError as exc:
             raise VerificationError(f"table {'.'.join(table.name())}, snapshot {snapshot.snapshot_id}: {exc}") from None
         if held is not None:
-            return TableState(held, total, tuple(foreign))
-        named = properties.get(BATCH_PROPERTY)
-        if named is None and newest_named == 0:
+            return TableState(held, total, tuple(foreign), deletes=deletes)
+        if properties.get(BATCH_PROPERTY) is not None:
+            named.add(int(properties[BATCH_PROPERTY]))
+        elif not named:
             operation = snapshot.summary.operation.value if snapshot.summary is not None else "unknown"
             foreign.append(f"{snapshot.snapshot_id} ({operation})")
-        elif named is not None:
-            newest_named = max(newest_named, int(named))
-    return TableState(Holdings.of(range(1, newest_named + 1), total), total)
+    counts = partition_counts(table)
+    rows = sum(counts.values())
+    return TableState(Holdings.of(set(counts) | named, rows), total, tuple(foreign), deletes=deletes, derived=True)
+
+
+def ancestry(table: Table) -> Iterator[Snapshot]:
+    """The current snapshot and its ancestors, newest first (pyiceberg's ancestors_of looks each parent up by a scan)."""
+    by_id = {s.snapshot_id: s for s in table.metadata.snapshots}
+    snapshot = table.current_snapshot()
+    while snapshot is not None:
+        yield snapshot
+        snapshot = by_id.get(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id is not None else None
 
 
 def partition_counts(table: Table) -> dict[int, int]:
@@ -340,12 +352,10 @@ def find_batch_snapshot(table: Table, pipeline: str, batch_id: int, attempt: str
     commit, the common case, answered without reading the history, which grows by a snapshot a batch until expiry
     cuts it. A resumed commit, a lost race or a backfill (a batch held already) walks the ancestry, newest first.
     """
-    from pyiceberg.table.snapshots import ancestors_of
-
     if held is not None and batch_id not in held:
         return None
     wanted = (pipeline, str(batch_id), attempt)
-    for snapshot in ancestors_of(table.current_snapshot(), table.metadata):
+    for snapshot in ancestry(table):
         if snapshot.summary is None:
             continue
         properties = snapshot.summary.additional_properties

@@ -26,7 +26,7 @@ from kinesis_replay import backfill, batches, guards, kinesis, output
 from kinesis_replay.batches import range_checkpoint, resolve_start
 from kinesis_replay.config import PipelineConfig
 from kinesis_replay.errors import KinesisReplayError
-from kinesis_replay.holdings import Commit
+from kinesis_replay.holdings import Commit, Ledger
 from kinesis_replay.ranges import SequenceRange, ShardInfo
 from kinesis_replay.state import Batch, BatchStatus, Head, ShardResult, ShardState, StateStore
 
@@ -154,7 +154,10 @@ def in_table(pipeline: PipelineConfig, batch: Batch) -> Batch:
     """A recovered batch with the snapshot that holds it in the table, committing it first if its commit was cut short."""
     if batch.snapshot_id is not None:
         return batch
-    snapshot_id = batches.commit_to_table(pipeline, batch, f"recovery of {batch.run_id}", Commit.REGULAR)
+    # As a restore does: the table may lack earlier batches too (rolled back, dropped), which the plan then refuses
+    # and the restore puts back; a regular commit's check would refuse this one, and no ledger would ever be written.
+    ledger = Ledger(batch.batch_id)
+    snapshot_id = batches.commit_to_table(pipeline, batch, f"recovery of {batch.run_id}", Commit.RESTORE, ledger)
     record = {k: v for k, v in batch.extra.items() if k != "restored_from"}
     output.write_commit_record(pipeline.output, replace(batch, snapshot_id=snapshot_id, extra=record))
     log.info("pipeline %s: batch %d is in the table in snapshot %d", pipeline.name, batch.batch_id, snapshot_id)

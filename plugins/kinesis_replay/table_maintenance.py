@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING
 
 from kinesis_replay import iceberg_table, output
 from kinesis_replay.errors import ConfigError
+from kinesis_replay.holdings import BATCHES_PROPERTY
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -178,9 +179,16 @@ _LONGEST_MS = timedelta.max // timedelta(milliseconds=1)
 
 
 def snapshots_to_expire(table: Table, policy: Policy, now: datetime) -> list[int]:
-    """Snapshots older than the policy's age, except the newest ``min_snapshots_to_keep`` and every ref's head."""
+    """Snapshots older than the policy's age, except the newest ``min_snapshots_to_keep``, every ref's head, and the
+    newest snapshot of the current ancestry that records what the table holds (kinesis_replay.holdings): another
+    writer's snapshots on top of it (a compaction) must not leave the table with no such record."""
     metadata = table.metadata
     protected = {ref.snapshot_id for ref in metadata.refs.values()}
+    recording = next(
+        (s for s in iceberg_table.ancestry(table) if s.summary is not None and BATCHES_PROPERTY in s.summary.additional_properties), None
+    )
+    if recording is not None:
+        protected.add(recording.snapshot_id)
     newest_first = sorted(metadata.snapshots, key=lambda s: (s.timestamp_ms, s.sequence_number or 0), reverse=True)
     kept = {s.snapshot_id for s in newest_first[: policy.min_snapshots_to_keep]}
     cutoff_ms = int(policy.cutoff(now, policy.max_snapshot_age).timestamp() * 1000)

@@ -53,6 +53,10 @@ def test_missing_and_outside_ids() -> None:
         (TableState(Holdings.of([1, 2, 3], 30), 30), Ledger(2, in_flight=3), None),
         # nothing committed yet, no table
         (TableState(Holdings(), 0, exists=False), Ledger(0, in_flight=1), None),
+        # Iceberg's total-records absent (another writer's snapshot without totals): unknown, not 0
+        (TableState(Holdings.of([1], 10), None, ("7 (overwrite)",)), Ledger(1), None),
+        # delete files hide rows without changing total-records: only another writer makes them
+        (TableState(Holdings.of([1], 10), 10, ("8 (overwrite)",), deletes=2), Ledger(1), Mismatch([], [], True)),
     ],
 )
 def test_compare_with_the_ledger(state: TableState, ledger: Ledger, expected: Mismatch | None) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -169,7 +169,7 @@ def test_a_table_of_a_release_before_holdings_takes_the_batches_its_ancestry_nam
             for f in files:
                 add.append_data_file(parquet_file_to_data_file(table.io, tx.table_metadata, iceberg_table.iceberg_location(f)))
     state = iceberg_table.table_state(iceberg_table.load_table(p))
-    assert (state.holdings, state.total_records) == (Holdings(((1, 2),), 7), 7)
+    assert (state.holdings, state.total_records, state.derived) == (Holdings(((1, 2),), 7), 7, True)
     iceberg_table.commit_batch(p, 3, "a", write_attempt(tmp_path, 3, "a", 2), "run-3", records=2)
     assert iceberg_table.table_state(iceberg_table.load_table(p)).holdings == Holdings(((1, 3),), 9)
 
@@ -368,3 +368,25 @@ def test_the_plan_does_not_create_the_embedded_catalog_before_the_first_commit(t
 
     guards.check_table(pipeline(tmp_path / "out"), Ledger(0))
     assert not (tmp_path / "out").exists()
+
+
+def test_expiry_keeps_the_snapshot_that_records_the_holdings_under_another_writers_snapshots(tmp_path: Path) -> None:
+    """A compaction (or any snapshot of another writer) on top, then expiry keeping one snapshot: without this, no snapshot
+    of the table would say what it holds, and a healthy pipeline would look rolled back."""
+    from kinesis_replay import table_maintenance as tm
+
+    p = pipeline(tmp_path)
+    iceberg_table.commit_batch(p, 1, "a", write_attempt(tmp_path, 1, "a", 3), "run-1", records=3)
+    recording = iceberg_table.commit_batch(p, 2, "a", write_attempt(tmp_path, 2, "a", 4), "run-2", records=4)
+    table = iceberg_table.load_table(p)
+    assert table is not None
+    with table.transaction() as tx, tx.update_snapshot().fast_append():
+        pass  # another writer's snapshot: it changes no row and records nothing of ours
+    table = iceberg_table.load_table(p)
+    assert table is not None and table.current_snapshot().snapshot_id != recording  # type: ignore[union-attr]
+    policy = tm.Policy(max_snapshot_age=timedelta(0), min_snapshots_to_keep=1)
+    expired = tm.expire_snapshots(table, policy, datetime.now(UTC) + timedelta(seconds=5))
+    assert recording not in expired and len(expired) == 1  # batch 1's snapshot goes; batch 2's, which records both, stays
+    state = iceberg_table.table_state(iceberg_table.load_table(p))
+    assert state.holdings == Holdings(((1, 2),), 7) and not state.derived and len(state.foreign) == 1
+    assert compare(state, Ledger(2)) is None
