@@ -259,7 +259,7 @@ def build_backfill_dag(p: PipelineConfig) -> DAG:
 
         @task(task_id="stage", map_index_template="batch {{ task.op_kwargs['batch_id'] }}")
         def stage(batch_id: int) -> dict[str, Any]:
-            return tasks.stage_backfill(p, batch_id)
+            return tasks.stage_backfill(p, batch_id, bool(get_current_context()["params"].get(RESTORE_PARAM)))
 
         @task(task_id="check", outlets=[asset], map_index_template="batch {{ task.op_kwargs['batch_id'] }}")
         def check(batch_id: int) -> dict[str, Any]:

@@ -380,10 +380,8 @@ def restore_table(p: PipelineConfig, dry_run: bool, run_id: str) -> list[int]:
     log.info("%s", report)
     if dry_run:
         raise AirflowSkipException(f"dry run of a restore: nothing was read or written\n{report}")
-    replay_ids = [*backfill.restore_from_files(p, store, plan, run_id), *plan.from_stream][: backfill.MAX_BATCHES_PER_RUN]
-    if plan.lost:
-        log.error("pipeline %s: batches %s cannot be restored: their files are gone from the output and their records from "
-                  "the stream; the pipeline stays refused until they are", p.name, backfill.listed(plan.lost))  # fmt: skip
+    # The batches it cannot bring back go on too: each one's own task fails, naming it (backfill.committed_batch).
+    replay_ids = [*backfill.restore_from_files(p, store, plan, run_id), *plan.from_stream, *plan.lost][: backfill.MAX_BATCHES_PER_RUN]
     if not replay_ids:
         raise AirflowSkipException(f"pipeline {p.name}: restored {len(plan.from_files)} batches from the output's files; none to replay")
     return sorted(replay_ids)
@@ -392,14 +390,14 @@ def restore_table(p: PipelineConfig, dry_run: bool, run_id: str) -> list[int]:
 @fail_fast
 def backfill_batch(p: PipelineConfig, batch_id: int, run_id: str = "", restore: bool = False) -> dict[str, Any]:
     """Replay one committed batch into its own paths and check it holds what it held; never touches a checkpoint."""
-    submit(p, backfill.committed_batch(p, state_store(p), batch_id), kind=RunKind.BACKFILL)
+    submit(p, backfill.committed_batch(p, state_store(p), batch_id, kinesis_client(p) if restore else None), kind=RunKind.BACKFILL)
     return check_backfill(p, batch_id, run_id, restore)
 
 
 @fail_fast
-def stage_backfill(p: PipelineConfig, batch_id: int) -> dict[str, Any]:
+def stage_backfill(p: PipelineConfig, batch_id: int, restore: bool = False) -> dict[str, Any]:
     """Stage one committed batch for an EMR Serverless replay (the backfill DAG's counterpart of stage())."""
-    return stage_emr(p, backfill.committed_batch(p, state_store(p), batch_id))
+    return stage_emr(p, backfill.committed_batch(p, state_store(p), batch_id, kinesis_client(p) if restore else None))
 
 
 @fail_fast

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from kinesis_replay import batches, guards, iceberg_table, kinesis, output
 from kinesis_replay.config import PipelineConfig, ReadConfig
-from kinesis_replay.errors import DataLossError, KinesisReplayError, VerificationError
+from kinesis_replay.errors import BatchNotRestorableError, DataLossError, KinesisReplayError, VerificationError
 from kinesis_replay.holdings import Commit, Ledger, Mismatch, TableState, compare
 from kinesis_replay.output import BATCH_DIGITS
 from kinesis_replay.ranges import SequenceRange
@@ -309,10 +309,30 @@ def _first_planned_since(store: StateStore, pipeline: str, since: datetime, newe
     return low
 
 
-def committed_batch(pipeline: PipelineConfig, store: StateStore, batch_id: int) -> Batch:
-    """One chosen batch, read again when its replay starts; the output must still be this pipeline's."""
+def committed_batch(
+    pipeline: PipelineConfig, store: StateStore, batch_id: int, kinesis_client: KinesisClient | None = None, now: datetime | None = None
+) -> Batch:
+    """One chosen batch, read again when its replay starts; the output must still be this pipeline's.
+
+    With ``kinesis_client`` (a restore's replay), its ranges must still be in the stream: a restore names each batch
+    it cannot bring back by failing that batch's own task, while the others are restored.
+    """
     guards.require_owner(pipeline)
-    return store.get_batch(pipeline.name, batch_id)
+    batch = store.get_batch(pipeline.name, batch_id)
+    if kinesis_client is not None:
+        retention = kinesis.stream_retention(kinesis_client, pipeline.stream, pipeline.read)
+        try:
+            batches.check_retention(pipeline, batch, retention, now or datetime.now(UTC))
+        except DataLossError as exc:
+            attempt = batch.manifest.attempt if batch.manifest is not None else None
+            folder = output.data_path(pipeline.output, batch_id, attempt) if attempt else f"{pipeline.output}/{output.DATA_DIR}"
+            raise BatchNotRestorableError(
+                f"pipeline {pipeline.name!r}, batch {batch_id} cannot be restored to {iceberg_table.require_table(pipeline).describe()}: "
+                f"its verified files are gone from {folder}, and its records from stream {pipeline.stream} ({exc}). Put its "
+                "attempt's files back (from a backup of the output) and run the restore again; until then the table lacks "
+                "it, and the pipeline refuses to plan, naming it. Nothing was written."
+            ) from exc
+    return batch
 
 
 def check_replayed(pipeline: PipelineConfig, store: StateStore, batch_id: int, run_id: str = "", restore: bool = False) -> Batch:

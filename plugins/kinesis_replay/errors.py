@@ -130,3 +130,10 @@ class TableMismatchError(StateLostError):
     metadata restored from an older file, or its rows changed by another writer): nothing moves until it is restored."""
 
     retryable = False
+
+
+class BatchNotRestorableError(DataLossError):
+    """A committed batch the table lacks cannot be restored: its files are gone from the output, and its records from
+    the stream. The message names the batch, where its files were, and what would bring it back."""
+
+    retryable = False

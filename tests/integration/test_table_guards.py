@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shutil
 import uuid
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ import kinesis_replay_tasks as tasks
 from kinesis_replay.config import parse_config
 from kinesis_replay.dynamodb_store import DynamoDBStateStore
 from kinesis_replay.iceberg_table import CATALOG_DIR
-from stack.harness import SUCCESS, check_exactly_once, check_table_history, load_dags, output_table, read_output, run_dag
+from stack.harness import SUCCESS, age_batch, check_exactly_once, check_table_history, load_dags, output_table, read_output, run_dag
 from stack.producer import produce
 
 RESTORE = {"restore_table": True}
@@ -169,3 +170,32 @@ def test_lost_metadata_and_rows_deleted_by_another_writer_are_restored_from_the_
     assert run_dag(dags["regular"]).tasks == SUCCESS
     landed = check_exactly_once(produced, read_output(entry["output"]))
     assert landed.ok and landed.rows == 55, landed
+
+
+def test_a_batch_whose_files_and_records_are_both_gone_is_named_and_the_others_are_restored(
+    kinesis: Any, dynamodb: Any, store: DynamoDBStateStore, entry: dict[str, Any], dags: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The table dropped, batch 1's files deleted too, and its ranges past the stream's retention: nothing can bring it
+    back. The restore puts back batch 2, fails batch 1's own task naming it, and the pipeline stays refused, saying so."""
+    produce(kinesis, entry["stream"], 30)
+    assert run_dag(dags["regular"]).tasks == SUCCESS
+    produce(kinesis, entry["stream"], 20, start_index=30)
+    assert run_dag(dags["regular"]).tasks == SUCCESS
+    (p,) = parse_config({"pipelines": [entry]})
+    from kinesis_replay import iceberg_table
+
+    iceberg_table.load_catalog(p).drop_table(p.table.identifier)
+    shutil.rmtree(Path(entry["output"]) / "data" / "batch_id=0000000001")
+    age_batch(dynamodb, entry["state_table"], entry["name"], 1, timedelta(hours=48))  # kinesalite keeps 24 hours
+    before = ledger(store, entry["name"])
+
+    dry = run_dag(dags["backfill"], run_conf={**RESTORE, "dry_run": True})
+    assert dry.tasks["select"] == "skipped" and "CANNOT be restored: 1 batches (1)" in caplog.text
+    restored = run_dag(dags["backfill"], run_conf=RESTORE)
+    assert restored.state == "failed", restored
+    with pytest.raises(AirflowFailException) as raised:  # what batch 1's own task said (called again, in this process)
+        tasks.backfill_batch(p, 1, "manual__test", restore=True)
+    assert str(raised.value).startswith(f"pipeline {entry['name']!r}, batch 1 cannot be restored to table ")
+    assert "its verified files are gone from" in str(raised.value) and "Put its attempt's files back" in str(raised.value)
+    assert rows_by_batch(entry["output"]) == {2: 20} and ledger(store, entry["name"]) == before  # batch 2 back, nothing moved
+    assert "it lacks batch 1" in refused(entry, dags["regular"])
