@@ -255,7 +255,7 @@ def render(r: dict[str, Any]) -> str:
         "manifest list stays under 100 entries however many batches the table holds. What is left grows with the "
         "snapshots kept, and every Iceberg writer pays it: a commit parses the current metadata file once and writes the "
         f"next one whole ({r['metadata_bytes'] / 2**20:.1f} MiB at {r['history']:,} snapshots). Snapshot expiry bounds it: "
-        '`history.expire.max-snapshot-age-ms` bounds the snapshots kept (see README, "Maintaining the table"): at a '
+        '`history.expire.max-snapshot-age-ms` bounds the snapshots kept (see docs/table.md, "Maintaining the table"): at a '
         "5-minute schedule the default 5 days keep 1,440 snapshots, one day 288. On a machine of its own the commit's "
         "fixed cost is small (under 20 ms), so the ratio shows the history's share plainly.",
         "",

@@ -70,7 +70,7 @@ def access_refused(what: str, code: str, message: str) -> AccessRefusedError:
     """The error for an AWS answer whose code is in ACCESS_REFUSED_CODES, naming what was being done."""
     return AccessRefusedError(
         f"{what}: AWS refused the call ({code}: {message}). Check the credentials of the connection (or of the Spark "
-        'job) and that its policy grants this action (README, "The IAM policy"); a stream encrypted with a KMS key '
+        'job) and that its policy grants this action (docs/deployment.md, "The IAM policy"); a stream encrypted with a KMS key '
         "also needs kms:Decrypt on it"
     )
 

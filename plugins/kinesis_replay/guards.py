@@ -34,7 +34,7 @@ RECOVER_PARAM = "recover_from_output"
 def recovery_hint(pipeline: PipelineConfig) -> str:
     return (
         f'To rebuild the state from the output, trigger {pipeline.dag_id} with {{"{RECOVER_PARAM}": true, "dry_run": true}} '
-        f'to see what would be written, then with {{"{RECOVER_PARAM}": true}} (README: "Recovering a lost state table").'
+        f'to see what would be written, then with {{"{RECOVER_PARAM}": true}} (docs/operating.md: "Recovering a lost state table").'
     )
 
 

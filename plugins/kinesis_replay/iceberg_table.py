@@ -82,7 +82,7 @@ def restore_hint(pipeline: PipelineConfig) -> str:
     return (
         f"to put back exactly the committed batches the table lacks, trigger {pipeline.backfill_dag_id} with "
         f'{{"{RESTORE_PARAM}": true, "dry_run": true}} to see what it would restore, then with {{"{RESTORE_PARAM}": true}} '
-        '(README: "Restoring the table").'
+        '(docs/operating.md: "Restoring the table").'
     )
 
 

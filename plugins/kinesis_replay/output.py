@@ -374,7 +374,7 @@ def _s3_list(bucket: str, prefix: str, **options: Any) -> dict[str, Any]:
             return {}  # nothing is owned there (the claim's write then says the bucket is missing)
         raise KinesisReplayError(
             f"cannot list s3://{bucket}/{prefix} to look for other pipelines' owner records: {exc}. The pipeline's role "
-            'needs s3:ListBucket on the bucket (README: "The IAM policy")'
+            'needs s3:ListBucket on the bucket (docs/deployment.md: "The IAM policy")'
         ) from exc
     return page
 

@@ -21,7 +21,7 @@ from stack.faults import StateFault, StateTableProxy
 
 # The fewest seeds (a greedy cover of 1..3000) whose schedules take every fault and step, and a cap before a cycle:
 # 14 cuts a commit right after its table commit, 66 commits to the table concurrently with a cycle; the table steps
-# drop the table (12), roll it back (386, 22) and delete its metadata (5), each then restored as README says.
+# drop the table (12), roll it back (386, 22) and delete its metadata (5), each then restored as docs/operating.md says.
 SEEDS = (12, 50, 14, 16, 66, 386, 477, 5, 22)
 STEPS = 3
 SPARK_STEPS = 2

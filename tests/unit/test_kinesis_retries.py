@@ -85,7 +85,7 @@ def test_a_refused_caller_fails_at_once_naming_what_it_did_and_the_iam_policy(en
     with pytest.raises(AccessRefusedError, match=refused) as caught:
         kinesis.call(client(served.url).list_shards, "stream s, shard 0: ListShards", FAST, kinesis.ReadStats(), StreamName="s")
     assert served.requests == 1 and not caught.value.retryable
-    assert "The IAM policy" in str(caught.value)
+    assert 'docs/deployment.md, "The IAM policy"' in str(caught.value)
 
 
 def test_an_error_the_caller_handles_itself_stays_botocore_s(endpoint: Any) -> None:

@@ -1,4 +1,4 @@
-"""The layers of README's "Layout", checked on the source: no import upward, no import cycle, no framework in the core.
+"""The layers of the Layout of docs/code-map.md, checked on the source: no import upward, no import cycle, no framework in the core.
 
 Every import counts, a function's own ones too: a deferred import is still a dependency.
 """
@@ -77,7 +77,7 @@ def layer_of(module: str) -> int:
 
 
 def test_every_module_has_a_layer() -> None:
-    assert set(sources()) == OURS, "place each new module in a layer of README's Layout (and here)"
+    assert set(sources()) == OURS, "place each new module in a layer of docs/code-map.md's Layout (and here)"
 
 
 def test_no_module_imports_from_a_higher_layer_or_a_forbidden_package() -> None:

@@ -1,4 +1,4 @@
-"""README's "Reading the table": every Python snippet runs, in order, against a table the project's commit wrote."""
+"""docs/table.md's "Reading the table": every Python snippet runs, in order, against a table the project's commit wrote."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ SHARDS = ("shardId-000000000000", "shardId-000000000001")
 
 
 def snippets() -> list[str]:
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("\n## Reading the table\n", 1)[1].split("\n## ", 1)[0]
+    doc = (ROOT / "docs" / "table.md").read_text()
+    section = doc.split("\n## Reading the table\n", 1)[1].split("\n## ", 1)[0]
     return re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)
 
 
@@ -59,7 +59,7 @@ def commit(p: PipelineConfig, batch_id: int, arrivals: list[datetime]) -> None:
     iceberg_table.commit_batch(p, batch_id, "a", paths, run_id=f"run-{batch_id}")
 
 
-def test_every_python_snippet_reads_the_table_as_the_readme_says(tmp_path: Path) -> None:
+def test_every_python_snippet_reads_the_table_as_the_docs_say(tmp_path: Path) -> None:
     output = tmp_path / "demo"
     p = demo(output)
     hour = timedelta(hours=1)
@@ -71,7 +71,7 @@ def test_every_python_snippet_reads_the_table_as_the_readme_says(tmp_path: Path)
     assert len(code) == 3, "the section's Python snippets changed: check what this test asserts"
     scope: dict[str, Any] = {}
     for snippet in code:
-        exec(compile(snippet.replace(DEMO_OUTPUT, str(output)), "README.md", "exec"), scope)
+        exec(compile(snippet.replace(DEMO_OUTPUT, str(output)), "docs/table.md", "exec"), scope)
 
     assert sorted(scope["records"]["batch_id"].to_pylist()) == [2] * 6 + [3] * 2
     assert min(scope["records"]["approximate_arrival_timestamp"].to_pylist()) == NOON
