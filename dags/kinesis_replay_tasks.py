@@ -339,6 +339,7 @@ def batch_summary(p: PipelineConfig, batch: Batch, kind: str) -> dict[str, Any]:
     }
 
 
+@fail_fast  # its own AirflowFailException passes through; a missing or corrupt state table fails it at once too
 def check(p: PipelineConfig) -> None:
     """Fail, and so alert through the DAG's callbacks, when a record has waited too long to be committed."""
     found = batches.staleness(p, state_store(p))

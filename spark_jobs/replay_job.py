@@ -41,8 +41,8 @@ from pyspark.sql.types import StructType
 
 from kinesis_replay.config import CORRUPT_RECORD_COLUMN as CORRUPT
 from kinesis_replay.config import DdlType, PayloadConfig, parse_ddl_schema
-from kinesis_replay.errors import KinesisReplayError
-from kinesis_replay.job_spec import JobSpec
+from kinesis_replay.errors import ConfigError, KinesisReplayError, OutputIOError, OutputOwnershipError
+from kinesis_replay.job_spec import JobSpec, JobSpecError
 from kinesis_replay.output import batch_path, data_path, manifest_path, owner_path, quarantine_path, staging_path
 from kinesis_replay.payloads import UNEXPLAINED, json_decode_error
 from kinesis_replay.ranges import SequenceRange
@@ -86,7 +86,7 @@ def load_spec(path: str) -> JobSpec:
     try:
         text = read_spec_text(path)
     except Exception as exc:  # OSError, or any botocore error (missing object, no credentials, no endpoint)
-        raise KinesisReplayError(f"cannot read the batch spec {path}: {exc}") from exc
+        raise JobSpecError(f"cannot read the batch spec {path}: {exc}") from exc
     return JobSpec.from_json(text, f"batch spec {path}")
 
 
@@ -123,7 +123,7 @@ def decode_payload(rows: DataFrame, payload: PayloadConfig, pipeline: str) -> Da
     try:
         schema = StructType.fromDDL(payload.schema)
         if not isinstance(schema, StructType):
-            raise KinesisReplayError(f"pipeline {pipeline}: payload.schema must name columns (name TYPE, ...), got {payload.schema!r}")
+            raise ConfigError(f"pipeline {pipeline}: payload.schema must name columns (name TYPE, ...), got {payload.schema!r}")
         fields = schema.fieldNames()
         parsed = F.from_json(
             text,
@@ -131,7 +131,7 @@ def decode_payload(rows: DataFrame, payload: PayloadConfig, pipeline: str) -> Da
             {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT},
         )
     except ParseException as exc:
-        raise KinesisReplayError(f"pipeline {pipeline}: payload.schema is not a Spark DDL schema: {exc}") from exc
+        raise ConfigError(f"pipeline {pipeline}: payload.schema is not a Spark DDL schema: {exc}") from exc
     undecoded = (
         ~F.is_valid_utf8(text)
         # from_json answers a blank payload with no struct at all, and no corrupt record either.
@@ -153,7 +153,7 @@ def reasons_schema(payload: PayloadConfig, pipeline: str) -> DdlType | None:
     try:
         return parse_ddl_schema(payload.schema)
     except ValueError as exc:
-        raise KinesisReplayError(f"pipeline {pipeline}: payload.schema is not a Spark DDL schema: {exc}") from exc
+        raise ConfigError(f"pipeline {pipeline}: payload.schema is not a Spark DDL schema: {exc}") from exc
 
 
 def explain_decode_errors(rows: DataFrame, payload: PayloadConfig, pipeline: str) -> DataFrame:
@@ -225,13 +225,13 @@ def check_owner(fs: HadoopFS, spec: JobSpec) -> None:
         return  # a root the job was pointed at by hand (the warm-up's, a test's)
     owner = json.loads(text)
     if (owner.get("pipeline"), owner.get("stream")) != (spec.pipeline, spec.stream):
-        raise KinesisReplayError(
+        raise OutputOwnershipError(
             f"pipeline {spec.pipeline!r}, batch {spec.batch_id}: output {spec.output} belongs to pipeline "
             f"{owner.get('pipeline')!r} (stream {owner.get('stream')}); nothing was written"
         )
     recorded = owner.get("output_format")
     if recorded is not None and recorded != spec.output_format:
-        raise KinesisReplayError(
+        raise OutputOwnershipError(
             f"pipeline {spec.pipeline!r}, batch {spec.batch_id}: output {spec.output} holds the {recorded} layout and the "
             f"job was asked for output_format {spec.output_format}; nothing was written"
         )
@@ -243,7 +243,7 @@ class HadoopFS:
     def __init__(self, spark: SparkSession, path: str) -> None:
         jvm, context = spark._jvm, spark._jsc
         if jvm is None or context is None:
-            raise KinesisReplayError("the replay job needs a classic Spark session with a JVM (not Spark Connect)")
+            raise ConfigError("the replay job needs a classic Spark session with a JVM (not Spark Connect)")
         self.jvm: Any = jvm
         self.fs = self.jvm.org.apache.hadoop.fs.Path(path).getFileSystem(context.hadoopConfiguration())
 
@@ -263,7 +263,7 @@ class HadoopFS:
         if self.exists(source):
             self.fs.mkdirs(self._path(target).getParent())
             if not self.fs.rename(self._path(source), self._path(target)):
-                raise KinesisReplayError(f"could not move {source} to {target}")
+                raise OutputIOError(f"could not move {source} to {target}")
 
     def read_text(self, path: str) -> str | None:
         """A small file's text, or None when there is none."""

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from kinesis_replay import batches, guards, iceberg_table, kinesis, output
 from kinesis_replay.config import PipelineConfig, ReadConfig
-from kinesis_replay.errors import BatchNotRestorableError, DataLossError, KinesisReplayError, VerificationError
+from kinesis_replay.errors import BackfillError as BackfillError  # re-exported: the DAG tasks and tests name backfill.BackfillError
+from kinesis_replay.errors import BatchNotRestorableError, DataLossError, VerificationError
 from kinesis_replay.holdings import Commit, Ledger, Mismatch, TableState, compare
 from kinesis_replay.output import BATCH_DIGITS
 from kinesis_replay.ranges import SequenceRange
@@ -23,12 +24,6 @@ if TYPE_CHECKING:  # the boto3 stubs are for type checking only
     from types_boto3_kinesis.client import KinesisClient
 
 log = logging.getLogger(__name__)
-
-
-class BackfillError(KinesisReplayError):
-    """The backfill's parameters select nothing that can be replayed; the message says which and why."""
-
-    retryable = False
 
 
 # The most batches one backfill run replays. Each chosen batch becomes one mapped replay task and one Spark

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import BotoCoreError, ClientError, ReadTimeoutError
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
+from kinesis_replay.config import dag_ids
 from kinesis_replay.errors import (
     ACCESS_REFUSED_CODES,
     ConfigError,
@@ -20,6 +21,7 @@ from kinesis_replay.errors import (
     ProgressNotStoredError,
     StateConflictError,
     StateCorruptError,
+    StateTableMissingError,
     access_refused,
 )
 from kinesis_replay.ranges import SequenceRange, format_sequence_number, parse_sequence_number
@@ -30,6 +32,11 @@ if TYPE_CHECKING:  # the boto3 stubs are for type checking only
 
 # Sequence numbers are stored as strings: DynamoDB numbers keep only 38 digits, sequence numbers have up to 129.
 BATCH_ID_WIDTH = 12
+# What to do about a state table that holds what kinesis-replay never writes (an item edited or written by hand).
+CORRUPT_HINT = (
+    "To rebuild the pipeline's state from the output, point state_table at a new table and recover it "
+    '(docs/operating.md: "Recovering a lost state table")'
+)
 
 
 def pk(pipeline: str) -> str:
@@ -104,7 +111,7 @@ class DynamoDBStateStore:
 
     # -- plumbing -----------------------------------------------------------------------------
 
-    def _call(self, operation: str, what: str, **kwargs: Any) -> Any:
+    def _call(self, operation: str, pipeline: str, what: str, **kwargs: Any) -> Any:
         try:
             return getattr(self.client, operation)(**kwargs)
         except (BotoConnectionError, ReadTimeoutError) as exc:
@@ -112,10 +119,20 @@ class DynamoDBStateStore:
         except ClientError as exc:
             code = exc.response.get("Error", {}).get("Code", "")
             if code == "ResourceNotFoundException":
-                raise StateCorruptError(f"state table {self.table} does not exist ({what}); the plan step creates it") from exc
+                raise self.missing(pipeline, what) from exc
             if code in ACCESS_REFUSED_CODES:
                 raise access_refused(f"state table {self.table}: {what}", code, exc.response["Error"].get("Message", "")) from exc
             raise  # the callers handle the codes they expect (a failed condition, a cancelled transaction)
+
+    def missing(self, pipeline: str, what: str) -> StateTableMissingError:
+        """The error for a call on a table that does not exist: only the regular DAG's plan step creates it (ensure_table)."""
+        dag_id = dag_ids(pipeline)[0]
+        return StateTableMissingError(
+            f"pipeline {pipeline!r}: state table {self.table} does not exist ({what}). Only the plan step of {dag_id} "
+            f"creates it: if the pipeline never ran, trigger {dag_id} first. If it ran before, the table was deleted or "
+            f"state_table names another one: check state_table of pipeline {pipeline!r} in the pipelines config, then trigger "
+            f"{dag_id}, whose plan creates the table and, if the output holds committed batches, says how to recover their state"
+        )
 
     def _query(self, pipeline: str, prefix: str) -> Iterator[dict[str, Any]]:
         kwargs: dict[str, Any] = {
@@ -126,7 +143,7 @@ class DynamoDBStateStore:
             "ConsistentRead": True,
         }
         while True:
-            page = self._call("query", f"reading {prefix}* of pipeline {pipeline!r}", **kwargs)
+            page = self._call("query", pipeline, f"reading {prefix}* of pipeline {pipeline!r}", **kwargs)
             yield from page["Items"]
             if "LastEvaluatedKey" not in page:
                 return
@@ -134,14 +151,14 @@ class DynamoDBStateStore:
 
     def _get(self, pipeline: str, sk: str) -> dict[str, Any] | None:
         item: dict[str, Any] | None = self._call(
-            "get_item", f"reading {sk} of pipeline {pipeline!r}",
+            "get_item", pipeline, f"reading {sk} of pipeline {pipeline!r}",
             TableName=self.table, Key={"pk": _s(pk(pipeline)), "sk": _s(sk)}, ConsistentRead=True,
         ).get("Item")  # fmt: skip
         return item
 
-    def _transact(self, what: str, items: list[dict[str, Any]]) -> None:
+    def _transact(self, pipeline: str, what: str, items: list[dict[str, Any]]) -> None:
         try:
-            self._call("transact_write_items", what, TransactItems=items)
+            self._call("transact_write_items", pipeline, what, TransactItems=items)
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") == "TransactionCanceledException":
                 reasons = [r.get("Code", "None") for r in exc.response.get("CancellationReasons", [])]
@@ -210,7 +227,7 @@ class DynamoDBStateStore:
         item = self._shard_item(pipeline, shard)
         try:
             self._call(
-                "put_item", f"storing shard {shard.shard_id} of pipeline {pipeline!r}",
+                "put_item", pipeline, f"storing shard {shard.shard_id} of pipeline {pipeline!r}",
                 TableName=self.table, Item=item,
                 ConditionExpression="attribute_not_exists(#pk)", ExpressionAttributeNames={"#pk": "pk"},
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
@@ -238,7 +255,7 @@ class DynamoDBStateStore:
                 for shard in chunk
             ]  # fmt: skip
             try:
-                self._transact(f"storing shards {chunk[0].shard_id} to {chunk[-1].shard_id} of pipeline {pipeline!r}", items)
+                self._transact(pipeline, f"storing shards {chunk[0].shard_id} to {chunk[-1].shard_id} of pipeline {pipeline!r}", items)
                 stored.update((shard.shard_id, shard) for shard in chunk)
             except StateConflictError:
                 stored.update((shard.shard_id, self.put_shard_if_absent(pipeline, shard)) for shard in chunk)
@@ -267,7 +284,7 @@ class DynamoDBStateStore:
         )
         try:
             self._call(
-                "update_item", what, TableName=self.table,
+                "update_item", pipeline, what, TableName=self.table,
                 Key={"pk": _s(pk(pipeline)), "sk": _s(f"shard#{shard_id}")},
                 UpdateExpression="SET #checkpoint = :new, #finished = :finished, #last = :batch, #updated = :now",
                 ConditionExpression=condition, ExpressionAttributeNames=names, ExpressionAttributeValues=values,
@@ -289,7 +306,7 @@ class DynamoDBStateStore:
         values.update({":true": {"BOOL": True}, ":now": _s(_now())})
         try:
             self._call(
-                "update_item", what, TableName=self.table,
+                "update_item", pipeline, what, TableName=self.table,
                 Key={"pk": _s(pk(pipeline)), "sk": _s(f"shard#{shard_id}")},
                 UpdateExpression="SET #finished = :true, #updated = :now", ConditionExpression=condition,
                 ExpressionAttributeNames={"#checkpoint": "checkpoint", "#finished": "finished", "#updated": "updated_at"},
@@ -328,13 +345,13 @@ class DynamoDBStateStore:
             "ConditionExpression": "attribute_not_exists(#pk)", "ExpressionAttributeNames": {"#pk": "pk"},
         }}  # fmt: skip
         part_ops = [{"Put": {"TableName": self.table, "Item": part}} for part in parts]
-        self._transact(f"pipeline {batch.pipeline!r}: planning batch {batch.batch_id}", [head_op, batch_op, *part_ops])
+        self._transact(batch.pipeline, f"pipeline {batch.pipeline!r}: planning batch {batch.batch_id}", [head_op, batch_op, *part_ops])
         return new_head
 
     def get_batch(self, pipeline: str, batch_id: int) -> Batch:
         item = self._get(pipeline, batch_sk(batch_id))
         if item is None:
-            raise StateCorruptError(f"pipeline {pipeline!r}: batch {batch_id} is not in state table {self.table}")
+            raise StateCorruptError(f"pipeline {pipeline!r}: batch {batch_id} is not in state table {self.table}. {CORRUPT_HINT}")
         (batch,) = self._batches_from_items([item])
         return batch
 
@@ -346,7 +363,7 @@ class DynamoDBStateStore:
 
     def get_batches(self, pipeline: str, batch_ids: Iterable[int]) -> dict[int, Batch]:
         keys = [{"pk": _s(pk(pipeline)), "sk": _s(batch_sk(b))} for b in sorted(set(batch_ids))]
-        items = self._get_items(keys, f"reading {len(keys)} batches of pipeline {pipeline!r}")
+        items = self._get_items(pipeline, keys, f"reading {len(keys)} batches of pipeline {pipeline!r}")
         return {b.batch_id: b for b in self._batches_from_items(items)}
 
     # What get_summaries reads of a batch item: never its ranges, manifest or their parts.
@@ -356,7 +373,7 @@ class DynamoDBStateStore:
         keys = [{"pk": _s(pk(pipeline)), "sk": _s(batch_sk(b))} for b in sorted(set(batch_ids))]
         names = {f"#a{i}": name for i, name in enumerate(self.SUMMARY_ATTRIBUTES)}
         projection = {"ProjectionExpression": ", ".join(names), "ExpressionAttributeNames": names}
-        items = self._get_items(keys, f"reading the figures of {len(keys)} batches of pipeline {pipeline!r}", projection)
+        items = self._get_items(pipeline, keys, f"reading the figures of {len(keys)} batches of pipeline {pipeline!r}", projection)
         summaries = {}
         for item in items:
             batch_id = int(item["batch_id"]["N"])
@@ -373,7 +390,9 @@ class DynamoDBStateStore:
                     last_error=item["last_error"]["S"] if "last_error" in item else None,
                 )
             except (KeyError, ValueError) as exc:
-                raise StateCorruptError(f"pipeline {pipeline!r}: batch {batch_id} in table {self.table} is malformed: {exc!r}") from exc
+                raise StateCorruptError(
+                    f"pipeline {pipeline!r}: batch {batch_id} in table {self.table} is malformed: {exc!r}. {CORRUPT_HINT}"
+                ) from exc
         return summaries
 
     def put_progress(self, progress: Progress, pipeline: str) -> None:
@@ -393,7 +412,7 @@ class DynamoDBStateStore:
                 "done": _s(json.dumps([s for s in chunk if s in progress.done])), "updated_at": _s(progress.updated_at.isoformat()),
             }  # fmt: skip
             try:
-                self._call("put_item", f"{what}: storing the replay's progress (item {n})", TableName=self.table, Item=item)
+                self._call("put_item", pipeline, f"{what}: storing the replay's progress (item {n})", TableName=self.table, Item=item)
             except (ClientError, BotoCoreError, KinesisReplayError) as exc:
                 shown = f"shards {chunk[0]} to {chunk[-1]}" if chunk else "no shard yet"
                 failed.append(f"{progress_sk(progress.kind, n)} ({shown}): {exc}")
@@ -434,13 +453,15 @@ class DynamoDBStateStore:
             found[kind] = Progress(newest, records, frozenset(done), updated_at, kind)
         return found
 
-    def _get_items(self, keys: list[dict[str, Any]], what: str, projection: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    def _get_items(
+        self, pipeline: str, keys: list[dict[str, Any]], what: str, projection: dict[str, Any] | None = None
+    ) -> list[dict[str, Any]]:
         """The items of these keys that exist, GET_CHUNK keys a call; keys left unread by a busy table are asked again, later."""
         found: list[dict[str, Any]] = []
         for i in range(0, len(keys), self.GET_CHUNK):
             request: dict[str, Any] = {self.table: {"Keys": keys[i : i + self.GET_CHUNK], "ConsistentRead": True, **(projection or {})}}
             for attempt in itertools.count():
-                page = self._call("batch_get_item", what, RequestItems=request)
+                page = self._call("batch_get_item", pipeline, what, RequestItems=request)
                 found += page["Responses"].get(self.table, [])
                 request = page.get("UnprocessedKeys") or {}
                 if not request:
@@ -477,6 +498,7 @@ class DynamoDBStateStore:
         expression = "SET " + ", ".join(sets) + (" REMOVE " + ", ".join(removes) if removes else "")
         head_key = {"pk": _s(pk(batch.pipeline)), "sk": _s("head")}
         self._transact(
+            batch.pipeline,
             f"pipeline {batch.pipeline!r}: setting batch {batch.batch_id} from {expected.value} to {batch.status.value}",
             [
                 {"ConditionCheck": {
@@ -533,6 +555,7 @@ class DynamoDBStateStore:
         parts = self._set_field(batch, "manifest", json.dumps(batch.manifest.to_dict()), names, values, sets, removes)
         expression = "SET " + ", ".join(sets) + (" REMOVE " + ", ".join(removes) if removes else "")
         self._transact(
+            batch.pipeline,
             what,
             [
                 {"Update": {
@@ -552,6 +575,7 @@ class DynamoDBStateStore:
             snapshot_set, snapshot_names = ", #snapshot = :snapshot", {"#snapshot": "snapshot_id"}
             snapshot_values = {":snapshot": _n(batch.snapshot_id)}
         self._transact(
+            batch.pipeline,
             f"pipeline {batch.pipeline!r}: completing the commit of batch {batch.batch_id}",
             [
                 {"Update": {
@@ -587,8 +611,8 @@ class DynamoDBStateStore:
         puts = [item for b in batches for item in self._batch_items(b)] + [self._shard_item(pipeline, s) for s in shards]
         for i in range(0, len(puts), self.RESTORE_CHUNK):
             chunk = [{"Put": {"TableName": self.table, "Item": item}} for item in puts[i : i + self.RESTORE_CHUNK]]
-            self._transact(f"pipeline {pipeline!r}: restoring its state (items {i + 1} to {i + len(chunk)})", [no_head, *chunk])
-        self._transact(f"pipeline {pipeline!r}: restoring its head", [{"Put": {
+            self._transact(pipeline, f"pipeline {pipeline!r}: restoring its state (items {i + 1} to {i + len(chunk)})", [no_head, *chunk])
+        self._transact(pipeline, f"pipeline {pipeline!r}: restoring its head", [{"Put": {
             "TableName": self.table,
             "Item": {**key, "next_batch_id": _n(head.next_batch_id), "version": _n(1), "updated_at": _s(_now()),
                      **({"in_flight": _n(head.in_flight)} if head.in_flight is not None else {})},
@@ -670,7 +694,8 @@ class DynamoDBStateStore:
             for name in PART_FIELDS
             for n in range(int(item.get(f"{name}_parts", {}).get("N", 0)))
         ]
-        parts = self._get_items(keys, f"reading the part items of {len(items)} batches")
+        pipeline = items[0]["pk"]["S"].removeprefix("pipeline#") if items else ""
+        parts = self._get_items(pipeline, keys, f"reading the part items of {len(items)} batches of pipeline {pipeline!r}")
         pages = {p["sk"]["S"]: p["text"]["S"] for p in parts}
         return [self._batch_from_item(item, pages) for item in items]
 
@@ -685,7 +710,9 @@ class DynamoDBStateStore:
         sks = [part_sk(batch_id, name, n) for n in range(int(item[f"{name}_parts"]["N"]))]
         missing = [sk for sk in sks if sk not in pages]
         if missing:
-            raise StateCorruptError(f"pipeline {pipeline!r}: batch {batch_id} lacks the part items {', '.join(missing)} of its {name}")
+            raise StateCorruptError(
+                f"pipeline {pipeline!r}: batch {batch_id} lacks the part items {', '.join(missing)} of its {name}. {CORRUPT_HINT}"
+            )
         return json.loads("".join(pages[sk] for sk in sks))
 
     def _batch_from_item(self, item: dict[str, Any], pages: dict[str, str]) -> Batch:
@@ -708,7 +735,7 @@ class DynamoDBStateStore:
                 snapshot_id=int(item["snapshot_id"]["N"]) if "snapshot_id" in item else None,
             )
         except (KeyError, ValueError) as exc:
-            raise StateCorruptError(f"pipeline {pipeline!r}: unreadable batch item {item.get('sk')}: {exc!r}") from exc
+            raise StateCorruptError(f"pipeline {pipeline!r}: unreadable batch item {item.get('sk')}: {exc!r}. {CORRUPT_HINT}") from exc
 
 
 def _old_item(exc: ClientError) -> dict[str, Any]:

@@ -1,22 +1,34 @@
-"""One small hierarchy of domain errors; every message names the pipeline, stream, shard, range or key at fault."""
+"""Every error kinesis-replay raises on purpose, in one flat file; every message names the pipeline, stream, shard, range,
+path or key at fault and says what to do.
+
+Each class says whether a retry can help (``retryable``): whether running the same step again, with nothing changed by
+anyone, can succeed (a lost race, a throttle, an outage, a job killed mid-read). Airflow tasks fail at once, without
+waiting out their retries, on an error that is not (``fail_fast`` in dags/kinesis_replay_tasks.py): a bad config, a
+missing stream or state table, an output owned by another pipeline, state that was lost or is corrupt, or a loss of data
+that needs an operator's acknowledgement. A subclass that does not set ``retryable`` itself is refused when defined.
+"""
 
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 
 class KinesisReplayError(Exception):
-    """Base of every error kinesis-replay raises on purpose.
+    """Base of every error kinesis-replay raises on purpose; never raised itself (each class says whether a retry can help)."""
 
-    ``retryable`` says whether running the same step again can succeed without anyone changing anything
-    (a lost race, a throttle, a job killed mid-read). Airflow tasks fail at once, without waiting out their
-    retries, on an error that is not retryable: a bad config, a missing stream, an output owned by another
-    pipeline, a state table that lost its state, or a loss of data that needs an operator's acknowledgement.
-    """
+    retryable: ClassVar[bool]
 
-    retryable = True
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "retryable" not in cls.__dict__:
+            raise TypeError(f"{cls.__qualname__} must say whether a retry can help: set retryable = True or False on it")
+
+
+# -- configuration and parameters ------------------------------------------------------------------------------------
 
 
 class ConfigError(KinesisReplayError):
-    """The pipelines config is malformed; the message names the file and the key."""
+    """The pipelines config is malformed or names what cannot work; the message names the file and the key."""
 
     retryable = False
 
@@ -25,6 +37,27 @@ class ParameterError(KinesisReplayError):
     """A run's trigger parameter names what does not exist (a shard of another stream, a mistyped id)."""
 
     retryable = False
+
+
+class BackfillError(KinesisReplayError):
+    """The backfill's parameters select nothing that can be replayed; the message says which and why."""
+
+    retryable = False
+
+
+class NoTableError(KinesisReplayError):
+    """The step needs the pipeline's Iceberg table, and the pipeline writes a directory output (output_format directory)."""
+
+    retryable = False
+
+
+class JobSpecError(KinesisReplayError):
+    """The replay job's spec cannot be read by this job: malformed, incomplete, or of another version."""
+
+    retryable = False
+
+
+# -- AWS: streams, endpoints, access ---------------------------------------------------------------------------------
 
 
 class StreamNotFoundError(KinesisReplayError):
@@ -36,18 +69,7 @@ class StreamNotFoundError(KinesisReplayError):
 class EndpointUnreachableError(KinesisReplayError):
     """An AWS endpoint could not be reached at all, or did not answer in time (not a throttle, not a service error)."""
 
-
-class CatalogConfigError(ConfigError):
-    """The pipeline's Iceberg catalog cannot be loaded as configured: an unknown type, a catalog module that is not
-    installed, a missing or malformed property, or credentials the catalog refuses. No retry changes that."""
-
-
-class CatalogUnreachableError(EndpointUnreachableError):
-    """The pipeline's Iceberg catalog did not answer (connection refused, a timeout): retryable, as an outage may end.
-
-    The plan loads the catalog before it claims the output or reads the stream, so this fails the plan, not a verify
-    after the stream was read.
-    """
+    retryable = True
 
 
 class AccessRefusedError(KinesisReplayError):
@@ -75,8 +97,13 @@ def access_refused(what: str, code: str, message: str) -> AccessRefusedError:
     )
 
 
+# -- reading the stream ----------------------------------------------------------------------------------------------
+
+
 class RangeReadError(KinesisReplayError):
-    """A closed range could not be read exactly: its start is gone, or its end can't be reached."""
+    """A closed range could not be read exactly (still throttled, a failed read, an end not reached): a retry reads it again."""
+
+    retryable = True
 
 
 class DataLossError(RangeReadError):
@@ -85,29 +112,58 @@ class DataLossError(RangeReadError):
     retryable = False
 
 
+# -- the state table -------------------------------------------------------------------------------------------------
+
+
+class StateTableMissingError(KinesisReplayError):
+    """The state table does not exist: the plan step creates it, so it was never created, was deleted, or is misnamed."""
+
+    retryable = False
+
+
 class StateConflictError(KinesisReplayError):
     """A conditional write to the state table lost: another run changed the item first."""
 
+    retryable = True
+
 
 class BatchSupersededError(StateConflictError):
-    """Another run of the pipeline committed the batch this run was replaying, verifying or committing.
-
-    Not retryable: the batch is committed, so nothing is left for this run to do; a retry would only fail the same way.
-    """
+    """Another run committed the batch this run was replaying, verifying or committing: nothing is left for this run to do."""
 
     retryable = False
 
 
 class StateCorruptError(KinesisReplayError):
-    """The state table holds something the protocol never writes."""
+    """The state table holds something the protocol never writes (a malformed item, a missing batch or part item)."""
+
+    retryable = False
 
 
 class ProgressNotStoredError(KinesisReplayError):
     """Some of a replay's progress items were not written; progress is for the page only, so this never fails a replay."""
 
+    retryable = True
+
+
+class StateLostError(KinesisReplayError):
+    """The state table and the output disagree about which batches are committed: one of them was lost or replaced."""
+
+    retryable = False
+
+
+class RecoveryError(KinesisReplayError):
+    """The state cannot be rebuilt exactly from the output; the message says what is missing or inconsistent."""
+
+    retryable = False
+
+
+# -- the output and its table ----------------------------------------------------------------------------------------
+
 
 class VerificationError(KinesisReplayError):
-    """A batch's output or result manifest does not agree with its plan; nothing is committed."""
+    """A batch's output or result manifest does not agree with its plan; nothing is committed, the batch stays in flight."""
+
+    retryable = False
 
 
 class OutputOwnershipError(KinesisReplayError):
@@ -116,24 +172,79 @@ class OutputOwnershipError(KinesisReplayError):
     retryable = False
 
 
-class StateLostError(KinesisReplayError):
-    """The state table and the output disagree about which batches are committed: one of them was lost or replaced.
+class OutputCorruptError(KinesisReplayError):
+    """A record kinesis-replay keeps in the output (an owner or commit record) is missing, not JSON, or lacks a field."""
 
-    The message names the pipeline, the table and the output, and how to recover.
-    """
+    retryable = False
+
+
+class OutputRefusedError(KinesisReplayError):
+    """S3 refused a call on the output (a missing bucket, a permission the role lacks): the same call gets the same answer."""
+
+    retryable = False
+
+
+class OutputIOError(KinesisReplayError):
+    """A call on the output failed in a way a later try may not meet (a server fault, a refused rename, a file gone at once)."""
+
+    retryable = True
+
+
+class TableMetadataLostError(OutputOwnershipError):
+    """The catalog names a metadata file that is gone: the table's metadata was deleted, or the output moved."""
 
     retryable = False
 
 
 class TableMismatchError(StateLostError):
-    """The table's current snapshot does not hold the batches the ledger says are committed (rolled back, dropped, its
-    metadata restored from an older file, or its rows changed by another writer): nothing moves until it is restored."""
+    """The table's current snapshot does not hold the batches the ledger says are committed: nothing moves until it is restored."""
 
     retryable = False
 
 
+class TableCommitError(KinesisReplayError):
+    """The batch could not be committed to the table (its commits kept losing the race); nothing of it is in the table."""
+
+    retryable = True
+
+
+class TableCommitRefusedError(TableCommitError):
+    """The table refuses the batch's files (another batch's rows, a column type changed, no table): nothing is committed."""
+
+    retryable = False
+
+
+# -- the Iceberg catalog ---------------------------------------------------------------------------------------------
+
+
+class CatalogConfigError(ConfigError):
+    """The pipeline's Iceberg catalog cannot be loaded as configured: an unknown type, a module not installed, a bad property."""
+
+    retryable = False
+
+
+class CatalogUnreachableError(EndpointUnreachableError):
+    """The pipeline's Iceberg catalog did not answer, or answered with a fault of its own (a 5xx, a throttle): an outage may end."""
+
+    retryable = True
+
+
+class CatalogLoadError(KinesisReplayError):
+    """The pipeline's Iceberg catalog failed to load for a reason none of the known ones (config, outage) explains."""
+
+    retryable = False
+
+
+# -- Spark -----------------------------------------------------------------------------------------------------------
+
+
+class SparkSubmitError(KinesisReplayError):
+    """spark-submit exited non-zero (a job killed, an executor lost, a read that failed); the message carries the job's last error lines."""
+
+    retryable = True
+
+
 class BatchNotRestorableError(DataLossError):
-    """A committed batch the table lacks cannot be restored: its files are gone from the output, and its records from
-    the stream. The message names the batch, where its files were, and what would bring it back."""
+    """A committed batch the table lacks cannot be restored: its files are gone from the output and its records from the stream."""
 
     retryable = False

@@ -35,11 +35,18 @@ from typing import TYPE_CHECKING, Any
 from kinesis_replay.config import CATALOG_TYPES, PipelineConfig, TableConfig
 from kinesis_replay.errors import (
     CatalogConfigError,
+    CatalogLoadError,
     CatalogUnreachableError,
     KinesisReplayError,
+    NoTableError,
     OutputOwnershipError,
+    TableCommitRefusedError,
     VerificationError,
 )
+
+# Re-exported: other modules, the tests and the chaos stack name them as iceberg_table.<name>.
+from kinesis_replay.errors import TableCommitError as TableCommitError
+from kinesis_replay.errors import TableMetadataLostError as TableMetadataLostError
 from kinesis_replay.holdings import Holdings, TableState
 from kinesis_replay.output import arrow_row_schema
 from kinesis_replay.records import PARTITION_COLUMN
@@ -67,14 +74,6 @@ STREAM_PROPERTY = "kinesis-replay.stream"
 COMMITTED_THROUGH_PROPERTY = "kinesis-replay.committed-through"
 COMMIT_RETRIES_PROPERTY = "commit.retry.num-retries"
 COMMIT_ATTEMPTS = 10  # a commit that lost the race for the table is retried against the new metadata this often
-
-
-class TableCommitError(KinesisReplayError):
-    """The batch could not be committed to the table; nothing of it is in the table."""
-
-
-class TableMetadataLostError(OutputOwnershipError):
-    """The catalog names a metadata file that is gone: the table's metadata was deleted, or the output moved."""
 
 
 def restore_hint(pipeline: PipelineConfig) -> str:
@@ -131,7 +130,12 @@ def load_catalog(pipeline: PipelineConfig, extra: Mapping[str, str] | None = Non
             # The SQL catalog creates its own tables on first use; two tasks doing so at once: one of them fails ("table
             # iceberg_tables already exists"), and finds them the next time.
             if problem is not None or not table.embedded or attempt == 2:
-                raise problem or KinesisReplayError(f"pipeline {pipeline.name!r}: cannot load {table.describe()}: {exc}") from exc
+                raise problem or CatalogLoadError(
+                    f"pipeline {pipeline.name!r}: cannot load Iceberg catalog {table.catalog!r} ({table.describe()}): "
+                    f"{type(exc).__name__}: {exc}. Not retried: no known cause explains it; check table.catalog_properties of "
+                    f"pipeline {pipeline.name!r} in the pipelines config and the catalog's own log, then trigger a run again. "
+                    "Nothing was written or read."
+                ) from exc
             time.sleep(0.1)
     raise AssertionError("unreachable")  # pragma: no cover
 
@@ -139,7 +143,15 @@ def load_catalog(pipeline: PipelineConfig, extra: Mapping[str, str] | None = Non
 def catalog_problem(pipeline: PipelineConfig, exc: Exception) -> KinesisReplayError | None:
     """What a failure to load the pipeline's catalog says: a config mistake, an unreachable endpoint, or None (unknown)."""
     from botocore.exceptions import BotoCoreError, ConnectTimeoutError, EndpointConnectionError, ReadTimeoutError
-    from pyiceberg.exceptions import ForbiddenError, NotInstalledError, OAuthError, UnauthorizedError
+    from pyiceberg.exceptions import (
+        ForbiddenError,
+        NotInstalledError,
+        OAuthError,
+        ServerError,
+        ServiceUnavailableError,
+        TooManyRequestsError,
+        UnauthorizedError,
+    )
 
     table = require_table(pipeline)
     where = f"pipeline {pipeline.name!r}: cannot load Iceberg catalog {table.catalog!r} ({table.describe()})"
@@ -164,12 +176,21 @@ def catalog_problem(pipeline: PipelineConfig, exc: Exception) -> KinesisReplayEr
             f"{where}: the catalog refused the caller ({type(exc).__name__}: {exc}). Check the credentials in {key} "
             "(or the worker's), and that they may use the catalog. Nothing was written or read."
         )
+    if isinstance(exc, (ServerError, ServiceUnavailableError, TooManyRequestsError)):
+        return CatalogUnreachableError(
+            f"{where}: the catalog answered with a fault of its own ({type(exc).__name__}: {exc}). Nothing was written or "
+            "read; the task is retried. If it persists, see the catalog's own log."
+        )
     return None
 
 
 def require_table(pipeline: PipelineConfig) -> TableConfig:
     if pipeline.table is None:
-        raise KinesisReplayError(f"pipeline {pipeline.name!r} has output_format directory: it has no table")
+        raise NoTableError(
+            f"pipeline {pipeline.name!r} has output_format directory, so it has no Iceberg table: restoring the table "
+            f"({RESTORE_PARAM}) and table maintenance are for pipelines with output_format iceberg. To replay committed "
+            f'batches into its directory output, trigger {pipeline.backfill_dag_id} with {{"batches": {{"batch_ids": [3, 7]}}}}'
+        )
     return pipeline.table
 
 
@@ -459,7 +480,9 @@ def commit_batch(
         if check is not None:
             check(table_state(None))  # refuses unless the ledger says the table holds nothing yet
         if not create:
-            raise TableCommitError(f"{where}: the table does not exist, and only a pipeline's first batch or a restore creates it")
+            raise TableCommitRefusedError(
+                f"{where}: the table does not exist, and only a pipeline's first batch or a restore creates it: {restore_hint(pipeline)}"
+            )
         table = _create_for(pipeline, paths, schema_file, catalog)
     props = snapshot_properties(pipeline.name, batch_id, attempt, run_id)
     for attempt_no in range(1, COMMIT_ATTEMPTS + 1):
@@ -648,7 +671,7 @@ def _commit_once(
     attempt = props[ATTEMPT_PROPERTY]
     old = batch_data_files(table, batch_id)
     if any(f.file_path in set(paths) for f in old):
-        raise TableCommitError(f"{where}: the table already holds files of attempt {attempt}, in no snapshot of its own")
+        raise TableCommitRefusedError(f"{where}: the table already holds files of attempt {attempt}, in no snapshot of its own")
     try:
         with transaction(table) as tx:
             if paths:
@@ -656,7 +679,7 @@ def _commit_once(
             data_files = [parquet_file_to_data_file(table.io, tx.table_metadata, p) for p in paths]
             wrong = [f.file_path for f in data_files if f.partition[0] != batch_id]
             if wrong:
-                raise TableCommitError(f"{where}: files {wrong} hold rows of another batch_id")
+                raise TableCommitRefusedError(f"{where}: files {wrong} hold rows of another batch_id")
             counted = records if records is not None else sum(f.record_count for f in data_files)
             update = tx.update_snapshot(snapshot_properties={**props, **held.add(batch_id, counted).to_summary()})
             if old:  # a replay of a committed batch: its old files out and the new ones in, one OVERWRITE snapshot
@@ -670,7 +693,7 @@ def _commit_once(
                     for data_file in data_files:
                         append.append_data_file(data_file)
     except ValueError as exc:  # pyiceberg: a file's schema the table does not have
-        raise TableCommitError(f"{where}: the files of attempt {attempt} do not fit the table: {exc}") from exc
+        raise TableCommitRefusedError(f"{where}: the files of attempt {attempt} do not fit the table: {exc}") from exc
     snapshot = table.current_snapshot()
     if snapshot is None:  # pragma: no cover - a commit always makes a snapshot
         raise TableCommitError(f"{where}: the commit made no snapshot")

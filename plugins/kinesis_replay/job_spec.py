@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from kinesis_replay.config import OUTPUT_FORMATS, PayloadConfig, PipelineConfig, ReadConfig
-from kinesis_replay.errors import KinesisReplayError
+from kinesis_replay.errors import JobSpecError as JobSpecError  # re-exported for job_spec.JobSpecError
 from kinesis_replay.ranges import SequenceRange
 from kinesis_replay.state import ESTIMATED_BYTES, Batch
 
@@ -27,12 +27,6 @@ from kinesis_replay.state import ESTIMATED_BYTES, Batch
 # 2: output_format (a table output is written per attempt, with batch_id in the files), estimated_bytes;
 # 3: retention_seconds (a job of version 2 would read a range near the retention without checking its pages)
 VERSION = 3
-
-
-class JobSpecError(KinesisReplayError):
-    """The spec cannot be read by this job: malformed, incomplete, or of another version."""
-
-    retryable = False
 
 
 @dataclass(frozen=True)

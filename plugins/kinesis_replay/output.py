@@ -12,7 +12,13 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from kinesis_replay.errors import KinesisReplayError, VerificationError
+from kinesis_replay.errors import (
+    KinesisReplayError,
+    OutputCorruptError,
+    OutputIOError,
+    OutputRefusedError,
+    VerificationError,
+)
 from kinesis_replay.records import ROW_COLUMNS
 from kinesis_replay.state import Batch, Manifest
 
@@ -219,7 +225,7 @@ def _read_json(path: str) -> Any | None:
         try:
             return json.loads(stream.read())
         except ValueError as exc:
-            raise KinesisReplayError(f"{path} is not valid JSON ({exc}); it was not written by kinesis-replay, or was cut short") from exc
+            raise OutputCorruptError(f"{path} is not valid JSON ({exc}); it was not written by kinesis-replay, or was cut short") from exc
 
 
 def _json_bytes(data: Any) -> bytes:
@@ -264,7 +270,15 @@ class Owner:
 
 
 def read_owner(output: str) -> Owner | None:
-    data = _read_json(owner_path(output))
+    """The root's owner record; None when it has none, OutputCorruptError when it cannot be read as one."""
+    redo = (
+        f"If output {output} is the pipeline's, move that file aside: the pipeline's next plan writes it again once it has "
+        "found the output's commit records to be the pipeline's. Else point the pipeline's output elsewhere"
+    )
+    try:
+        data = _read_json(owner_path(output))
+    except OutputCorruptError as exc:
+        raise OutputCorruptError(f"{exc}. {redo}") from exc
     if data is None:
         return None
     try:
@@ -275,7 +289,7 @@ def read_owner(output: str) -> Owner | None:
             str(created) if created is not None else None,
         )  # fmt: skip
     except (KeyError, TypeError) as exc:
-        raise KinesisReplayError(f"{owner_path(output)}: not an owner record (missing {exc})") from exc
+        raise OutputCorruptError(f"{owner_path(output)}: not an owner record (missing {exc}). {redo}") from exc
 
 
 def layout_format(output: str) -> str | None:
@@ -323,7 +337,7 @@ def write_owner(output: str, owner: Owner, replace: bool = False) -> Owner:
         _write_json(path, owner.to_dict())
     found = read_owner(output)
     if found is None:
-        raise KinesisReplayError(f"the owner record {path} vanished right after it was written")
+        raise OutputIOError(f"the owner record {path} vanished right after it was written; the task is retried")
     return found
 
 
@@ -356,6 +370,18 @@ def _other_root(like: str, folder: str) -> OtherRoot:
         return OtherRoot(root, owner_path(root), None, str(exc))
 
 
+# S3's answers that its own fault or a throttle explains (after the client's retries): a later try may get through.
+S3_TRANSIENT_CODES = frozenset({"SlowDown", "RequestTimeout", "InternalError", "ServiceUnavailable", "Throttling"})
+
+
+def _s3_failure(exc: Any, what: str, advice: str) -> KinesisReplayError:
+    """The error for S3's refusal of a call on the output (a botocore ClientError): retried only when S3 is at fault."""
+    status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+    if status >= 500 or exc.response.get("Error", {}).get("Code") in S3_TRANSIENT_CODES:
+        return OutputIOError(f"{what}. S3 failed on its side; the task is retried")
+    return OutputRefusedError(f"{what}. {advice}")
+
+
 def _s3_location(path: str) -> tuple[str, str]:
     """A URI of S3 (s3:// or s3a://) as (bucket, key without a trailing slash)."""
     bucket, _, key = path.split("://", 1)[1].partition("/")
@@ -372,9 +398,10 @@ def _s3_list(bucket: str, prefix: str, **options: Any) -> dict[str, Any]:
     except ClientError as exc:
         if exc.response.get("Error", {}).get("Code") == "NoSuchBucket":
             return {}  # nothing is owned there (the claim's write then says the bucket is missing)
-        raise KinesisReplayError(
-            f"cannot list s3://{bucket}/{prefix} to look for other pipelines' owner records: {exc}. The pipeline's role "
-            'needs s3:ListBucket on the bucket (docs/deployment.md: "The IAM policy")'
+        raise _s3_failure(
+            exc,
+            f"cannot list s3://{bucket}/{prefix} to look for other pipelines' owner records: {exc}",
+            """The pipeline's role needs s3:ListBucket on the bucket (docs/deployment.md: "The IAM policy")""",
         ) from exc
     return page
 
@@ -465,7 +492,11 @@ def _put_if_absent_on_s3(path: str, body: bytes, who: str) -> bool:
         # 412: the key exists; 409: another conditional write to it is in progress. Either way another claim won.
         if exc.response.get("Error", {}).get("Code") in ("PreconditionFailed", "ConditionalRequestConflict"):
             return False
-        raise KinesisReplayError(f"{who}: cannot write the owner record {path}: {exc}") from exc
+        raise _s3_failure(
+            exc,
+            f"{who}: cannot write the owner record {path}: {exc}",
+            """Check that the bucket exists and that the pipeline's role may s3:PutObject there (docs/deployment.md: "The IAM policy")""",
+        ) from exc
     return True
 
 
@@ -519,11 +550,11 @@ def read_commit_record(output: str, batch_id: int) -> Batch:
     path = commit_record_path(output, batch_id)
     data = _read_json(path)
     if data is None:
-        raise KinesisReplayError(f"no commit record at {path}")
+        raise OutputCorruptError(f"no commit record at {path}: it was removed from the output since it was listed")
     try:
         return Batch.from_dict(data["batch"])
     except (KeyError, TypeError, ValueError) as exc:
-        raise KinesisReplayError(f"{path}: unreadable commit record: {exc!r}") from exc
+        raise OutputCorruptError(f"{path}: unreadable commit record: {exc!r}") from exc
 
 
 def last_replayed_attempts(output: str, batch_ids: Iterable[int]) -> dict[int, str]:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from kinesis_replay import backfill, batches, guards, kinesis, output
 from kinesis_replay.batches import range_checkpoint, resolve_start
 from kinesis_replay.config import PipelineConfig
-from kinesis_replay.errors import KinesisReplayError
+from kinesis_replay.errors import RecoveryError as RecoveryError  # re-exported for recovery.RecoveryError
 from kinesis_replay.holdings import Commit, Ledger
 from kinesis_replay.ranges import SequenceRange, ShardInfo
 from kinesis_replay.state import Batch, BatchStatus, Head, ShardResult, ShardState, StateStore
@@ -34,12 +34,6 @@ if TYPE_CHECKING:  # the boto3 stubs are for type checking only
     from types_boto3_kinesis.client import KinesisClient
 
 log = logging.getLogger(__name__)
-
-
-class RecoveryError(KinesisReplayError):
-    """The state cannot be rebuilt exactly from the output; the message says what is missing or inconsistent."""
-
-    retryable = False
 
 
 @dataclass(frozen=True)

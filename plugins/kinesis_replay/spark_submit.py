@@ -18,7 +18,8 @@ from pathlib import Path
 
 from kinesis_replay import jvm_archive
 from kinesis_replay.config import DEFAULT_SPARK_CONF, PipelineConfig
-from kinesis_replay.errors import KinesisReplayError
+from kinesis_replay.errors import ConfigError
+from kinesis_replay.errors import SparkSubmitError as SparkSubmitError  # re-exported for spark_submit.SparkSubmitError
 
 log = logging.getLogger(__name__)
 
@@ -27,10 +28,6 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 
 # The job's lines that report progress or success rather than an error.
 _PROGRESS = re.compile(r"^kinesis-replay: (phases: |batch \d+ of )")
-
-
-class SparkSubmitError(KinesisReplayError):
-    """spark-submit exited non-zero; the message carries the job's last error lines."""
 
 
 def package_library(dest: Path) -> Path:
@@ -49,7 +46,7 @@ def spark_submit_binary() -> str:
     beside = Path(sys.executable).parent / "spark-submit"
     found = str(beside) if beside.exists() else shutil.which("spark-submit")
     if not found:
-        raise SparkSubmitError("spark-submit is neither beside this Python nor on PATH: install pyspark in this environment")
+        raise ConfigError("spark-submit is neither beside this Python nor on PATH: install pyspark in this environment")
     return found
 
 

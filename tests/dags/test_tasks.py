@@ -6,23 +6,13 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
 import kinesis_replay_tasks as tasks
-from kinesis_replay.backfill import BackfillError
-from kinesis_replay.errors import (
-    ConfigError,
-    DataLossError,
-    KinesisReplayError,
-    OutputOwnershipError,
-    StateConflictError,
-    StateLostError,
-    StreamNotFoundError,
-    VerificationError,
-)
-from kinesis_replay.recovery import RecoveryError
+from kinesis_replay import errors
+from kinesis_replay.errors import KinesisReplayError
+
+ERRORS = [c for c in vars(errors).values() if isinstance(c, type) and issubclass(c, KinesisReplayError) and c is not KinesisReplayError]
 
 
-@pytest.mark.parametrize(
-    "error", [ConfigError, StreamNotFoundError, DataLossError, OutputOwnershipError, StateLostError, BackfillError, RecoveryError]
-)
+@pytest.mark.parametrize("error", [c for c in ERRORS if not c.retryable], ids=lambda c: c.__name__)
 def test_an_error_a_retry_cannot_fix_fails_the_task_at_once(error: type[KinesisReplayError]) -> None:
     @tasks.fail_fast
     def step() -> None:
@@ -33,14 +23,60 @@ def test_an_error_a_retry_cannot_fix_fails_the_task_at_once(error: type[KinesisR
     assert isinstance(raised.value.__cause__, error)
 
 
-@pytest.mark.parametrize("error", [VerificationError, StateConflictError, KinesisReplayError])
+@pytest.mark.parametrize("error", [c for c in ERRORS if c.retryable], ids=lambda c: c.__name__)
 def test_an_error_a_retry_may_fix_is_left_to_the_task_retries(error: type[KinesisReplayError]) -> None:
     @tasks.fail_fast
     def step() -> None:
-        raise error("batch 3: the manifest disagrees")
+        raise error("batch 3: the state changed meanwhile")
 
-    with pytest.raises(error):
+    with pytest.raises(error) as raised:
         step()
+    assert type(raised.value) is error and str(raised.value) == "batch 3: the state changed meanwhile"
+
+
+def test_both_ways_are_tested() -> None:
+    assert {c.retryable for c in ERRORS} == {True, False}
+
+
+# The task functions the DAGs call (kinesis_replay_dags.py); each fails at once on an error a retry cannot fix.
+TASKS = ["plan", "replay", "stage", "verify", "commit", "check", "select_backfill", "backfill_batch", "stage_backfill",
+         "check_backfill", "maintain_table"]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", TASKS)
+def test_every_task_fails_at_once_on_an_error_a_retry_cannot_fix(name: str) -> None:
+    assert getattr(getattr(tasks, name), "__wrapped__", None) is not None, f"{name} is not wrapped by fail_fast"
+
+
+def test_the_dags_call_no_task_function_the_list_above_lacks() -> None:
+    import ast
+    from pathlib import Path
+
+    source = (Path(tasks.__file__).parent / "kinesis_replay_dags.py").read_text()
+    called = {
+        node.func.attr
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+        and isinstance(node.func.value, ast.Name) and node.func.value.id == "tasks"
+    }  # fmt: skip
+    assert called - {"load_pipelines", "catch_up_needed", "stage_emr"} <= set(TASKS), called
+
+
+def test_a_missing_state_table_fails_the_check_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """check raises AirflowFailException itself for a stale pipeline; a missing state table fails it at once too."""
+    from kinesis_replay import batches
+    from kinesis_replay.config import parse_config
+
+    def missing(*_: object) -> None:
+        raise errors.StateTableMissingError("pipeline 'p': state table kr-state does not exist")
+
+    monkeypatch.setattr(batches, "staleness", missing)
+    monkeypatch.setattr(tasks, "state_store", lambda p: None)
+    entry = {"name": "p", "stream": "s", "output": "/lake/p", "schedule": None, "initial_position": "LATEST",
+             "state_table": "kr-state", "spark": {}}  # fmt: skip
+    p = parse_config({"pipelines": [entry]})[0]
+    with pytest.raises(AirflowFailException, match=r"state table kr-state does not exist .*not retried"):
+        tasks.check(p)
 
 
 def test_the_tasks_kinesis_client_leaves_throttling_to_kinesis_call(monkeypatch: pytest.MonkeyPatch) -> None:

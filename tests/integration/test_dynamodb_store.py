@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -11,7 +12,14 @@ import pytest
 from botocore.exceptions import ClientError
 
 from kinesis_replay.dynamodb_store import PROGRESS_SHARDS, DynamoDBStateStore, part_sk
-from kinesis_replay.errors import ConfigError, EndpointUnreachableError, ProgressNotStoredError, StateConflictError, StateCorruptError
+from kinesis_replay.errors import (
+    ConfigError,
+    EndpointUnreachableError,
+    ProgressNotStoredError,
+    StateConflictError,
+    StateCorruptError,
+    StateTableMissingError,
+)
 from kinesis_replay.ranges import SequenceRange
 from kinesis_replay.state import Batch, BatchStatus, Head, Manifest, Progress, RunKind, ShardResult, ShardState, StartPosition
 
@@ -116,9 +124,31 @@ def test_completing_a_commit_clears_the_batch_in_flight(store: DynamoDBStateStor
         store.complete_batch(batch, NOW)
 
 
-def test_a_missing_table_is_named(dynamodb: Any) -> None:
-    with pytest.raises(StateCorruptError, match="state table no-such-table does not exist"):
-        DynamoDBStateStore(dynamodb, "no-such-table").get_head("orders")
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda store: store.get_head("orders"),
+        lambda store: store.get_shards("orders"),
+        lambda store: store.get_batches("orders", [1]),
+        lambda store: store.create_batch(planned(), Head()),
+        lambda store: store.put_shard_if_absent("orders", ShardState("shardId-000000000000")),
+        lambda store: store.advance_checkpoint("orders", "shardId-000000000000", None, S, 1, False),
+    ],
+    ids=["get_head", "get_shards", "get_batches", "create_batch", "put_shard_if_absent", "advance_checkpoint"],
+)
+def test_a_missing_state_table_fails_at_once_naming_the_table_the_pipeline_and_what_creates_it(dynamodb: Any, call: Any) -> None:
+    """Only the plan step creates the state table; every other step meeting none fails without a retry, and creates none."""
+    table = f"kr-missing-{uuid.uuid4().hex[:8]}"
+    store = DynamoDBStateStore(dynamodb, table)
+    with pytest.raises(StateTableMissingError) as raised:
+        call(store)
+    message = str(raised.value)
+    assert not raised.value.retryable
+    assert message.startswith(f"pipeline 'orders': state table {table} does not exist"), message
+    assert "Only the plan step of kinesis_replay_orders creates it" in message and "check state_table of pipeline 'orders'" in message
+    assert table not in dynamodb.list_tables()["TableNames"]  # nothing but the plan creates it
+    store.ensure_table()  # as the advice says: the plan creates it, and the same call then goes through
+    call(store)
 
 
 def test_an_unreachable_dynamodb_endpoint_is_named() -> None:

@@ -16,7 +16,7 @@ import pytest
 
 from kinesis_replay import guards, output
 from kinesis_replay.config import PipelineConfig, parse_config
-from kinesis_replay.errors import KinesisReplayError, OutputOwnershipError, StateLostError
+from kinesis_replay.errors import OutputOwnershipError, StateLostError
 from kinesis_replay.ranges import SequenceRange
 from kinesis_replay.recovery import plan_recovery
 from kinesis_replay.state import Batch, BatchStatus, Head, Manifest, ShardResult
@@ -87,8 +87,13 @@ def test_of_two_claims_racing_for_a_new_s3_root_the_first_wins_and_the_second_wr
 
 
 def test_an_owner_record_in_a_missing_bucket_names_the_path(stack: Any) -> None:
-    with pytest.raises(KinesisReplayError, match="pipeline 'orders': cannot write the owner record s3://no-such-bucket-kr/raw/orders/"):
+    """S3 answers a missing bucket the same way every time: the task fails at once, saying what to check."""
+    from kinesis_replay.errors import OutputRefusedError
+
+    says = "pipeline 'orders': cannot write the owner record s3://no-such-bucket-kr/raw/orders/"
+    with pytest.raises(OutputRefusedError, match=says) as raised:
         guards.claim_output(pipeline("s3://no-such-bucket-kr/raw/orders"), NOW)
+    assert not raised.value.retryable and "Check that the bucket exists" in str(raised.value)
 
 
 def s3_keys(bucket: str) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -416,3 +417,37 @@ def test_a_plan_that_resumes_a_batch_writes_a_deleted_owner_record_again(tmp_pat
     guards.require_owner(p)  # the replay goes on
     owner = output.read_owner(p.output)
     assert owner is not None and (owner.pipeline, owner.stream, owner.state_table) == ("orders", "orders-stream", "kr-state")
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [("{not json", "is not valid JSON"), (json.dumps({"pipeline": "orders"}), "not an owner record (missing 'stream')")],
+    ids=["not JSON", "a field missing"],
+)
+def test_a_malformed_owner_record_fails_the_plan_at_once_saying_what_to_do(tmp_path: Path, text: str, says: str) -> None:
+    """A retry reads the same file: the task fails at once, and moving the file aside lets the plan write it again."""
+    from kinesis_replay.errors import OutputCorruptError
+
+    p = pipeline(tmp_path / "out")
+    record = Path(output.owner_path(p.output))
+    record.parent.mkdir(parents=True)
+    record.write_text(text)
+    with pytest.raises(OutputCorruptError, match=f"{record}:? .*{re.escape(says)}") as raised:
+        guards.claim_output(p, NOW)
+    assert not raised.value.retryable and "move that file aside: the pipeline's next plan writes it again" in str(raised.value)
+    assert record.read_text() == text  # nothing overwrote it
+    record.rename(record.with_name("owner.json.bad"))  # the advice, followed: the next plan claims the (empty) root again
+    guards.claim_output(p, NOW)
+    assert output.read_owner(p.output) is not None and output.read_owner(p.output).pipeline == "orders"  # type: ignore[union-attr]
+
+
+def test_a_directory_pipeline_asked_for_its_table_fails_at_once_saying_what_it_can_do(tmp_path: Path) -> None:
+    from kinesis_replay import iceberg_table
+    from kinesis_replay.errors import NoTableError
+
+    p = pipeline(tmp_path / "out", output_format="directory")
+    with pytest.raises(NoTableError, match="pipeline 'orders' has output_format directory, so it has no Iceberg table") as raised:
+        iceberg_table.require_table(p)
+    assert not raised.value.retryable
+    assert 'trigger kinesis_replay_backfill_orders with {"batches": {"batch_ids": [3, 7]}}' in str(raised.value)
+    assert not (tmp_path / "out").exists()

@@ -14,7 +14,7 @@ import pytest
 
 from kinesis_replay import iceberg_table, output
 from kinesis_replay.config import PipelineConfig, parse_config
-from kinesis_replay.errors import OutputOwnershipError, VerificationError
+from kinesis_replay.errors import OutputOwnershipError, TableCommitRefusedError, VerificationError
 from kinesis_replay.holdings import Holdings, Ledger, Mismatch, compare
 from kinesis_replay.records import ROW_COLUMNS
 
@@ -207,8 +207,9 @@ def test_another_pipelines_table_is_refused(tmp_path: Path) -> None:
 def test_files_of_another_batch_are_refused(tmp_path: Path) -> None:
     p = pipeline(tmp_path)
     files = write_attempt(tmp_path, 2, "a", 3)
-    with pytest.raises(iceberg_table.TableCommitError, match=r"batch 1, .*hold rows of another batch_id"):
+    with pytest.raises(TableCommitRefusedError, match=r"batch 1, .*hold rows of another batch_id") as raised:
         iceberg_table.commit_batch(p, 1, "a", files, "run-1")
+    assert not raised.value.retryable  # the same files hold the same rows on every try
     table = iceberg_table.load_table(p)
     assert table is not None and table.current_snapshot() is None
 
@@ -390,3 +391,38 @@ def test_expiry_keeps_the_snapshot_that_records_the_holdings_under_another_write
     state = iceberg_table.table_state(iceberg_table.load_table(p))
     assert state.holdings == Holdings(((1, 2),), 7) and not state.derived and len(state.foreign) == 1
     assert compare(state, Ledger(2)) is None
+
+
+@pytest.mark.parametrize(
+    ("raised", "error"),
+    [("ServerError", "CatalogUnreachableError"), ("ServiceUnavailableError", "CatalogUnreachableError"),
+     ("TooManyRequestsError", "CatalogUnreachableError"), ("ForbiddenError", "CatalogConfigError")],
+)  # fmt: skip
+def test_a_catalog_fault_of_its_own_is_retried_and_a_refusal_is_not(tmp_path: Path, raised: str, error: str) -> None:
+    from pyiceberg import exceptions
+
+    from kinesis_replay import errors
+
+    found = iceberg_table.catalog_problem(pipeline(tmp_path), getattr(exceptions, raised)("the catalog says no"))
+    assert type(found).__name__ == error and found is not None and found.retryable == (error == "CatalogUnreachableError")
+    assert str(found).startswith("pipeline 'orders': cannot load Iceberg catalog") and "the catalog says no" in str(found)
+    assert isinstance(found, errors.KinesisReplayError)
+
+
+def test_a_catalog_failure_no_known_cause_explains_fails_at_once_naming_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dataclasses import replace
+
+    from pyiceberg import catalog
+
+    from kinesis_replay.errors import CatalogLoadError
+
+    def odd(*_: object, **__: object) -> None:
+        raise RuntimeError("something odd")
+
+    monkeypatch.setattr(catalog, "load_catalog", odd)
+    p = pipeline(tmp_path / "out")
+    assert p.table is not None
+    p = replace(p, table=replace(p.table, catalog="lake", catalog_properties={"type": "rest", "uri": "http://127.0.0.1:1"}))
+    with pytest.raises(CatalogLoadError, match=r"cannot load Iceberg catalog 'lake' .*RuntimeError: something odd\. Not retried") as found:
+        iceberg_table.load_catalog(p)
+    assert not found.value.retryable and f"table.catalog_properties of pipeline {p.name!r}" in str(found.value)
