@@ -54,6 +54,7 @@ from kinesis_replay.backfill import ACKNOWLEDGE_DATA_LOSS_SCHEMA, SELECTION_SCHE
 from kinesis_replay.config import PipelineConfig, resolve_config_path
 from kinesis_replay.guards import RECOVER_PARAM
 from kinesis_replay.iceberg_table import RESTORE_PARAM
+from kinesis_replay.table_maintenance import DEFAULT_ORPHAN_AGE
 
 CONFIG_PATH = resolve_config_path(Path(__file__).with_name("pipelines.yaml"))
 START = tasks.START
@@ -276,7 +277,9 @@ def build_backfill_dag(p: PipelineConfig) -> DAG:
     return dag
 
 
-MAINTENANCE_DOC = """
+ORPHAN_AGE_HOURS = int(DEFAULT_ORPHAN_AGE / timedelta(hours=1))
+
+MAINTENANCE_DOC = f"""
 ### kinesis-replay maintenance: expire the table's old snapshots, remove its orphan files
 
 Daily by default. Each batch adds a snapshot, and each backfill leaves the replaced files to the snapshots before
@@ -286,7 +289,7 @@ it; without this the table's metadata and storage grow forever.
    (5 days when unset) and `history.expire.min-snapshots-to-keep` (1). The current snapshot always stays. Time
    travel reaches back as far as the snapshots kept.
 2. **Orphan files**: files under the table's `data/` and `metadata/` that no remaining snapshot references, last
-   written more than `orphan_age_hours` ago (72 by default: no replay waits that long for its commit). The batch
+   written more than `orphan_age_hours` ago ({ORPHAN_AGE_HOURS} by default: no replay waits that long for its commit). The batch
    in flight keeps its files whatever their age. Nothing else under the output root is touched.
    Only files the table's writers write are removed: attempt folders' files under `data/`, Iceberg's metadata
    files, manifest lists, manifests and statistics under `metadata/`. Another pipeline's root in those folders
@@ -310,7 +313,7 @@ def build_maintenance_dag(p: PipelineConfig) -> DAG:
         params={
             "dry_run": Param(False, type="boolean", title="Dry run", description="Name what would be expired and removed; change nothing."),
             "orphan_age_hours": Param(
-                72,
+                ORPHAN_AGE_HOURS,
                 type="integer",
                 minimum=1,
                 maximum=87600,

@@ -7,11 +7,12 @@ import os
 import posixpath
 import re
 import shlex
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+import sys
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import MISSING, Field, dataclass, field, fields, is_dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast, get_args, get_type_hints
 
 from kinesis_replay.errors import ConfigError
 from kinesis_replay.records import PARTITION_COLUMN, ROW_COLUMNS
@@ -22,6 +23,16 @@ _NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 # An Airflow pool's name: what `airflow pools set` and a shell accept unquoted, within the 256 characters Airflow stores.
 _POOL = re.compile(r"^[A-Za-z0-9_.-]{1,256}$")
 _STREAM = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+
+
+def doc(line: str, key: str | None = None, shown: str | None = None) -> dict[str, str | None]:
+    """A config key's declaration, as a field's metadata: the one line docs/configuration.md's table gives it.
+
+    Each key of the file is a field of a dataclass below, declared once: its type, its default (none: the key is
+    required) and this line. ``key``: its name in the file when that is not the field's. ``shown``: the default as
+    the table gives it, where no literal says it (``{default}`` stands for the literal). See ``reference_table``.
+    """
+    return {"doc": line, "key": key, "shown": shown}
 
 
 @dataclass(frozen=True)
@@ -39,24 +50,45 @@ class ReadConfig:
     2 MiB, is one second of a shard's read budget: at 5 calls a second no page needs to be larger.
     """
 
-    max_records_per_call: int = 10_000
-    page_bytes: int = 2 * 1024 * 1024
-    first_page_records: int = 1_000
-    get_records_per_second: float = 5.0
-    bytes_per_second: float = 2 * 1024 * 1024
-    get_shard_iterator_per_second: float = 5.0
-    max_throttle_retries: int = 20
-    throttle_base_seconds: float = 0.2
-    throttle_max_seconds: float = 10.0
-    progress_seconds: float = 30.0  # how often each shard's reader logs its progress
+    max_records_per_call: int = field(default=10_000, metadata=doc("the largest GetRecords `Limit` (10,000 is the most Kinesis returns)"))
+    page_bytes: int = field(
+        default=2 * 1024 * 1024,
+        metadata=doc(
+            "each GetRecords asks for as many records as fill about this many bytes at the last page's mean record size, so a "
+            "reader holds one page of about 2 MiB whatever the range's length (one second of a shard's read budget: it costs "
+            "Kinesis throughput nothing)"
+        ),
+    )
+    first_page_records: int = field(
+        default=1_000, metadata=doc("the `Limit` of a range's first GetRecords, before any record size is known")
+    )
+    get_records_per_second: float = field(default=5.0, metadata=doc("per-shard budget of GetRecords calls"))
+    bytes_per_second: float = field(default=2 * 1024 * 1024, metadata=doc("per-shard budget of bytes read (2 MB/s)"))
+    get_shard_iterator_per_second: float = field(default=5.0, metadata=doc("per-shard budget of GetShardIterator calls"))
+    max_throttle_retries: int = field(default=20, metadata=doc("throttled calls waited out per call before the batch fails"))
+    throttle_base_seconds: float = field(default=0.2, metadata=doc("the first wait after a throttled call"))
+    throttle_max_seconds: float = field(default=10.0, metadata=doc("the longest wait after a throttled call"))
+    progress_seconds: float = field(default=30.0, metadata=doc("how often each shard's reader logs its progress"))
     # Shards planned (and checkpoints committed) at once. Each shard keeps to its own call budget; Kinesis limits
     # GetShardIterator and GetRecords per shard, not per stream, so this bounds only our own threads and connections.
     # A shard's plan mostly waits (its GetRecords calls are 0.2 s apart): at 32, 1,000 idle shards planned in 32
     # waves and used 42% of 2 cores; at 128 the plan is bound by the CPU (make bench-planning).
-    plan_concurrency: int = 128
+    plan_concurrency: int = field(
+        default=128,
+        metadata=doc(
+            "shards planned, and checkpoints committed, at once (Kinesis limits calls per shard, so this bounds only our own "
+            "threads and pooled connections; a shard's plan mostly waits for its budget)"
+        ),
+    )
     # Ranges one Spark task reads at once, each paced by its own shard's budget: a task mostly waits for budgets, so
     # one core can serve many shards (about ten at Kinesis's 2 MB/s). A task holds about two pages per range it reads.
-    task_concurrency: int = 16
+    task_concurrency: int = field(
+        default=16,
+        metadata=doc(
+            "ranges one Spark task reads at once, a thread each, each within its own shard's budget (a task holds about two "
+            "pages per range it reads); see [Sizing executors against the stream](deployment.md#sizing-executors-against-the-stream)"
+        ),
+    )
 
 
 # Kinesis takes at most 1 MiB a second into a shard: what a shard whose rate is not known yet is assumed to hold.
@@ -73,8 +105,11 @@ class MaxBatch:
     newest record that arrived before the cap; the rest is the next batch's.
     """
 
-    span: timedelta = timedelta(hours=1)
-    read_minutes: float = 30.0
+    span: timedelta = field(
+        default=timedelta(hours=1),
+        metadata=doc("the arrival time one range may span; see [Bounded batches and catch-up](design.md#bounded-batches-and-catch-up)"),
+    )
+    read_minutes: float = field(default=30.0, metadata=doc("one range's estimated read time at the read budget"))
 
     def span_for(self, bytes_per_second: float | None, read: ReadConfig) -> timedelta:
         """The arrival span a range of a shard writing ``bytes_per_second`` may cover."""
@@ -108,9 +143,9 @@ CORRUPT_RECORD_COLUMN = "_corrupt_record"  # the replay job's from_json puts an 
 class PayloadConfig:
     """How payloads are decoded: kept as raw bytes, or parsed as JSON into the columns of a declared schema."""
 
-    format: str = "raw"
-    schema: str | None = None  # a Spark DDL string, such as "user STRING, amount DOUBLE"; required for json
-    max_bad_share: float = 0.05  # the batch fails when more of its records than this can't be decoded
+    format: str = field(default="raw", metadata=doc("`raw` keeps payload bytes; `json` also decodes them into columns"))
+    schema: str | None = field(default=None, metadata=doc("required with `json`: a Spark DDL string such as `user STRING, amount DOUBLE`"))
+    max_bad_share: float = field(default=0.05, metadata=doc("the batch fails when a larger share of its records cannot be decoded"))
 
 
 @dataclass(frozen=True)
@@ -121,13 +156,13 @@ class EmrServerlessConfig:
     ``code_prefix`` (``s3://bucket/prefix``), one folder per batch.
     """
 
-    application_id: str
-    execution_role_arn: str
-    code_prefix: str
-    log_uri: str | None = None  # S3 prefix for driver and executor logs
-    venv_archive: str | None = None  # S3 URI of a venv-pack archive holding the job's dependencies
-    deferrable: bool = False  # wait in the triggerer; needs aiobotocore on Airflow's side
-    poll_seconds: int = 30  # how often the job run's state is polled
+    application_id: str = field(metadata=doc("an existing SPARK application (EMR 7.x) that runs the job"))
+    execution_role_arn: str = field(metadata=doc("the IAM role the job runs as (`arn:aws:iam::<account>:role/<name>`)"))
+    code_prefix: str = field(metadata=doc("`s3://bucket/prefix` where each batch's job files are staged"))
+    log_uri: str | None = field(default=None, metadata=doc("S3 prefix for driver and executor logs"))
+    venv_archive: str | None = field(default=None, metadata=doc("S3 URI of a venv-pack archive holding the job's dependencies"))
+    deferrable: bool = field(default=False, metadata=doc("wait in the triggerer; needs aiobotocore on Airflow's side"))
+    poll_seconds: int = field(default=30, metadata=doc("how often the job run's state is polled"))
 
 
 # What every replay job gets, under spark-submit or EMR Serverless, unless the pipeline's spark.conf says otherwise:
@@ -137,10 +172,27 @@ DEFAULT_SPARK_CONF: Mapping[str, str] = {"spark.log.level": "WARN"}
 
 @dataclass(frozen=True)
 class SparkConfig:
-    master: str = "local[*]"  # local mode unless the pipeline names a master
-    conf: Mapping[str, str] = field(default_factory=dict)
-    submit_timeout_seconds: int = 6 * 3600
-    emr_serverless: EmrServerlessConfig | None = None  # set: EMR Serverless runs the job, not spark-submit
+    master: str = field(
+        default="local[*]",
+        metadata=doc(
+            "spark-submit's `--master`: `local[...]`, `spark://host:7077`, `yarn`, `k8s://...`; "
+            "see [The JVM of a local job](#the-jvm-of-a-local-job)"
+        ),
+    )
+    conf: Mapping[str, str] = field(
+        default_factory=dict,
+        metadata=doc("Spark properties, each passed as `--conf` (EMR Serverless: in `sparkSubmitParameters`, so no whitespace)"),
+    )
+    submit_timeout_seconds: int = field(
+        default=6 * 3600, metadata=doc("the replay task's execution timeout; the job is killed when it expires")
+    )
+    emr_serverless: EmrServerlessConfig | None = field(
+        default=None,
+        metadata=doc(
+            "set (instead of `spark.master`): EMR Serverless runs the job, not spark-submit; "
+            "see [EMR Serverless](deployment.md#emr-serverless)"
+        ),
+    )
 
 
 # The two layouts of a pipeline's output: an Apache Iceberg table (the default), or today's plain directories.
@@ -167,6 +219,7 @@ def default_table_name(pipeline: str) -> str:
 
 
 DEFAULT_TABLE_RULE = f"'-' becomes '_', and a leading digit gets {DEFAULT_TABLE_PREFIX!r} in front"
+_IDENTIFIER_RULE = "letters, digits and `_`, starting with a letter or `_`"
 
 
 @dataclass(frozen=True)
@@ -178,10 +231,22 @@ class TableConfig:
     which needs no server. The table's location is always the pipeline's output root.
     """
 
-    name: str
-    namespace: str = DEFAULT_NAMESPACE
-    catalog: str = EMBEDDED_CATALOG
-    catalog_properties: Mapping[str, str] = field(default_factory=dict)
+    name: str = field(
+        metadata=doc(
+            f"the table's name: {_IDENTIFIER_RULE}. Two pipelines may not name one table of a shared catalog (same catalog, "
+            "namespace and name, in any case); each embedded catalog is its pipeline's own",
+            shown=f"the pipeline's name with `-` as `_`, and `{DEFAULT_TABLE_PREFIX}` before a leading digit "
+            f"(`2024-orders` → `{default_table_name('2024-orders')}`)",
+        )
+    )
+    namespace: str = field(default=DEFAULT_NAMESPACE, metadata=doc(f"the table's namespace: {_IDENTIFIER_RULE}"))
+    catalog: str = field(default=EMBEDDED_CATALOG, metadata=doc(f"the catalog's name: {_IDENTIFIER_RULE}"))
+    catalog_properties: Mapping[str, str] = field(
+        default_factory=dict,
+        metadata=doc(
+            "pyiceberg's catalog properties, as its docs name them", shown="{default} (the embedded SQL catalog under the output)"
+        ),
+    )
 
     @property
     def embedded(self) -> bool:
@@ -207,26 +272,66 @@ class TableConfig:
         return f"table {self.identifier} in catalog {self.catalog} ({kind})"
 
 
+def default_pool(pipeline: str) -> str:
+    """The pool a pipeline's replays take a slot of unless its config names another."""
+    return f"kinesis_replay_{pipeline}"
+
+
+# A key with no field of its own: PipelineConfig.output_format says it, by whether the pipeline has a table.
+OUTPUT_FORMAT = cast(
+    "Field[str]",
+    field(
+        default=OUTPUT_FORMATS[0],
+        metadata=doc(
+            "`iceberg`: batches are committed to an Iceberg table (see [The table](table.md)); `directory`: plain "
+            "`batch_id=<id>/` folders, read directly"
+        ),
+    ),
+)
+
+
 @dataclass(frozen=True)
 class PipelineConfig:
-    name: str
-    stream: str
-    output: str
-    schedule: str | None
-    initial_position: str
-    state_table: str
+    """One entry of the file's ``pipelines`` list; its sections (``spark``, ``read``...) are dataclasses of their own."""
+
+    name: str = field(metadata=doc("a-z, 0-9, `_` and `-`, first a letter or digit, at most 64; the DAG id is `kinesis_replay_<name>`"))
+    stream: str = field(metadata=doc("the Kinesis data stream's name (not its ARN)"))
+    output: str = field(
+        metadata=doc(
+            "a path every Spark node and the Airflow worker see; `s3://...` needs a catalog other than the embedded one "
+            "(see [The catalog](table.md#the-catalog))"
+        )
+    )
+    schedule: str | None = field(metadata=doc("cron, a preset such as `@hourly`, or null (manual only)"))
+    initial_position: str = field(
+        metadata=doc(
+            f"where a shard the pipeline has not read yet starts: {', '.join(f'`{p}`' for p in INITIAL_POSITIONS)} "
+            "(a child of a split or merge always starts at its first record)"
+        )
+    )
+    state_table: str = field(metadata=doc("DynamoDB table; created (on demand billing) if missing"))
     spark: SparkConfig
-    initial_timestamp: datetime | None = None
-    aws_conn_id: str = "aws_default"
-    retries: int = 2
-    retry_delay_seconds: int = 60
+    initial_timestamp: datetime | None = field(default=None, metadata=doc("required with `AT_TIMESTAMP`, refused otherwise"))
+    aws_conn_id: str = field(default="aws_default", metadata=doc("the Airflow connection every AWS client comes from"))
+    retries: int = field(default=2, metadata=doc("task retries, with exponential backoff up to 30 minutes"))
+    retry_delay_seconds: int = field(default=60, metadata=doc("the wait before the first retry; each later one waits longer"))
     read: ReadConfig = field(default_factory=ReadConfig)
     payload: PayloadConfig = field(default_factory=PayloadConfig)
-    # The check task fails (and alerts) when a record has waited longer than this without being committed.
-    max_checkpoint_age_minutes: int = 180
+    max_checkpoint_age_minutes: int = field(
+        default=180, metadata=doc("the check task fails (and alerts) when a record waited longer without being committed")
+    )
     max_batch: MaxBatch = field(default_factory=MaxBatch)
-    # The Airflow pool every replay of the pipeline, regular or backfill, takes a slot of; None: kinesis_replay_<name>.
-    pool_name: str | None = None
+    pool_name: str | None = field(
+        default=None,
+        metadata=doc(
+            "the Airflow pool (one slot) every replay of the pipeline, regular or backfill, waits for; create it with `airflow "
+            "pools set` (see [Backfill within the read budget](operating.md#backfill-within-the-read-budget-one-pool-per-pipeline)). "
+            "Pipelines that read the same stream should share one. `default_pool` is refused: it has many slots and is shared "
+            "by every task",
+            key="pool",
+            shown=f"`{default_pool('<name>')}`",
+        ),
+    )
     # The Iceberg table the batches are committed to; None: output_format is directory (plain batch_id=<id> folders).
     table: TableConfig | None = None
 
@@ -251,11 +356,6 @@ class PipelineConfig:
 def dag_ids(pipeline: str) -> tuple[str, str]:
     """The DAGs the factory builds for a pipeline: its regular runs and its backfills."""
     return f"kinesis_replay_{pipeline}", f"kinesis_replay_backfill_{pipeline}"
-
-
-def default_pool(pipeline: str) -> str:
-    """The pool a pipeline's replays take a slot of unless its config names another."""
-    return f"kinesis_replay_{pipeline}"
 
 
 # Each replay reads every shard of the stream at the full per-shard read budget (read.*), so the pool has one slot.
@@ -286,36 +386,95 @@ def missing_pool_message(pipelines: Iterable[PipelineConfig], pool: str) -> str:
     )
 
 
-_PIPELINE_KEYS = {
-    "name", "stream", "output", "schedule", "initial_position", "state_table", "spark",
-    "initial_timestamp", "aws_conn_id", "retries", "retry_delay_seconds", "read", "payload",
-    "max_checkpoint_age_minutes", "max_batch", "pool", "output_format", "table",
-}  # fmt: skip
-_REQUIRED_KEYS = ("name", "stream", "output", "schedule", "initial_position", "state_table", "spark")
-_SPARK_KEYS = {"master", "conf", "submit_timeout_seconds", "emr_serverless"}
-_EMR_KEYS = {"application_id", "execution_role_arn", "code_prefix", "log_uri", "venv_archive", "deferrable", "poll_seconds"}
-_PAYLOAD_KEYS = {"format", "schema", "max_bad_share"}
-_TABLE_KEYS = {"catalog", "catalog_properties", "namespace", "name"}
-_MAX_BATCH_KEYS = {"span", "read_minutes"}
-_READ_KEYS = {
-    "max_records_per_call", "page_bytes", "first_page_records", "get_records_per_second", "bytes_per_second",
-    "get_shard_iterator_per_second",
-    "max_throttle_retries", "throttle_base_seconds", "throttle_max_seconds", "progress_seconds",
-    "plan_concurrency", "task_concurrency",
-}  # fmt: skip
+def declared(kind: type) -> dict[str, Field[Any]]:
+    """A section's keys, as the file names them, each with the field that declares it: the keys it allows."""
+    keys: dict[str, Field[Any]] = {}
+    for f in fields(kind):
+        if kind is PipelineConfig and f.name == "table":
+            keys["output_format"] = OUTPUT_FORMAT
+        keys[f.metadata.get("key") or f.name] = f
+    return keys
+
+
+def _default(f: Field[Any]) -> Any:
+    """A field's default; MISSING when the key is required."""
+    return f.default_factory() if f.default_factory is not MISSING else f.default
+
+
+def _section(kind: Any) -> type | None:
+    """The dataclass of a section (``read: ReadConfig``, ``table: TableConfig | None``); None for a plain key."""
+    found = [t for t in (kind, *get_args(kind)) if isinstance(t, type) and is_dataclass(t)]
+    return found[0] if found else None
+
+
+def options(kind: type = PipelineConfig, prefix: str = "") -> Iterator[tuple[str, Field[Any]]]:
+    """Every documented key of a section, by its dotted path (``read.page_bytes``), with the field that declares it."""
+    hints = get_type_hints(kind)
+    for key, f in declared(kind).items():
+        section = _section(hints.get(f.name)) if f.name else None
+        if section is None or "doc" in f.metadata:  # a section has a line of its own only when it says something
+            yield prefix + key, f
+        if section is not None:
+            yield from options(section, f"{prefix}{key}.")
+
+
+def _literal(value: object) -> str:
+    """A default as the YAML file would spell it."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+        unit = next(u for u in ("d", "h", "m", "s", "ms") if (seconds / _UNITS[u]).is_integer())
+        return f"{seconds / _UNITS[unit]:g}{unit}"
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{k}: {v}" for k, v in value.items()) + "}"
+    return str(value)
+
+
+def reference_table() -> str:
+    """docs/configuration.md's table of every key (key, default, meaning), rendered from the declarations above."""
+    rows = ["| key | default | meaning |", "|---|---|---|"]
+    for key, f in options():
+        value = _default(f)
+        literal = "(required)" if value is MISSING else "(none)" if value is None else f"`{_literal(value)}`"
+        shown = f.metadata.get("shown")
+        rows.append(f"| `{key}` | {shown.format(default=literal) if shown else literal} | {f.metadata.get('doc') or ''} |")
+    return "\n".join(rows) + "\n"
+
+
+REFERENCE_BEGIN, REFERENCE_END = "<!-- config-table:begin -->", "<!-- config-table:end -->"
+
+
+def with_reference_table(text: str) -> str:
+    """``text`` (docs/configuration.md) with the block between its config-table markers replaced by ``reference_table()``."""
+    head, begin, rest = text.partition(REFERENCE_BEGIN)
+    _, end, tail = rest.partition(REFERENCE_END)
+    if not begin or not end:
+        raise ValueError(f"no {REFERENCE_BEGIN} ... {REFERENCE_END} block to put the table in")
+    return f"{head}{begin}\n{reference_table()}{end}{tail}"
 
 
 class _Reader:
     """Reads one mapping of the config, naming each key by its full path in errors."""
 
-    def __init__(self, source: str, path: str, data: object, allowed: set[str]) -> None:
+    def __init__(self, source: str, path: str, data: object, kind: type) -> None:
         self.source, self.path = source, path
         if not isinstance(data, Mapping):
             self.fail(f"must be a mapping, got {type(data).__name__}")
         self.data: Mapping[str, Any] = data
-        unknown = sorted(str(k) for k in self.data if k not in allowed)
+        self.keys = declared(kind)
+        unknown = sorted(str(k) for k in self.data if k not in self.keys)
         if unknown:
-            self.fail(f"unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
+            self.fail(f"unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(self.keys))}")
+
+    def get(self, key: str) -> Any:
+        """The key's value, or its declared default (None for a required key)."""
+        if key in self.data:
+            return self.data[key]
+        default = _default(self.keys[key])
+        return None if default is MISSING else default
 
     def fail(self, message: str, key: str | None = None) -> NoReturn:
         where = f"{self.path}.{key}" if key else self.path
@@ -326,22 +485,23 @@ class _Reader:
 
     def text(self, key: str, default: str | None = None, required: bool = True) -> str:
         if key not in self.data:
+            default = self.get(key) if default is None else default
             if default is None and required:
                 self.fail("is required", key)
-            return default  # type: ignore[return-value]
+            return default
         value = self.data[key]
         if not isinstance(value, str) or not value.strip():
             self.fail(f"must be a non-empty string, got {value!r}", key)
         return str(value).strip()
 
-    def integer(self, key: str, default: int, minimum: int = 0) -> int:
-        value = self.data.get(key, default)
+    def integer(self, key: str, minimum: int = 0) -> int:
+        value = self.get(key)
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             self.fail(f"must be an integer >= {minimum}, got {value!r}", key)
         return int(value)
 
-    def number(self, key: str, default: float) -> float:
-        value = self.data.get(key, default)
+    def number(self, key: str) -> float:
+        value = self.get(key)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
             self.fail(f"must be a positive (finite) number, got {value!r}", key)
         return float(value)
@@ -614,8 +774,8 @@ def _parse_timestamp(r: _Reader, key: str) -> datetime:
 def _parse_pipeline(source: str, index: int, data: object) -> PipelineConfig:
     name_hint = data.get("name") if isinstance(data, Mapping) else None
     label = f"pipelines[{index}]" + (f" ({name_hint})" if isinstance(name_hint, str) else "")
-    r = _Reader(source, label, data, _PIPELINE_KEYS)
-    for key in _REQUIRED_KEYS:
+    r = _Reader(source, label, data, PipelineConfig)
+    for key in (k for k, f in r.keys.items() if _default(f) is MISSING):
         if not r.has(key):
             r.fail("is required", key)
     name = r.text("name")
@@ -625,9 +785,9 @@ def _parse_pipeline(source: str, index: int, data: object) -> PipelineConfig:
     if schedule is not None and (not isinstance(schedule, str) or not schedule.strip()):
         r.fail(f"must be a cron expression, a preset such as @hourly, or null, got {schedule!r}", "schedule")
     position, timestamp = _parse_position(r)
-    spark = _parse_spark(_Reader(source, f"{r.path}.spark", r.data["spark"], _SPARK_KEYS))
-    read = _parse_read(_Reader(source, f"{r.path}.read", r.data.get("read") or {}, _READ_KEYS))
-    payload = _parse_payload(_Reader(source, f"{r.path}.payload", r.data.get("payload") or {}, _PAYLOAD_KEYS))
+    spark = _parse_spark(_Reader(source, f"{r.path}.spark", r.data["spark"], SparkConfig))
+    read = _parse_read(_Reader(source, f"{r.path}.read", r.data.get("read") or {}, ReadConfig))
+    payload = _parse_payload(_Reader(source, f"{r.path}.payload", r.data.get("payload") or {}, PayloadConfig))
     try:
         output = normalize_output(r.text("output"))
     except ValueError as exc:
@@ -650,13 +810,13 @@ def _parse_pipeline(source: str, index: int, data: object) -> PipelineConfig:
         initial_timestamp=timestamp,
         state_table=r.text("state_table"),
         spark=spark,
-        aws_conn_id=r.text("aws_conn_id", default="aws_default"),
-        retries=r.integer("retries", 2),
-        retry_delay_seconds=r.integer("retry_delay_seconds", 60, minimum=1),
+        aws_conn_id=r.text("aws_conn_id"),
+        retries=r.integer("retries"),
+        retry_delay_seconds=r.integer("retry_delay_seconds", minimum=1),
         read=read,
         payload=payload,
-        max_checkpoint_age_minutes=r.integer("max_checkpoint_age_minutes", 180, minimum=1),
-        max_batch=_parse_max_batch(_Reader(source, f"{r.path}.max_batch", r.data.get("max_batch") or {}, _MAX_BATCH_KEYS)),
+        max_checkpoint_age_minutes=r.integer("max_checkpoint_age_minutes", minimum=1),
+        max_batch=_parse_max_batch(_Reader(source, f"{r.path}.max_batch", r.data.get("max_batch") or {}, MaxBatch)),
         pool_name=pool,
         table=_parse_table(r, name, output),
     )
@@ -664,16 +824,17 @@ def _parse_pipeline(source: str, index: int, data: object) -> PipelineConfig:
 
 def _parse_table(r: _Reader, pipeline: str, output: str) -> TableConfig | None:
     """output_format (iceberg unless the pipeline says directory) and its table: catalog, namespace, name."""
-    output_format = r.text("output_format", default="iceberg").lower()
+    output_format = r.text("output_format").lower()
     if output_format not in OUTPUT_FORMATS:
         r.fail(f"must be one of {', '.join(OUTPUT_FORMATS)}, got {r.data['output_format']!r}", "output_format")
     if output_format == "directory":
         if r.has("table"):
             r.fail("is only allowed with output_format iceberg (a directory output has no table)", "table")
         return None
-    t = _Reader(r.source, f"{r.path}.table", r.data.get("table") or {}, _TABLE_KEYS)
+    t = _Reader(r.source, f"{r.path}.table", r.data.get("table") or {}, TableConfig)
     names = {}
-    for key, default in (("name", default_table_name(pipeline)), ("namespace", DEFAULT_NAMESPACE), ("catalog", EMBEDDED_CATALOG)):
+    for key in ("name", "namespace", "catalog"):
+        default = default_table_name(pipeline) if key == "name" else t.get(key)
         value = t.text(key, default=default)
         if not _IDENTIFIER.match(value):
             # Only a value the pipeline wrote gets here: every default is a valid identifier.
@@ -722,8 +883,7 @@ def _stream_name(r: _Reader) -> str:
 
 
 def _parse_max_batch(r: _Reader) -> MaxBatch:
-    defaults = MaxBatch()
-    span = defaults.span
+    span: timedelta = r.get("span")
     if r.has("span"):
         try:
             span = parse_duration(str(r.data["span"]))
@@ -731,7 +891,7 @@ def _parse_max_batch(r: _Reader) -> MaxBatch:
             r.fail(str(exc), "span")
         if span <= timedelta(0):
             r.fail(f"must be longer than 0, got {r.data['span']!r}", "span")
-    return MaxBatch(span=span, read_minutes=r.number("read_minutes", defaults.read_minutes))
+    return MaxBatch(span=span, read_minutes=r.number("read_minutes"))
 
 
 def _parse_position(r: _Reader) -> tuple[str, datetime | None]:
@@ -761,7 +921,7 @@ def _parse_spark(spark: _Reader) -> SparkConfig:
     if spark.has("emr_serverless"):
         if spark.has("master"):
             spark.fail("give either master (spark-submit) or emr_serverless, not both", "emr_serverless")
-        emr = _parse_emr(_Reader(spark.source, f"{spark.path}.emr_serverless", spark.data["emr_serverless"], _EMR_KEYS))
+        emr = _parse_emr(_Reader(spark.source, f"{spark.path}.emr_serverless", spark.data["emr_serverless"], EmrServerlessConfig))
         for k, v in conf.items():
             if any(c.isspace() for c in f"{k}{v}"):
                 spark.fail(
@@ -770,28 +930,27 @@ def _parse_spark(spark: _Reader) -> SparkConfig:
                     "conf",
                 )
     return SparkConfig(
-        master=spark.text("master", default="local[*]"),
+        master=spark.text("master"),
         conf={k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in conf.items()},
-        submit_timeout_seconds=spark.integer("submit_timeout_seconds", 6 * 3600, minimum=1),
+        submit_timeout_seconds=spark.integer("submit_timeout_seconds", minimum=1),
         emr_serverless=emr,
     )
 
 
 def _parse_read(read: _Reader) -> ReadConfig:
-    defaults = ReadConfig()
     read_config = ReadConfig(
-        max_records_per_call=read.integer("max_records_per_call", defaults.max_records_per_call, minimum=1),
-        page_bytes=read.integer("page_bytes", defaults.page_bytes, minimum=1),
-        first_page_records=read.integer("first_page_records", defaults.first_page_records, minimum=1),
-        get_records_per_second=read.number("get_records_per_second", defaults.get_records_per_second),
-        bytes_per_second=read.number("bytes_per_second", defaults.bytes_per_second),
-        get_shard_iterator_per_second=read.number("get_shard_iterator_per_second", defaults.get_shard_iterator_per_second),
-        max_throttle_retries=read.integer("max_throttle_retries", defaults.max_throttle_retries),
-        throttle_base_seconds=read.number("throttle_base_seconds", defaults.throttle_base_seconds),
-        throttle_max_seconds=read.number("throttle_max_seconds", defaults.throttle_max_seconds),
-        progress_seconds=read.number("progress_seconds", defaults.progress_seconds),
-        plan_concurrency=read.integer("plan_concurrency", defaults.plan_concurrency, minimum=1),
-        task_concurrency=read.integer("task_concurrency", defaults.task_concurrency, minimum=1),
+        max_records_per_call=read.integer("max_records_per_call", minimum=1),
+        page_bytes=read.integer("page_bytes", minimum=1),
+        first_page_records=read.integer("first_page_records", minimum=1),
+        get_records_per_second=read.number("get_records_per_second"),
+        bytes_per_second=read.number("bytes_per_second"),
+        get_shard_iterator_per_second=read.number("get_shard_iterator_per_second"),
+        max_throttle_retries=read.integer("max_throttle_retries"),
+        throttle_base_seconds=read.number("throttle_base_seconds"),
+        throttle_max_seconds=read.number("throttle_max_seconds"),
+        progress_seconds=read.number("progress_seconds"),
+        plan_concurrency=read.integer("plan_concurrency", minimum=1),
+        task_concurrency=read.integer("task_concurrency", minimum=1),
     )
     if read_config.max_records_per_call > 10_000:
         read.fail("must be at most 10000 (the most GetRecords returns)", "max_records_per_call")
@@ -822,7 +981,7 @@ def _parse_emr(e: _Reader) -> EmrServerlessConfig:
     role = e.text("execution_role_arn")
     if not re.match(r"^arn:aws[a-z-]*:iam::\d{12}:role/", role):
         e.fail(f"must be an IAM role ARN (arn:aws:iam::<account>:role/<name>), got {role!r}", "execution_role_arn")
-    deferrable = e.data.get("deferrable", False)
+    deferrable = e.get("deferrable")
     if not isinstance(deferrable, bool):
         e.fail(f"must be true or false, got {deferrable!r}", "deferrable")
     return EmrServerlessConfig(
@@ -832,12 +991,12 @@ def _parse_emr(e: _Reader) -> EmrServerlessConfig:
         log_uri=s3_uri("log_uri", required=False),
         venv_archive=s3_uri("venv_archive", required=False),
         deferrable=deferrable,
-        poll_seconds=e.integer("poll_seconds", 30, minimum=1),
+        poll_seconds=e.integer("poll_seconds", minimum=1),
     )
 
 
 def _parse_payload(p: _Reader) -> PayloadConfig:
-    fmt = p.text("format", default="raw").lower()
+    fmt = p.text("format").lower()
     if fmt not in PAYLOAD_FORMATS:
         p.fail(f"must be one of {', '.join(PAYLOAD_FORMATS)}, got {p.data['format']!r}", "format")
     schema = p.text("schema", required=False) if p.has("schema") else None
@@ -853,7 +1012,7 @@ def _parse_payload(p: _Reader) -> PayloadConfig:
         clashes = sorted(set(names) & {*RECORD_COLUMNS, CORRUPT_RECORD_COLUMN})
         if clashes:
             p.fail(f"names column(s) {', '.join(clashes)}, which every row already carries", "schema")
-    share = p.data.get("max_bad_share", 0.05)
+    share = p.get("max_bad_share")
     if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1:
         p.fail(f"must be a number from 0 to 1, got {share!r}", "max_bad_share")
     return PayloadConfig(format=fmt, schema=schema, max_bad_share=float(share))
@@ -984,3 +1143,20 @@ def load_pipelines(path: str | os.PathLike[str]) -> LoadedConfig:
     except yaml.YAMLError as exc:
         raise ConfigError(f"{config_path}: not valid YAML: {exc}") from exc
     return parse_pipelines(data, source=str(config_path))
+
+
+def main(argv: list[str]) -> int:
+    """``--reference``: print docs/configuration.md's table of keys; ``--write FILE``: put it in FILE (``make docs-config``)."""
+    if argv[:1] == ["--reference"] and len(argv) == 1:
+        print(reference_table(), end="")
+        return 0
+    if argv[:1] == ["--write"] and len(argv) == 2:
+        doc_path = Path(argv[1])
+        doc_path.write_text(with_reference_table(doc_path.read_text()))
+        return 0
+    print("usage: python -m kinesis_replay.config --reference | --write docs/configuration.md", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

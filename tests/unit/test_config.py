@@ -10,15 +10,22 @@ from typing import Any
 import pytest
 
 from kinesis_replay.config import (
+    REFERENCE_BEGIN,
+    REFERENCE_END,
     ConfigError,
     load_config,
     normalize_output,
+    options,
     outputs_overlap,
     parse_config,
     parse_pipelines,
     pool_set_command,
+    reference_table,
     resolve_config_path,
+    with_reference_table,
 )
+
+CONFIGURATION_MD = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 
 VALID: dict[str, Any] = {
     "pipelines": [
@@ -485,3 +492,30 @@ def test_tables_of_one_name_in_other_namespaces_or_embedded_catalogs_are_distinc
         loaded = parse_pipelines({"pipelines": entries}, "p.yaml")
         assert not loaded.errors
         assert [p.name for p in loaded.pipelines] == ["a-b", "a_b"]
+
+
+def test_the_documented_table_of_keys_is_the_one_their_declarations_render() -> None:
+    documented = CONFIGURATION_MD.read_text().partition(REFERENCE_BEGIN)[2].partition(REFERENCE_END)[0]
+    assert documented.strip() == reference_table().strip(), (
+        "docs/configuration.md's table of keys and their declarations in config.py differ: run make docs-config"
+    )
+
+
+def test_every_key_the_file_allows_has_a_line_and_a_default_in_the_table() -> None:
+    keys = {key: f for key, f in options()}
+    assert not [key for key, f in keys.items() if not f.metadata.get("doc")], "declare each key with doc(...) in config.py"
+    assert {"name", "pool", "output_format", "read.page_bytes", "spark.emr_serverless.poll_seconds", "table.catalog_properties"} <= set(
+        keys
+    )
+    rows = reference_table().splitlines()[2:]
+    assert len(rows) == len(keys) and all(row.count(" | ") == 2 for row in rows), "a '|' in a key's line would break the table"
+    assert "| `max_batch.span` | `1h` |" in reference_table() and "| `read.bytes_per_second` | `2097152` |" in reference_table()
+
+
+def test_the_table_is_rewritten_between_its_markers_and_nothing_else_changes() -> None:
+    stale = f"before\n{REFERENCE_BEGIN}\n| old | table |\n{REFERENCE_END}\nafter\n"
+    rewritten = with_reference_table(stale)
+    assert rewritten == f"before\n{REFERENCE_BEGIN}\n{reference_table()}{REFERENCE_END}\nafter\n"
+    assert with_reference_table(rewritten) == rewritten
+    with pytest.raises(ValueError, match="config-table:begin"):
+        with_reference_table("no markers here")
