@@ -23,6 +23,7 @@ from kinesis_replay.errors import (
     StateConflictError,
     VerificationError,
 )
+from kinesis_replay.formats import duration
 from kinesis_replay.holdings import Commit, Ledger
 from kinesis_replay.ranges import SequenceRange, ShardInfo, parse_sequence_number, shards_to_plan
 from kinesis_replay.records import format_digest
@@ -367,8 +368,7 @@ def _acknowledged_gap(
 def _age(arrival: datetime | None, now: datetime) -> str:
     if arrival is None:
         return "of unknown age"
-    seconds = int((now - arrival).total_seconds())
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return duration((now - arrival).total_seconds())
 
 
 def batch_to_replay(
@@ -420,7 +420,7 @@ def check_retention(
         raise DataLossError(
             f"pipeline {pipeline.name!r}, stream {pipeline.stream}, batch {batch.batch_id}, range {rng.describe()}: "
             f"its start arrived {_age(rng.start_arrival, now)} ago, more than the stream's retention of "
-            f"{retention.total_seconds() / 3600:.0f}h, so its first records are gone. Nothing was read. To accept "
+            f"{duration(retention.total_seconds())}, so its first records are gone. Nothing was read. To accept "
             f'the loss, trigger a run with {{"acknowledge_data_loss": ["{rng.shard_id}"]}}'
         )
 

@@ -24,6 +24,7 @@ from kinesis_replay.errors import (
     StateTableMissingError,
     access_refused,
 )
+from kinesis_replay.formats import sort_key_batch_id
 from kinesis_replay.ranges import SequenceRange, format_sequence_number, parse_sequence_number
 from kinesis_replay.state import Batch, BatchStatus, BatchSummary, Gap, Head, Manifest, Progress, RunKind, ShardState, StartPosition
 
@@ -31,7 +32,6 @@ if TYPE_CHECKING:  # the boto3 stubs are for type checking only
     from types_boto3_dynamodb.client import DynamoDBClient
 
 # Sequence numbers are stored as strings: DynamoDB numbers keep only 38 digits, sequence numbers have up to 129.
-BATCH_ID_WIDTH = 12
 # What to do about a state table that holds what kinesis-replay never writes (an item edited or written by hand).
 CORRUPT_HINT = (
     "To rebuild the pipeline's state from the output, point state_table at a new table and recover it "
@@ -44,12 +44,12 @@ def pk(pipeline: str) -> str:
 
 
 def batch_sk(batch_id: int) -> str:
-    return f"batch#{batch_id:0{BATCH_ID_WIDTH}d}"
+    return f"batch#{sort_key_batch_id(batch_id)}"
 
 
 def part_sk(batch_id: int, field: str, page: int) -> str:
     """A page of one of a batch's long JSON fields: beside the batch, outside the ``batch#`` prefix the ledger is listed by."""
-    return f"part#{batch_id:0{BATCH_ID_WIDTH}d}#{field}#{page:04d}"
+    return f"part#{sort_key_batch_id(batch_id)}#{field}#{page:04d}"
 
 
 # A batch's JSON fields that grow with the shard count: the ranges, the manifest, the gaps, the lag measurements.

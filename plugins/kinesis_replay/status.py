@@ -13,6 +13,7 @@ from typing import Any
 
 from kinesis_replay.config import PipelineConfig
 from kinesis_replay.errors import KinesisReplayError
+from kinesis_replay.formats import duration
 from kinesis_replay.state import Batch, BatchStatus, BatchSummary, Head, Progress, RunKind, StateStore
 
 log = logging.getLogger(__name__)
@@ -335,14 +336,6 @@ class CatchUp:
             "capped_shards": len(self.capped_shards), "behind_seconds": round(self.behind_seconds, 1),
             "behind_records": self.behind_records, "eta_seconds": None if self.eta_seconds is None else round(self.eta_seconds),
         }  # fmt: skip
-
-
-def duration(seconds: float) -> str:
-    """A span of time as people read it: 45s, 12m05s, 3h20m."""
-    seconds = int(seconds)
-    if seconds < 120:
-        return f"{seconds}s"
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
 
 
 def catch_up(batch: Batch, now: datetime) -> CatchUp:
