@@ -1,10 +1,13 @@
 """The one definition of each text form that is stored or crosses a boundary: a batch id in a path and in a state-table
-key, an S3 URI, a span of time as people read it.
+key, an S3 URI, a span of time as people read it, the replay job's progress line.
 
 Standard library only: the DAGs, the library's adapters and the Spark job all import it.
 """
 
 from __future__ import annotations
+
+import re
+from dataclasses import dataclass
 
 # A batch id is zero-padded so that it sorts as a number: to 10 digits in the output's paths (batch_id=0000000042) and
 # to 12 in the state table's sort keys (batch#000000000042). Both widths are on disk and in existing tables: never
@@ -46,3 +49,42 @@ def duration(seconds: float) -> str:
     if seconds < 120:
         return f"{seconds}s"
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+# The text of a progress line: see ProgressLine. An older job's lines have this form too, so it may only be added to.
+_PROGRESS_LINE = re.compile(
+    r"(?P<range>\S+ \[\d+ \.\. [^\]]*\]): (?:(?P<read>\d+) records read|done, (?P<done>\d+) records)(?:, (?P<detail>.*))?"
+)
+
+
+@dataclass(frozen=True)
+class ProgressLine:
+    """What the replay job's reader logs about one range (spark_jobs/kinesis_source.py), which the Airflow task follows
+    in the job's output to show each shard's count on the status page (status.ReplayProgress).
+
+    ``<range>: N records read, <where the reader is>`` every read.progress_seconds while it reads, and
+    ``<range>: done, N records, <the read's statistics>`` at its end. Found anywhere in a line (the log's own prefix
+    comes before it); the text is the contract, since the task may follow a job of an older release.
+    """
+
+    range: str  # as SequenceRange.describe() writes it: "<shard> [<start> .. <end>]"
+    records: int  # read so far, or in all when done
+    done: bool
+    detail: str = ""  # for people: where the reader is, or what the read cost
+
+    @property
+    def shard_id(self) -> str:
+        return self.range.split(" ", 1)[0]
+
+    def to_line(self) -> str:
+        head = f"{self.range}: done, {self.records} records" if self.done else f"{self.range}: {self.records} records read"
+        return f"{head}, {self.detail}" if self.detail else head
+
+    @classmethod
+    def parse(cls, line: str) -> ProgressLine | None:
+        """The progress line in a line of the job's output, or None for any other line."""
+        found = _PROGRESS_LINE.search(line)
+        if found is None:
+            return None
+        done = found["done"] is not None
+        return cls(found["range"], int(found["done"] if done else found["read"]), done, found["detail"] or "")

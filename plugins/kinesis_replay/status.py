@@ -4,7 +4,6 @@ figures, the in-flight batch's progress and the last failures."""
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
@@ -13,7 +12,7 @@ from typing import Any
 
 from kinesis_replay.config import PipelineConfig
 from kinesis_replay.errors import KinesisReplayError
-from kinesis_replay.formats import duration
+from kinesis_replay.formats import ProgressLine, duration
 from kinesis_replay.state import Batch, BatchStatus, BatchSummary, Head, Progress, RunKind, StateStore
 
 log = logging.getLogger(__name__)
@@ -197,11 +196,6 @@ def _progress_view(batch: Batch, current: Progress | None, estimates: Mapping[st
     }
 
 
-# The replay job's reader logs, per range, "<shard> [<start> .. <end>]: N records read, ..." every
-# read.progress_seconds, and "<shard> [...]: done, N records, ..." at its end (spark_jobs/kinesis_source.py).
-_PROGRESS_LINE = re.compile(r"(\S+) \[\d+ \.\. [^\]]*\]: (?:(\d+) records read|done, (\d+) records)")
-
-
 class ReplayProgress:
     """Follows a replay job's log lines and publishes what each shard has read, at most every ``every_seconds`` (one
     publish for all shards, however many), and once more at the end (``close``).
@@ -232,13 +226,12 @@ class ReplayProgress:
         self._pending = False
 
     def line(self, text: str) -> None:
-        found = _PROGRESS_LINE.search(text)
+        found = ProgressLine.parse(text)  # the replay job's reader writes them, per range (formats.ProgressLine)
         if found is None:
             return
-        shard, read, done = found[1], found[2], found[3]
-        self.records[shard] = int(read if read is not None else done)
-        if done is not None:
-            self.done.add(shard)
+        self.records[found.shard_id] = found.records
+        if found.done:
+            self.done.add(found.shard_id)
         self._pending = True
         if self._clock() - self._published >= self._every:
             self.flush()
