@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypedDict
 
 from kinesis_replay.config import PipelineConfig
 from kinesis_replay.errors import KinesisReplayError
@@ -67,7 +67,7 @@ class PipelineView:
     shards: tuple[ShardView, ...]
     batches: tuple[BatchView, ...]
     # After the newest committed batch: how far behind the tip (time, records), and when caught up at its pace.
-    behind: dict[str, Any] | None = None
+    behind: CatchUpFigures | None = None
     behind_text: str | None = None
     history: tuple[dict[str, Any], ...] = ()  # the last day's batches, oldest first: what the charts draw
     failures: tuple[dict[str, Any], ...] = ()  # the batches of that day that failed at least once, newest first, and why
@@ -289,6 +289,15 @@ def _batch_view(b: Batch) -> BatchView:
     )
 
 
+class CatchUpFigures(TypedDict):
+    """CatchUp as the status page and the commit task's XCom carry it."""
+
+    capped_shards: int
+    behind_seconds: float
+    behind_records: int | None
+    eta_seconds: int | None
+
+
 @dataclass(frozen=True)
 class CatchUp:
     """How far a pipeline is behind after a batch, and when it will have caught up at the rate that batch went.
@@ -324,11 +333,11 @@ class CatchUp:
         when = f"caught up in about {duration(eta)} at this pace ({pace})" if eta is not None else f"not gaining on the tip ({pace})"
         return f"{len(self.capped_shards)} capped shards are {duration(self.behind_seconds)} behind the tip{records}; {when}"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "capped_shards": len(self.capped_shards), "behind_seconds": round(self.behind_seconds, 1),
-            "behind_records": self.behind_records, "eta_seconds": None if self.eta_seconds is None else round(self.eta_seconds),
-        }  # fmt: skip
+    def to_dict(self) -> CatchUpFigures:
+        return CatchUpFigures(
+            capped_shards=len(self.capped_shards), behind_seconds=round(self.behind_seconds, 1),
+            behind_records=self.behind_records, eta_seconds=None if self.eta_seconds is None else round(self.eta_seconds),
+        )  # fmt: skip
 
 
 def catch_up(batch: Batch, now: datetime) -> CatchUp:
