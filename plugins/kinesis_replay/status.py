@@ -17,11 +17,6 @@ from kinesis_replay.state import Batch, BatchStatus, BatchSummary, Head, Progres
 
 log = logging.getLogger(__name__)
 
-# The batch's extra key for its capped ranges: shard id -> how far the range's end was behind the tip (ms).
-CAPPED = "capped"
-# The batch's extra key for the plan's estimate of each range's records (shards with a measured rate only).
-ESTIMATED = "estimated_records"
-
 HISTORY = timedelta(hours=24)  # the charts' window
 HISTORY_MAX = 1440  # batches: a day of a pipeline scheduled every minute, read 100 to a call
 FAILURES = 10  # the last failures listed
@@ -88,7 +83,7 @@ def pipeline_view(p: PipelineConfig, store: StateStore, now: datetime, last: int
     recent = [found[i] for i in ids if i in found]  # newest first
     lag: dict[str, int] = {}
     for batch in reversed(recent):  # every plan measures each shard it reads; the newest measurement wins
-        lag.update(batch.extra.get("lag_millis", {}))
+        lag.update(batch.notes.lag_millis or {})
     day = last_day(store, p.name, head, now)
     states = sorted(store.get_shards(p.name).values(), key=lambda s: s.shard_id)
     by_id = store.get_batches(p.name, {s.last_batch_id for s in states if s.last_batch_id is not None})
@@ -159,7 +154,7 @@ def _progress(batch: Batch | None, reported: Progress | None) -> dict[str, Any] 
     if batch is None:
         return None
     current = reported if reported is not None and reported.batch_id == batch.batch_id else None
-    return _progress_view(batch, current, batch.extra.get(ESTIMATED) or {}, RunKind.REGULAR)
+    return _progress_view(batch, current, batch.notes.estimated_records or {}, RunKind.REGULAR)
 
 
 def _backfill_progress(store: StateStore, p: PipelineConfig, reported: Progress | None, now: datetime) -> dict[str, Any] | None:
@@ -342,7 +337,7 @@ class CatchUp:
 
 def catch_up(batch: Batch, now: datetime) -> CatchUp:
     """What a committed (or verified) batch says of the pipeline's distance from the tip; see CatchUp."""
-    left: Mapping[str, int] = batch.extra.get(CAPPED) or {}
+    left: Mapping[str, int] = batch.notes.capped or {}
     results = batch.manifest.by_shard() if batch.manifest else {}
     since_plan = max(0.0, (now - batch.created_at).total_seconds())
     took = max(0.0, ((batch.committed_at or now) - batch.created_at).total_seconds())
