@@ -155,7 +155,7 @@ def build_dag(p: PipelineConfig) -> DAG:
     ) as dag:
 
         @task(task_id="plan")
-        def plan() -> dict[str, Any]:
+        def plan() -> tasks.Planned:
             context = get_current_context()
             return tasks.plan(p, context["run_id"], context["params"])
 
@@ -166,24 +166,24 @@ def build_dag(p: PipelineConfig) -> DAG:
             priority_weight=REGULAR_REPLAY_PRIORITY,
             execution_timeout=timedelta(seconds=p.spark.submit_timeout_seconds),
         )
-        def replay(planned: dict[str, Any]) -> None:
+        def replay(planned: tasks.Planned) -> None:
             tasks.replay(p, planned, get_current_context()["params"])
 
         @task(task_id="stage")
-        def stage(planned: dict[str, Any]) -> list[dict[str, Any]]:
+        def stage(planned: tasks.Planned) -> list[dict[str, Any]]:
             return tasks.stage(p, planned, get_current_context()["params"])
 
         # With EMR Serverless, replay is a job run per staged batch; none when a verified batch only needs its commit.
         @task(task_id="verify", trigger_rule="none_failed_min_one_success" if p.spark.emr_serverless else "all_success")
-        def verify(planned: dict[str, Any]) -> None:
+        def verify(planned: tasks.Planned) -> None:
             context = get_current_context()
             tasks.verify(p, planned, context["params"], context["run_id"])
 
         @task(task_id="commit", outlets=[asset])
-        def commit(planned: dict[str, Any]) -> dict[str, Any]:
+        def commit(planned: tasks.Planned) -> tasks.BatchFigures:
             context = get_current_context()
             summary = tasks.commit(p, planned, context["run_id"])
-            context["outlet_events"][asset].extra = summary
+            context["outlet_events"][asset].extra = tasks.event_extra(summary)
             return summary
 
         @task(task_id="check", trigger_rule="none_failed", retries=0)
@@ -191,7 +191,7 @@ def build_dag(p: PipelineConfig) -> DAG:
             tasks.check(p)
 
         @task.short_circuit(task_id="catch_up")
-        def catch_up(summary: dict[str, Any]) -> bool:
+        def catch_up(summary: tasks.BatchFigures) -> bool:
             return tasks.catch_up_needed(summary)
 
         # A capped batch left records behind: queue the next run now. max_active_runs=1 starts it when this one ends.
@@ -252,10 +252,10 @@ def build_backfill_dag(p: PipelineConfig) -> DAG:
             map_index_template="batch {{ task.op_kwargs['batch_id'] }}",
             execution_timeout=timedelta(seconds=p.spark.submit_timeout_seconds),
         )
-        def replay(batch_id: int) -> dict[str, Any]:
+        def replay(batch_id: int) -> tasks.BatchFigures:
             context = get_current_context()
             summary = tasks.backfill_batch(p, batch_id, context["run_id"], bool(context["params"].get(RESTORE_PARAM)))
-            context["outlet_events"][asset].extra = summary
+            context["outlet_events"][asset].extra = tasks.event_extra(summary)
             return summary
 
         @task(task_id="stage", map_index_template="batch {{ task.op_kwargs['batch_id'] }}")
@@ -263,10 +263,10 @@ def build_backfill_dag(p: PipelineConfig) -> DAG:
             return tasks.stage_backfill(p, batch_id, bool(get_current_context()["params"].get(RESTORE_PARAM)))
 
         @task(task_id="check", outlets=[asset], map_index_template="batch {{ task.op_kwargs['batch_id'] }}")
-        def check(batch_id: int) -> dict[str, Any]:
+        def check(batch_id: int) -> tasks.BatchFigures:
             context = get_current_context()
             summary = tasks.check_backfill(p, batch_id, context["run_id"], bool(context["params"].get(RESTORE_PARAM)))
-            context["outlet_events"][asset].extra = summary
+            context["outlet_events"][asset].extra = tasks.event_extra(summary)
             return summary
 
         chosen = select()
@@ -324,7 +324,7 @@ def build_maintenance_dag(p: PipelineConfig) -> DAG:
     ) as dag:
 
         @task(task_id="maintain")
-        def maintain() -> dict[str, Any]:
+        def maintain() -> tasks.MaintenanceFigures:
             return tasks.maintain_table(p, get_current_context()["params"])
 
         maintain()

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, NotRequired, ParamSpec, TypedDict, TypeVar, cast
 
 from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook, BaseSessionFactory
 from airflow.providers.amazon.aws.hooks.kinesis import KinesisHook
@@ -66,6 +66,48 @@ _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
 
+# What the tasks hand each other and publish (XComs, and the output Asset's events). Airflow pushes each key of a
+# returned dict as an XCom of its own, and a task of a newer release may read what an older one pushed: the keys
+# and their meaning only grow.
+class Planned(TypedDict):
+    """plan's XCom: the batch the run works on, and what it does with it (the batch's other tasks read it)."""
+
+    batch_id: int
+    action: str  # batches.REPLAY or batches.FINISH_COMMIT: what is left to do for the batch
+    resumed: bool  # the batch was planned by an earlier run
+    ranges: int  # how many shards it reads
+
+
+class BatchFigures(TypedDict):
+    """A committed (or backfilled) batch's figures: its task's XCom and the output Asset's event (batch_summary)."""
+
+    pipeline: str
+    kind: str  # "regular" or "backfill"
+    batch_id: int
+    shards: int
+    records: int
+    bad_records: int
+    bytes: int
+    seconds: float
+    path: str  # the batch's folder, or a table output's root
+    table: NotRequired[str]  # a table output: its identifier, its catalog, and the snapshot that holds this batch
+    catalog: NotRequired[str]
+    snapshot_id: NotRequired[int | None]
+    ranges: NotRequired[list[dict[str, Any]]]  # the ranges, up to SUMMARY_RANGES of them
+    ranges_in: NotRequired[str]  # or the commit record that has them
+    catch_up: NotRequired[status.CatchUpFigures]  # a regular batch's
+
+
+class MaintenanceFigures(TypedDict):
+    """The maintenance task's XCom: what it expired and removed."""
+
+    expired_snapshots: int
+    snapshots_kept: int
+    orphans_removed: int
+    left_alone: int  # files under the table's folders its writers never write (the log names them)
+    dry_run: bool
+
+
 def fail_fast(step: Callable[_P, _R]) -> Callable[_P, _R]:
     """Fail the task at once, without waiting out its retries, on an error that running it again cannot fix."""
 
@@ -103,7 +145,7 @@ def acknowledged(params: dict[str, Any]) -> frozenset[str]:
 
 
 @fail_fast
-def plan(p: PipelineConfig, run_id: str, params: dict[str, Any]) -> dict[str, Any]:
+def plan(p: PipelineConfig, run_id: str, params: dict[str, Any]) -> Planned:
     """Resume the batch in flight or plan the next one; skip the run when no shard has anything new.
 
     With ``dry_run`` it writes nothing and reads no data: it logs the plan and its cost, then skips the run.
@@ -124,14 +166,14 @@ def plan(p: PipelineConfig, run_id: str, params: dict[str, Any]) -> dict[str, An
         log.info("shard %s waits for its parents %s to be drained", child, ", ".join(parents))
     if dry_run:
         raise AirflowSkipException(dry_run_report(p, result))
-    if result.batch is None:
+    batch, action = result.batch, result.action  # both or neither
+    if batch is None or action is None:
         raise AirflowSkipException(f"pipeline {p.name}: no shard of stream {p.stream} has records after its checkpoint")
-    batch = result.batch
     log.info(
         "pipeline %s: %s batch %d (%s) with %d ranges",
         p.name, "resuming" if result.resumed else "planned", batch.batch_id, batch.status.value, len(batch.ranges),
     )  # fmt: skip
-    return {"batch_id": batch.batch_id, "action": result.action, "resumed": result.resumed, "ranges": len(batch.ranges)}
+    return Planned(batch_id=batch.batch_id, action=action, resumed=result.resumed, ranges=len(batch.ranges))
 
 
 def dry_run_report(p: PipelineConfig, result: batches.PlanResult) -> str:
@@ -147,7 +189,7 @@ def dry_run_report(p: PipelineConfig, result: batches.PlanResult) -> str:
 
 
 @fail_fast
-def replay(p: PipelineConfig, planned: dict[str, Any], params: dict[str, Any]) -> None:
+def replay(p: PipelineConfig, planned: Planned, params: dict[str, Any]) -> None:
     """Run the replay job on the batch's stored ranges; a failure is noted on the batch, which stays in flight."""
     store = state_store(p)
     batch = batches.batch_to_replay(p, kinesis_client(p), store, planned["batch_id"], planned["action"], acknowledged(params))
@@ -270,7 +312,7 @@ def stage_emr(p: PipelineConfig, batch: Batch, accept_gaps: frozenset[str] = fro
 
 
 @fail_fast
-def stage(p: PipelineConfig, planned: dict[str, Any], params: dict[str, Any]) -> list[dict[str, Any]]:
+def stage(p: PipelineConfig, planned: Planned, params: dict[str, Any]) -> list[dict[str, Any]]:
     """The EMR Serverless counterpart of replay(): check retention, stage the batch; [] when there is nothing to run."""
     store = state_store(p)
     batch = batches.batch_to_replay(p, kinesis_client(p), store, planned["batch_id"], planned["action"], acknowledged(params))
@@ -281,7 +323,7 @@ def stage(p: PipelineConfig, planned: dict[str, Any], params: dict[str, Any]) ->
 
 
 @fail_fast
-def verify(p: PipelineConfig, planned: dict[str, Any], params: dict[str, Any], run_id: str) -> None:
+def verify(p: PipelineConfig, planned: Planned, params: dict[str, Any], run_id: str) -> None:
     """Check the output and manifest against the plan; a mismatch fails the run and moves nothing."""
     if planned["action"] == batches.FINISH_COMMIT:
         return
@@ -291,7 +333,7 @@ def verify(p: PipelineConfig, planned: dict[str, Any], params: dict[str, Any], r
 
 
 @fail_fast
-def commit(p: PipelineConfig, planned: dict[str, Any], run_id: str = "") -> dict[str, Any]:
+def commit(p: PipelineConfig, planned: Planned, run_id: str = "") -> BatchFigures:
     """Advance every checkpoint of the verified batch, conditionally, then mark it committed."""
     batch = batches.commit_batch(p, state_store(p), planned["batch_id"], run_id=run_id)
     summary = batch_summary(p, batch, "regular")
@@ -303,12 +345,13 @@ def commit(p: PipelineConfig, planned: dict[str, Any], run_id: str = "") -> dict
     return summary
 
 
-def catch_up_needed(summary: dict[str, Any]) -> bool:
+def catch_up_needed(summary: BatchFigures) -> bool:
     """Whether the batch just committed was capped, so the next one should run now rather than at the next interval."""
-    return bool(summary.get("catch_up", {}).get("capped_shards"))
+    behind = summary.get("catch_up")
+    return behind is not None and bool(behind["capped_shards"])
 
 
-def batch_summary(p: PipelineConfig, batch: Batch, kind: str) -> dict[str, Any]:
+def batch_summary(p: PipelineConfig, batch: Batch, kind: str) -> BatchFigures:
     """The batch's figures, sent as metrics and carried in the output Asset's event."""
     manifest = batch.verified_manifest()
     # A regular batch: plan to commit. A backfill: its replay job's own time (the batch's commit was long before).
@@ -318,25 +361,30 @@ def batch_summary(p: PipelineConfig, batch: Batch, kind: str) -> dict[str, Any]:
     stats.gauge(f"{prefix}.bytes", manifest.bytes)
     stats.gauge(f"{prefix}.bad_records", manifest.bad_records)
     stats.timing(f"{prefix}.duration", seconds * 1000)
-    return {
-        "pipeline": p.name,
-        "kind": kind,
-        "batch_id": batch.batch_id,
-        "shards": len(batch.ranges),
-        "records": manifest.records,
-        "bad_records": manifest.bad_records,
-        "bytes": manifest.bytes,
-        "seconds": round(seconds, 3),
-        "path": output.batch_path(p.output, batch.batch_id) if p.table is None else p.output,
-        # A table output: the table, and the snapshot that holds this batch (read the table as of it to see the batch).
-        **({"table": p.table.identifier, "catalog": p.table.catalog, "snapshot_id": batch.snapshot_id} if p.table is not None else {}),
-        # The ranges ride along while they are few; a wide stream's (about 250 bytes each) are in the commit record.
-        **(
-            {"ranges": [r.to_dict() for r in batch.ranges]}
-            if len(batch.ranges) <= SUMMARY_RANGES
-            else {"ranges_in": output.commit_record_path(p.output, batch.batch_id)}
-        ),
-    }
+    summary = BatchFigures(
+        pipeline=p.name,
+        kind=kind,
+        batch_id=batch.batch_id,
+        shards=len(batch.ranges),
+        records=manifest.records,
+        bad_records=manifest.bad_records,
+        bytes=manifest.bytes,
+        seconds=round(seconds, 3),
+        path=output.batch_path(p.output, batch.batch_id) if p.table is None else p.output,
+    )
+    if p.table is not None:  # the table, and the snapshot that holds this batch (read the table as of it to see the batch)
+        summary["table"], summary["catalog"], summary["snapshot_id"] = p.table.identifier, p.table.catalog, batch.snapshot_id
+    # The ranges ride along while they are few; a wide stream's (about 250 bytes each) are in the commit record.
+    if len(batch.ranges) <= SUMMARY_RANGES:
+        summary["ranges"] = [r.to_dict() for r in batch.ranges]
+    else:
+        summary["ranges_in"] = output.commit_record_path(p.output, batch.batch_id)
+    return summary
+
+
+def event_extra(summary: BatchFigures) -> dict[str, Any]:
+    """A batch's figures as the output Asset's event carries them: the same JSON object."""
+    return cast("dict[str, Any]", summary)  # a TypedDict is a dict; Airflow types an event's extra as any JSON object
 
 
 @fail_fast  # its own AirflowFailException passes through; a missing or corrupt state table fails it at once too
@@ -389,7 +437,7 @@ def restore_table(p: PipelineConfig, dry_run: bool, run_id: str) -> list[int]:
 
 
 @fail_fast
-def backfill_batch(p: PipelineConfig, batch_id: int, run_id: str = "", restore: bool = False) -> dict[str, Any]:
+def backfill_batch(p: PipelineConfig, batch_id: int, run_id: str = "", restore: bool = False) -> BatchFigures:
     """Replay one committed batch into its own paths and check it holds what it held; never touches a checkpoint."""
     submit(p, backfill.committed_batch(p, state_store(p), batch_id, kinesis_client(p) if restore else None), kind=RunKind.BACKFILL)
     return check_backfill(p, batch_id, run_id, restore)
@@ -402,7 +450,7 @@ def stage_backfill(p: PipelineConfig, batch_id: int, restore: bool = False) -> d
 
 
 @fail_fast
-def check_backfill(p: PipelineConfig, batch_id: int, run_id: str = "", restore: bool = False) -> dict[str, Any]:
+def check_backfill(p: PipelineConfig, batch_id: int, run_id: str = "", restore: bool = False) -> BatchFigures:
     """A backfilled batch must hold what its first run held (same shards, counts, checksums); then it replaces the table's
     (or, restoring, joins the table)."""
     batch = backfill.check_replayed(p, state_store(p), batch_id, run_id, restore)
@@ -412,7 +460,7 @@ def check_backfill(p: PipelineConfig, batch_id: int, run_id: str = "", restore: 
 
 
 @fail_fast
-def maintain_table(p: PipelineConfig, params: dict[str, Any]) -> dict[str, Any]:
+def maintain_table(p: PipelineConfig, params: dict[str, Any]) -> MaintenanceFigures:
     """Expire the table's old snapshots and remove its orphan files (table_maintenance has the defaults and why).
 
     Fails, after the expiry, when orphan removal was refused because the pipeline's state is missing.
@@ -424,10 +472,10 @@ def maintain_table(p: PipelineConfig, params: dict[str, Any]) -> dict[str, Any]:
     log.info("pipeline %s: %s: %s", p.name, iceberg_table.require_table(p).describe(), found.summary())
     if found.orphans_refused is not None:
         raise AirflowFailException(found.orphans_refused)
-    return {
-        "expired_snapshots": len(found.expired_snapshots),
-        "snapshots_kept": found.snapshots_kept,
-        "orphans_removed": len(found.orphans_removed),
-        "left_alone": found.foreign_files,  # files under the table's folders its writers never write (the log names them)
-        "dry_run": found.dry_run,
-    }
+    return MaintenanceFigures(
+        expired_snapshots=len(found.expired_snapshots),
+        snapshots_kept=found.snapshots_kept,
+        orphans_removed=len(found.orphans_removed),
+        left_alone=found.foreign_files,
+        dry_run=found.dry_run,
+    )

@@ -20,6 +20,7 @@ from pyspark.accumulators import Accumulator, AccumulatorParam
 from pyspark.sql import DataFrame, SparkSession
 
 from kinesis_replay.config import SHARD_WRITE_BYTES_PER_SECOND, ReadConfig
+from kinesis_replay.formats import ProgressLine
 from kinesis_replay.job_spec import JobSpec, KinesisEndpoint
 from kinesis_replay.output import arrow_row_schema
 from kinesis_replay.ranges import SequenceRange
@@ -339,14 +340,14 @@ def read_partition(
         del batch
         if time.monotonic() - reported >= limits.progress_seconds:
             reported = time.monotonic()
-            log.warning("%s: %d records read, %s", rng.describe(), records, position(rng, newest, partition.planned_at))
+            log.warning("%s", ProgressLine(rng.describe(), records, False, position(rng, newest, partition.planned_at)).to_line())
     seconds = max(time.monotonic() - started, 1e-9)
-    log.warning(
-        "%s: done, %d records, %.1f KiB in %.1fs (%.0f records/s, %.0f KiB/s); %d GetRecords calls, "
-        "%d throttled (%.1fs waited), %.1fs pacing to the budget, %d expired iterators",
-        rng.describe(), records, stats.bytes / 1024, seconds, records / seconds, stats.bytes / 1024 / seconds,
-        stats.get_records_calls, stats.throttled, stats.throttled_seconds, stats.paced_seconds, stats.expired_iterators,
-    )  # fmt: skip
+    cost = (
+        f"{stats.bytes / 1024:.1f} KiB in {seconds:.1f}s ({records / seconds:.0f} records/s, {stats.bytes / 1024 / seconds:.0f} KiB/s); "
+        f"{stats.get_records_calls} GetRecords calls, {stats.throttled} throttled ({stats.throttled_seconds:.1f}s waited), "
+        f"{stats.paced_seconds:.1f}s pacing to the budget, {stats.expired_iterators} expired iterators"
+    )
+    log.warning("%s", ProgressLine(rng.describe(), records, True, cost).to_line())
     for after, first in stats.unconfirmed:
         if noted is None:
             raise RuntimeError(

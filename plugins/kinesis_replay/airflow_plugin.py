@@ -104,7 +104,7 @@ class _Invalid:
 
 
 def _age(seconds: float | None) -> str:
-    from kinesis_replay.status import duration
+    from kinesis_replay.formats import duration
 
     return "-" if seconds is None else duration(seconds)
 
@@ -125,7 +125,7 @@ def _count(n: float) -> str:
 
 
 def _seconds(n: float) -> str:
-    from kinesis_replay.status import duration
+    from kinesis_replay.formats import duration
 
     return duration(n)
 

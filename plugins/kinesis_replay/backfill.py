@@ -15,8 +15,8 @@ from kinesis_replay import batches, guards, iceberg_table, kinesis, output
 from kinesis_replay.config import PipelineConfig, ReadConfig
 from kinesis_replay.errors import BackfillError as BackfillError  # re-exported: the DAG tasks and tests name backfill.BackfillError
 from kinesis_replay.errors import BatchNotRestorableError, DataLossError, VerificationError
+from kinesis_replay.formats import MAX_BATCH_ID
 from kinesis_replay.holdings import Commit, Ledger, Mismatch, TableState, compare
-from kinesis_replay.output import BATCH_DIGITS
 from kinesis_replay.ranges import SequenceRange
 from kinesis_replay.state import Batch, BatchStatus, ShardResult, StateStore
 
@@ -32,8 +32,6 @@ log = logging.getLogger(__name__)
 # has run; 100 regular batches are about 8 hours of the stream at a 5-minute schedule. A larger backfill
 # is split into several runs (max_active_runs=1 queues them one after the other).
 MAX_BATCHES_PER_RUN = 100
-# Batch ids are zero-padded to BATCH_DIGITS digits in the output paths, so no id is larger than this.
-MAX_BATCH_ID = 10**BATCH_DIGITS - 1
 # An ISO 8601 timestamp is at most about 35 characters ("2026-11-01T00:00:00.123456789+00:00").
 MAX_TIMESTAMP_LENGTH = 64
 # A refusal names this many ids, then says how many more there are.

@@ -23,11 +23,11 @@ from kinesis_replay.errors import (
     StateConflictError,
     VerificationError,
 )
+from kinesis_replay.formats import duration
 from kinesis_replay.holdings import Commit, Ledger
 from kinesis_replay.ranges import SequenceRange, ShardInfo, parse_sequence_number, shards_to_plan
 from kinesis_replay.records import format_digest
-from kinesis_replay.state import ESTIMATED_BYTES, Batch, BatchStatus, Gap, Manifest, ShardResult, ShardState, StartPosition, StateStore
-from kinesis_replay.status import CAPPED, ESTIMATED
+from kinesis_replay.state import Batch, BatchStatus, Gap, Manifest, PlanNotes, ShardResult, ShardState, StartPosition, StateStore
 
 if TYPE_CHECKING:  # the boto3 stubs are for type checking only
     from types_boto3_kinesis.client import KinesisClient
@@ -125,9 +125,9 @@ def plan_batch(
     batch = Batch(
         pipeline=pipeline.name, batch_id=head.next_batch_id, status=BatchStatus.PLANNED, ranges=tuple(ranges),
         stream=pipeline.stream, run_id=run_id, created_at=now, gaps=tuple(planner.gaps),
-        extra={"lag_millis": lag, CAPPED: dict(sorted(planner.left.items())),
-               ESTIMATED: {shard: records for shard, (records, _) in sorted(estimates.items())},
-               ESTIMATED_BYTES: {shard: size for shard, (_, size) in sorted(estimates.items())}},
+        notes=PlanNotes(lag_millis=lag, capped=dict(sorted(planner.left.items())),
+                        estimated_records={shard: records for shard, (records, _) in sorted(estimates.items())},
+                        estimated_bytes={shard: size for shard, (_, size) in sorted(estimates.items())}),
     )  # fmt: skip
     if dry_run:
         return PlanResult(batch, False, waiting_ids, lag, estimates)
@@ -367,8 +367,7 @@ def _acknowledged_gap(
 def _age(arrival: datetime | None, now: datetime) -> str:
     if arrival is None:
         return "of unknown age"
-    seconds = int((now - arrival).total_seconds())
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return duration((now - arrival).total_seconds())
 
 
 def batch_to_replay(
@@ -420,7 +419,7 @@ def check_retention(
         raise DataLossError(
             f"pipeline {pipeline.name!r}, stream {pipeline.stream}, batch {batch.batch_id}, range {rng.describe()}: "
             f"its start arrived {_age(rng.start_arrival, now)} ago, more than the stream's retention of "
-            f"{retention.total_seconds() / 3600:.0f}h, so its first records are gone. Nothing was read. To accept "
+            f"{duration(retention.total_seconds())}, so its first records are gone. Nothing was read. To accept "
             f'the loss, trigger a run with {{"acknowledge_data_loss": ["{rng.shard_id}"]}}'
         )
 

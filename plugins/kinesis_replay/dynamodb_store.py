@@ -24,14 +24,26 @@ from kinesis_replay.errors import (
     StateTableMissingError,
     access_refused,
 )
+from kinesis_replay.formats import sort_key_batch_id
 from kinesis_replay.ranges import SequenceRange, format_sequence_number, parse_sequence_number
-from kinesis_replay.state import Batch, BatchStatus, BatchSummary, Gap, Head, Manifest, Progress, RunKind, ShardState, StartPosition
+from kinesis_replay.state import (
+    Batch,
+    BatchStatus,
+    BatchSummary,
+    Gap,
+    Head,
+    Manifest,
+    PlanNotes,
+    Progress,
+    RunKind,
+    ShardState,
+    StartPosition,
+)
 
 if TYPE_CHECKING:  # the boto3 stubs are for type checking only
     from types_boto3_dynamodb.client import DynamoDBClient
 
 # Sequence numbers are stored as strings: DynamoDB numbers keep only 38 digits, sequence numbers have up to 129.
-BATCH_ID_WIDTH = 12
 # What to do about a state table that holds what kinesis-replay never writes (an item edited or written by hand).
 CORRUPT_HINT = (
     "To rebuild the pipeline's state from the output, point state_table at a new table and recover it "
@@ -44,12 +56,12 @@ def pk(pipeline: str) -> str:
 
 
 def batch_sk(batch_id: int) -> str:
-    return f"batch#{batch_id:0{BATCH_ID_WIDTH}d}"
+    return f"batch#{sort_key_batch_id(batch_id)}"
 
 
 def part_sk(batch_id: int, field: str, page: int) -> str:
     """A page of one of a batch's long JSON fields: beside the batch, outside the ``batch#`` prefix the ledger is listed by."""
-    return f"part#{batch_id:0{BATCH_ID_WIDTH}d}#{field}#{page:04d}"
+    return f"part#{sort_key_batch_id(batch_id)}#{field}#{page:04d}"
 
 
 # A batch's JSON fields that grow with the shard count: the ranges, the manifest, the gaps, the lag measurements.
@@ -653,7 +665,7 @@ class DynamoDBStateStore:
         fields = {
             "ranges": json.dumps([r.to_dict() for r in batch.ranges]),
             "gaps": json.dumps([g.to_dict() for g in batch.gaps]) if batch.gaps else None,
-            "extra": json.dumps(dict(batch.extra)) if batch.extra else None,
+            "extra": json.dumps(batch.notes.to_dict()) if batch.notes else None,
             "manifest": json.dumps(batch.manifest.to_dict()) if batch.manifest is not None else None,
         }
         parts: list[dict[str, Any]] = []
@@ -731,7 +743,7 @@ class DynamoDBStateStore:
                 attempts=int(item.get("attempts", {}).get("N", 0)),
                 error=item["error"]["S"] if "error" in item else None,
                 gaps=tuple(Gap.from_dict(g) for g in self._json_field(item, "gaps", pages) or ()),
-                extra=self._json_field(item, "extra", pages) or {},
+                notes=PlanNotes.from_dict(self._json_field(item, "extra", pages) or {}),
                 snapshot_id=int(item["snapshot_id"]["N"]) if "snapshot_id" in item else None,
             )
         except (KeyError, ValueError) as exc:

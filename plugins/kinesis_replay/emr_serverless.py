@@ -17,7 +17,7 @@ from typing import Any
 
 from kinesis_replay.config import DEFAULT_SPARK_CONF, EmrServerlessConfig, PipelineConfig, split_s3_uri
 from kinesis_replay.errors import ConfigError
-from kinesis_replay.output import batch_partition
+from kinesis_replay.formats import path_batch_id
 
 JOB_FILE = "replay_job.py"
 SOURCE_FILE = "kinesis_source.py"
@@ -43,7 +43,7 @@ class Upload:
 def batch_prefix(code_prefix: str, pipeline: str, batch_id: int) -> str:
     """The S3 URI under which one batch's job files live."""
     bucket, prefix = split_s3_uri(code_prefix, "code_prefix")
-    key = "/".join(part for part in (prefix, pipeline, f"batch_id={batch_partition(batch_id)}") if part)
+    key = "/".join(part for part in (prefix, pipeline, f"batch_id={path_batch_id(batch_id)}") if part)
     return f"s3://{bucket}/{key}"
 
 

@@ -47,6 +47,7 @@ from kinesis_replay.errors import (
 # Re-exported: other modules, the tests and the chaos stack name them as iceberg_table.<name>.
 from kinesis_replay.errors import TableCommitError as TableCommitError
 from kinesis_replay.errors import TableMetadataLostError as TableMetadataLostError
+from kinesis_replay.formats import s3_uri
 from kinesis_replay.holdings import Holdings, TableState
 from kinesis_replay.output import arrow_row_schema
 from kinesis_replay.records import PARTITION_COLUMN
@@ -90,11 +91,9 @@ RESTORE_PARAM = "restore_table"  # the backfill DAG's parameter that restores th
 
 def iceberg_location(path: str) -> str:
     """A path as Iceberg readers want it: ``s3://`` for Hadoop's ``s3a://``, ``file://`` before a local path."""
-    if path.startswith(("s3a://", "s3n://")):
-        return "s3://" + path.split("://", 1)[1]
     if "://" not in path:
         return "file://" + path
-    return path
+    return s3_uri(path)
 
 
 def catalog_properties(table: TableConfig, output: str) -> dict[str, str]:

@@ -21,7 +21,7 @@ from typing import Any
 from kinesis_replay.config import OUTPUT_FORMATS, PayloadConfig, PipelineConfig, ReadConfig
 from kinesis_replay.errors import JobSpecError as JobSpecError  # re-exported for job_spec.JobSpecError
 from kinesis_replay.ranges import SequenceRange
-from kinesis_replay.state import ESTIMATED_BYTES, Batch
+from kinesis_replay.state import Batch
 
 # Raise it with any change of the JSON a job could misread; from_json refuses every other version.
 # 2: output_format (a table output is written per attempt, with batch_id in the files), estimated_bytes;
@@ -86,7 +86,7 @@ class JobSpec:
             read=pipeline.read,
             payload=pipeline.payload,
             output_format=pipeline.output_format,
-            estimated_bytes=dict(batch.extra.get(ESTIMATED_BYTES) or {}),
+            estimated_bytes=dict(batch.notes.estimated_bytes or {}),
             retention=retention,
         )
 

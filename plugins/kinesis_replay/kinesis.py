@@ -25,6 +25,7 @@ from kinesis_replay.errors import (
     StreamNotFoundError,
     access_refused,
 )
+from kinesis_replay.formats import duration
 from kinesis_replay.ranges import SequenceRange, ShardInfo, parse_sequence_number
 from kinesis_replay.state import StartPosition
 
@@ -525,11 +526,6 @@ class _EndSearch:
         )  # fmt: skip
 
 
-def _span(length: timedelta) -> str:
-    seconds = int(length.total_seconds())
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m{seconds % 60:02d}s"
-
-
 def page_limit(records: list[Record], limits: ReadConfig) -> int:
     """The next GetRecords Limit: as many records as fill ``limits.page_bytes`` at this page's mean size."""
     mean = max(1.0, sum(len(r["Data"]) for r in records) / len(records))
@@ -754,9 +750,10 @@ class _RangeReader:
             return
         after = "the shard's end" if first is None else f"{first}, the next page's first record,"
         if not self.accept_gap:
+            age, kept = duration((datetime.now(UTC) - self.last_arrival).total_seconds()), duration(self.retention.total_seconds())
             raise DataLossError(
-                f"{self.what}: record {self.last}, the last one read, arrived {_span(datetime.now(UTC) - self.last_arrival)} ago and is "
-                f"no longer in the stream, which keeps records {_span(self.retention)}: records between it and {after} may have "
+                f"{self.what}: record {self.last}, the last one read, arrived {age} ago and is "
+                f"no longer in the stream, which keeps records {kept}: records between it and {after} may have "
                 "been trimmed before they were read. Nothing of this attempt is committed. To accept the loss, trigger "
                 f'a run with {{"acknowledge_data_loss": ["{self.rng.shard_id}"]}}'
             )

@@ -19,10 +19,10 @@ from kinesis_replay.errors import (
     OutputRefusedError,
     VerificationError,
 )
+from kinesis_replay.formats import is_s3, path_batch_id, s3_uri
 from kinesis_replay.records import ROW_COLUMNS
 from kinesis_replay.state import Batch, Manifest
 
-BATCH_DIGITS = 10  # zero-padded so that batch directories list in order
 MANIFESTS_DIR = "_manifests"  # a leading underscore: Spark and pyarrow readers skip it
 QUARANTINE_DIR = "_quarantine"  # records that could not be decoded, with the reason, per batch
 STAGING_DIR = "_staging"  # where the replay job writes a batch before swapping it into place
@@ -43,14 +43,9 @@ def arrow_row_schema() -> Any:
     return pa.schema([(name, types[kind]) for name, kind in ROW_COLUMNS])
 
 
-def batch_partition(batch_id: int) -> str:
-    """The partition value of a batch: ``batch_id=0000000042``."""
-    return f"{batch_id:0{BATCH_DIGITS}d}"
-
-
 def batch_path(output: str, batch_id: int) -> str:
     """The only directory a batch's rows are written to; a rewrite of the batch replaces all of it."""
-    return f"{output.rstrip('/')}/batch_id={batch_partition(batch_id)}"
+    return f"{output.rstrip('/')}/batch_id={path_batch_id(batch_id)}"
 
 
 def data_path(output: str, batch_id: int, attempt: str) -> str:
@@ -58,14 +53,14 @@ def data_path(output: str, batch_id: int, attempt: str) -> str:
 
     A batch's rows are deterministic; its files are per attempt, and the table's snapshot says which attempt is live.
     """
-    return f"{output.rstrip('/')}/{DATA_DIR}/batch_id={batch_partition(batch_id)}/attempt={attempt}"
+    return f"{output.rstrip('/')}/{DATA_DIR}/batch_id={path_batch_id(batch_id)}/attempt={attempt}"
 
 
 def attempt_paths(output: str, batch_id: int) -> dict[str, str]:
     """The batch's attempt folders under the table's data (attempt -> path), whether or not a snapshot references them."""
     from pyarrow import fs
 
-    folder = f"{output.rstrip('/')}/{DATA_DIR}/batch_id={batch_partition(batch_id)}"
+    folder = f"{output.rstrip('/')}/{DATA_DIR}/batch_id={path_batch_id(batch_id)}"
     filesystem, local = _filesystem(folder)
     if filesystem.get_file_info(local).type != fs.FileType.Directory:
         return {}
@@ -85,19 +80,19 @@ def remove_folder(path: str) -> None:
 
 def quarantine_path(output: str, batch_id: int) -> str:
     """The batch's quarantine partition: rows whose payload could not be decoded, with ``decode_error`` set."""
-    return f"{output.rstrip('/')}/{QUARANTINE_DIR}/batch_id={batch_partition(batch_id)}"
+    return f"{output.rstrip('/')}/{QUARANTINE_DIR}/batch_id={path_batch_id(batch_id)}"
 
 
 def staging_path(output: str, batch_id: int) -> str:
-    return f"{output.rstrip('/')}/{STAGING_DIR}/batch_id={batch_partition(batch_id)}"
+    return f"{output.rstrip('/')}/{STAGING_DIR}/batch_id={path_batch_id(batch_id)}"
 
 
 def manifest_path(output: str, batch_id: int) -> str:
-    return f"{output.rstrip('/')}/{MANIFESTS_DIR}/batch_id={batch_partition(batch_id)}.json"
+    return f"{output.rstrip('/')}/{MANIFESTS_DIR}/batch_id={path_batch_id(batch_id)}.json"
 
 
 def commit_record_path(output: str, batch_id: int) -> str:
-    return f"{output.rstrip('/')}/{COMMITS_DIR}/batch_id={batch_partition(batch_id)}.json"
+    return f"{output.rstrip('/')}/{COMMITS_DIR}/batch_id={path_batch_id(batch_id)}.json"
 
 
 def owner_path(output: str) -> str:
@@ -109,9 +104,7 @@ def _filesystem(path: str) -> tuple[Any, str]:
 
     if "://" not in path:
         return fs.LocalFileSystem(), os.path.abspath(path)
-    if path.startswith("s3a://"):  # Hadoop's scheme for S3; pyarrow knows it as s3
-        path = "s3://" + path[len("s3a://") :]
-    return fs.FileSystem.from_uri(path)  # type: ignore[no-any-return]
+    return fs.FileSystem.from_uri(s3_uri(path))  # type: ignore[no-any-return]
 
 
 def _is_file(path: str) -> bool:
@@ -331,7 +324,7 @@ def write_owner(output: str, owner: Owner, replace: bool = False) -> Owner:
         else:
             with os.fdopen(fd, "wb") as f:
                 f.write(_json_bytes(owner.to_dict()))
-    elif path.startswith(("s3://", "s3a://")):
+    elif is_s3(path):
         _put_if_absent_on_s3(path, _json_bytes(owner.to_dict()), f"pipeline {owner.pipeline!r}")
     elif read_owner(output) is None:
         _write_json(path, owner.to_dict())
@@ -383,7 +376,7 @@ def _s3_failure(exc: Any, what: str, advice: str) -> KinesisReplayError:
 
 
 def _s3_location(path: str) -> tuple[str, str]:
-    """A URI of S3 (s3:// or s3a://) as (bucket, key without a trailing slash)."""
+    """A URI of S3 (s3://, or a Hadoop scheme: see formats.s3_uri) as (bucket, key without a trailing slash)."""
     bucket, _, key = path.split("://", 1)[1].partition("/")
     return bucket, key.strip("/")
 
@@ -415,7 +408,7 @@ def owner_records_around(output: str) -> list[OtherRoot]:
     """
     from pyarrow import fs
 
-    if output.startswith(("s3://", "s3a://")):
+    if is_s3(output):
         bucket, key = _s3_location(output)
         parents = key.split("/")[:-1] if key else []
         found = []
@@ -446,7 +439,7 @@ def owner_record_inside(output: str) -> tuple[OtherRoot | None, bool]:
     """
     from pyarrow import fs
 
-    s3 = output.startswith(("s3://", "s3a://"))
+    s3 = is_s3(output)
     limit = INSIDE_SEARCH_FOLDERS_S3 if s3 else INSIDE_SEARCH_FOLDERS
     if s3:
         bucket, key = _s3_location(output)

@@ -116,7 +116,7 @@ def plan_recovery(pipeline: PipelineConfig, records: Sequence[Batch], listed: Se
             start = resolve_start(pipeline, info, started)
             shards[info.shard_id] = ShardState(info.shard_id, parent_shard_ids=info.parent_shard_ids, start_position=start)
     restored = tuple(
-        replace(b, status=BatchStatus.COMMITTED, extra={**b.extra, "restored_from": output.commit_record_path(pipeline.output, i)})
+        replace(b, status=BatchStatus.COMMITTED, notes=replace(b.notes, restored_from=output.commit_record_path(pipeline.output, i)))
         for i, b in zip(ids, records, strict=True)
     )
     head = Head(next_batch_id=(ids[-1] if ids else 0) + 1)
@@ -152,8 +152,8 @@ def in_table(pipeline: PipelineConfig, batch: Batch) -> Batch:
     # and the restore puts back; a regular commit's check would refuse this one, and no ledger would ever be written.
     ledger = Ledger(batch.batch_id)
     snapshot_id = batches.commit_to_table(pipeline, batch, f"recovery of {batch.run_id}", Commit.RESTORE, ledger)
-    record = {k: v for k, v in batch.extra.items() if k != "restored_from"}
-    output.write_commit_record(pipeline.output, replace(batch, snapshot_id=snapshot_id, extra=record))
+    record = replace(batch, snapshot_id=snapshot_id, notes=replace(batch.notes, restored_from=None))
+    output.write_commit_record(pipeline.output, record)
     log.info("pipeline %s: batch %d is in the table in snapshot %d", pipeline.name, batch.batch_id, snapshot_id)
     return replace(batch, snapshot_id=snapshot_id)
 

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from kinesis_replay.errors import StateCorruptError
 from kinesis_replay.ranges import SequenceRange, format_sequence_number, parse_sequence_number
@@ -231,8 +231,42 @@ class Gap:
         )
 
 
-# Batch.extra's key for planning's estimate of each range's bytes (shard id -> bytes), where planning could tell.
-ESTIMATED_BYTES = "estimated_bytes"
+@dataclass(frozen=True)
+class PlanNotes:
+    """What a plan notes about its batch beside the ranges, each per shard id; None for what the batch does not note.
+
+    Stored as the batch's ``extra``, a JSON object under these keys, in the state table and in the output's commit
+    record; keys this release does not know (a newer one's) are kept as they are (``other``).
+    """
+
+    lag_millis: Mapping[str, int] | None = None  # MillisBehindLatest after each shard's checkpoint, at planning time
+    capped: Mapping[str, int] | None = None  # the ranges cut short: how far each one's end was behind the tip (ms)
+    estimated_records: Mapping[str, int] | None = None  # the plan's estimate of each range's records, where it could tell
+    estimated_bytes: Mapping[str, int] | None = None  # and of its bytes
+    restored_from: str | None = None  # the commit record a recovery rebuilt the batch from
+    other: Mapping[str, Any] = field(default_factory=dict)
+
+    KEYS: ClassVar[tuple[str, ...]] = ("lag_millis", "capped", "estimated_records", "estimated_bytes", "restored_from")
+
+    def __bool__(self) -> bool:
+        return bool(self.to_dict())
+
+    def to_dict(self) -> dict[str, Any]:
+        known = {key: getattr(self, key) for key in self.KEYS if getattr(self, key) is not None}
+        return {**self.other, **{k: v if k == "restored_from" else dict(v) for k, v in known.items()}}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PlanNotes:
+        def shards(key: str) -> dict[str, int] | None:
+            value = data.get(key)
+            return None if value is None else dict(value)  # as stored: read as it always was, a bad value at its use
+
+        restored = data.get("restored_from")
+        return cls(
+            lag_millis=shards("lag_millis"), capped=shards("capped"), estimated_records=shards("estimated_records"),
+            estimated_bytes=shards("estimated_bytes"), restored_from=None if restored is None else str(restored),
+            other={k: v for k, v in data.items() if k not in cls.KEYS},
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -251,7 +285,7 @@ class Batch:
     attempts: int = 0
     error: str | None = None
     gaps: tuple[Gap, ...] = ()
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    notes: PlanNotes = field(default_factory=PlanNotes)  # stored as "extra"
     # The Iceberg snapshot that made the batch's rows the table's (its latest replay's, after a backfill); None
     # for a directory output, and until the commit's table step.
     snapshot_id: int | None = None
@@ -301,7 +335,7 @@ class Batch:
             "attempts": self.attempts,
             "error": self.error,
             "gaps": [g.to_dict() for g in self.gaps],
-            "extra": dict(self.extra),
+            "extra": self.notes.to_dict(),
             "snapshot_id": self.snapshot_id,
         }
 
@@ -321,7 +355,7 @@ class Batch:
             attempts=int(data.get("attempts", 0)),
             error=data.get("error"),
             gaps=tuple(Gap.from_dict(g) for g in data.get("gaps", ())),
-            extra=dict(data.get("extra") or {}),
+            notes=PlanNotes.from_dict(data.get("extra") or {}),
             snapshot_id=int(data["snapshot_id"]) if data.get("snapshot_id") is not None else None,
         )
 

@@ -4,23 +4,18 @@ figures, the in-flight batch's progress and the last failures."""
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypedDict
 
 from kinesis_replay.config import PipelineConfig
 from kinesis_replay.errors import KinesisReplayError
+from kinesis_replay.formats import ProgressLine, duration
 from kinesis_replay.state import Batch, BatchStatus, BatchSummary, Head, Progress, RunKind, StateStore
 
 log = logging.getLogger(__name__)
-
-# The batch's extra key for its capped ranges: shard id -> how far the range's end was behind the tip (ms).
-CAPPED = "capped"
-# The batch's extra key for the plan's estimate of each range's records (shards with a measured rate only).
-ESTIMATED = "estimated_records"
 
 HISTORY = timedelta(hours=24)  # the charts' window
 HISTORY_MAX = 1440  # batches: a day of a pipeline scheduled every minute, read 100 to a call
@@ -67,7 +62,7 @@ class PipelineView:
     shards: tuple[ShardView, ...]
     batches: tuple[BatchView, ...]
     # After the newest committed batch: how far behind the tip (time, records), and when caught up at its pace.
-    behind: dict[str, Any] | None = None
+    behind: CatchUpFigures | None = None
     behind_text: str | None = None
     history: tuple[dict[str, Any], ...] = ()  # the last day's batches, oldest first: what the charts draw
     failures: tuple[dict[str, Any], ...] = ()  # the batches of that day that failed at least once, newest first, and why
@@ -88,7 +83,7 @@ def pipeline_view(p: PipelineConfig, store: StateStore, now: datetime, last: int
     recent = [found[i] for i in ids if i in found]  # newest first
     lag: dict[str, int] = {}
     for batch in reversed(recent):  # every plan measures each shard it reads; the newest measurement wins
-        lag.update(batch.extra.get("lag_millis", {}))
+        lag.update(batch.notes.lag_millis or {})
     day = last_day(store, p.name, head, now)
     states = sorted(store.get_shards(p.name).values(), key=lambda s: s.shard_id)
     by_id = store.get_batches(p.name, {s.last_batch_id for s in states if s.last_batch_id is not None})
@@ -159,7 +154,7 @@ def _progress(batch: Batch | None, reported: Progress | None) -> dict[str, Any] 
     if batch is None:
         return None
     current = reported if reported is not None and reported.batch_id == batch.batch_id else None
-    return _progress_view(batch, current, batch.extra.get(ESTIMATED) or {}, RunKind.REGULAR)
+    return _progress_view(batch, current, batch.notes.estimated_records or {}, RunKind.REGULAR)
 
 
 def _backfill_progress(store: StateStore, p: PipelineConfig, reported: Progress | None, now: datetime) -> dict[str, Any] | None:
@@ -196,11 +191,6 @@ def _progress_view(batch: Batch, current: Progress | None, estimates: Mapping[st
     }
 
 
-# The replay job's reader logs, per range, "<shard> [<start> .. <end>]: N records read, ..." every
-# read.progress_seconds, and "<shard> [...]: done, N records, ..." at its end (spark_jobs/kinesis_source.py).
-_PROGRESS_LINE = re.compile(r"(\S+) \[\d+ \.\. [^\]]*\]: (?:(\d+) records read|done, (\d+) records)")
-
-
 class ReplayProgress:
     """Follows a replay job's log lines and publishes what each shard has read, at most every ``every_seconds`` (one
     publish for all shards, however many), and once more at the end (``close``).
@@ -231,13 +221,12 @@ class ReplayProgress:
         self._pending = False
 
     def line(self, text: str) -> None:
-        found = _PROGRESS_LINE.search(text)
+        found = ProgressLine.parse(text)  # the replay job's reader writes them, per range (formats.ProgressLine)
         if found is None:
             return
-        shard, read, done = found[1], found[2], found[3]
-        self.records[shard] = int(read if read is not None else done)
-        if done is not None:
-            self.done.add(shard)
+        self.records[found.shard_id] = found.records
+        if found.done:
+            self.done.add(found.shard_id)
         self._pending = True
         if self._clock() - self._published >= self._every:
             self.flush()
@@ -295,6 +284,15 @@ def _batch_view(b: Batch) -> BatchView:
     )
 
 
+class CatchUpFigures(TypedDict):
+    """CatchUp as the status page and the commit task's XCom carry it."""
+
+    capped_shards: int
+    behind_seconds: float
+    behind_records: int | None
+    eta_seconds: int | None
+
+
 @dataclass(frozen=True)
 class CatchUp:
     """How far a pipeline is behind after a batch, and when it will have caught up at the rate that batch went.
@@ -330,24 +328,16 @@ class CatchUp:
         when = f"caught up in about {duration(eta)} at this pace ({pace})" if eta is not None else f"not gaining on the tip ({pace})"
         return f"{len(self.capped_shards)} capped shards are {duration(self.behind_seconds)} behind the tip{records}; {when}"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "capped_shards": len(self.capped_shards), "behind_seconds": round(self.behind_seconds, 1),
-            "behind_records": self.behind_records, "eta_seconds": None if self.eta_seconds is None else round(self.eta_seconds),
-        }  # fmt: skip
-
-
-def duration(seconds: float) -> str:
-    """A span of time as people read it: 45s, 12m05s, 3h20m."""
-    seconds = int(seconds)
-    if seconds < 120:
-        return f"{seconds}s"
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+    def to_dict(self) -> CatchUpFigures:
+        return CatchUpFigures(
+            capped_shards=len(self.capped_shards), behind_seconds=round(self.behind_seconds, 1),
+            behind_records=self.behind_records, eta_seconds=None if self.eta_seconds is None else round(self.eta_seconds),
+        )  # fmt: skip
 
 
 def catch_up(batch: Batch, now: datetime) -> CatchUp:
     """What a committed (or verified) batch says of the pipeline's distance from the tip; see CatchUp."""
-    left: Mapping[str, int] = batch.extra.get(CAPPED) or {}
+    left: Mapping[str, int] = batch.notes.capped or {}
     results = batch.manifest.by_shard() if batch.manifest else {}
     since_plan = max(0.0, (now - batch.created_at).total_seconds())
     took = max(0.0, ((batch.committed_at or now) - batch.created_at).total_seconds())

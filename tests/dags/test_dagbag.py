@@ -56,6 +56,23 @@ def test_each_table_has_a_daily_maintenance_dag(monkeypatch: pytest.MonkeyPatch)
     assert dag.doc_md and "history.expire.max-snapshot-age-ms" in dag.doc_md
 
 
+def test_the_tasks_that_return_figures_push_each_key_as_an_xcom_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Airflow infers multiple_outputs from a task's return type, a typed dict included: the XCom keys stay as they were."""
+    bag = dagbag(ROOT / "dags" / "pipelines.yaml", monkeypatch)
+    split = {
+        (dag_id, t.task_id)
+        for dag_id, dag in bag.dags.items()  # type: ignore[attr-defined]
+        for t in dag.tasks
+        if getattr(t, "multiple_outputs", False)
+    }
+    assert split == {
+        ("kinesis_replay_demo", "plan"),
+        ("kinesis_replay_demo", "commit"),
+        ("kinesis_replay_backfill_demo", "replay"),
+        ("kinesis_replay_maintenance_demo", "maintain"),
+    }
+
+
 def test_a_directory_output_has_no_maintenance_dag(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     shipped = yaml.safe_load((ROOT / "dags" / "pipelines.yaml").read_text())["pipelines"][0]
     config = tmp_path / "pipelines.yaml"

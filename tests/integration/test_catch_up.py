@@ -10,7 +10,7 @@ from typing import Any
 from kinesis_replay.airflow_plugin import _render
 from kinesis_replay.config import parse_config
 from kinesis_replay.dynamodb_store import DynamoDBStateStore
-from kinesis_replay.status import CAPPED, pipeline_view
+from kinesis_replay.status import pipeline_view
 from stack.harness import SUCCESS, check_exactly_once, load_dags, queued_runs, read_output, run_dag, run_queued
 from stack.producer import produce
 
@@ -51,7 +51,7 @@ def test_a_capped_initial_load_lands_as_several_batches_and_catches_up_at_once(
             last = results[rng.shard_id].last_arrival
             assert rng.start_arrival is not None and last is not None
             assert (last - rng.start_arrival).total_seconds() < CAP_SECONDS, (batch.batch_id, rng.describe())
-    assert [bool(b.extra.get(CAPPED)) for b in ledger] == [True] * (len(ledger) - 1) + [False]
+    assert [bool(b.notes.capped) for b in ledger] == [True] * (len(ledger) - 1) + [False]
     caught_up = pipeline_view(parse_config({"pipelines": [capped]})[0], store, datetime.now(UTC))
     assert caught_up.behind_text == "within one batch of the tip"
     assert check_exactly_once(produced, read_output(entry["output"])).ok

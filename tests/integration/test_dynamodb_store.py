@@ -21,7 +21,18 @@ from kinesis_replay.errors import (
     StateTableMissingError,
 )
 from kinesis_replay.ranges import SequenceRange
-from kinesis_replay.state import Batch, BatchStatus, Head, Manifest, Progress, RunKind, ShardResult, ShardState, StartPosition
+from kinesis_replay.state import (
+    Batch,
+    BatchStatus,
+    Head,
+    Manifest,
+    PlanNotes,
+    Progress,
+    RunKind,
+    ShardResult,
+    ShardState,
+    StartPosition,
+)
 
 S = 49680458800076825667891419458951111266169532991963922434
 NOW = datetime(2026, 11, 22, tzinfo=UTC)
@@ -164,8 +175,8 @@ def wide(batch_id: int = 1, shards: int = 1_000) -> Batch:
     """A batch of a 1,000-shard stream: its ranges, manifest and lag measurements would not fit in one item."""
     ids = [f"shardId-{i:012d}" for i in range(shards)]
     ranges = tuple(SequenceRange(s, S + 1, S + 50, S, False, NOW) for s in ids)
-    lag = {"lag_millis": dict.fromkeys(ids, 1234)}
-    return Batch("orders", batch_id, BatchStatus.PLANNED, ranges, "stream", "manual__1", NOW, extra=lag)
+    lag = PlanNotes(lag_millis=dict.fromkeys(ids, 1234))
+    return Batch("orders", batch_id, BatchStatus.PLANNED, ranges, "stream", "manual__1", NOW, notes=lag)
 
 
 def item_sizes(dynamodb: Any, table: str) -> dict[str, int]:

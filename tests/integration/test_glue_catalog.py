@@ -32,6 +32,7 @@ from pyiceberg.types import LongType, NestedField, StringType
 
 from kinesis_replay import table_maintenance
 from kinesis_replay.dynamodb_store import DynamoDBStateStore
+from kinesis_replay.formats import path_batch_id
 from kinesis_replay.state import BatchStatus
 from stack.harness import check_exactly_once, load_dags, run_dag
 from stack.local_stack import LOCAL_KEY, REGION
@@ -88,7 +89,7 @@ def table(catalog: GlueCatalog) -> Table:
 
 def write_batch(table: Table, batch_id: int, attempt: str) -> str:
     """A batch's Parquet file on S3 in its attempt's folder under the table's data, through the table's own FileIO."""
-    location = f"{table.location()}/data/batch_id={batch_id:010d}/attempt={attempt}/part-00000.parquet"
+    location = f"{table.location()}/data/batch_id={path_batch_id(batch_id)}/attempt={attempt}/part-00000.parquet"
     buffer = io.BytesIO()
     pq.write_table(pa.table({"sequence_number": [f"{batch_id}-{i}" for i in range(3)], "batch_id": [batch_id] * 3}), buffer)
     with table.io.new_output(location).create(overwrite=True) as f:

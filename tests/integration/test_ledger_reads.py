@@ -18,7 +18,7 @@ from kinesis_replay.backfill import BackfillError, Selection
 from kinesis_replay.config import parse_config
 from kinesis_replay.dynamodb_store import DynamoDBStateStore
 from kinesis_replay.ranges import SequenceRange
-from kinesis_replay.state import Batch, BatchStatus, BatchSummary, Manifest, ShardResult, ShardState
+from kinesis_replay.state import Batch, BatchStatus, BatchSummary, Manifest, PlanNotes, ShardResult, ShardState
 from stack.ledger import write_ledger
 
 S = 10**55
@@ -38,7 +38,7 @@ def ledger_batch(batch_id: int) -> Batch:
     return Batch(
         "orders", batch_id, BatchStatus.COMMITTED if committed else BatchStatus.FAILED, ranges, "stream", f"scheduled__{batch_id}",
         planned, committed_at=planned + EVERY / 2 if committed else None, manifest=manifest,
-        extra={"lag_millis": {s: batch_id for s in SHARDS}},
+        notes=PlanNotes(lag_millis={s: batch_id for s in SHARDS}),
     )  # fmt: skip
 
 

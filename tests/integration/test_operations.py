@@ -17,6 +17,7 @@ from test_pipeline_dag import rows_of
 import kinesis_replay_tasks as tasks
 from kinesis_replay.config import parse_config
 from kinesis_replay.dynamodb_store import DynamoDBStateStore
+from kinesis_replay.formats import path_batch_id
 from stack.harness import (
     SUCCESS,
     age_batch,
@@ -63,7 +64,7 @@ def live_attempts(output: str, batch_id: int) -> set[str]:
 
 def commit_record(output: str, batch_id: int) -> dict[str, Any]:
     """The batch's commit record in the output, as written (the ledger entry under ``batch``)."""
-    record = json.loads((Path(output) / "_commits" / f"batch_id={batch_id:010d}.json").read_text())
+    record = json.loads((Path(output) / "_commits" / f"batch_id={path_batch_id(batch_id)}.json").read_text())
     return dict(record["batch"])
 
 

@@ -20,6 +20,7 @@ from airflow.sdk.exceptions import AirflowFailException
 import kinesis_replay_tasks as tasks
 from kinesis_replay.config import parse_config
 from kinesis_replay.dynamodb_store import DynamoDBStateStore
+from kinesis_replay.formats import path_batch_id
 from kinesis_replay.output import OWNER_FILE, read_owner
 from kinesis_replay.state import BatchStatus
 from stack.harness import (
@@ -126,7 +127,7 @@ def test_a_deleted_state_table_is_refused_then_rebuilt_from_the_output(
     assert f"output {entry['output']} holds 3 committed batches (up to batch 3)" in message
     assert '"recover_from_output": true' in message
     assert store.get_head(entry["name"]).version == 0 and store.list_batches(entry["name"]) == []  # nothing planned
-    assert batch_dirs(entry["output"]) == [f"batch_id={i:010d}" for i in (1, 2, 3)]
+    assert batch_dirs(entry["output"]) == [f"batch_id={path_batch_id(i)}" for i in (1, 2, 3)]
     assert check_exactly_once(produced[:400], read_output(entry["output"])).ok  # nothing lost, nothing duplicated
 
     # A DAG object of its own for each run with a conf: Airflow 3.3.2 keeps a run's conf on the DAG's Params in-process.
@@ -146,7 +147,7 @@ def test_a_deleted_state_table_is_refused_then_rebuilt_from_the_output(
     assert run_dag(dag_for(entry)).tasks == SUCCESS  # batch 5
     landed = check_exactly_once(produced, read_output(entry["output"]))
     assert landed.ok and landed.rows == 600, landed
-    assert batch_dirs(entry["output"]) == [f"batch_id={i:010d}" for i in range(1, 6)]
+    assert batch_dirs(entry["output"]) == [f"batch_id={path_batch_id(i)}" for i in range(1, 6)]
 
 
 def test_a_renamed_state_table_is_refused_and_a_recovery_adopts_it(

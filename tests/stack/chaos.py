@@ -45,6 +45,7 @@ for path in (ROOT / "plugins", ROOT / "dags", ROOT / "spark_jobs", ROOT / "tests
 
 from kinesis_replay.batches import range_checkpoint  # noqa: E402
 from kinesis_replay.config import dag_ids  # noqa: E402
+from kinesis_replay.formats import path_batch_id  # noqa: E402
 
 CYCLE_FAULTS = (
     "none", "kill_spark_read", "kill_spark_write", "kill_spark_after_write", "state_unreachable", "state_lost_ack",
@@ -608,8 +609,8 @@ def check_manifests(output: Path, committed: list[int]) -> list[str]:
 
     problems = []
     for batch_id in committed:
-        manifest_file = output / "_manifests" / f"batch_id={batch_id:010d}.json"
-        record_file = output / "_commits" / f"batch_id={batch_id:010d}.json"
+        manifest_file = output / "_manifests" / f"batch_id={path_batch_id(batch_id)}.json"
+        record_file = output / "_commits" / f"batch_id={path_batch_id(batch_id)}.json"
         if not manifest_file.exists():
             problems.append(f"batch {batch_id}: no manifest at {manifest_file}")
             continue
@@ -617,9 +618,9 @@ def check_manifests(output: Path, committed: list[int]) -> list[str]:
             problems.append(f"batch {batch_id}: no commit record at {record_file}")
             continue
         manifest = json.loads(record_file.read_text())["batch"]["manifest"]
-        data_dir = output / f"batch_id={batch_id:010d}"
+        data_dir = output / f"batch_id={path_batch_id(batch_id)}"
         if manifest.get("attempt"):  # a table output: the files of the attempt the commit record names
-            data_dir = output / "data" / f"batch_id={batch_id:010d}" / f"attempt={manifest['attempt']}"
+            data_dir = output / "data" / f"batch_id={path_batch_id(batch_id)}" / f"attempt={manifest['attempt']}"
         table = pq.read_table(data_dir) if data_dir.exists() else None
         for shard in manifest["shards"]:
             if table is None:
@@ -646,7 +647,7 @@ def check_files(output: Path, committed: list[int]) -> list[str]:
     from kinesis_replay.output import COMMITS_DIR, OWNER_FILE
     from stack.harness import output_table
 
-    allowed = {f"batch_id={b:010d}" for b in committed}
+    allowed = {f"batch_id={path_batch_id(b)}" for b in committed}
     problems = []
     if not output.exists():
         return problems

@@ -189,9 +189,11 @@ def batch_dirs(output: Path | str) -> list[str]:
     A table output: the batches of the table's current snapshot. A directory output: the partition directories
     under the root (Spark's file names differ per run; these must not).
     """
+    from kinesis_replay.formats import path_batch_id
+
     if is_table_output(output):
         rows = read_output(output)
-        return sorted({f"batch_id={b:010d}" for b in rows.column("batch_id").to_pylist()})
+        return sorted({f"batch_id={path_batch_id(b)}" for b in rows.column("batch_id").to_pylist()})
     return sorted(p.name for p in Path(output).iterdir() if p.is_dir() and not p.name.startswith(("_", ".")))
 
 

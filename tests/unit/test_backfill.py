@@ -14,7 +14,6 @@ import pytest
 from kinesis_replay.backfill import (
     ACKNOWLEDGE_DATA_LOSS_SCHEMA,
     MAX_ACKNOWLEDGED_SHARDS,
-    MAX_BATCH_ID,
     MAX_BATCHES_PER_RUN,
     SELECTION_SCHEMA,
     BackfillError,
@@ -26,7 +25,7 @@ from kinesis_replay.backfill import (
     select_batches,
 )
 from kinesis_replay.config import ReadConfig
-from kinesis_replay.output import batch_partition
+from kinesis_replay.formats import MAX_BATCH_ID, path_batch_id
 from kinesis_replay.ranges import SequenceRange
 from kinesis_replay.state import Batch, BatchStatus
 
@@ -170,7 +169,7 @@ def test_the_largest_choices_the_schema_takes() -> None:
     checker = jsonschema.FormatChecker()
     jsonschema.validate({"batch_ids": list(range(1, MAX_BATCHES_PER_RUN + 1))}, SELECTION_SCHEMA, format_checker=checker)
     jsonschema.validate({"from_batch": MAX_BATCH_ID, "to_batch": MAX_BATCH_ID}, SELECTION_SCHEMA, format_checker=checker)
-    assert len(batch_partition(MAX_BATCH_ID)) == len(batch_partition(1))  # the largest id still fits the padded paths
+    assert len(path_batch_id(MAX_BATCH_ID)) == len(path_batch_id(1))  # the largest id still fits the padded paths
 
 
 def test_a_range_wider_than_one_run_is_refused_before_it_is_built() -> None:

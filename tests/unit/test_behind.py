@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from kinesis_replay.ranges import SequenceRange
-from kinesis_replay.state import Batch, BatchStatus, Manifest, ShardResult
-from kinesis_replay.status import CAPPED, catch_up
+from kinesis_replay.state import Batch, BatchStatus, Manifest, PlanNotes, ShardResult
+from kinesis_replay.status import catch_up
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 S = 10**50
@@ -19,7 +19,7 @@ def committed(capped: dict[str, int], took: timedelta) -> Batch:
     planned_at = T0 + timedelta(hours=6)
     return Batch(
         pipeline="p", batch_id=7, status=BatchStatus.COMMITTED, ranges=ranges, stream="s", run_id="r", created_at=planned_at,
-        manifest=Manifest("p", 7, results), committed_at=planned_at + took, extra={CAPPED: capped},
+        manifest=Manifest("p", 7, results), committed_at=planned_at + took, notes=PlanNotes(capped=capped),
     )  # fmt: skip
 
 

@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import report
 
+from kinesis_replay.formats import path_batch_id
 from stack import chaos
 
 
@@ -18,9 +19,9 @@ def write_batch(
 ) -> None:  # fmt: skip
     """A committed batch as the checker reads it: its files (a table output's attempt folder, given ``attempt``), the
     replay's result manifest and the commit record that keeps the same manifest."""
-    directory = output / f"batch_id={batch_id:010d}"
+    directory = output / f"batch_id={path_batch_id(batch_id)}"
     if attempt is not None:
-        directory = output / "data" / f"batch_id={batch_id:010d}" / f"attempt={attempt}"
+        directory = output / "data" / f"batch_id={path_batch_id(batch_id)}" / f"attempt={attempt}"
     directory.mkdir(parents=True)
     table = pa.table(
         {
@@ -41,11 +42,11 @@ def write_batch(
             )
         result = {"batch_id": batch_id, "shards": entries, **({"attempt": attempt} if attempt else {})}
         (output / "_manifests").mkdir(exist_ok=True)
-        (output / "_manifests" / f"batch_id={batch_id:010d}.json").write_text(json.dumps(result))
+        (output / "_manifests" / f"batch_id={path_batch_id(batch_id)}.json").write_text(json.dumps(result))
         if committed:
             (output / "_commits").mkdir(exist_ok=True)
             record = json.dumps({"batch": {"manifest": result}, "format": 1})
-            (output / "_commits" / f"batch_id={batch_id:010d}.json").write_text(record)
+            (output / "_commits" / f"batch_id={path_batch_id(batch_id)}.json").write_text(record)
 
 
 def test_a_manifest_that_disagrees_with_its_files_is_named(tmp_path: Path) -> None:

@@ -13,7 +13,20 @@ PACKAGE = ROOT / "plugins" / "kinesis_replay"
 
 # Lower layers first; a module may import its own layer and those below it, never one above.
 LAYERS: dict[str, tuple[str, ...]] = {
-    "core": ("__init__", "errors", "ranges", "records", "config", "payloads", "state", "job_spec", "status", "charts", "holdings"),
+    "core": (
+        "__init__",
+        "errors",
+        "formats",
+        "ranges",
+        "records",
+        "config",
+        "payloads",
+        "state",
+        "job_spec",
+        "status",
+        "charts",
+        "holdings",
+    ),
     "adapters": (
         "kinesis",
         "dynamodb_store",

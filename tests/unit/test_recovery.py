@@ -62,7 +62,7 @@ def test_checkpoints_come_from_each_shards_newest_range_and_a_drained_parent_is_
     assert rebuilt.head.next_batch_id == 4 and rebuilt.head.in_flight is None
     assert [b.batch_id for b in rebuilt.batches] == [1, 2, 3] and all(b.status == BatchStatus.COMMITTED for b in rebuilt.batches)
     assert rebuilt.batches[0].ranges == records[0].ranges
-    assert rebuilt.batches[0].extra["restored_from"] == "/lake/orders/_commits/batch_id=0000000001.json"
+    assert rebuilt.batches[0].notes.restored_from == "/lake/orders/_commits/batch_id=0000000001.json"
     assert "next batch id 4" in rebuilt.describe() and f"shard {S0}: checkpoint 450 (batch 2), finished" in rebuilt.describe()
 
 

@@ -19,7 +19,7 @@ from kinesis_replay.config import ReadConfig, parse_config
 from kinesis_replay.errors import RangeReadError
 from kinesis_replay.job_spec import JobSpec
 from kinesis_replay.ranges import SequenceRange
-from kinesis_replay.state import ESTIMATED_BYTES, Batch, BatchStatus
+from kinesis_replay.state import Batch, BatchStatus, PlanNotes
 from kinesis_source import RangePartition, balance, partitions, read_group, task_ranges
 
 PLANNED = datetime(2026, 1, 1, 1, tzinfo=UTC)
@@ -74,7 +74,9 @@ def test_balance_keeps_every_group_within_the_mean_plus_one_item_and_lists_each_
 def test_a_batch_spec_carries_planning_estimates_from_the_ledger() -> None:
     pipeline = parse_config({"pipelines": [{"name": "p", "stream": "s", "output": "/lake/p", "schedule": None,
                                             "initial_position": "TRIM_HORIZON", "state_table": "t", "spark": {}}]})[0]  # fmt: skip
-    batch = Batch("p", 1, BatchStatus.PLANNED, spec([60]).ranges, "s", "run", PLANNED, extra={ESTIMATED_BYTES: {"shardId-000000000000": 5}})
+    batch = Batch(
+        "p", 1, BatchStatus.PLANNED, spec([60]).ranges, "s", "run", PLANNED, notes=PlanNotes(estimated_bytes={"shardId-000000000000": 5})
+    )
     from kinesis_replay.job_spec import KinesisEndpoint
 
     made = JobSpec.for_batch(pipeline, batch, KinesisEndpoint())
