@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, NoReturn, cast, get_args, get_type_hints
 
 from kinesis_replay.errors import ConfigError
+from kinesis_replay.formats import s3_uri
 from kinesis_replay.records import PARTITION_COLUMN, ROW_COLUMNS
 
 CONFIG_ENV = "KINESIS_REPLAY_CONFIG"
@@ -515,8 +516,6 @@ _FORBIDDEN_ROOTS = {
     "/opt": False, "/mnt": False, "/srv": False,
 }  # fmt: skip
 _URI = re.compile(r"^(?P<scheme>[a-z][a-z0-9+.-]*)://(?P<authority>[^/]*)(?P<path>/.*)?$", re.IGNORECASE)
-# Hadoop's names for S3 are S3: s3a://bucket/x and s3://bucket/x are one place.
-_SAME_SCHEME = {"s3a": "s3", "s3n": "s3"}
 
 
 def normalize_output(value: str) -> str:
@@ -559,8 +558,7 @@ def output_key(output: str) -> str:
     match = _URI.match(output)
     if not match:
         return output
-    scheme = match["scheme"].lower()
-    return f"{_SAME_SCHEME.get(scheme, scheme)}://{match['authority']}{match['path']}"
+    return s3_uri(f"{match['scheme'].lower()}://{match['authority']}{match['path']}")
 
 
 def outputs_overlap(a: str, b: str) -> bool:

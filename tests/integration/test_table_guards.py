@@ -75,14 +75,20 @@ def restore(dags: dict[str, Any], entry: dict[str, Any], store: DynamoDBStateSto
     assert done.state == "success", done
 
 
+def two_batches(kinesis: Any, entry: dict[str, Any], dags: dict[str, Any], first: int, second: int) -> list[Any]:
+    """Two regular cycles, each committing the records produced just before it: batches 1 and 2."""
+    produced = produce(kinesis, entry["stream"], first)
+    assert run_dag(dags["regular"]).tasks == SUCCESS
+    produced += produce(kinesis, entry["stream"], second, start_index=first)
+    assert run_dag(dags["regular"]).tasks == SUCCESS
+    return produced
+
+
 def test_a_rollback_is_refused_until_restored_from_the_output(
     kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any], dags: dict[str, Any]
 ) -> None:
     """Case 1: rolled back to batch 1's snapshot with pyiceberg, the next cycle committed batch 3 on top, batch 2 lost."""
-    produced = produce(kinesis, entry["stream"], 60)
-    assert run_dag(dags["regular"]).tasks == SUCCESS
-    produced += produce(kinesis, entry["stream"], 40, start_index=60)
-    assert run_dag(dags["regular"]).tasks == SUCCESS
+    produced = two_batches(kinesis, entry, dags, 60, 40)
     table = output_table(entry["output"])
     first = next(s for s in table.metadata.snapshots if s.summary["kinesis-replay.batch-id"] == "1")
     table.manage_snapshots().rollback_to_snapshot(first.snapshot_id).commit()
@@ -112,11 +118,7 @@ def test_a_dropped_table_is_not_recreated_by_a_backfill_and_is_restored_whole(
     kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any], dags: dict[str, Any]
 ) -> None:
     """Case 2: the table dropped from its catalog, then a backfill of the newest batch made a table holding only it."""
-    produced = produce(kinesis, entry["stream"], 50)
-    assert run_dag(dags["regular"]).tasks == SUCCESS
-    produced += produce(kinesis, entry["stream"], 20, start_index=50)
-    assert run_dag(dags["regular"]).tasks == SUCCESS
-    table = output_table(entry["output"])
+    produced = two_batches(kinesis, entry, dags, 50, 20)
     (p,) = parse_config({"pipelines": [entry]})
     from kinesis_replay import iceberg_table
 
@@ -129,8 +131,7 @@ def test_a_dropped_table_is_not_recreated_by_a_backfill_and_is_restored_whole(
     assert "it lacks batches 1, 2" in refused(entry, dags["regular"])
 
     restore(dags, entry, store)
-    table = output_table(entry["output"])
-    assert table is not None and rows_by_batch(entry["output"]) == {1: 50, 2: 20}
+    assert output_table(entry["output"]) is not None and rows_by_batch(entry["output"]) == {1: 50, 2: 20}
     produced += produce(kinesis, entry["stream"], 10, start_index=70)
     assert run_dag(dags["regular"]).tasks == SUCCESS
     landed = check_exactly_once(produced, read_output(entry["output"]))
@@ -177,10 +178,7 @@ def test_a_batch_whose_files_and_records_are_both_gone_is_named_and_the_others_a
 ) -> None:
     """The table dropped, batch 1's files deleted too, and its ranges past the stream's retention: nothing can bring it
     back. The restore puts back batch 2, fails batch 1's own task naming it, and the pipeline stays refused, saying so."""
-    produce(kinesis, entry["stream"], 30)
-    assert run_dag(dags["regular"]).tasks == SUCCESS
-    produce(kinesis, entry["stream"], 20, start_index=30)
-    assert run_dag(dags["regular"]).tasks == SUCCESS
+    two_batches(kinesis, entry, dags, 30, 20)
     (p,) = parse_config({"pipelines": [entry]})
     from kinesis_replay import iceberg_table
 
