@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import reprlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -462,7 +461,7 @@ def plan_restore(pipeline: PipelineConfig, kinesis_client: KinesisClient, store:
     pipeline has no ledger (recover the state table first).
     """
     guards.require_owner(pipeline)
-    config = iceberg_table.require_table(pipeline)
+    iceberg_table.require_table(pipeline)  # a directory pipeline has no table to restore
     head = store.get_head(pipeline.name)
     if head.version == 0:
         raise BackfillError(
@@ -472,8 +471,7 @@ def plan_restore(pipeline: PipelineConfig, kinesis_client: KinesisClient, store:
     ledger = guards.ledger_of(head)
     metadata_lost = False
     try:
-        gone = config.embedded and not os.path.exists(iceberg_table.embedded_catalog_file(pipeline.output))
-        table = None if gone else iceberg_table.load_table(pipeline)
+        table = iceberg_table.existing_table(pipeline)
     except iceberg_table.TableMetadataLostError:
         table, metadata_lost = None, True
     state = iceberg_table.table_state(table)

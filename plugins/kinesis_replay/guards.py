@@ -16,7 +16,6 @@ whose commit began. Before a plan writes anything it checks both against the sta
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import replace
 from datetime import datetime
 
@@ -211,9 +210,7 @@ def check_table(pipeline: PipelineConfig, ledger: Ledger) -> None:
         if not pipeline.table.embedded:
             iceberg_table.load_catalog(pipeline)
         return
-    # An embedded catalog that is gone holds no table; loading it would create an empty one (a write, however small).
-    gone = pipeline.table.embedded and not os.path.exists(iceberg_table.embedded_catalog_file(pipeline.output))
-    state = iceberg_table.table_state(None if gone else iceberg_table.load_table(pipeline))
+    state = iceberg_table.table_state(iceberg_table.existing_table(pipeline))
     mismatch = compare(state, ledger)
     if mismatch is not None:
         raise TableMismatchError(f"{describe_mismatch(pipeline, state, ledger, mismatch)} Nothing was written.")

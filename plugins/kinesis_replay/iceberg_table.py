@@ -272,6 +272,15 @@ def partition_counts(table: Table) -> dict[int, int]:
     return counts
 
 
+def existing_table(pipeline: PipelineConfig) -> Table | None:
+    """The pipeline's table, or None; never creates anything: an embedded catalog whose file is gone holds no table,
+    and loading it would create an empty one (a write, however small)."""
+    config = require_table(pipeline)
+    if config.embedded and not os.path.exists(embedded_catalog_file(pipeline.output)):
+        return None
+    return load_table(pipeline)
+
+
 def check_table_owner(pipeline: PipelineConfig, table: Table) -> None:
     """The table names this pipeline and stream, and lives at its output root."""
     props = table.properties
