@@ -35,8 +35,8 @@ S = 10**55
 
 
 def ledger_batch(batch_id: int, shards: int) -> Any:
-    from kinesis_replay.ranges import SequenceRange
-    from kinesis_replay.state import Batch, BatchStatus, Manifest, ShardResult
+    from kinesis_replay.core.ranges import SequenceRange
+    from kinesis_replay.core.state import Batch, BatchStatus, Manifest, ShardResult
 
     planned = T0 + batch_id * EVERY
     ids = [f"shardId-{i:012d}" for i in range(shards)]
@@ -60,11 +60,12 @@ def timed(fn: Callable[[], Any], runs: int) -> float:
 def measure(entries: int, shards: int, runs: int, whole: bool) -> dict[str, Any]:
     import boto3
 
-    from kinesis_replay import backfill, batches, status
-    from kinesis_replay.backfill import Selection
-    from kinesis_replay.config import parse_config
-    from kinesis_replay.dynamodb_store import DynamoDBStateStore
-    from kinesis_replay.state import ShardState
+    from kinesis_replay.adapters.dynamodb_store import DynamoDBStateStore
+    from kinesis_replay.core.config import parse_config
+    from kinesis_replay.core.state import ShardState
+    from kinesis_replay.steps import backfill, in_flight
+    from kinesis_replay.steps.backfill import Selection
+    from kinesis_replay.ui import status
     from stack import local_stack
     from stack.ledger import write_ledger
 
@@ -101,7 +102,7 @@ def measure(entries: int, shards: int, runs: int, whole: bool) -> dict[str, Any]
             "backfill by ids (3 ids)": select(Selection(batch_ids=(7, entries // 2, entries))),
             "backfill by id range (100 batches)": select(Selection(from_batch=entries // 2, to_batch=entries // 2 + 99)),
             "backfill by time window (1 hour, 24 h retention)": select(window),
-            "stuck check": lambda: batches.staleness(pipeline, store, now),
+            "stuck check": lambda: in_flight.staleness(pipeline, store, now),
         }
         figures: dict[str, Any] = {name: timed(fn, runs) for name, fn in reads.items()}
         if whole:

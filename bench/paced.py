@@ -52,7 +52,7 @@ from measure import run_tracked  # noqa: E402
 from planning import ProxyProcess  # noqa: E402
 from run import SPARK_CONF, airflow_env, job_phases, machine, say, start_together  # noqa: E402
 
-from kinesis_replay import jvm_archive  # noqa: E402
+from kinesis_replay.launchers import jvm_archive  # noqa: E402
 from stack import local_stack  # noqa: E402
 
 WORK = ROOT / ".stack" / "bench-paced"
@@ -133,7 +133,7 @@ def produce(client: Any, stream: str, scenario: Scenario) -> dict[str, Shard]:
 
 class Paced:
     def __init__(self, stack: Any, proxy: ProxyProcess, scenario: Scenario, stream: str, shards: dict[str, Shard], cores: int) -> None:
-        from kinesis_replay import spark_submit
+        from kinesis_replay.launchers import spark_submit
 
         self.stack, self.proxy, self.scenario, self.stream, self.shards, self.cores = stack, proxy, scenario, stream, shards, cores
         # Every client of every way connects to the proxy: the job's spec and the DAG's connection both name it.
@@ -220,11 +220,12 @@ class Paced:
 
     def replay_job(self) -> dict[str, Any]:
         """spark-submit the replay job on the backlog's ranges, exactly as the replay task does; checked against the acknowledged records."""
-        from kinesis_replay import spark_submit
-        from kinesis_replay.config import parse_config
-        from kinesis_replay.job_spec import JobSpec, KinesisEndpoint
-        from kinesis_replay.output import batch_path, data_path, read_manifest
-        from kinesis_replay.ranges import SequenceRange
+        from kinesis_replay.adapters.files import read_manifest
+        from kinesis_replay.adapters.layout import batch_path, data_path
+        from kinesis_replay.core.config import parse_config
+        from kinesis_replay.core.job_spec import JobSpec, KinesisEndpoint
+        from kinesis_replay.core.ranges import SequenceRange
+        from kinesis_replay.launchers import spark_submit
 
         output = WORK / "replay"
         shutil.rmtree(output, ignore_errors=True)
@@ -266,7 +267,7 @@ class Paced:
 
     def dag_cycle(self) -> dict[str, Any]:
         """One regular DAG run with dag.test() on a new pipeline: plan, replay, verify and commit the whole backlog."""
-        from kinesis_replay.output import read_manifest
+        from kinesis_replay.adapters.files import read_manifest
         from stack.harness import load_dags
 
         name = f"p{uuid.uuid4().hex[:8]}"
@@ -477,8 +478,8 @@ def run_all(scenarios: list[Scenario], cores: int, naive_limits: float) -> dict[
 
 def warm_up(stack: Any, cores: int) -> None:
     """The class-data-sharing archive, recorded before anything is timed (the first replay task on a machine does it once)."""
-    from kinesis_replay import spark_submit
-    from kinesis_replay.config import parse_config
+    from kinesis_replay.core.config import parse_config
+    from kinesis_replay.launchers import spark_submit
     from stack.harness import pipeline_entry
 
     entry = pipeline_entry("warm", "unused", WORK / "warm-up", "unused")

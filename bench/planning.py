@@ -158,14 +158,14 @@ def plan_once(
     """
     import boto3
 
-    from kinesis_replay import kinesis
-    from kinesis_replay.config import parse_config
-    from kinesis_replay.dynamodb_store import DynamoDBStateStore
+    from kinesis_replay.adapters import kinesis_client
+    from kinesis_replay.adapters.dynamodb_store import DynamoDBStateStore
+    from kinesis_replay.core.config import parse_config
     from stack import local_stack
 
-    config = kinesis.pooled(kinesis.CLIENT_CONFIG, concurrency)
+    config = kinesis_client.pooled(kinesis_client.CLIENT_CONFIG, concurrency)
     raw = boto3.client("kinesis", endpoint_url=proxy.url, region_name=local_stack.REGION, config=config)
-    client = kinesis.leave_throttling_to_call(raw)
+    client = kinesis_client.leave_throttling_to_call(raw)
     runs: list[tuple[float, dict[str, float], Any, Any]] = []
     for _ in range(repeats):
         time.sleep(WINDOW)  # a plan of its own: the shards' budgets left by the one before are refilled
@@ -192,7 +192,7 @@ def plan_once(
 
 
 def _timed_plan(proxy: ProxyProcess, pipeline: Any, client: Any, store: Any, scenario: Scenario) -> tuple[float, Any]:
-    from kinesis_replay.batches import plan_batch
+    from kinesis_replay.steps.plan import plan_batch
 
     proxy.clear()
     started = time.perf_counter()
@@ -212,8 +212,8 @@ def _per_shard(proxy: ProxyProcess, scenario: Scenario) -> tuple[list[int], list
 def _commit_without_reading(pipeline: Any, store: Any, batch: Any) -> None:
     """Setup, not measured: commit the first batch as if it had been replayed (no Spark here), so that the next plan
     finds every checkpoint at its shard's newest record, as a pipeline that keeps up does."""
-    from kinesis_replay.batches import commit_batch
-    from kinesis_replay.state import BatchStatus, Manifest, ShardResult
+    from kinesis_replay.core.state import BatchStatus, Manifest, ShardResult
+    from kinesis_replay.steps.commit import commit_batch
 
     results = tuple(ShardResult(r.shard_id, 1, 1, r.start, r.end, "-") for r in batch.ranges)
     store.update_batch(
@@ -355,7 +355,7 @@ def _cpu_bound(results: list[Result]) -> str:
 
 
 def _concurrency() -> int:
-    from kinesis_replay.config import ReadConfig
+    from kinesis_replay.core.config import ReadConfig
 
     return ReadConfig().plan_concurrency
 

@@ -35,7 +35,7 @@ sys.path[:0] = [str(ROOT / "plugins"), str(ROOT / "dags"), str(ROOT / "tests"), 
 
 from measure import Finished, children_cpu, cpu_seconds, run_tracked  # noqa: E402
 
-from kinesis_replay import jvm_archive  # noqa: E402
+from kinesis_replay.launchers import jvm_archive  # noqa: E402
 from stack import local_stack  # noqa: E402
 
 WORK = ROOT / ".stack" / "bench"
@@ -112,7 +112,7 @@ class Bench:
         self.library = self._library()
 
     def _library(self) -> Path:
-        from kinesis_replay import spark_submit
+        from kinesis_replay.launchers import spark_submit
 
         return spark_submit.package_library(self.work / "kinesis_replay.zip")
 
@@ -198,11 +198,12 @@ class Bench:
 
     def replay_job(self, stream: Stream, conf: dict[str, str] | None = None) -> dict[str, Any]:
         """spark-submit the replay job on the stream's ranges, exactly as the replay task does; time it to its exit."""
-        from kinesis_replay import spark_submit
-        from kinesis_replay.config import ReadConfig, parse_config
-        from kinesis_replay.job_spec import JobSpec, KinesisEndpoint
-        from kinesis_replay.output import batch_path, data_path, read_manifest
-        from kinesis_replay.ranges import SequenceRange
+        from kinesis_replay.adapters.files import read_manifest
+        from kinesis_replay.adapters.layout import batch_path, data_path
+        from kinesis_replay.core.config import ReadConfig, parse_config
+        from kinesis_replay.core.job_spec import JobSpec, KinesisEndpoint
+        from kinesis_replay.core.ranges import SequenceRange
+        from kinesis_replay.launchers import spark_submit
 
         output = self.work / "replay"
         shutil.rmtree(output, ignore_errors=True)
@@ -242,8 +243,8 @@ class Bench:
 
     def record_archive(self) -> dict[str, Any]:
         """The warm-up job that records the class-data-sharing archive, as the first replay task on a machine runs it."""
-        from kinesis_replay import spark_submit
-        from kinesis_replay.config import parse_config
+        from kinesis_replay.core.config import parse_config
+        from kinesis_replay.launchers import spark_submit
 
         pipeline = parse_config({"pipelines": [self.pipeline_entry("unused", self.work / "warm-up", "unused")]})[0]
         jobs = ROOT / "spark_jobs"
@@ -259,9 +260,9 @@ class Bench:
         """A dry run of the planner on the whole stream (no checkpoints yet), just after a small live tail arrives."""
         import boto3
 
-        from kinesis_replay import batches
-        from kinesis_replay.config import parse_config
-        from kinesis_replay.dynamodb_store import DynamoDBStateStore
+        from kinesis_replay.adapters.dynamodb_store import DynamoDBStateStore
+        from kinesis_replay.core.config import parse_config
+        from kinesis_replay.steps.plan import plan_batch
         from stack.producer import produce
 
         table = f"bench-{uuid.uuid4().hex[:8]}"
@@ -279,7 +280,7 @@ class Bench:
         emulator, cpu = self.emulator_cpu(), time.process_time()
         started = time.monotonic()
         try:
-            result = batches.plan_batch(pipeline, self.kinesis, store, "bench-plan", dry_run=True)
+            result = plan_batch(pipeline, self.kinesis, store, "bench-plan", dry_run=True)
         finally:
             self.kinesis.meta.events.unregister("after-call.kinesis", count)
         seconds = time.monotonic() - started

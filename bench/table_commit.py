@@ -2,7 +2,7 @@
 
 Every commit adds a snapshot, and Iceberg's metadata holds every snapshot until expiry removes it, so a commit
 could grow with the table's history. This commits BATCHES batches of FILES Parquet files each (a 4-shard
-stream's batch) through the project's own commit (``iceberg_table.commit_batch``) to a table on the embedded SQL
+stream's batch) through the project's own commit (``iceberg_table.commit_snapshot``) to a table on the embedded SQL
 catalog, and times, around the 10th and the last batch:
 
 - a first commit of a batch (add its files), as the pipeline's commit does, two ways side by side, alternating:
@@ -46,9 +46,9 @@ import pyarrow.parquet as pq  # noqa: E402
 import report  # noqa: E402
 from pyiceberg.catalog import load_catalog as pyiceberg_load_catalog  # noqa: E402
 
-from kinesis_replay import iceberg_table, table_maintenance  # noqa: E402
-from kinesis_replay.config import PipelineConfig, parse_config  # noqa: E402
-from kinesis_replay.output import data_path  # noqa: E402
+from kinesis_replay.adapters import iceberg_table, table_maintenance  # noqa: E402
+from kinesis_replay.adapters.layout import data_path  # noqa: E402
+from kinesis_replay.core.config import PipelineConfig, parse_config  # noqa: E402
 
 TARGET = 2.0  # the 1,000th batch's commit at most twice the 10th's
 ROWS_PER_FILE = 100
@@ -120,7 +120,7 @@ class Bench:
         paths = write_files(self.p, batch_id, attempt, self.files)
         catalog = self.pyiceberg_catalog if self.pyiceberg_commit else self.catalog
         t0 = time.perf_counter()
-        iceberg_table.commit_batch(self.p, batch_id, attempt, paths, run_id=f"bench-{batch_id}", catalog=catalog)
+        iceberg_table.commit_snapshot(self.p, batch_id, attempt, paths, run_id=f"bench-{batch_id}", catalog=catalog)
         return time.perf_counter() - t0
 
     def timed(self, label: str, batch_id: int, attempt: str = "a") -> None:
@@ -217,7 +217,7 @@ def render(r: dict[str, Any]) -> str:
         f"## The table commit at the 10th and the {n:,}th batch (make bench-table)",
         "",
         f"One table on the embedded SQL catalog, {n:,} batches of {r['files']} Parquet files ({ROWS_PER_FILE} rows each), "
-        f"each committed by `iceberg_table.commit_batch` as the pipeline commits; medians of {r['width']} commits around "
+        f"each committed by `iceberg_table.commit_snapshot` as the pipeline commits; medians of {r['width']} commits around "
         f"the 10th and the {n:,}th batch, the project's commit and pyiceberg's own alternating. At the {n:,}th batch the table held "
         f"{r['history']:,} snapshots and a metadata file of {r['metadata_bytes'] / 2**20:.1f} MiB. {r['seconds'] / 60:.1f} minutes "
         f"on {r['machine']}, 1-minute load average {r['load']:.1f} at the end.",

@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import kinesis_replay_tasks as tasks
-from kinesis_replay.config import resolve_config_path
-from kinesis_replay.errors import ConfigError
+from kinesis_replay.core.config import resolve_config_path
+from kinesis_replay.core.errors import ConfigError
 
 CONFIG_PATH = resolve_config_path(Path(__file__).with_name("pipelines.yaml"))
 

@@ -49,12 +49,12 @@ from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOpe
 from airflow.sdk import DAG, Asset, Param, get_current_context, task
 
 import kinesis_replay_tasks as tasks
-from kinesis_replay import emr_serverless
-from kinesis_replay.backfill import ACKNOWLEDGE_DATA_LOSS_SCHEMA, SELECTION_SCHEMA
-from kinesis_replay.config import PipelineConfig, resolve_config_path
-from kinesis_replay.guards import RECOVER_PARAM
-from kinesis_replay.iceberg_table import RESTORE_PARAM
-from kinesis_replay.table_maintenance import DEFAULT_ORPHAN_AGE
+from kinesis_replay.adapters.iceberg_table import RESTORE_PARAM
+from kinesis_replay.adapters.table_maintenance import DEFAULT_ORPHAN_AGE
+from kinesis_replay.core.config import PipelineConfig, resolve_config_path
+from kinesis_replay.launchers import emr_serverless
+from kinesis_replay.steps.backfill import ACKNOWLEDGE_DATA_LOSS_SCHEMA, SELECTION_SCHEMA
+from kinesis_replay.steps.guards import RECOVER_PARAM
 
 CONFIG_PATH = resolve_config_path(Path(__file__).with_name("pipelines.yaml"))
 START = tasks.START

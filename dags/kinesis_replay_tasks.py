@@ -23,26 +23,20 @@ from airflow.sdk.observability import stats
 from botocore.config import Config
 from botocore.credentials import ReadOnlyCredentials, RefreshableCredentials
 
-from kinesis_replay import (
-    airflow_config,
-    backfill,
-    batches,
-    credentials,
-    emr_serverless,
-    guards,
-    iceberg_table,
-    kinesis,
-    output,
-    recovery,
-    spark_submit,
-    status,
-    table_maintenance,
-)
-from kinesis_replay.config import PipelineConfig
-from kinesis_replay.dynamodb_store import DynamoDBStateStore
-from kinesis_replay.errors import ConfigError, KinesisReplayError
-from kinesis_replay.job_spec import JobSpec, KinesisEndpoint
-from kinesis_replay.state import Batch, Progress, RunKind
+from kinesis_replay import airflow_config
+from kinesis_replay.adapters import iceberg_table, layout, table_maintenance
+from kinesis_replay.adapters.dynamodb_store import DynamoDBStateStore
+from kinesis_replay.adapters.kinesis_client import CLIENT_CONFIG, POOL_CONNECTIONS, leave_throttling_to_call, pooled, stream_retention
+from kinesis_replay.core.config import PipelineConfig
+from kinesis_replay.core.errors import BackfillError, ConfigError, KinesisReplayError
+from kinesis_replay.core.job_spec import JobSpec, KinesisEndpoint
+from kinesis_replay.core.state import Batch, Progress, RunKind
+from kinesis_replay.launchers import credentials, emr_serverless, spark_submit
+from kinesis_replay.steps import backfill, guards, in_flight, maintenance, recovery
+from kinesis_replay.steps.commit import commit_batch
+from kinesis_replay.steps.plan import FINISH_COMMIT, PlanResult, plan_batch
+from kinesis_replay.steps.verify import verify_batch
+from kinesis_replay.ui import status
 
 if TYPE_CHECKING:  # the boto3 stubs are for type checking only
     from types_boto3_kinesis.client import KinesisClient
@@ -53,10 +47,10 @@ SPARK_JOBS = Path(__file__).resolve().parents[1] / "spark_jobs"
 # EmrServerlessStartJobOperator's arguments that are the pipeline's, not the batch's: given to partial().
 OPERATOR_FIXED = ("application_id", "execution_role_arn", "deferrable", "waiter_delay", "waiter_max_attempts")
 # DynamoDB's and S3's clients: botocore retries their transient faults and throttling. Kinesis clients have a
-# policy of their own (kinesis.CLIENT_CONFIG): there, throttling is paced and counted by kinesis_replay.kinesis.
+# policy of their own (CLIENT_CONFIG): there, throttling is paced and counted by kinesis_replay.kinesis.
 # The planner's and the commit's threads share the DynamoDB client too, hence the pool.
 _RETRIES = Config(
-    retries={"mode": "standard", "max_attempts": 5}, connect_timeout=10, read_timeout=60, max_pool_connections=kinesis.POOL_CONNECTIONS
+    retries={"mode": "standard", "max_attempts": 5}, connect_timeout=10, read_timeout=60, max_pool_connections=POOL_CONNECTIONS
 )
 START = airflow_config.START
 load_pipelines = airflow_config.load_pipelines  # the config, with the checks only Airflow can make
@@ -73,7 +67,7 @@ class Planned(TypedDict):
     """plan's XCom: the batch the run works on, and what it does with it (the batch's other tasks read it)."""
 
     batch_id: int
-    action: str  # batches.REPLAY or batches.FINISH_COMMIT: what is left to do for the batch
+    action: str  # REPLAY or FINISH_COMMIT: what is left to do for the batch
     resumed: bool  # the batch was planned by an earlier run
     ranges: int  # how many shards it reads
 
@@ -124,18 +118,18 @@ def fail_fast(step: Callable[_P, _R]) -> Callable[_P, _R]:
 
 
 def kinesis_hook(p: PipelineConfig) -> KinesisHook:
-    return KinesisHook(aws_conn_id=p.aws_conn_id, config=kinesis.pooled(kinesis.CLIENT_CONFIG, p.read.plan_concurrency))
+    return KinesisHook(aws_conn_id=p.aws_conn_id, config=pooled(CLIENT_CONFIG, p.read.plan_concurrency))
 
 
 def kinesis_client(p: PipelineConfig) -> KinesisClient:
     """The connection's Kinesis client, with the one retry policy of kinesis_replay.kinesis."""
-    return kinesis.leave_throttling_to_call(kinesis_hook(p).conn)
+    return leave_throttling_to_call(kinesis_hook(p).conn)
 
 
 def state_store(p: PipelineConfig) -> DynamoDBStateStore:
     # A plain client, not DynamoDBHook's: that is a resource's meta.client, whose injected serializer would
     # wrap the typed attribute values the store writes a second time.
-    client = AwsBaseHook(aws_conn_id=p.aws_conn_id, client_type="dynamodb", config=kinesis.pooled(_RETRIES, p.read.plan_concurrency)).conn
+    client = AwsBaseHook(aws_conn_id=p.aws_conn_id, client_type="dynamodb", config=pooled(_RETRIES, p.read.plan_concurrency)).conn
     return DynamoDBStateStore(client, p.state_table)
 
 
@@ -159,7 +153,7 @@ def plan(p: PipelineConfig, run_id: str, params: dict[str, Any]) -> Planned:
         rebuilt = recovery.recover(p, kinesis_client(p), store, datetime.now(UTC), dry_run)
         if dry_run:
             raise AirflowSkipException(f"dry run: nothing was written; would {rebuilt.describe()}")
-    result = batches.plan_batch(p, kinesis_client(p), store, run_id, acknowledged=acknowledged(params), dry_run=dry_run)
+    result = plan_batch(p, kinesis_client(p), store, run_id, acknowledged=acknowledged(params), dry_run=dry_run)
     for shard_id, millis in result.lag_millis.items():
         stats.gauge(f"kinesis_replay.{p.name}.shard.{shard_id}.millis_behind_latest", millis)
     for child, parents in result.waiting:
@@ -176,7 +170,7 @@ def plan(p: PipelineConfig, run_id: str, params: dict[str, Any]) -> Planned:
     return Planned(batch_id=batch.batch_id, action=action, resumed=result.resumed, ranges=len(batch.ranges))
 
 
-def dry_run_report(p: PipelineConfig, result: batches.PlanResult) -> str:
+def dry_run_report(p: PipelineConfig, result: PlanResult) -> str:
     """What a run would do, logged and given as the reason the run is skipped."""
     if result.batch is None:
         return f"dry run of pipeline {p.name}: no shard of stream {p.stream} has anything new; nothing was written"
@@ -192,11 +186,11 @@ def dry_run_report(p: PipelineConfig, result: batches.PlanResult) -> str:
 def replay(p: PipelineConfig, planned: Planned, params: dict[str, Any]) -> None:
     """Run the replay job on the batch's stored ranges; a failure is noted on the batch, which stays in flight."""
     store = state_store(p)
-    batch = batches.batch_to_replay(p, kinesis_client(p), store, planned["batch_id"], planned["action"], acknowledged(params))
+    batch = in_flight.batch_to_replay(p, kinesis_client(p), store, planned["batch_id"], planned["action"], acknowledged(params))
     if batch is not None:
         # A job that fails because another run committed the batch meanwhile (its commit removes this run's attempt
         # folder under the job) fails the run with that, not with Spark's FileNotFoundException, and is not retried.
-        with batches.failure_recorded(p, store, batch.batch_id), batches.committed_meanwhile(p, store, batch.batch_id):
+        with in_flight.failure_recorded(p, store, batch.batch_id), in_flight.committed_meanwhile(p, store, batch.batch_id):
             submit(p, batch, acknowledged(params))
 
 
@@ -204,7 +198,7 @@ def job_spec(p: PipelineConfig, batch: Batch, accept_gaps: frozenset[str] = froz
     """The replay job's input: the batch's ranges, the hook's Kinesis endpoint and region, and the stream's retention."""
     hook = kinesis_hook(p)
     endpoint = KinesisEndpoint(hook.conn_region_name, hook.conn_config.get_service_endpoint_url("kinesis"))
-    retention = kinesis.stream_retention(kinesis_client(p), p.stream, p.read)
+    retention = stream_retention(kinesis_client(p), p.stream, p.read)
     return JobSpec.for_batch(p, batch, endpoint, accept_gaps, retention)
 
 
@@ -315,27 +309,27 @@ def stage_emr(p: PipelineConfig, batch: Batch, accept_gaps: frozenset[str] = fro
 def stage(p: PipelineConfig, planned: Planned, params: dict[str, Any]) -> list[dict[str, Any]]:
     """The EMR Serverless counterpart of replay(): check retention, stage the batch; [] when there is nothing to run."""
     store = state_store(p)
-    batch = batches.batch_to_replay(p, kinesis_client(p), store, planned["batch_id"], planned["action"], acknowledged(params))
+    batch = in_flight.batch_to_replay(p, kinesis_client(p), store, planned["batch_id"], planned["action"], acknowledged(params))
     if batch is None:
         return []
-    with batches.failure_recorded(p, store, batch.batch_id):
+    with in_flight.failure_recorded(p, store, batch.batch_id):
         return [stage_emr(p, batch, acknowledged(params))]
 
 
 @fail_fast
 def verify(p: PipelineConfig, planned: Planned, params: dict[str, Any], run_id: str) -> None:
     """Check the output and manifest against the plan; a mismatch fails the run and moves nothing."""
-    if planned["action"] == batches.FINISH_COMMIT:
+    if planned["action"] == FINISH_COMMIT:
         return
     store = state_store(p)
-    with batches.failure_recorded(p, store, planned["batch_id"]):
-        batches.verify_batch(p, store, planned["batch_id"], acknowledged(params), run_id)
+    with in_flight.failure_recorded(p, store, planned["batch_id"]):
+        verify_batch(p, store, planned["batch_id"], acknowledged(params), run_id)
 
 
 @fail_fast
 def commit(p: PipelineConfig, planned: Planned, run_id: str = "") -> BatchFigures:
     """Advance every checkpoint of the verified batch, conditionally, then mark it committed."""
-    batch = batches.commit_batch(p, state_store(p), planned["batch_id"], run_id=run_id)
+    batch = commit_batch(p, state_store(p), planned["batch_id"], run_id=run_id)
     summary = batch_summary(p, batch, "regular")
     behind = status.catch_up(batch, datetime.now(UTC))
     summary["catch_up"] = behind.to_dict()
@@ -370,7 +364,7 @@ def batch_summary(p: PipelineConfig, batch: Batch, kind: str) -> BatchFigures:
         bad_records=manifest.bad_records,
         bytes=manifest.bytes,
         seconds=round(seconds, 3),
-        path=output.batch_path(p.output, batch.batch_id) if p.table is None else p.output,
+        path=layout.batch_path(p.output, batch.batch_id) if p.table is None else p.output,
     )
     if p.table is not None:  # the table, and the snapshot that holds this batch (read the table as of it to see the batch)
         summary["table"], summary["catalog"], summary["snapshot_id"] = p.table.identifier, p.table.catalog, batch.snapshot_id
@@ -378,7 +372,7 @@ def batch_summary(p: PipelineConfig, batch: Batch, kind: str) -> BatchFigures:
     if len(batch.ranges) <= SUMMARY_RANGES:
         summary["ranges"] = [r.to_dict() for r in batch.ranges]
     else:
-        summary["ranges_in"] = output.commit_record_path(p.output, batch.batch_id)
+        summary["ranges_in"] = layout.commit_record_path(p.output, batch.batch_id)
     return summary
 
 
@@ -390,7 +384,7 @@ def event_extra(summary: BatchFigures) -> dict[str, Any]:
 @fail_fast  # its own AirflowFailException passes through; a missing or corrupt state table fails it at once too
 def check(p: PipelineConfig) -> None:
     """Fail, and so alert through the DAG's callbacks, when a record has waited too long to be committed."""
-    found = batches.staleness(p, state_store(p))
+    found = in_flight.staleness(p, state_store(p))
     stats.gauge(f"kinesis_replay.{p.name}.checkpoint_age_seconds", found.age_seconds)
     problem = found.problem(p)
     if problem is not None:
@@ -408,7 +402,7 @@ def select_backfill(p: PipelineConfig, params: dict[str, Any], run_id: str = "")
     if params.get(iceberg_table.RESTORE_PARAM):
         return restore_table(p, bool(params.get("dry_run")), run_id)
     if not params.get("batches"):
-        raise backfill.BackfillError(
+        raise BackfillError(
             f'pipeline {p.name}: name the batches to replay ({{"batches": {{"batch_ids": [3, 7]}}}}, or from_batch and '
             f'to_batch, or start_time and end_time), or restore the table ({{"{iceberg_table.RESTORE_PARAM}": true}})'
         )
@@ -466,7 +460,7 @@ def maintain_table(p: PipelineConfig, params: dict[str, Any]) -> MaintenanceFigu
     Fails, after the expiry, when orphan removal was refused because the pipeline's state is missing.
     """
     hours = params.get("orphan_age_hours", table_maintenance.DEFAULT_ORPHAN_AGE.total_seconds() / 3600)
-    found = batches.maintain_table(p, state_store(p), orphan_age=timedelta(hours=hours), dry_run=bool(params.get("dry_run")))
+    found = maintenance.tidy_table(p, state_store(p), orphan_age=timedelta(hours=hours), dry_run=bool(params.get("dry_run")))
     if found is None:
         raise AirflowSkipException(f"pipeline {p.name}: {iceberg_table.require_table(p).describe()} has no commit yet: nothing to maintain")
     log.info("pipeline %s: %s: %s", p.name, iceberg_table.require_table(p).describe(), found.summary())

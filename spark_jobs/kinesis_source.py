@@ -19,12 +19,12 @@ import pyarrow as pa
 from pyspark.accumulators import Accumulator, AccumulatorParam
 from pyspark.sql import DataFrame, SparkSession
 
-from kinesis_replay.config import SHARD_WRITE_BYTES_PER_SECOND, ReadConfig
-from kinesis_replay.formats import ProgressLine
-from kinesis_replay.job_spec import JobSpec, KinesisEndpoint
-from kinesis_replay.output import arrow_row_schema
-from kinesis_replay.ranges import SequenceRange
-from kinesis_replay.records import ROW_COLUMNS, to_rows
+from kinesis_replay.adapters.files import arrow_row_schema
+from kinesis_replay.core.config import SHARD_WRITE_BYTES_PER_SECOND, ReadConfig
+from kinesis_replay.core.formats import ProgressLine
+from kinesis_replay.core.job_spec import JobSpec, KinesisEndpoint
+from kinesis_replay.core.ranges import SequenceRange
+from kinesis_replay.core.records import ROW_COLUMNS, to_rows
 
 SCHEMA_DDL = ", ".join(f"{name} {kind}" for name, kind in ROW_COLUMNS)
 ARROW_SCHEMA = arrow_row_schema()
@@ -275,7 +275,7 @@ def kinesis_client(endpoint: KinesisEndpoint, connections: int = 0) -> Any:
     with a pooled connection for each of ``connections`` reader threads (at least the default pool)."""
     import boto3
 
-    from kinesis_replay.kinesis import CLIENT_CONFIG, leave_throttling_to_call, pooled
+    from kinesis_replay.adapters.kinesis_client import CLIENT_CONFIG, leave_throttling_to_call, pooled
 
     config = pooled(CLIENT_CONFIG, connections)
     session = boto3.session.Session(botocore_session=utc_botocore_session())
@@ -321,11 +321,12 @@ def read_partition(
     Only one page is held at a time: each is converted and let go before the next is fetched. Spans the reader could
     not confirm (an acknowledged loss near the retention) go to ``noted`` once the range is read.
     """
-    from kinesis_replay.kinesis import ReadStats, iterate_range
+    from kinesis_replay.adapters.kinesis_client import ReadStats
+    from kinesis_replay.adapters.range_reader import iterate_range
 
     rng, limits = partition.range, partition.read
     # Credentials from the default chain: for a role connection, the AWS_PROFILE that assumes the role, which the
-    # worker's session renews itself while it reads (kinesis_replay.credentials); never keys fixed when the job started.
+    # worker's session renews itself while it reads (kinesis_replay.launchers.credentials); never keys fixed when the job started.
     client = kinesis_client(partition.kinesis, limits.task_concurrency)
     stats = ReadStats()
     if first_call is not None:

@@ -4,7 +4,7 @@ A plain spark-submit program that knows nothing of Airflow or of the state table
 
     spark-submit --py-files kinesis_replay.zip,kinesis_source.py replay_job.py --spec batch.json
 
-The spec is a ``kinesis_replay.job_spec.JobSpec`` as JSON: the batch's ranges, its output, the Kinesis endpoint,
+The spec is a ``kinesis_replay.core.job_spec.JobSpec`` as JSON: the batch's ranges, its output, the Kinesis endpoint,
 the read budget and the payload's format. Credentials come from the environment (or the executors' instance
 role), never from the spec.
 
@@ -39,15 +39,16 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from kinesis_replay.config import CORRUPT_RECORD_COLUMN as CORRUPT
-from kinesis_replay.config import DdlType, PayloadConfig, parse_ddl_schema
-from kinesis_replay.errors import ConfigError, KinesisReplayError, OutputIOError, OutputOwnershipError
-from kinesis_replay.job_spec import JobSpec, JobSpecError
-from kinesis_replay.output import batch_path, data_path, manifest_path, owner_path, quarantine_path, staging_path
-from kinesis_replay.payloads import UNEXPLAINED, json_decode_error
-from kinesis_replay.ranges import SequenceRange
-from kinesis_replay.records import DIGEST_SEPARATOR, DIGEST_TEXT_COLUMNS, PARTITION_COLUMN, format_digest
-from kinesis_replay.state import Manifest, ShardResult
+from kinesis_replay.adapters.layout import batch_path, data_path, manifest_path, owner_path, quarantine_path, staging_path
+from kinesis_replay.core.config import CORRUPT_RECORD_COLUMN as CORRUPT
+from kinesis_replay.core.config import PayloadConfig
+from kinesis_replay.core.ddl import DdlType, parse_ddl_schema
+from kinesis_replay.core.errors import ConfigError, JobSpecError, KinesisReplayError, OutputIOError, OutputOwnershipError
+from kinesis_replay.core.job_spec import JobSpec
+from kinesis_replay.core.payloads import UNEXPLAINED, json_decode_error
+from kinesis_replay.core.ranges import SequenceRange
+from kinesis_replay.core.records import DIGEST_SEPARATOR, DIGEST_TEXT_COLUMNS, PARTITION_COLUMN, format_digest
+from kinesis_replay.core.state import Manifest, ShardResult
 from kinesis_source import Unconfirmed, first_call_accumulator, read_ranges, sample_ranges, unconfirmed_accumulator
 
 SEQ_WIDTH = 130  # sequence numbers have at most 129 digits: left-padded, they order as text as they do as numbers
@@ -396,7 +397,7 @@ def _text(exc: BaseException) -> str:
 def _domain_error(exc: BaseException) -> str | None:
     """The kinesis-replay error inside a Spark task failure, if there is one: the line that names the range."""
     for line in _text(exc).splitlines():
-        if "kinesis_replay.errors." in line:
+        if "kinesis_replay.core.errors." in line:
             return line.strip()
     return None
 

@@ -9,8 +9,8 @@ import importlib.util
 import os
 from datetime import UTC, datetime
 
-from kinesis_replay import config
-from kinesis_replay.config import LoadedConfig, PipelineConfig, PipelineError
+from kinesis_replay.core import config
+from kinesis_replay.core.config import LoadedConfig, PipelineConfig, PipelineError
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -16,7 +16,7 @@ from airflow.plugins_manager import AirflowPlugin
 if TYPE_CHECKING:
     from airflow.api_fastapi.auth.managers.models.base_user import BaseUser
 
-    from kinesis_replay.config import PipelineError
+    from kinesis_replay.core.config import PipelineError
 
 URL_PREFIX = "/kinesis-replay"
 log = logging.getLogger(__name__)
@@ -35,7 +35,7 @@ def _readable_by(user: "BaseUser", pipelines: Iterable[_P]) -> list[_P]:
     from airflow.api_fastapi.app import get_auth_manager
     from airflow.models.dag import DagModel
 
-    from kinesis_replay.config import dag_ids as _dag_ids
+    from kinesis_replay.core.airflow_names import dag_ids as _dag_ids
 
     pipelines = list(pipelines)
     wanted = {dag_id for p in pipelines for dag_id in _dag_ids(p.name)}
@@ -57,11 +57,12 @@ def _pipeline_views(user: "BaseUser") -> list[dict[str, Any]]:
     from airflow.configuration import conf
     from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
 
+    from kinesis_replay.adapters.dynamodb_store import DynamoDBStateStore
     from kinesis_replay.airflow_config import load_pipelines
-    from kinesis_replay.config import missing_pool_message, resolve_config_path
-    from kinesis_replay.dynamodb_store import DynamoDBStateStore
-    from kinesis_replay.errors import KinesisReplayError
-    from kinesis_replay.status import pipeline_view
+    from kinesis_replay.core.airflow_names import missing_pool_message
+    from kinesis_replay.core.config import resolve_config_path
+    from kinesis_replay.core.errors import KinesisReplayError
+    from kinesis_replay.ui.status import pipeline_view
 
     config = resolve_config_path(Path(conf.get("core", "dags_folder")) / "pipelines.yaml")
     views: list[dict[str, Any]] = []
@@ -82,7 +83,9 @@ def _pipeline_views(user: "BaseUser") -> list[dict[str, Any]]:
             log.exception("kinesis-replay page: pipeline %s", p.name)
             view = {"name": p.name, "stream": p.stream, "error": f"{type(exc).__name__}: {exc}", "shards": [], "batches": []}
         view["pool"] = p.pool
-        view["pool_error"] = None if p.pool in pools else missing_pool_message(loaded.pipelines, p.pool)
+        view["pool_error"] = (
+            None if p.pool in pools else missing_pool_message([q.name for q in loaded.pipelines if q.pool == p.pool], p.pool)
+        )
         views.append(view)
     return views
 
@@ -104,7 +107,7 @@ class _Invalid:
 
 
 def _age(seconds: float | None) -> str:
-    from kinesis_replay.formats import duration
+    from kinesis_replay.core.formats import duration
 
     return "-" if seconds is None else duration(seconds)
 
@@ -125,14 +128,14 @@ def _count(n: float) -> str:
 
 
 def _seconds(n: float) -> str:
-    from kinesis_replay.formats import duration
+    from kinesis_replay.core.formats import duration
 
     return duration(n)
 
 
 def _charts(v: dict[str, Any]) -> str:
-    """Lag behind the tip at each plan, and each batch's records, bytes and duration: inline SVG (kinesis_replay.charts)."""
-    from kinesis_replay.charts import Mark, bars, line
+    """Lag behind the tip at each plan, and each batch's records, bytes and duration: inline SVG (kinesis_replay.ui.charts)."""
+    from kinesis_replay.ui.charts import Mark, bars, line
 
     history = v.get("history") or []
     lag = [

@@ -6,8 +6,9 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
 import kinesis_replay_tasks as tasks
-from kinesis_replay import errors
-from kinesis_replay.errors import KinesisReplayError
+from kinesis_replay.core import errors
+from kinesis_replay.core.errors import KinesisReplayError
+from kinesis_replay.steps import in_flight
 
 ERRORS = [c for c in vars(errors).values() if isinstance(c, type) and issubclass(c, KinesisReplayError) and c is not KinesisReplayError]
 
@@ -64,13 +65,12 @@ def test_the_dags_call_no_task_function_the_list_above_lacks() -> None:
 
 def test_a_missing_state_table_fails_the_check_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """check raises AirflowFailException itself for a stale pipeline; a missing state table fails it at once too."""
-    from kinesis_replay import batches
-    from kinesis_replay.config import parse_config
+    from kinesis_replay.core.config import parse_config
 
     def missing(*_: object) -> None:
         raise errors.StateTableMissingError("pipeline 'p': state table kr-state does not exist")
 
-    monkeypatch.setattr(batches, "staleness", missing)
+    monkeypatch.setattr(in_flight, "staleness", missing)
     monkeypatch.setattr(tasks, "state_store", lambda p: None)
     entry = {"name": "p", "stream": "s", "output": "/lake/p", "schedule": None, "initial_position": "LATEST",
              "state_table": "kr-state", "spark": {}}  # fmt: skip
@@ -85,7 +85,7 @@ def test_the_tasks_kinesis_client_leaves_throttling_to_kinesis_call(monkeypatch:
 
     from botocore.exceptions import ClientError
 
-    from kinesis_replay.config import parse_config
+    from kinesis_replay.core.config import parse_config
     from stack.scripted_kinesis import OK, SERVER_ERROR, THROTTLE, ScriptedKinesis
 
     served = ScriptedKinesis([SERVER_ERROR, THROTTLE, OK])
@@ -108,9 +108,9 @@ def test_the_replay_jobs_credentials_are_read_from_the_pipelines_connection(monk
     import json
     from datetime import UTC, datetime
 
-    from kinesis_replay.config import parse_config
-    from kinesis_replay.ranges import SequenceRange
-    from kinesis_replay.state import Batch, BatchStatus
+    from kinesis_replay.core.config import parse_config
+    from kinesis_replay.core.ranges import SequenceRange
+    from kinesis_replay.core.state import Batch, BatchStatus
 
     extra = {
         "region_name": "eu-west-1", "role_arn": "arn:aws:iam::123456789012:role/replay",

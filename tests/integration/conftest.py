@@ -9,7 +9,7 @@ from typing import Any
 import boto3
 import pytest
 
-from kinesis_replay.dynamodb_store import DynamoDBStateStore
+from kinesis_replay.adapters.dynamodb_store import DynamoDBStateStore
 from stack.harness import pipeline_entry
 
 

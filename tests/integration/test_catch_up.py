@@ -7,10 +7,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from kinesis_replay.adapters.dynamodb_store import DynamoDBStateStore
 from kinesis_replay.airflow_plugin import _render
-from kinesis_replay.config import parse_config
-from kinesis_replay.dynamodb_store import DynamoDBStateStore
-from kinesis_replay.status import pipeline_view
+from kinesis_replay.core.config import parse_config
+from kinesis_replay.ui.status import pipeline_view
 from stack.harness import SUCCESS, check_exactly_once, load_dags, queued_runs, read_output, run_dag, run_queued
 from stack.producer import produce
 

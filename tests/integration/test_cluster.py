@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from kinesis_replay.dynamodb_store import DynamoDBStateStore
+from kinesis_replay.adapters.dynamodb_store import DynamoDBStateStore
 from stack import local_stack
 from stack.harness import SUCCESS, check_exactly_once, load_dags, read_output, run_dag
 from stack.producer import Produced, produce

@@ -15,11 +15,11 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
 import kinesis_replay_tasks as tasks
-from kinesis_replay import output
-from kinesis_replay.config import PipelineConfig, parse_config
-from kinesis_replay.dynamodb_store import DynamoDBStateStore
-from kinesis_replay.spark_submit import SparkSubmitError
-from kinesis_replay.state import BatchStatus
+from kinesis_replay.adapters import commit_records, files, layout
+from kinesis_replay.adapters.dynamodb_store import DynamoDBStateStore
+from kinesis_replay.core.config import PipelineConfig, parse_config
+from kinesis_replay.core.state import BatchStatus
+from kinesis_replay.launchers.spark_submit import SparkSubmitError
 from stack.harness import check_exactly_once, check_table_history, output_table, read_output
 from stack.producer import produce
 
@@ -40,8 +40,8 @@ def check_committed_once(p: PipelineConfig, store: DynamoDBStateStore, produced:
     assert batch.verified_manifest().attempt == attempt
     assert store.get_head(p.name).in_flight is None and store.get_head(p.name).next_batch_id == 2
     assert {sid: s.checkpoint for sid, s in store.get_shards(p.name).items()} == {r.shard_id: r.end for r in batch.ranges}
-    assert output.read_commit_record(p.output, 1).verified_manifest().attempt == attempt
-    assert set(output.attempt_paths(p.output, 1)) == {attempt}  # the commit removed every other attempt
+    assert commit_records.read_commit_record(p.output, 1).verified_manifest().attempt == attempt
+    assert set(files.attempt_paths(p.output, 1)) == {attempt}  # the commit removed every other attempt
     table = output_table(p.output)
     assert table is not None and len(table.metadata.snapshots) == 1
     landed = check_exactly_once(produced, read_output(p.output))
@@ -59,8 +59,8 @@ def test_the_run_that_replayed_a_batch_another_run_committed_fails_at_verify_and
     b = tasks.plan(p, "manual__b", {})  # run B, triggered while A runs: it resumes A's batch
     assert (a["batch_id"], b["batch_id"], b["resumed"], b["action"]) == (1, 1, True, "replay")
     tasks.replay(p, b, {})  # B's replay writes the result manifest last
-    replayed = output.read_manifest(p.output, 1).attempt
-    assert replayed is not None and len(output.attempt_paths(p.output, 1)) == 2
+    replayed = files.read_manifest(p.output, 1).attempt
+    assert replayed is not None and len(files.attempt_paths(p.output, 1)) == 2
     tasks.verify(p, a, {}, "manual__a")
     tasks.commit(p, a, "manual__a")  # A commits the last replay's attempt (B's), and removes its own
 
@@ -69,7 +69,7 @@ def test_the_run_that_replayed_a_batch_another_run_committed_fails_at_verify_and
         assert f"pipeline {p.name!r}, {DOCUMENTED}" in message and "[not retried" in message, message
     # B's replay task run again (a retry, or a third run that planned before A's commit): refused before any read.
     message = lost(lambda: tasks.replay(p, b, {}))
-    assert DOCUMENTED in message and len(output.attempt_paths(p.output, 1)) == 1, message
+    assert DOCUMENTED in message and len(files.attempt_paths(p.output, 1)) == 1, message
     check_committed_once(p, store, produced, replayed)
 
 
@@ -82,10 +82,10 @@ def test_a_spark_job_that_fails_because_another_run_committed_its_batch_meanwhil
     (p,) = parse_config({"pipelines": [entry]})
     a = tasks.plan(p, "manual__a", {})
     tasks.replay(p, a, {})
-    won = output.read_manifest(p.output, 1).attempt
+    won = files.read_manifest(p.output, 1).attempt
     b = tasks.plan(p, "manual__b", {})
     assert b["batch_id"] == 1 and b["resumed"]
-    removed = f"{output.data_path(p.output, 1, 'attempt-of-b')}/part-00000.parquet"
+    removed = f"{layout.data_path(p.output, 1, 'attempt-of-b')}/part-00000.parquet"
 
     def b_job(command: list[str], env: Any, what: str, on_line: Any = None) -> None:
         tasks.verify(p, a, {}, "manual__a")

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from kinesis_replay.dynamodb_store import PROGRESS_SHARDS, DynamoDBStateStore, part_sk
-from kinesis_replay.errors import (
+from kinesis_replay.adapters.dynamodb_store import PROGRESS_SHARDS, DynamoDBStateStore, part_sk
+from kinesis_replay.core.errors import (
     ConfigError,
     EndpointUnreachableError,
     ProgressNotStoredError,
@@ -20,8 +20,8 @@ from kinesis_replay.errors import (
     StateCorruptError,
     StateTableMissingError,
 )
-from kinesis_replay.ranges import SequenceRange
-from kinesis_replay.state import (
+from kinesis_replay.core.ranges import SequenceRange
+from kinesis_replay.core.state import (
     Batch,
     BatchStatus,
     Head,

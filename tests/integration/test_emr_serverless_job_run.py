@@ -17,9 +17,9 @@ from typing import Any
 import boto3
 import pytest
 
-from kinesis_replay import spark_submit
-from kinesis_replay.dynamodb_store import DynamoDBStateStore
-from kinesis_replay.job_spec import JobSpec
+from kinesis_replay.adapters.dynamodb_store import DynamoDBStateStore
+from kinesis_replay.core.job_spec import JobSpec
+from kinesis_replay.launchers import spark_submit
 from stack import local_stack
 from stack.harness import check_exactly_once, load_dags, read_output, run_dag
 from stack.producer import produce

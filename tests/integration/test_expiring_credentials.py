@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 
 import kinesis_replay_tasks as tasks
-from kinesis_replay import credentials
-from kinesis_replay.dynamodb_store import DynamoDBStateStore
-from kinesis_replay.output import COMMITS_DIR
-from kinesis_replay.state import BatchStatus
+from kinesis_replay.adapters.dynamodb_store import DynamoDBStateStore
+from kinesis_replay.adapters.layout import COMMITS_DIR
+from kinesis_replay.core.state import BatchStatus
+from kinesis_replay.launchers import credentials
 from stack.harness import SUCCESS, batch_dirs, check_exactly_once, load_dags, read_output, run_dag
 from stack.kinesis_proxy import KinesisProxy, ProxyLimits
 from stack.producer import produce

@@ -30,10 +30,10 @@ from pyiceberg.table import Table
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import LongType, NestedField, StringType
 
-from kinesis_replay import table_maintenance
-from kinesis_replay.dynamodb_store import DynamoDBStateStore
-from kinesis_replay.formats import path_batch_id
-from kinesis_replay.state import BatchStatus
+from kinesis_replay.adapters import table_maintenance
+from kinesis_replay.adapters.dynamodb_store import DynamoDBStateStore
+from kinesis_replay.core.formats import path_batch_id
+from kinesis_replay.core.state import BatchStatus
 from stack.harness import check_exactly_once, load_dags, run_dag
 from stack.local_stack import LOCAL_KEY, REGION
 from stack.producer import produce
@@ -143,7 +143,7 @@ def test_commits_replays_and_maintenance_through_glue_on_s3(catalog: GlueCatalog
         boto3.client("s3").put_object(Bucket=bucket, Key=key, Body=b"{}")
     history = len(table.metadata.snapshots)
     # A month later (every snapshot and file older than the defaults): only the current snapshot stays.
-    report = table_maintenance.maintain(table, now=datetime.now(UTC) + timedelta(days=30))
+    report = table_maintenance.expire_and_remove(table, now=datetime.now(UTC) + timedelta(days=30))
 
     assert len(report.expired_snapshots) == history - 1 and len(table.metadata.snapshots) == 1
     assert f"{bucket}/{old}" in report.orphans_removed and old not in s3_keys(bucket)

@@ -10,10 +10,10 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
 import kinesis_replay_tasks as tasks
-from kinesis_replay import status
-from kinesis_replay.config import parse_config
-from kinesis_replay.dynamodb_store import DynamoDBStateStore
-from kinesis_replay.state import BatchStatus
+from kinesis_replay.adapters.dynamodb_store import DynamoDBStateStore
+from kinesis_replay.core.config import parse_config
+from kinesis_replay.core.state import BatchStatus
+from kinesis_replay.ui import status
 from stack.harness import SUCCESS, age_batch, check_exactly_once, load_dags, read_output, run_dag
 from stack.producer import produce
 

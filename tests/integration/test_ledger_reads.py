@@ -13,12 +13,13 @@ from typing import Any
 
 import pytest
 
-from kinesis_replay import backfill, batches, status
-from kinesis_replay.backfill import BackfillError, Selection
-from kinesis_replay.config import parse_config
-from kinesis_replay.dynamodb_store import DynamoDBStateStore
-from kinesis_replay.ranges import SequenceRange
-from kinesis_replay.state import Batch, BatchStatus, BatchSummary, Manifest, PlanNotes, ShardResult, ShardState
+from kinesis_replay.adapters.dynamodb_store import DynamoDBStateStore
+from kinesis_replay.core.config import parse_config
+from kinesis_replay.core.ranges import SequenceRange
+from kinesis_replay.core.state import Batch, BatchStatus, BatchSummary, Manifest, PlanNotes, ShardResult, ShardState
+from kinesis_replay.steps import backfill, in_flight
+from kinesis_replay.steps.backfill import BackfillError, Selection
+from kinesis_replay.ui import status
 from stack.ledger import write_ledger
 
 S = 10**55
@@ -140,5 +141,5 @@ def test_the_page_and_the_stuck_check_read_a_few_batches(long_ledger: DynamoDBSt
         "seconds": EVERY.total_seconds() / 2, "records": 20, "bytes": 200, "behind_seconds": EVERY.total_seconds(), "shards": 2,
     }  # fmt: skip
     assert view.history[-1]["status"] == "FAILED" and view.history[-1]["seconds"] is None  # batch 3000 never committed
-    found = batches.staleness(pipeline(), counting, now)
+    found = in_flight.staleness(pipeline(), counting, now)
     assert (found.age_seconds, found.batch) == (0.0, None)

@@ -30,8 +30,8 @@ import yaml
 from test_pipeline_dag import rows_of
 from test_ui import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS
 
-from kinesis_replay.dynamodb_store import DynamoDBStateStore
-from kinesis_replay.state import BatchStatus, RunKind
+from kinesis_replay.adapters.dynamodb_store import DynamoDBStateStore
+from kinesis_replay.core.state import BatchStatus, RunKind
 from stack import up
 from stack.harness import check_exactly_once, read_output
 from stack.local_stack import free_port

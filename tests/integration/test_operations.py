@@ -15,9 +15,9 @@ from airflow.sdk.exceptions import AirflowFailException
 from test_pipeline_dag import rows_of
 
 import kinesis_replay_tasks as tasks
-from kinesis_replay.config import parse_config
-from kinesis_replay.dynamodb_store import DynamoDBStateStore
-from kinesis_replay.formats import path_batch_id
+from kinesis_replay.adapters.dynamodb_store import DynamoDBStateStore
+from kinesis_replay.core.config import parse_config
+from kinesis_replay.core.formats import path_batch_id
 from stack.harness import (
     SUCCESS,
     age_batch,

@@ -18,11 +18,12 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
 import kinesis_replay_tasks as tasks
-from kinesis_replay.config import parse_config
-from kinesis_replay.dynamodb_store import DynamoDBStateStore
-from kinesis_replay.formats import path_batch_id
-from kinesis_replay.output import OWNER_FILE, read_owner
-from kinesis_replay.state import BatchStatus
+from kinesis_replay.adapters.dynamodb_store import DynamoDBStateStore
+from kinesis_replay.adapters.layout import OWNER_FILE
+from kinesis_replay.adapters.owner import read_owner
+from kinesis_replay.core.config import parse_config
+from kinesis_replay.core.formats import path_batch_id
+from kinesis_replay.core.state import BatchStatus
 from stack.harness import (
     SUCCESS,
     batch_dirs,
@@ -249,7 +250,7 @@ def test_a_lost_or_renamed_table_is_refused_until_it_is_registered_again(
     earlier batches' files as orphans: a loss no run reported."""
     from pyiceberg.catalog.sql import SqlCatalog
 
-    from kinesis_replay import iceberg_table
+    from kinesis_replay.adapters import iceberg_table
 
     produced = produce(kinesis, entry["stream"], 120)
     assert run_dag(dag_for(entry)).tasks == SUCCESS
@@ -382,13 +383,13 @@ def test_a_catalog_that_cannot_load_fails_the_plan_before_the_root_is_claimed_or
 ) -> None:
     """Once, a catalog that could not load was found only at verify: after the root was claimed and the whole batch
     read, and an unreachable one then retried the replay. Now the plan loads it first, and says which key to fix."""
-    from kinesis_replay import kinesis as kinesis_module
-    from kinesis_replay.errors import CatalogUnreachableError
+    from kinesis_replay.adapters import kinesis_client
+    from kinesis_replay.core.errors import CatalogUnreachableError
 
     produced = produce(kinesis, entry["stream"], 80)
     listed: list[str] = []
-    list_shards = kinesis_module.list_shards
-    monkeypatch.setattr(kinesis_module, "list_shards", lambda *a, **k: listed.append("ListShards") or list_shards(*a, **k))
+    list_shards = kinesis_client.list_shards
+    monkeypatch.setattr(kinesis_client, "list_shards", lambda *a, **k: listed.append("ListShards") or list_shards(*a, **k))
     root, name = Path(entry["output"]), entry["name"]
     fix = f"table.catalog_properties of pipeline {name!r} in the pipelines config"
     for properties, says in (

@@ -14,12 +14,13 @@ from typing import Any
 import boto3
 import pytest
 
-from kinesis_replay import guards, output
-from kinesis_replay.config import PipelineConfig, parse_config
-from kinesis_replay.errors import OutputOwnershipError, StateLostError
-from kinesis_replay.ranges import SequenceRange
-from kinesis_replay.recovery import plan_recovery
-from kinesis_replay.state import Batch, BatchStatus, Head, Manifest, ShardResult
+from kinesis_replay.adapters import commit_records, files, layout, owner
+from kinesis_replay.core.config import PipelineConfig, parse_config
+from kinesis_replay.core.errors import OutputOwnershipError, StateLostError
+from kinesis_replay.core.ranges import SequenceRange
+from kinesis_replay.core.state import Batch, BatchStatus, Head, Manifest, ShardResult
+from kinesis_replay.steps import guards
+from kinesis_replay.steps.recovery import plan_recovery
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 
@@ -59,23 +60,23 @@ def test_the_owner_record_and_commit_records_guard_an_s3_root(bucket: str) -> No
         guards.claim_output(intruder, NOW)
 
     for batch_id in (1, 2):
-        output.write_commit_record(p.output, committed(p, batch_id))
-    assert output.committed_batch_ids(p.output) == [1, 2]
-    assert output.read_commit_record(p.output, 2) == committed(p, 2)
+        commit_records.write_commit_record(p.output, committed(p, batch_id))
+    assert commit_records.committed_batch_ids(p.output) == [1, 2]
+    assert commit_records.read_commit_record(p.output, 2) == committed(p, 2)
     with pytest.raises(StateLostError, match="holds 2 committed batches"):
         guards.check_before_plan(p, Head())  # the table lost its state
     guards.check_before_plan(p, Head(next_batch_id=3, version=3))  # in step with the output
 
-    rebuilt = plan_recovery(p, [output.read_commit_record(p.output, i) for i in (1, 2)], [], NOW)
+    rebuilt = plan_recovery(p, [commit_records.read_commit_record(p.output, i) for i in (1, 2)], [], NOW)
     assert rebuilt.head.next_batch_id == 3 and [s.checkpoint for s in rebuilt.shards] == [29]
 
 
 def test_of_two_claims_racing_for_a_new_s3_root_the_first_wins_and_the_second_writes_nothing(bucket: str) -> None:
     # Both read "no owner" before either wrote: the conditional PUT alone decides, and the later one changes nothing.
     first, second = pipeline(f"s3://{bucket}/raw/orders"), pipeline(f"s3://{bucket}/raw/orders", name="payments")
-    record = output.owner_path(first.output)
-    assert output._put_if_absent_on_s3(record, b'{"pipeline": "orders"}', "orders") is True
-    assert output._put_if_absent_on_s3(record, b'{"pipeline": "payments"}', "payments") is False
+    record = layout.owner_path(first.output)
+    assert files.put_if_absent_on_s3(record, b'{"pipeline": "orders"}', "orders") is True
+    assert files.put_if_absent_on_s3(record, b'{"pipeline": "payments"}', "payments") is False
     body = boto3.client("s3").get_object(Bucket=bucket, Key="raw/orders/_kinesis_replay_owner.json")["Body"].read()
     assert body == b'{"pipeline": "orders"}'
 
@@ -83,12 +84,12 @@ def test_of_two_claims_racing_for_a_new_s3_root_the_first_wins_and_the_second_wr
     guards.claim_output(first, NOW)
     with pytest.raises(OutputOwnershipError, match="it belongs to pipeline 'orders'"):
         guards.claim_output(second, NOW)
-    assert output.read_owner(first.output).pipeline == "orders"  # type: ignore[union-attr]
+    assert owner.read_owner(first.output).pipeline == "orders"  # type: ignore[union-attr]
 
 
 def test_an_owner_record_in_a_missing_bucket_names_the_path(stack: Any) -> None:
     """S3 answers a missing bucket the same way every time: the task fails at once, saying what to check."""
-    from kinesis_replay.errors import OutputRefusedError
+    from kinesis_replay.core.errors import OutputRefusedError
 
     says = "pipeline 'orders': cannot write the owner record s3://no-such-bucket-kr/raw/orders/"
     with pytest.raises(OutputRefusedError, match=says) as raised:
@@ -104,7 +105,7 @@ def test_an_s3_root_inside_another_root_or_holding_one_is_refused_and_writes_not
     """Another deployment's pipeline (another config file and state table) in the table's data/, or around its root."""
     a = pipeline(f"s3://{bucket}/lake/orders")  # a table's root on S3 needs Glue; the guard is the same for both formats
     guards.claim_output(a, NOW)
-    output.write_commit_record(a.output, committed(a, 1))
+    commit_records.write_commit_record(a.output, committed(a, 1))
     before = s3_keys(bucket)
     other = {"name": "payments", "stream": "payments-stream", "state_table": "kr-state-2"}
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from kinesis_replay.dynamodb_store import DynamoDBStateStore
-from kinesis_replay.state import BatchStatus
+from kinesis_replay.adapters.dynamodb_store import DynamoDBStateStore
+from kinesis_replay.core.state import BatchStatus
 from stack.harness import SUCCESS, check_exactly_once, load_dags, read_output, run_dag
 from stack.producer import produce, produce_aggregated, put_raw
 

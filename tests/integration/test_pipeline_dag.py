@@ -10,11 +10,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from kinesis_replay.batches import commit_batch
-from kinesis_replay.config import parse_config
-from kinesis_replay.dynamodb_store import DynamoDBStateStore
-from kinesis_replay.errors import StateConflictError
-from kinesis_replay.state import BatchStatus
+from kinesis_replay.adapters.dynamodb_store import DynamoDBStateStore
+from kinesis_replay.core.config import parse_config
+from kinesis_replay.core.errors import StateConflictError
+from kinesis_replay.core.state import BatchStatus
+from kinesis_replay.steps.commit import commit_batch
 from stack.harness import SUCCESS, batch_dirs, check_exactly_once, check_table_history, load_dags, pipeline_entry, read_output, run_dag
 from stack.producer import produce
 

@@ -10,12 +10,12 @@ from typing import Any
 import boto3
 import pytest
 
-from kinesis_replay import kinesis as kinesis_api
-from kinesis_replay.batches import plan_batch
-from kinesis_replay.config import parse_config
-from kinesis_replay.dynamodb_store import DynamoDBStateStore
-from kinesis_replay.errors import ConfigError, EndpointUnreachableError, ParameterError, StateConflictError, StreamNotFoundError
-from kinesis_replay.state import BatchStatus
+from kinesis_replay.adapters import range_bounds
+from kinesis_replay.adapters.dynamodb_store import DynamoDBStateStore
+from kinesis_replay.core.config import parse_config
+from kinesis_replay.core.errors import ConfigError, EndpointUnreachableError, ParameterError, StateConflictError, StreamNotFoundError
+from kinesis_replay.core.state import BatchStatus
+from kinesis_replay.steps.plan import plan_batch
 from stack.producer import produce
 
 
@@ -106,17 +106,17 @@ def test_finding_the_end_reads_a_handful_of_records_not_the_backlog(kinesis: Any
     time.sleep(2.5)
     recent = produce(kinesis, stream, 8)
     shard = recent[-1].shard_id
-    start = kinesis_api.first_record_after(kinesis, stream, shard, None, None)
+    start = range_bounds.first_record_after(kinesis, stream, shard, None, None)
     assert start.record is not None and (start.millis_behind_latest or 0) > 2000  # kinesalite, fixed, says how far the tip is
     newest = max(seq for seq, _ in arrivals(kinesis, stream, shard))
     read = counting_reads(kinesis)
-    found = kinesis_api.find_end(
+    found = range_bounds.find_end(
         kinesis, stream, shard, start.record, datetime.now(UTC), millis_behind=start.millis_behind_latest if hint else None
     )
     assert found.end == newest and not found.more_after
     backlog = sum(1 for p in recent if p.shard_id == shard) + 2000  # about half of the 4,000 are this shard's
-    assert found.records_read == read["records"] <= kinesis_api.PROBE_RECORDS * found.probes < backlog / 20
-    assert found.probes <= (2 if hint else kinesis_api.MAX_PROBES)
+    assert found.records_read == read["records"] <= range_bounds.PROBE_RECORDS * found.probes < backlog / 20
+    assert found.probes <= (2 if hint else range_bounds.MAX_PROBES)
 
 
 def test_a_capped_end_is_the_newest_record_before_the_cap(kinesis: Any, stream: str) -> None:
@@ -125,21 +125,21 @@ def test_a_capped_end_is_the_newest_record_before_the_cap(kinesis: Any, stream: 
         time.sleep(0.5)
     shard = "shardId-000000000000"
     records = arrivals(kinesis, stream, shard)
-    first = kinesis_api.first_record_after(kinesis, stream, shard, None, None)
+    first = range_bounds.first_record_after(kinesis, stream, shard, None, None)
     assert first.record is not None
     cap = records[0][1] + timedelta(seconds=1.5)
-    found = kinesis_api.find_end(kinesis, stream, shard, first.record, cap, millis_behind=first.millis_behind_latest)
+    found = range_bounds.find_end(kinesis, stream, shard, first.record, cap, millis_behind=first.millis_behind_latest)
     assert found.end == max(seq for seq, arrival in records if arrival < cap) and found.more_after
-    assert found.end_arrival < cap and found.records_read <= kinesis_api.PROBE_RECORDS * found.probes
+    assert found.end_arrival < cap and found.records_read <= range_bounds.PROBE_RECORDS * found.probes
 
 
 def test_an_idle_shard_s_old_end_is_found_by_probes(kinesis: Any, stream: str) -> None:
     produced = produce(kinesis, stream, 40)
     time.sleep(3)  # the newest record is old by the time of the plan
     shard = produced[0].shard_id
-    first = kinesis_api.first_record_after(kinesis, stream, shard, None, None)
+    first = range_bounds.first_record_after(kinesis, stream, shard, None, None)
     assert first.record is not None
-    found = kinesis_api.find_end(kinesis, stream, shard, first.record, datetime.now(UTC))  # no hint: galloping back
+    found = range_bounds.find_end(kinesis, stream, shard, first.record, datetime.now(UTC))  # no hint: galloping back
     assert found.end == max(int(p.sequence_number) for p in produced if p.shard_id == shard) and not found.more_after
 
 
@@ -209,7 +209,7 @@ def test_records_put_together_share_a_millisecond_and_the_end_is_still_the_newes
     shared = [b for a, b in itertools.pairwise(records) if a["ApproximateArrivalTimestamp"] == b["ApproximateArrivalTimestamp"]]
     assert shared, "no two records share a millisecond"
     middle = shared[len(shared) // 2]  # a start whose millisecond an earlier record shares
-    found = kinesis_api.find_end(kinesis, stream, shard, middle, datetime.now(UTC), millis_behind=0)
+    found = range_bounds.find_end(kinesis, stream, shard, middle, datetime.now(UTC), millis_behind=0)
     assert found.end == int(records[-1]["SequenceNumber"]) and not found.more_after
 
 
@@ -239,8 +239,8 @@ def test_a_shard_gone_from_the_stream_before_it_was_read_to_its_end_is_a_loss_to
 ) -> None:
     """Kinesis drops a closed shard once its records are past retention. A parent the pipeline had not drained then
     vanished from the listing, and its children were planned as if nothing had been lost."""
-    from kinesis_replay.errors import DataLossError
-    from kinesis_replay.state import Gap, ShardState
+    from kinesis_replay.core.errors import DataLossError
+    from kinesis_replay.core.state import Gap, ShardState
 
     store.put_shards_if_absent(entry["name"], [ShardState("shardId-000000000099", checkpoint=12345)])  # read up to 12345, then gone
 

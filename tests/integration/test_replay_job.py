@@ -11,10 +11,12 @@ from typing import Any
 
 import pytest
 
-from kinesis_replay import jvm_archive, output, spark_submit
-from kinesis_replay.config import parse_config
-from kinesis_replay.job_spec import JobSpec, KinesisEndpoint
-from kinesis_replay.ranges import SequenceRange
+from kinesis_replay.adapters import layout
+from kinesis_replay.adapters.owner import Owner, write_owner
+from kinesis_replay.core.config import parse_config
+from kinesis_replay.core.job_spec import JobSpec, KinesisEndpoint
+from kinesis_replay.core.ranges import SequenceRange
+from kinesis_replay.launchers import jvm_archive, spark_submit
 from stack.harness import ROOT
 from stack.producer import produce
 
@@ -100,21 +102,21 @@ def test_a_local_job_starts_while_every_port_of_sparks_web_ui_is_taken(
 
 def test_the_job_writes_nothing_into_a_root_another_pipeline_owns(kinesis: Any, entry: dict[str, Any], tmp_path: Path, stack: Any) -> None:
     replay = one_record_replay(kinesis, entry, tmp_path, stack)
-    owner = output.Owner("payments", "payments-stream", "kr-other", "2026-11-01T00:00:00+00:00")
-    output.write_owner(str(replay.output), owner)
+    owner = Owner("payments", "payments-stream", "kr-other", "2026-11-01T00:00:00+00:00")
+    write_owner(str(replay.output), owner)
     with pytest.raises(spark_submit.SparkSubmitError) as failure:
         replay.run({})
     assert f"output {replay.output} belongs to pipeline 'payments' (stream payments-stream); nothing was written" in str(failure.value)
-    assert sorted(p.name for p in replay.output.iterdir()) == [output.OWNER_FILE]  # no staging, no batch, no manifest
+    assert sorted(p.name for p in replay.output.iterdir()) == [layout.OWNER_FILE]  # no staging, no batch, no manifest
 
     # Its own root, recorded with the other layout (the config's output_format changed since): refused as well.
     other = "directory" if replay.pipeline.output_format == "iceberg" else "iceberg"
-    own = output.Owner(entry["name"], entry["stream"], "kr", "2026-11-01T00:00:00+00:00", 0, other)
-    output.write_owner(str(replay.output), own, replace=True)
+    own = Owner(entry["name"], entry["stream"], "kr", "2026-11-01T00:00:00+00:00", 0, other)
+    write_owner(str(replay.output), own, replace=True)
     with pytest.raises(spark_submit.SparkSubmitError) as failure:
         replay.run({})
     assert f"holds the {other} layout and the job was asked for output_format {replay.pipeline.output_format}" in str(failure.value)
-    assert sorted(p.name for p in replay.output.iterdir()) == [output.OWNER_FILE]
+    assert sorted(p.name for p in replay.output.iterdir()) == [layout.OWNER_FILE]
 
 
 @dataclass

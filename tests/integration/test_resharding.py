@@ -6,7 +6,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from kinesis_replay.dynamodb_store import DynamoDBStateStore
+from kinesis_replay.adapters.dynamodb_store import DynamoDBStateStore
 from stack.harness import SUCCESS, check_exactly_once, load_dags, read_output, run_dag
 from stack.producer import merge_shards, produce, split_shard
 

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from kinesis_replay import kinesis as kinesis_api
-from kinesis_replay.dynamodb_store import DynamoDBStateStore
-from kinesis_replay.output import OWNER_FILE
-from kinesis_replay.records import ROW_COLUMNS
-from kinesis_replay.state import BatchStatus
+from kinesis_replay.adapters import kinesis_client
+from kinesis_replay.adapters.dynamodb_store import DynamoDBStateStore
+from kinesis_replay.adapters.layout import OWNER_FILE
+from kinesis_replay.core.records import ROW_COLUMNS
+from kinesis_replay.core.state import BatchStatus
 from stack.harness import SUCCESS, age_batch, check_exactly_once, check_table_history, load_dags, output_table, read_output, run_dag
 from stack.kinesis_proxy import KinesisProxy, ProxyLimits
 from stack.producer import produce
@@ -227,7 +227,7 @@ def test_a_trimmed_checkpoint_fails_the_plan_until_acknowledged(
 def test_a_range_older_than_retention_fails_before_any_read(
     kinesis: Any, dynamodb: Any, store: DynamoDBStateStore, entry: dict[str, Any], dag_for: Any
 ) -> None:
-    assert kinesis_api.stream_retention(kinesis, entry["stream"]) == timedelta(hours=24)
+    assert kinesis_client.stream_retention(kinesis, entry["stream"]) == timedelta(hours=24)
     produce(kinesis, entry["stream"], 20)
     dag = dag_for(entry)
     assert run_dag(dag.partial_subset(task_ids=["plan"])).tasks == {"plan": "success"}

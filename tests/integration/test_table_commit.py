@@ -9,12 +9,13 @@ from typing import Any
 
 import pytest
 
-from kinesis_replay.batches import verify_batch
-from kinesis_replay.config import parse_config
-from kinesis_replay.dynamodb_store import DynamoDBStateStore
-from kinesis_replay.errors import StateConflictError
-from kinesis_replay.output import attempt_paths, read_commit_record, read_manifest
-from kinesis_replay.state import BatchStatus
+from kinesis_replay.adapters.commit_records import read_commit_record
+from kinesis_replay.adapters.dynamodb_store import DynamoDBStateStore
+from kinesis_replay.adapters.files import attempt_paths, read_manifest
+from kinesis_replay.core.config import parse_config
+from kinesis_replay.core.errors import StateConflictError
+from kinesis_replay.core.state import BatchStatus
+from kinesis_replay.steps.verify import verify_batch
 from stack.faults import TABLE_COMMITTED, StateFault, StateTableProxy
 from stack.harness import check_exactly_once, check_table_history, load_dags, output_table, read_output, run_dag
 from stack.producer import produce

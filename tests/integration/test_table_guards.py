@@ -17,9 +17,9 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
 import kinesis_replay_tasks as tasks
-from kinesis_replay.config import parse_config
-from kinesis_replay.dynamodb_store import DynamoDBStateStore
-from kinesis_replay.iceberg_table import CATALOG_DIR
+from kinesis_replay.adapters.dynamodb_store import DynamoDBStateStore
+from kinesis_replay.adapters.iceberg_table import CATALOG_DIR
+from kinesis_replay.core.config import parse_config
 from stack.harness import SUCCESS, age_batch, check_exactly_once, check_table_history, load_dags, output_table, read_output, run_dag
 from stack.producer import produce
 
@@ -120,7 +120,7 @@ def test_a_dropped_table_is_not_recreated_by_a_backfill_and_is_restored_whole(
     """Case 2: the table dropped from its catalog, then a backfill of the newest batch made a table holding only it."""
     produced = two_batches(kinesis, entry, dags, 50, 20)
     (p,) = parse_config({"pipelines": [entry]})
-    from kinesis_replay import iceberg_table
+    from kinesis_replay.adapters import iceberg_table
 
     iceberg_table.load_catalog(p).drop_table(p.table.identifier)  # the metadata and data files stay
     before = ledger(store, entry["name"])
@@ -180,7 +180,7 @@ def test_a_batch_whose_files_and_records_are_both_gone_is_named_and_the_others_a
     back. The restore puts back batch 2, fails batch 1's own task naming it, and the pipeline stays refused, saying so."""
     two_batches(kinesis, entry, dags, 30, 20)
     (p,) = parse_config({"pipelines": [entry]})
-    from kinesis_replay import iceberg_table
+    from kinesis_replay.adapters import iceberg_table
 
     iceberg_table.load_catalog(p).drop_table(p.table.identifier)
     shutil.rmtree(Path(entry["output"]) / "data" / "batch_id=0000000001")

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from kinesis_replay import backfill
+from kinesis_replay.adapters.dynamodb_store import DynamoDBStateStore
 from kinesis_replay.airflow_plugin import SHARD_ROWS, _render
-from kinesis_replay.config import parse_config
-from kinesis_replay.dynamodb_store import DynamoDBStateStore
-from kinesis_replay.state import RunKind
-from kinesis_replay.status import pipeline_view
+from kinesis_replay.core.config import parse_config
+from kinesis_replay.core.state import RunKind
+from kinesis_replay.steps import backfill
+from kinesis_replay.ui.status import pipeline_view
 from stack.harness import SUCCESS, check_exactly_once, load_dags, pipeline_entry, read_output, run_dag
 from stack.producer import ensure_stream, kinesis_client, produce_to_every_shard
 

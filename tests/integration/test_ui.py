@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from kinesis_replay.dynamodb_store import DynamoDBStateStore
+from kinesis_replay.adapters.dynamodb_store import DynamoDBStateStore
 from stack.harness import ROOT, SUCCESS, load_dags, run_dag
 from stack.local_stack import free_port, wait_for_http
 from stack.producer import produce

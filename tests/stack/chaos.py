@@ -43,9 +43,9 @@ for path in (ROOT / "plugins", ROOT / "dags", ROOT / "spark_jobs", ROOT / "tests
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
-from kinesis_replay.batches import range_checkpoint  # noqa: E402
-from kinesis_replay.config import dag_ids  # noqa: E402
-from kinesis_replay.formats import path_batch_id  # noqa: E402
+from kinesis_replay.core.airflow_names import dag_ids  # noqa: E402
+from kinesis_replay.core.formats import path_batch_id  # noqa: E402
+from kinesis_replay.steps.commit import range_checkpoint  # noqa: E402
 
 CYCLE_FAULTS = (
     "none", "kill_spark_read", "kill_spark_write", "kill_spark_after_write", "state_unreachable", "state_lost_ack",
@@ -150,7 +150,7 @@ class Schedule:
     def __init__(self, seed: int, steps: list[Step], stack: Any, work: Path) -> None:
         import boto3
 
-        from kinesis_replay.dynamodb_store import DynamoDBStateStore
+        from kinesis_replay.adapters.dynamodb_store import DynamoDBStateStore
         from stack.faults import StateTableProxy
         from stack.harness import TEST_SPARK_CONF, pipeline_entry
         from stack.kinesis_proxy import KinesisProxy, ProxyLimits
@@ -300,7 +300,7 @@ class Schedule:
         self.log(f"merge {a['ShardId']} + {b['ShardId']}")
 
     def step_backfill(self, step: Step) -> None:
-        from kinesis_replay.state import BatchStatus
+        from kinesis_replay.core.state import BatchStatus
         from stack.harness import run_dag
 
         committed = [b.batch_id for b in self.store.list_batches(self.name) if b.status == BatchStatus.COMMITTED]
@@ -315,8 +315,8 @@ class Schedule:
     def step_lose_state(self, step: Step) -> None:
         """The operator loses the state table: deletes it, or renames it in the config. A cycle must refuse (once
         anything is committed) and write nothing; a run with recover_from_output rebuilds the state and goes on."""
-        from kinesis_replay.dynamodb_store import DynamoDBStateStore
-        from kinesis_replay.output import committed_batch_ids
+        from kinesis_replay.adapters.commit_records import committed_batch_ids
+        from kinesis_replay.adapters.dynamodb_store import DynamoDBStateStore
         from stack.harness import run_dag
 
         if step.fault == "renamed":
@@ -341,9 +341,10 @@ class Schedule:
         batches, and write nothing; the documented way out (the backfill DAG's restore, a dry run first) puts them back."""
         from pyiceberg.table.snapshots import ancestors_of
 
-        from kinesis_replay import guards, iceberg_table
-        from kinesis_replay.config import parse_config
-        from kinesis_replay.holdings import compare
+        from kinesis_replay.adapters import iceberg_table
+        from kinesis_replay.core.config import parse_config
+        from kinesis_replay.core.holdings import compare
+        from kinesis_replay.steps import guards
         from stack.harness import output_table, run_dag
 
         try:
@@ -445,7 +446,7 @@ class Schedule:
 
     def kill_moment(self, moment: str) -> Any:
         """When to kill: once the job has read (GetRecords served after it started), is writing, or has written."""
-        from kinesis_replay.output import MANIFESTS_DIR, STAGING_DIR
+        from kinesis_replay.adapters.layout import MANIFESTS_DIR, STAGING_DIR
 
         baseline: list[int] = []  # GetRecords served when the job was first seen: the plan's tip search reads too
 
@@ -517,14 +518,14 @@ class Schedule:
         )
 
     def committed(self) -> list[int]:
-        from kinesis_replay.state import BatchStatus
+        from kinesis_replay.core.state import BatchStatus
 
         return [b.batch_id for b in self.store.list_batches(self.name) if b.status == BatchStatus.COMMITTED]
 
     def check_commit_records(self) -> list[str]:
         """The output's copy of the ledger: a commit record for each committed batch, with the ledger's ranges and manifest."""
-        from kinesis_replay.output import committed_batch_ids, read_commit_record
-        from kinesis_replay.state import BatchStatus
+        from kinesis_replay.adapters.commit_records import committed_batch_ids, read_commit_record
+        from kinesis_replay.core.state import BatchStatus
 
         ledger = {b.batch_id: b for b in self.store.list_batches(self.name) if b.status == BatchStatus.COMMITTED}
         recorded = committed_batch_ids(str(self.output))
@@ -538,7 +539,7 @@ class Schedule:
 
     def check_state(self) -> list[str]:
         """Nothing in flight after the drain, and each shard's checkpoint is the end of its last committed range."""
-        from kinesis_replay.state import BatchStatus
+        from kinesis_replay.core.state import BatchStatus
 
         problems = []
         head = self.store.get_head(self.name)
@@ -644,7 +645,7 @@ def check_files(output: Path, committed: list[int]) -> list[str]:
     A table output's metadata and catalog are its own; its data files lie under committed batches' folders
     (a backfill's superseded attempts too, until snapshot expiry), and the table references no other.
     """
-    from kinesis_replay.output import COMMITS_DIR, OWNER_FILE
+    from kinesis_replay.adapters.layout import COMMITS_DIR, OWNER_FILE
     from stack.harness import output_table
 
     allowed = {f"batch_id={path_batch_id(b)}" for b in committed}

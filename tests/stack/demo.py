@@ -26,8 +26,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path[:0] = [str(ROOT / "plugins"), str(ROOT / "tests")]
 
-from kinesis_replay.config import dag_ids  # noqa: E402
-from kinesis_replay.dynamodb_store import DynamoDBStateStore  # noqa: E402
+from kinesis_replay.adapters.dynamodb_store import DynamoDBStateStore  # noqa: E402
+from kinesis_replay.core.airflow_names import dag_ids  # noqa: E402
 from stack import local_stack  # noqa: E402
 from stack.harness import check_exactly_once, check_table_history, read_output  # noqa: E402
 from stack.producer import Produced, ensure_stream, kinesis_client, produce  # noqa: E402

@@ -128,7 +128,7 @@ def age_batch(dynamodb: Any, table: str, pipeline: str, batch_id: int, waited: A
     import json
     from datetime import UTC, datetime
 
-    from kinesis_replay.dynamodb_store import DynamoDBStateStore, batch_sk, pk
+    from kinesis_replay.adapters.dynamodb_store import DynamoDBStateStore, batch_sk, pk
 
     batch = DynamoDBStateStore(dynamodb, table).get_batch(pipeline, batch_id)
     aged = [{**r.to_dict(), "start_arrival": (datetime.now(UTC) - waited).isoformat()} for r in batch.ranges]
@@ -189,7 +189,7 @@ def batch_dirs(output: Path | str) -> list[str]:
     A table output: the batches of the table's current snapshot. A directory output: the partition directories
     under the root (Spark's file names differ per run; these must not).
     """
-    from kinesis_replay.formats import path_batch_id
+    from kinesis_replay.core.formats import path_batch_id
 
     if is_table_output(output):
         rows = read_output(output)

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kinesis_replay.dynamodb_store import DynamoDBStateStore
-from kinesis_replay.state import Batch, Head
+from kinesis_replay.adapters.dynamodb_store import DynamoDBStateStore
+from kinesis_replay.core.state import Batch, Head
 
 # BatchWriteItem takes at most 25 items a call.
 CHUNK = 25

@@ -151,7 +151,7 @@ def clear_demo_output() -> None:
 
     import yaml
 
-    from kinesis_replay.config import normalize_output
+    from kinesis_replay.core.roots import normalize_output
 
     shipped = ROOT / "dags" / "pipelines.yaml"
     if Path(os.environ.get("KINESIS_REPLAY_CONFIG", shipped)).resolve() != shipped.resolve():
@@ -165,7 +165,8 @@ def clear_demo_output() -> None:
 
 def create_pools(env: dict[str, str]) -> None:
     """Each pipeline's replays wait for a slot of its pool, which Airflow does not create: a missing one stalls them for good."""
-    from kinesis_replay.config import load_pipelines, pool_set_args
+    from kinesis_replay.core.airflow_names import pool_set_args
+    from kinesis_replay.core.config import load_pipelines
 
     for pool in sorted({p.pool for p in load_pipelines(env["KINESIS_REPLAY_CONFIG"]).pipelines}):
         subprocess.run(pool_set_args(pool), env=env, check=True, capture_output=True)

@@ -11,7 +11,11 @@ from typing import Any
 import jsonschema
 import pytest
 
-from kinesis_replay.backfill import (
+from kinesis_replay.core.config import ReadConfig
+from kinesis_replay.core.formats import MAX_BATCH_ID, path_batch_id
+from kinesis_replay.core.ranges import SequenceRange
+from kinesis_replay.core.state import Batch, BatchStatus
+from kinesis_replay.steps.backfill import (
     ACKNOWLEDGE_DATA_LOSS_SCHEMA,
     MAX_ACKNOWLEDGED_SHARDS,
     MAX_BATCHES_PER_RUN,
@@ -24,10 +28,6 @@ from kinesis_replay.backfill import (
     parse_selection,
     select_batches,
 )
-from kinesis_replay.config import ReadConfig
-from kinesis_replay.formats import MAX_BATCH_ID, path_batch_id
-from kinesis_replay.ranges import SequenceRange
-from kinesis_replay.state import Batch, BatchStatus
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 S = 10**55

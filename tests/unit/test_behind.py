@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from kinesis_replay.ranges import SequenceRange
-from kinesis_replay.state import Batch, BatchStatus, Manifest, PlanNotes, ShardResult
-from kinesis_replay.status import catch_up
+from kinesis_replay.core.ranges import SequenceRange
+from kinesis_replay.core.state import Batch, BatchStatus, Manifest, PlanNotes, ShardResult
+from kinesis_replay.ui.status import catch_up
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 S = 10**50

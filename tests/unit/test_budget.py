@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from kinesis_replay.config import ReadConfig
-from kinesis_replay.kinesis import ReadStats, ShardBudget
+from kinesis_replay.adapters.kinesis_client import ReadStats, ShardBudget
+from kinesis_replay.core.config import ReadConfig
 
 
 class Clock:

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import report
 
-from kinesis_replay.formats import path_batch_id
+from kinesis_replay.core.formats import path_batch_id
 from stack import chaos
 
 

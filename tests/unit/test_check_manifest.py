@@ -6,11 +6,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from kinesis_replay.batches import check_manifest, check_retention, merge_gaps, range_checkpoint
-from kinesis_replay.config import parse_config
-from kinesis_replay.errors import DataLossError, VerificationError
-from kinesis_replay.ranges import SequenceRange
-from kinesis_replay.state import Batch, BatchStatus, Gap, Manifest, ShardResult
+from kinesis_replay.core.config import parse_config
+from kinesis_replay.core.errors import DataLossError, VerificationError
+from kinesis_replay.core.ranges import SequenceRange
+from kinesis_replay.core.state import Batch, BatchStatus, Gap, Manifest, ShardResult
+from kinesis_replay.steps.commit import range_checkpoint
+from kinesis_replay.steps.in_flight import check_retention
+from kinesis_replay.steps.verify import check_manifest, merge_gaps
 
 S = 10**55
 RANGES = (SequenceRange("s0", S, S + 100), SequenceRange("s1", S + 5, S + 900, to_shard_end=True))

@@ -33,7 +33,8 @@ import pytest
 import yaml
 from cryptography.fernet import Fernet
 
-from kinesis_replay.config import PipelineConfig, parse_config, pool_set_command
+from kinesis_replay.core.airflow_names import pool_set_command
+from kinesis_replay.core.config import PipelineConfig, parse_config
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"

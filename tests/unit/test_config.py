@@ -9,21 +9,20 @@ from typing import Any
 
 import pytest
 
-from kinesis_replay.config import (
+from kinesis_replay.core.airflow_names import pool_set_command
+from kinesis_replay.core.config import (
     REFERENCE_BEGIN,
     REFERENCE_END,
     ConfigError,
     load_config,
-    normalize_output,
     options,
-    outputs_overlap,
     parse_config,
     parse_pipelines,
-    pool_set_command,
     reference_table,
     resolve_config_path,
     with_reference_table,
 )
+from kinesis_replay.core.roots import normalize_output, outputs_overlap
 
 CONFIGURATION_MD = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 
@@ -423,7 +422,7 @@ def test_a_bad_table_config_names_the_key(changes: dict[str, Any], message: str)
 def test_the_catalog_types_the_config_accepts_are_pyicebergs() -> None:
     from pyiceberg.catalog import CatalogType
 
-    from kinesis_replay.config import CATALOG_TYPES
+    from kinesis_replay.core.config import CATALOG_TYPES
 
     assert set(CATALOG_TYPES) == {t.value for t in CatalogType}
     for properties in (

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from kinesis_replay import credentials
-from kinesis_replay.credentials import BaseCredentials, Connection, Keys, Role
+from kinesis_replay.launchers import credentials
+from kinesis_replay.launchers.credentials import BaseCredentials, Connection, Keys, Role
 
 ROLE = Role("arn:aws:iam::123456789012:role/replay", kwargs={"DurationSeconds": 905}, sts_endpoint_url="http://127.0.0.1:5000")
 KEYS = Keys("AKIDBASE", "base-secret")
@@ -25,7 +25,7 @@ def job_env(tmp_path: Path, given: credentials.JobCredentials) -> dict[str, str]
     """The job's environment as spark-submit gets it, from a worker whose own environment holds keys."""
     import os
 
-    from kinesis_replay import spark_submit
+    from kinesis_replay.launchers import spark_submit
 
     worker = {"AWS_ACCESS_KEY_ID": "AKIDWORKER", "AWS_SECRET_ACCESS_KEY": "worker-secret", "AWS_SESSION_TOKEN": "worker-token"}
     saved = {k: os.environ.get(k) for k in worker}

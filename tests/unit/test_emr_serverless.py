@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from kinesis_replay import emr_serverless
-from kinesis_replay.config import parse_config
-from kinesis_replay.errors import ConfigError
+from kinesis_replay.core.config import parse_config
+from kinesis_replay.core.errors import ConfigError
+from kinesis_replay.launchers import emr_serverless
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = "00fabcdefgh12345"

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from kinesis_replay import kinesis
-from kinesis_replay.config import ReadConfig
+from kinesis_replay.adapters import range_bounds
+from kinesis_replay.core.config import ReadConfig
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 S = 10**50
@@ -80,10 +80,10 @@ class MemoryShard:
         return best
 
 
-def search(shard: MemoryShard, bound_ms: int, hint: bool) -> kinesis.RangeEnd:
+def search(shard: MemoryShard, bound_ms: int, hint: bool) -> range_bounds.RangeEnd:
     start = shard._record(shard.records[0])
     behind = shard._behind(0) if hint else None
-    return kinesis.find_end(shard, "s", "shardId-0", start, T0 + timedelta(milliseconds=bound_ms), FAST, behind)  # type: ignore[arg-type]
+    return range_bounds.find_end(shard, "s", "shardId-0", start, T0 + timedelta(milliseconds=bound_ms), FAST, behind)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("hint", [True, False], ids=["hint", "no hint"])
@@ -95,7 +95,7 @@ def test_a_sparse_shard_s_end_before_any_bound_is_found_by_a_few_probes(seed: in
     bound = rng.choice([arrivals[-1] + 1, arrivals[-1] + 3_600_000, rng.randrange(arrivals[0] + 1, arrivals[-1] + 2)])
     found = search(shard, bound, hint)
     assert found.end == shard.newest_before(bound)
-    assert found.probes <= 2 * 30 + 2 and shard.read <= kinesis.PROBE_RECORDS * (found.probes + 1) + 10
+    assert found.probes <= 2 * 30 + 2 and shard.read <= range_bounds.PROBE_RECORDS * (found.probes + 1) + 10
 
 
 @pytest.mark.parametrize(("short", "empty_first"), [(2, False), (1, False), (None, True), (3, True)])

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from kinesis_replay.dynamodb_store import batch_sk, part_sk
-from kinesis_replay.formats import MAX_BATCH_ID, ProgressLine, duration, is_s3, path_batch_id, s3_uri, sort_key_batch_id
-from kinesis_replay.iceberg_table import iceberg_location
-from kinesis_replay.output import batch_path, commit_record_path, data_path
+from kinesis_replay.adapters.dynamodb_store import batch_sk, part_sk
+from kinesis_replay.adapters.iceberg_table import iceberg_location
+from kinesis_replay.adapters.layout import batch_path, commit_record_path, data_path
+from kinesis_replay.core.formats import MAX_BATCH_ID, ProgressLine, duration, is_s3, path_batch_id, s3_uri, sort_key_batch_id
 
 
 def test_a_batch_id_is_padded_to_10_digits_in_paths_and_12_in_sort_keys() -> None:

@@ -10,11 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from kinesis_replay import guards, output
-from kinesis_replay.config import PipelineConfig, parse_config
-from kinesis_replay.errors import OutputOwnershipError, StateLostError
-from kinesis_replay.ranges import SequenceRange
-from kinesis_replay.state import Batch, BatchStatus, Head, Manifest, ShardResult
+from kinesis_replay.adapters import commit_records, layout
+from kinesis_replay.adapters.owner import Owner, read_owner, write_owner
+from kinesis_replay.core.config import PipelineConfig, parse_config
+from kinesis_replay.core.errors import OutputOwnershipError, StateLostError
+from kinesis_replay.core.ranges import SequenceRange
+from kinesis_replay.core.state import Batch, BatchStatus, Head, Manifest, ShardResult
+from kinesis_replay.steps import guards
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 
@@ -37,12 +39,12 @@ def committed(p: PipelineConfig, batch_id: int) -> Batch:
 def test_the_first_plan_claims_a_new_root_and_a_dry_run_does_not(tmp_path: Path) -> None:
     p = pipeline(tmp_path / "out")
     guards.check_before_plan(p, Head())
-    assert output.read_owner(p.output) is None  # checking writes nothing
+    assert read_owner(p.output) is None  # checking writes nothing
     guards.claim_output(p, NOW)
-    owner = output.read_owner(p.output)
-    assert owner == output.Owner("orders", "orders-stream", "kr-state", NOW.isoformat(), adopted=0, output_format="iceberg")
+    owner = read_owner(p.output)
+    assert owner == Owner("orders", "orders-stream", "kr-state", NOW.isoformat(), adopted=0, output_format="iceberg")
     guards.claim_output(p, datetime.now(UTC))  # a second claim changes nothing
-    assert output.read_owner(p.output) == owner
+    assert read_owner(p.output) == owner
 
 
 @pytest.mark.parametrize(
@@ -63,7 +65,7 @@ def test_a_root_owned_by_another_pipeline_or_stream_is_refused(tmp_path: Path, c
         guards.require_owner(intruder)  # replay, backfill and commit check it too
     with pytest.raises(OutputOwnershipError):
         guards.claim_output(intruder, NOW)  # a claim never takes over an owned root
-    assert output.read_owner(owner.output) == output.Owner("orders", "orders-stream", "kr-state", NOW.isoformat(), output_format="iceberg")
+    assert read_owner(owner.output) == Owner("orders", "orders-stream", "kr-state", NOW.isoformat(), output_format="iceberg")
 
 
 def test_replay_backfill_and_commit_refuse_a_root_with_no_owner_record(tmp_path: Path) -> None:
@@ -75,7 +77,7 @@ def test_a_missing_head_with_committed_batches_in_the_output_is_refused(tmp_path
     p = pipeline(tmp_path / "out")
     guards.claim_output(p, NOW)
     for i in (1, 2, 3):
-        output.write_commit_record(p.output, committed(p, i))
+        commit_records.write_commit_record(p.output, committed(p, i))
     with pytest.raises(StateLostError) as raised:
         guards.check_before_plan(p, Head())
     text = str(raised.value)
@@ -86,7 +88,7 @@ def test_a_missing_head_with_committed_batches_in_the_output_is_refused(tmp_path
 def test_a_missing_head_with_only_uncommitted_results_is_a_fresh_start(tmp_path: Path) -> None:
     p = pipeline(tmp_path / "out")
     guards.claim_output(p, NOW)
-    manifest = Path(output.manifest_path(p.output, 1))
+    manifest = Path(layout.manifest_path(p.output, 1))
     manifest.parent.mkdir(parents=True)
     manifest.write_text("{}")  # batch 1 replayed, never committed: the new batch 1 replaces it
     guards.check_before_plan(p, Head())
@@ -94,13 +96,13 @@ def test_a_missing_head_with_only_uncommitted_results_is_a_fresh_start(tmp_path:
 
 def test_a_root_written_before_owner_records_counts_its_results_as_committed(tmp_path: Path) -> None:
     p = pipeline(tmp_path / "out")
-    manifest = Path(output.manifest_path(p.output, 7))
+    manifest = Path(layout.manifest_path(p.output, 7))
     manifest.parent.mkdir(parents=True)
     manifest.write_text("{}")
     with pytest.raises(StateLostError, match="written before it kept commit records"):
         guards.check_before_plan(p, Head())
     guards.claim_output(p, NOW)  # adopted by a pipeline whose table holds its state
-    owner = output.read_owner(p.output)
+    owner = read_owner(p.output)
     assert owner is not None and owner.adopted == 7
     with pytest.raises(StateLostError):
         guards.check_before_plan(p, Head())
@@ -117,7 +119,7 @@ def test_a_head_behind_the_output_is_refused(tmp_path: Path) -> None:
     p = pipeline(tmp_path / "out", output_format="directory")  # the ledger against the output: no table in it
     guards.claim_output(p, NOW)
     for i in (1, 2, 3):
-        output.write_commit_record(p.output, committed(p, i))
+        commit_records.write_commit_record(p.output, committed(p, i))
     guards.check_before_plan(p, Head(next_batch_id=4, version=4))  # in step
     with pytest.raises(StateLostError, match=r"is behind output .* would plan batch 3 anew"):
         guards.check_before_plan(p, Head(next_batch_id=3, version=3))  # an old backup of the table
@@ -128,22 +130,22 @@ def test_a_renamed_state_table_is_refused_once_anything_is_committed(tmp_path: P
     guards.claim_output(p, NOW)
     renamed = replace(p, state_table="kr-state-2")
     guards.check_before_plan(renamed, Head())  # nothing committed: the new table is a fresh start
-    output.write_commit_record(p.output, committed(p, 1))
+    commit_records.write_commit_record(p.output, committed(p, 1))
     with pytest.raises(StateLostError, match="is kept with state table kr-state, and the config now names state table kr-state-2"):
         guards.check_before_plan(renamed, Head())
     with pytest.raises(StateLostError):
         guards.claim_output(renamed, NOW)  # nor does a claim, on its own, adopt the new table
-    owner = output.read_owner(p.output)
+    owner = read_owner(p.output)
     assert owner is not None and owner.state_table == "kr-state"
 
 
 def test_a_commit_record_round_trips_the_ledger_entry(tmp_path: Path) -> None:
     p = pipeline(tmp_path / "out")
     batch = committed(p, 2)
-    output.write_commit_record(p.output, batch)
-    assert output.read_commit_record(p.output, 2) == batch
-    assert output.committed_batch_ids(p.output) == [2]
-    assert json.loads(Path(output.commit_record_path(p.output, 2)).read_text())["format"] == 1
+    commit_records.write_commit_record(p.output, batch)
+    assert commit_records.read_commit_record(p.output, 2) == batch
+    assert commit_records.committed_batch_ids(p.output) == [2]
+    assert json.loads(Path(layout.commit_record_path(p.output, 2)).read_text())["format"] == 1
 
 
 def format_refusal(p: PipelineConfig, created: str, why: str) -> str:
@@ -159,25 +161,25 @@ def old_owner_record(root: Path) -> None:
     """An owner record as a release that recorded no output_format wrote it."""
     root.mkdir(parents=True, exist_ok=True)
     record = {"pipeline": "orders", "stream": "orders-stream", "state_table": "kr-state", "created_at": NOW.isoformat(), "adopted": 0}
-    (root / output.OWNER_FILE).write_text(json.dumps(record))
+    (root / layout.OWNER_FILE).write_text(json.dumps(record))
 
 
 def directory_batch(root: Path, batch_id: int) -> None:
     """A batch a directory output committed: its folder and its commit record."""
-    folder = Path(output.batch_path(str(root), batch_id))
+    folder = Path(layout.batch_path(str(root), batch_id))
     folder.mkdir(parents=True)
     (folder / "part-00000.parquet").write_bytes(b"PAR1")
-    output.write_commit_record(str(root), committed(pipeline(root, output_format="directory"), batch_id))
+    commit_records.write_commit_record(str(root), committed(pipeline(root, output_format="directory"), batch_id))
 
 
 @pytest.mark.parametrize(("created", "now"), [("directory", "iceberg"), ("iceberg", "directory")])
 def test_the_claim_records_the_output_format_and_every_later_write_refuses_another(tmp_path: Path, created: str, now: str) -> None:
     p = pipeline(tmp_path / "out", output_format=created)
     guards.claim_output(p, NOW)
-    owner = output.read_owner(p.output)
+    owner = read_owner(p.output)
     assert owner is not None and owner.output_format == created
     changed = pipeline(tmp_path / "out", output_format=now)
-    record = f"as its owner record {output.owner_path(p.output)} says"
+    record = f"as its owner record {layout.owner_path(p.output)} says"
     for check in (lambda: guards.check_before_plan(changed, Head(next_batch_id=1, version=1)),
                   lambda: guards.require_owner(changed), lambda: guards.claim_output(changed, NOW)):  # fmt: skip
         with pytest.raises(OutputOwnershipError) as raised:
@@ -185,7 +187,7 @@ def test_the_claim_records_the_output_format_and_every_later_write_refuses_anoth
         text = str(raised.value)
         assert text.startswith(format_refusal(changed, created, record))
         assert f"Set output_format: {created} for pipeline 'orders' in the pipelines config to go on as before" in text
-    assert output.read_owner(p.output) == owner  # refused, and the record still says what the root is
+    assert read_owner(p.output) == owner  # refused, and the record still says what the root is
     guards.require_owner(p)  # the format it was created in goes on
 
 
@@ -201,13 +203,13 @@ def test_an_older_owner_record_over_batch_folders_counts_as_a_directory_output(t
             check()
         assert str(raised.value).startswith(format_refusal(upgraded, "directory", "it holds batch_id=<id>/ folders"))
         assert "start an Iceberg table at the next batch, while the batches before it stay in batch_id=<id>/ folders" in str(raised.value)
-    owner = output.read_owner(str(root))
+    owner = read_owner(str(root))
     assert owner is not None and owner.output_format is None  # a refusal writes nothing
-    assert sorted(p.name for p in root.iterdir()) == [output.COMMITS_DIR, output.OWNER_FILE, "batch_id=0000000001"]  # no table started
+    assert sorted(p.name for p in root.iterdir()) == [layout.COMMITS_DIR, layout.OWNER_FILE, "batch_id=0000000001"]  # no table started
     kept = pipeline(root, output_format="directory")  # what the message says to do
     guards.check_before_plan(kept, Head(next_batch_id=2, version=2))
     guards.claim_output(kept, NOW)
-    owner = output.read_owner(str(root))
+    owner = read_owner(str(root))
     assert owner is not None and owner.output_format == "directory" and owner.created_at == NOW.isoformat()  # recorded now
     with pytest.raises(OutputOwnershipError, match=r"as its owner record .* says"):
         guards.require_owner(upgraded)
@@ -219,7 +221,7 @@ def test_an_older_owner_record_over_a_root_with_no_batch_records_the_configured_
     p = pipeline(root)
     guards.require_owner(p)  # nothing says what the root is: nothing to refuse
     guards.claim_output(p, NOW)
-    owner = output.read_owner(str(root))
+    owner = read_owner(str(root))
     assert owner is not None and owner.output_format == "iceberg"
 
 
@@ -243,9 +245,9 @@ def test_a_root_written_before_owner_records_is_claimed_only_in_the_format_of_it
         guards.check_before_plan(upgraded, Head(next_batch_id=2, version=2))
     with pytest.raises(OutputOwnershipError):
         guards.claim_output(upgraded, NOW)
-    assert output.read_owner(str(root)) is None  # not claimed as a table
+    assert read_owner(str(root)) is None  # not claimed as a table
     guards.claim_output(pipeline(root, output_format="directory"), NOW)
-    owner = output.read_owner(str(root))
+    owner = read_owner(str(root))
     assert owner is not None and owner.output_format == "directory"
 
 
@@ -257,8 +259,8 @@ def claimed_with_a_batch(root: Path) -> PipelineConfig:
     """Pipeline orders with batch 1 committed in its table's layout: an attempt folder's file and a commit record."""
     p = pipeline(root)
     guards.claim_output(p, NOW)
-    output.write_commit_record(p.output, committed(p, 1))
-    part = Path(output.data_path(p.output, 1, "a")) / "part-00000.parquet"
+    commit_records.write_commit_record(p.output, committed(p, 1))
+    part = Path(layout.data_path(p.output, 1, "a")) / "part-00000.parquet"
     part.parent.mkdir(parents=True)
     part.write_bytes(b"rows")
     return p
@@ -280,11 +282,11 @@ def test_a_root_inside_another_deployments_root_is_refused_before_anything_is_wr
     text = str(raised.value)
     assert text.startswith(
         f"pipeline 'payments' may not claim output {b.output}: it is inside output {a.output} of pipeline 'orders' "
-        f"(stream orders-stream, state table kr-state; owner record {output.owner_path(a.output)})."
+        f"(stream orders-stream, state table kr-state; owner record {layout.owner_path(a.output)})."
     )
     assert text.endswith(f"Give pipeline 'payments' an output root outside {a.output}, in its pipelines config. Nothing was written.")
     assert files_under(tmp_path) == before  # not even a folder for the new root
-    assert output.read_owner(b.output) is None and output.committed_batch_ids(a.output) == [1]
+    assert read_owner(b.output) is None and commit_records.committed_batch_ids(a.output) == [1]
 
 
 def test_a_root_that_holds_another_deployments_root_is_refused_before_anything_is_written(tmp_path: Path) -> None:
@@ -300,11 +302,11 @@ def test_a_root_that_holds_another_deployments_root_is_refused_before_anything_i
     assert text.startswith(f"pipeline 'payments' may not claim output {b.output}: it holds output {a.output} of pipeline 'orders' ")
     assert f"Give pipeline 'payments' an output root outside {a.output} that does not hold it either" in text
     assert text.endswith("Nothing was written.")
-    assert files_under(tmp_path) == before and output.read_owner(b.output) is None
+    assert files_under(tmp_path) == before and read_owner(b.output) is None
 
 
 def test_a_root_of_an_unreadable_owner_record_around_it_is_refused_naming_the_record(tmp_path: Path) -> None:
-    record = Path(output.owner_path(str(tmp_path / "a")))
+    record = Path(layout.owner_path(str(tmp_path / "a")))
     record.parent.mkdir()
     record.write_text("not json")
     b = pipeline(tmp_path / "a" / "b")
@@ -319,14 +321,14 @@ def test_roots_claimed_before_nesting_was_refused_keep_working_and_the_inner_one
 ) -> None:
     a = claimed_with_a_batch(tmp_path / "a")
     b = pipeline(tmp_path / "a" / "data" / "other", name="payments", stream="payments-stream", state_table="kr-state-2")
-    claim = output.Owner("payments", "payments-stream", "kr-state-2", NOW.isoformat(), output_format="iceberg")
-    output.write_owner(b.output, claim)  # claimed by a release that did not look around
-    a_before, b_before = output.read_owner(a.output), output.read_owner(b.output)
+    claim = Owner("payments", "payments-stream", "kr-state-2", NOW.isoformat(), output_format="iceberg")
+    write_owner(b.output, claim)  # claimed by a release that did not look around
+    a_before, b_before = read_owner(a.output), read_owner(b.output)
 
     guards.claim_output(a, NOW)  # already claimed: not looked under again
     guards.claim_output(b, NOW)
 
-    assert (output.read_owner(a.output), output.read_owner(b.output)) == (a_before, b_before)
+    assert (read_owner(a.output), read_owner(b.output)) == (a_before, b_before)
     warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert any(f"output {b.output} is inside output {a.output} of pipeline 'orders'" in w for w in warned), warned
 
@@ -335,7 +337,7 @@ def test_roots_beside_each_other_are_claimed(tmp_path: Path) -> None:
     claimed_with_a_batch(tmp_path / "lake" / "orders")
     beside = pipeline(tmp_path / "lake" / "orders-2", name="payments", stream="payments-stream", state_table="kr-state-2")
     guards.claim_output(beside, NOW)  # a name that starts like the other root's is not inside it
-    owner = output.read_owner(beside.output)
+    owner = read_owner(beside.output)
     assert owner is not None and owner.pipeline == "payments"
 
 
@@ -356,13 +358,13 @@ def test_a_root_whose_owner_record_is_gone_is_another_pipelines_when_its_commit_
     tmp_path: Path, change: dict[str, str], message: str
 ) -> None:
     """Whatever the intruder's state table holds: no plan claims it, and no recovery takes it over."""
-    from kinesis_replay import recovery
+    from kinesis_replay.steps import recovery
 
     owner = pipeline(tmp_path / "out", output_format="directory")  # no table: the guards of the output alone
     guards.claim_output(owner, NOW)
     for i in (1, 2):
-        output.write_commit_record(owner.output, committed(owner, i))
-    Path(output.owner_path(owner.output)).unlink()
+        commit_records.write_commit_record(owner.output, committed(owner, i))
+    Path(layout.owner_path(owner.output)).unlink()
     intruder = pipeline(tmp_path / "out", output_format="directory", **change)
     for head in (Head(), Head(next_batch_id=3, version=2)):
         with pytest.raises(OutputOwnershipError) as raised:
@@ -371,17 +373,17 @@ def test_a_root_whose_owner_record_is_gone_is_another_pipelines_when_its_commit_
         assert guards.RECOVER_PARAM not in str(raised.value)
     with pytest.raises(OutputOwnershipError, match="Nothing was written"):
         recovery.recover(intruder, None, None, NOW)  # type: ignore[arg-type]  # refused before any client is used
-    assert output.read_owner(owner.output) is None and output.committed_batch_ids(owner.output) == [1, 2]
+    assert read_owner(owner.output) is None and commit_records.committed_batch_ids(owner.output) == [1, 2]
     guards.check_before_plan(owner, Head(next_batch_id=3, version=2))  # the pipeline whose records they are goes on
     guards.claim_output(owner, NOW)  # and its plan claims the root again
-    found = output.read_owner(owner.output)
+    found = read_owner(owner.output)
     assert found is not None and (found.pipeline, found.stream) == ("orders", "orders-stream")
 
 
 def test_a_lost_state_table_over_results_without_commit_records_is_not_told_to_recover(tmp_path: Path) -> None:
     """A recovery needs commit records: advising one there would be advice that cannot be followed."""
     p = pipeline(tmp_path / "out")
-    manifest = Path(output.manifest_path(p.output, 7))
+    manifest = Path(layout.manifest_path(p.output, 7))
     manifest.parent.mkdir(parents=True)
     manifest.write_text("{}")
     with pytest.raises(StateLostError) as raised:
@@ -392,13 +394,13 @@ def test_a_lost_state_table_over_results_without_commit_records_is_not_told_to_r
 
 def test_a_plan_that_resumes_a_batch_writes_a_deleted_owner_record_again(tmp_path: Path) -> None:
     """Else every run would resume the batch, and its replay refuse it for the missing record, for ever."""
-    from kinesis_replay import batches
+    from kinesis_replay.steps import plan
 
     p = pipeline(tmp_path / "out", output_format="directory")
     guards.claim_output(p, NOW)
     for i in (1, 2):
-        output.write_commit_record(p.output, committed(p, i))
-    Path(output.owner_path(p.output)).unlink()
+        commit_records.write_commit_record(p.output, committed(p, i))
+    Path(layout.owner_path(p.output)).unlink()
     in_flight = replace(committed(p, 3), status=BatchStatus.FAILED)
 
     class Ledger:
@@ -410,12 +412,12 @@ def test_a_plan_that_resumes_a_batch_writes_a_deleted_owner_record_again(tmp_pat
 
     with pytest.raises(OutputOwnershipError, match="its next run's plan writes the record again"):
         guards.require_owner(p)  # the replay's refusal, and its advice
-    result = batches.plan_batch(p, None, Ledger(), "run", NOW, dry_run=True)  # type: ignore[arg-type]
-    assert result.resumed and output.read_owner(p.output) is None  # a dry run writes nothing
-    result = batches.plan_batch(p, None, Ledger(), "run", NOW)  # type: ignore[arg-type]
+    result = plan.plan_batch(p, None, Ledger(), "run", NOW, dry_run=True)  # type: ignore[arg-type]
+    assert result.resumed and read_owner(p.output) is None  # a dry run writes nothing
+    result = plan.plan_batch(p, None, Ledger(), "run", NOW)  # type: ignore[arg-type]
     assert result.resumed and result.batch == in_flight
     guards.require_owner(p)  # the replay goes on
-    owner = output.read_owner(p.output)
+    owner = read_owner(p.output)
     assert owner is not None and (owner.pipeline, owner.stream, owner.state_table) == ("orders", "orders-stream", "kr-state")
 
 
@@ -426,10 +428,10 @@ def test_a_plan_that_resumes_a_batch_writes_a_deleted_owner_record_again(tmp_pat
 )
 def test_a_malformed_owner_record_fails_the_plan_at_once_saying_what_to_do(tmp_path: Path, text: str, says: str) -> None:
     """A retry reads the same file: the task fails at once, and moving the file aside lets the plan write it again."""
-    from kinesis_replay.errors import OutputCorruptError
+    from kinesis_replay.core.errors import OutputCorruptError
 
     p = pipeline(tmp_path / "out")
-    record = Path(output.owner_path(p.output))
+    record = Path(layout.owner_path(p.output))
     record.parent.mkdir(parents=True)
     record.write_text(text)
     with pytest.raises(OutputCorruptError, match=f"{record}:? .*{re.escape(says)}") as raised:
@@ -438,12 +440,12 @@ def test_a_malformed_owner_record_fails_the_plan_at_once_saying_what_to_do(tmp_p
     assert record.read_text() == text  # nothing overwrote it
     record.rename(record.with_name("owner.json.bad"))  # the advice, followed: the next plan claims the (empty) root again
     guards.claim_output(p, NOW)
-    assert output.read_owner(p.output) is not None and output.read_owner(p.output).pipeline == "orders"  # type: ignore[union-attr]
+    assert read_owner(p.output) is not None and read_owner(p.output).pipeline == "orders"  # type: ignore[union-attr]
 
 
 def test_a_directory_pipeline_asked_for_its_table_fails_at_once_saying_what_it_can_do(tmp_path: Path) -> None:
-    from kinesis_replay import iceberg_table
-    from kinesis_replay.errors import NoTableError
+    from kinesis_replay.adapters import iceberg_table
+    from kinesis_replay.core.errors import NoTableError
 
     p = pipeline(tmp_path / "out", output_format="directory")
     with pytest.raises(NoTableError, match="pipeline 'orders' has output_format directory, so it has no Iceberg table") as raised:

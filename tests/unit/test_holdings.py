@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kinesis_replay.holdings import Holdings, Ledger, Mismatch, TableState, compare
+from kinesis_replay.core.holdings import Holdings, Ledger, Mismatch, TableState, compare
 
 
 def test_holdings_round_trip_through_a_summary_as_ranges() -> None:

@@ -12,11 +12,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from kinesis_replay import iceberg_table, output
-from kinesis_replay.config import PipelineConfig, parse_config
-from kinesis_replay.errors import OutputOwnershipError, TableCommitRefusedError, VerificationError
-from kinesis_replay.holdings import Holdings, Ledger, Mismatch, compare
-from kinesis_replay.records import ROW_COLUMNS
+from kinesis_replay.adapters import iceberg_table, layout
+from kinesis_replay.core.config import PipelineConfig, parse_config
+from kinesis_replay.core.errors import OutputOwnershipError, TableCommitRefusedError, VerificationError
+from kinesis_replay.core.holdings import Holdings, Ledger, Mismatch, compare
+from kinesis_replay.core.records import ROW_COLUMNS
 
 
 def pipeline(root: Path, name: str = "orders", stream: str = "orders-stream") -> PipelineConfig:
@@ -27,7 +27,7 @@ def pipeline(root: Path, name: str = "orders", stream: str = "orders-stream") ->
 
 def write_attempt(root: Path, batch_id: int, attempt: str, rows: int, shard: str = "shardId-0") -> list[str]:
     """One attempt's file as the replay job writes it: the output's columns plus batch_id, sorted by arrival."""
-    folder = Path(output.data_path(str(root), batch_id, attempt))
+    folder = Path(layout.data_path(str(root), batch_id, attempt))
     folder.mkdir(parents=True)
     arrival = [datetime(2026, 1, 1, 0, 0, i % 60, tzinfo=UTC) for i in range(rows)]
     table = pa.table({
@@ -50,7 +50,7 @@ def counts(table: Any, snapshot_id: int | None = None) -> dict[int, int]:
 
 def test_the_first_commit_creates_the_table_partitioned_by_batch_and_sorted_by_arrival(tmp_path: Path) -> None:
     p = pipeline(tmp_path)
-    snapshot_id = iceberg_table.commit_batch(p, 1, "a", write_attempt(tmp_path, 1, "a", 3), "run-1")
+    snapshot_id = iceberg_table.commit_snapshot(p, 1, "a", write_attempt(tmp_path, 1, "a", 3), "run-1")
     table = iceberg_table.load_table(p)
     assert table is not None and table.location() == f"file://{tmp_path}"
     assert [(f.name, str(f.transform)) for f in table.spec().fields] == [("batch_id", "identity")]
@@ -70,9 +70,9 @@ def test_the_first_commit_creates_the_table_partitioned_by_batch_and_sorted_by_a
 
 def test_a_replay_replaces_the_batch_in_one_snapshot_and_leaves_other_batches(tmp_path: Path) -> None:
     p = pipeline(tmp_path)
-    first = iceberg_table.commit_batch(p, 1, "a", write_attempt(tmp_path, 1, "a", 3), "run-1")
-    second = iceberg_table.commit_batch(p, 2, "a", write_attempt(tmp_path, 2, "a", 4), "run-2")
-    replaced = iceberg_table.commit_batch(p, 1, "b", write_attempt(tmp_path, 1, "b", 3), "backfill-1")
+    first = iceberg_table.commit_snapshot(p, 1, "a", write_attempt(tmp_path, 1, "a", 3), "run-1")
+    second = iceberg_table.commit_snapshot(p, 2, "a", write_attempt(tmp_path, 2, "a", 4), "run-2")
+    replaced = iceberg_table.commit_snapshot(p, 1, "b", write_attempt(tmp_path, 1, "b", 3), "backfill-1")
     table = iceberg_table.load_table(p)
     assert table is not None
     assert [s.snapshot_id for s in table.metadata.snapshots] == [first, second, replaced]  # one snapshot per commit
@@ -88,8 +88,8 @@ def test_a_replay_replaces_the_batch_in_one_snapshot_and_leaves_other_batches(tm
 def test_a_resumed_commit_finds_its_own_snapshot_and_adds_nothing(tmp_path: Path) -> None:
     p = pipeline(tmp_path)
     files = write_attempt(tmp_path, 1, "a", 3)
-    first = iceberg_table.commit_batch(p, 1, "a", files, "run-1")
-    again = iceberg_table.commit_batch(p, 1, "a", files, "run-2")  # the run crashed after the table commit; this one resumes
+    first = iceberg_table.commit_snapshot(p, 1, "a", files, "run-1")
+    again = iceberg_table.commit_snapshot(p, 1, "a", files, "run-2")  # the run crashed after the table commit; this one resumes
     table = iceberg_table.load_table(p)
     assert table is not None and again == first and len(table.metadata.snapshots) == 1 and counts(table) == {1: 3}
 
@@ -98,7 +98,7 @@ def test_a_first_commit_of_a_batch_the_snapshot_does_not_hold_does_not_read_the_
     """The history grows by a snapshot a batch: a regular batch's first commit knows from the current snapshot's
     holdings that it has none."""
     p = pipeline(tmp_path)
-    first = iceberg_table.commit_batch(p, 1, "a", write_attempt(tmp_path, 1, "a", 3), "run-1")
+    first = iceberg_table.commit_snapshot(p, 1, "a", write_attempt(tmp_path, 1, "a", 3), "run-1")
     table = iceberg_table.load_table(p)
     assert table is not None
     held = iceberg_table.table_state(table).holdings
@@ -120,10 +120,10 @@ def test_a_first_commit_of_a_batch_the_snapshot_does_not_hold_does_not_read_the_
 def test_each_snapshot_records_what_the_table_holds_and_a_rollback_brings_back_the_older_holdings(tmp_path: Path) -> None:
     """Table properties are not rolled back with snapshots; the holdings in each snapshot's summary are."""
     p = pipeline(tmp_path)
-    one = iceberg_table.commit_batch(p, 1, "a", write_attempt(tmp_path, 1, "a", 3), "run-1", records=3)
+    one = iceberg_table.commit_snapshot(p, 1, "a", write_attempt(tmp_path, 1, "a", 3), "run-1", records=3)
     two = write_attempt(tmp_path, 2, "a", 4)
-    iceberg_table.commit_batch(p, 2, "a", two, "run-2", records=4)
-    iceberg_table.commit_batch(p, 1, "b", write_attempt(tmp_path, 1, "b", 3), "backfill-1", records=3)  # a replacement
+    iceberg_table.commit_snapshot(p, 2, "a", two, "run-2", records=4)
+    iceberg_table.commit_snapshot(p, 1, "b", write_attempt(tmp_path, 1, "b", 3), "backfill-1", records=3)  # a replacement
     table = iceberg_table.load_table(p)
     assert table is not None
     state = iceberg_table.table_state(table)
@@ -135,7 +135,7 @@ def test_each_snapshot_records_what_the_table_holds_and_a_rollback_brings_back_t
     assert (state.holdings, state.total_records) == (Holdings(((1, 1),), 3), 3)
     assert compare(state, Ledger(2)) == Mismatch(missing=[2], extra=[], records=False)
     # A commit of batch 2 again (a restore) finds no snapshot of its own in the rolled-back ancestry: it adds the batch.
-    again = iceberg_table.commit_batch(p, 2, "a", two, "restore", records=4)
+    again = iceberg_table.commit_snapshot(p, 2, "a", two, "restore", records=4)
     table = iceberg_table.load_table(p)
     assert table is not None and again == table.current_snapshot().snapshot_id  # type: ignore[union-attr]
     assert counts(table) == {1: 3, 2: 4} and compare(iceberg_table.table_state(table), Ledger(2)) is None
@@ -145,8 +145,8 @@ def test_rows_another_writer_deletes_show_as_the_snapshot_disagreeing_with_its_h
     from pyiceberg.expressions import EqualTo
 
     p = pipeline(tmp_path)
-    iceberg_table.commit_batch(p, 1, "a", write_attempt(tmp_path, 1, "a", 3), "run-1", records=3)
-    iceberg_table.commit_batch(p, 2, "a", write_attempt(tmp_path, 2, "a", 4), "run-2", records=4)
+    iceberg_table.commit_snapshot(p, 1, "a", write_attempt(tmp_path, 1, "a", 3), "run-1", records=3)
+    iceberg_table.commit_snapshot(p, 2, "a", write_attempt(tmp_path, 2, "a", 4), "run-2", records=4)
     table = iceberg_table.load_table(p)
     assert table is not None
     table.delete(EqualTo("batch_id", 2))  # Iceberg's own tools, not ours
@@ -170,13 +170,13 @@ def test_a_table_of_a_release_before_holdings_takes_the_batches_its_ancestry_nam
                 add.append_data_file(parquet_file_to_data_file(table.io, tx.table_metadata, iceberg_table.iceberg_location(f)))
     state = iceberg_table.table_state(iceberg_table.load_table(p))
     assert (state.holdings, state.total_records, state.derived) == (Holdings(((1, 2),), 7), 7, True)
-    iceberg_table.commit_batch(p, 3, "a", write_attempt(tmp_path, 3, "a", 2), "run-3", records=2)
+    iceberg_table.commit_snapshot(p, 3, "a", write_attempt(tmp_path, 3, "a", 2), "run-3", records=2)
     assert iceberg_table.table_state(iceberg_table.load_table(p)).holdings == Holdings(((1, 3),), 9)
 
 
 def test_a_commit_that_loses_the_race_retries_against_the_new_metadata(tmp_path: Path) -> None:
     p = pipeline(tmp_path)
-    iceberg_table.commit_batch(p, 1, "a", write_attempt(tmp_path, 1, "a", 3), "run-1")
+    iceberg_table.commit_snapshot(p, 1, "a", write_attempt(tmp_path, 1, "a", 3), "run-1")
     other_files = write_attempt(tmp_path, 2, "a", 4)
     raced: list[int] = []
 
@@ -190,7 +190,7 @@ def test_a_commit_that_loses_the_race_retries_against_the_new_metadata(tmp_path:
             tx.set_properties({"someone.else": "was here"})
         raced.append(1)
 
-    snapshot_id = iceberg_table.commit_batch(p, 2, "a", other_files, "run-2", before_commit=concurrent_commit)
+    snapshot_id = iceberg_table.commit_snapshot(p, 2, "a", other_files, "run-2", before_commit=concurrent_commit)
     table = iceberg_table.load_table(p)
     assert table is not None and raced == [1]
     assert table.properties["someone.else"] == "was here"  # the other writer's change survived
@@ -199,7 +199,7 @@ def test_a_commit_that_loses_the_race_retries_against_the_new_metadata(tmp_path:
 
 
 def test_another_pipelines_table_is_refused(tmp_path: Path) -> None:
-    iceberg_table.commit_batch(pipeline(tmp_path), 1, "a", write_attempt(tmp_path, 1, "a", 3), "run-1")
+    iceberg_table.commit_snapshot(pipeline(tmp_path), 1, "a", write_attempt(tmp_path, 1, "a", 3), "run-1")
     with pytest.raises(OutputOwnershipError, match=r"belongs to pipeline 'orders' \(stream orders-stream\)"):
         iceberg_table.load_table(pipeline(tmp_path, stream="payments-stream"))
 
@@ -208,7 +208,7 @@ def test_files_of_another_batch_are_refused(tmp_path: Path) -> None:
     p = pipeline(tmp_path)
     files = write_attempt(tmp_path, 2, "a", 3)
     with pytest.raises(TableCommitRefusedError, match=r"batch 1, .*hold rows of another batch_id") as raised:
-        iceberg_table.commit_batch(p, 1, "a", files, "run-1")
+        iceberg_table.commit_snapshot(p, 1, "a", files, "run-1")
     assert not raised.value.retryable  # the same files hold the same rows on every try
     table = iceberg_table.load_table(p)
     assert table is not None and table.current_snapshot() is None
@@ -223,7 +223,7 @@ def test_two_runs_committing_the_same_attempt_at_once_make_one_snapshot(tmp_path
 
     def commit() -> None:
         start.wait()
-        found.append(iceberg_table.commit_batch(p, 1, "a", files, "run"))
+        found.append(iceberg_table.commit_snapshot(p, 1, "a", files, "run"))
 
     racers = [threading.Thread(target=commit) for _ in range(2)]
     for t in racers:
@@ -250,11 +250,11 @@ def write_with(root: Path, batch_id: int, attempt: str, **columns: pa.Array) -> 
 
 def test_a_column_added_to_the_payload_joins_the_table_in_the_batchs_snapshot(tmp_path: Path) -> None:
     p = pipeline(tmp_path)
-    iceberg_table.commit_batch(p, 1, "a", write_attempt(tmp_path, 1, "a", 3), "run-1")
+    iceberg_table.commit_snapshot(p, 1, "a", write_attempt(tmp_path, 1, "a", 3), "run-1")
     files = write_with(tmp_path, 2, "a", country=pa.array(["NL", "DE"]))
 
     iceberg_table.check_files_fit(p, 2, "a", files)  # an added column fits: the commit adds it
-    iceberg_table.commit_batch(p, 2, "a", files, "run-2")
+    iceberg_table.commit_snapshot(p, 2, "a", files, "run-2")
 
     table = iceberg_table.load_table(p)
     assert table is not None and table.schema().find_field("country") is not None
@@ -265,7 +265,7 @@ def test_a_column_added_to_the_payload_joins_the_table_in_the_batchs_snapshot(tm
 
 def test_a_column_whose_type_changed_is_refused_at_verify_naming_it_and_nothing_is_committed(tmp_path: Path) -> None:
     p = pipeline(tmp_path)
-    first = iceberg_table.commit_batch(p, 1, "a", write_attempt(tmp_path, 1, "a", 3), "run-1")
+    first = iceberg_table.commit_snapshot(p, 1, "a", write_attempt(tmp_path, 1, "a", 3), "run-1")
     files = write_with(tmp_path, 2, "a", partition_key=pa.array([1, 2], pa.int64()))
 
     with pytest.raises(VerificationError, match=r"pipeline 'orders', batch 2: the files of attempt a .*partition_key"):
@@ -281,9 +281,9 @@ def test_a_batch_with_every_record_quarantined_gets_a_snapshot_that_adds_nothing
     quarantined = str(Path(quarantine).with_name("bad.parquet"))
     pq.write_table(pq.read_table(quarantine).drop_columns(["batch_id"]), quarantined)
 
-    first = iceberg_table.commit_batch(p, 1, "a", [], "run-1", schema_file=quarantined)  # the table's first batch
-    again = iceberg_table.commit_batch(p, 1, "a", [], "run-1")  # resumed: finds its snapshot
-    second = iceberg_table.commit_batch(p, 2, "a", write_attempt(tmp_path, 2, "a", 3), "run-2")
+    first = iceberg_table.commit_snapshot(p, 1, "a", [], "run-1", schema_file=quarantined)  # the table's first batch
+    again = iceberg_table.commit_snapshot(p, 1, "a", [], "run-1")  # resumed: finds its snapshot
+    second = iceberg_table.commit_snapshot(p, 2, "a", write_attempt(tmp_path, 2, "a", 3), "run-2")
 
     table = iceberg_table.load_table(p)
     assert table is not None and first == again != second
@@ -295,14 +295,14 @@ def test_a_first_batch_with_no_file_at_all_creates_the_table_with_the_record_col
     """Every record of the table's first batch gone before its replay (acknowledged): no data file, no quarantine
     file. Once the commit failed, the table's columns unknown, and the pipeline could never move."""
     p = pipeline(tmp_path)
-    first = iceberg_table.commit_batch(p, 1, "a", [], "run-1")
+    first = iceberg_table.commit_snapshot(p, 1, "a", [], "run-1")
     table = iceberg_table.load_table(p)
     assert table is not None and [f.name for f in table.schema().fields] == [*(n for n, _ in ROW_COLUMNS), "batch_id"]
     assert counts(table) == {} and table.current_snapshot().snapshot_id == first
 
     # The next batch's files carry a payload schema's column too: it joins the table in that batch's snapshot.
     files = write_with(tmp_path, 2, "a", stream_name=pa.array(["s", "s"]), decode_error=pa.nulls(2, pa.string()), amount=pa.array([1, 2]))
-    second = iceberg_table.commit_batch(p, 2, "a", files, "run-2")
+    second = iceberg_table.commit_snapshot(p, 2, "a", files, "run-2")
     table = iceberg_table.load_table(p)
     assert table is not None and table.current_snapshot().snapshot_id == second
     assert counts(table) == {2: 2} and table.scan().to_arrow().column("amount").to_pylist() == [1, 2]
@@ -312,7 +312,7 @@ def test_a_table_whose_metadata_file_is_gone_is_refused_naming_it_not_retried(tm
     """An output moved by moving its files: the catalog still names the old absolute path. Once a raw FileNotFoundError,
     retried by Airflow and naming no pipeline."""
     p = pipeline(tmp_path)
-    iceberg_table.commit_batch(p, 1, "a", write_attempt(tmp_path, 1, "a", 3), "run")
+    iceberg_table.commit_snapshot(p, 1, "a", write_attempt(tmp_path, 1, "a", 3), "run")
     table = iceberg_table.load_table(p)
     assert table is not None
     Path(table.metadata_location.removeprefix("file://")).unlink()
@@ -350,7 +350,8 @@ def test_a_catalog_that_cannot_load_says_whether_a_retry_can_help_and_which_key_
 ) -> None:
     from dataclasses import replace
 
-    from kinesis_replay import errors, guards
+    from kinesis_replay.core import errors
+    from kinesis_replay.steps import guards
 
     p = pipeline(tmp_path / "out")
     assert p.table is not None
@@ -365,7 +366,7 @@ def test_a_catalog_that_cannot_load_says_whether_a_retry_can_help_and_which_key_
 
 
 def test_the_plan_does_not_create_the_embedded_catalog_before_the_first_commit(tmp_path: Path) -> None:
-    from kinesis_replay import guards
+    from kinesis_replay.steps import guards
 
     guards.check_table(pipeline(tmp_path / "out"), Ledger(0))
     assert not (tmp_path / "out").exists()
@@ -374,11 +375,11 @@ def test_the_plan_does_not_create_the_embedded_catalog_before_the_first_commit(t
 def test_expiry_keeps_the_snapshot_that_records_the_holdings_under_another_writers_snapshots(tmp_path: Path) -> None:
     """A compaction (or any snapshot of another writer) on top, then expiry keeping one snapshot: without this, no snapshot
     of the table would say what it holds, and a healthy pipeline would look rolled back."""
-    from kinesis_replay import table_maintenance as tm
+    from kinesis_replay.adapters import table_maintenance as tm
 
     p = pipeline(tmp_path)
-    iceberg_table.commit_batch(p, 1, "a", write_attempt(tmp_path, 1, "a", 3), "run-1", records=3)
-    recording = iceberg_table.commit_batch(p, 2, "a", write_attempt(tmp_path, 2, "a", 4), "run-2", records=4)
+    iceberg_table.commit_snapshot(p, 1, "a", write_attempt(tmp_path, 1, "a", 3), "run-1", records=3)
+    recording = iceberg_table.commit_snapshot(p, 2, "a", write_attempt(tmp_path, 2, "a", 4), "run-2", records=4)
     table = iceberg_table.load_table(p)
     assert table is not None
     with table.transaction() as tx, tx.update_snapshot().fast_append():
@@ -401,7 +402,7 @@ def test_expiry_keeps_the_snapshot_that_records_the_holdings_under_another_write
 def test_a_catalog_fault_of_its_own_is_retried_and_a_refusal_is_not(tmp_path: Path, raised: str, error: str) -> None:
     from pyiceberg import exceptions
 
-    from kinesis_replay import errors
+    from kinesis_replay.core import errors
 
     found = iceberg_table.catalog_problem(pipeline(tmp_path), getattr(exceptions, raised)("the catalog says no"))
     assert type(found).__name__ == error and found is not None and found.retryable == (error == "CatalogUnreachableError")
@@ -414,7 +415,7 @@ def test_a_catalog_failure_no_known_cause_explains_fails_at_once_naming_it(tmp_p
 
     from pyiceberg import catalog
 
-    from kinesis_replay.errors import CatalogLoadError
+    from kinesis_replay.core.errors import CatalogLoadError
 
     def odd(*_: object, **__: object) -> None:
         raise RuntimeError("something odd")

@@ -10,7 +10,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.table.update import update_table_metadata
 from pyiceberg.types import LongType, NestedField
 
-from kinesis_replay import iceberg_table
+from kinesis_replay.adapters import iceberg_table
 
 
 def test_metadata_is_computed_once_per_staged_change_and_commits_as_pyicebergs_own(tmp_path: Path) -> None:

@@ -8,10 +8,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from kinesis_replay.config import PayloadConfig, ReadConfig, parse_config
-from kinesis_replay.job_spec import VERSION, JobSpec, JobSpecError, KinesisEndpoint
-from kinesis_replay.ranges import SequenceRange
-from kinesis_replay.state import Batch, BatchStatus
+from kinesis_replay.core.config import PayloadConfig, ReadConfig, parse_config
+from kinesis_replay.core.job_spec import VERSION, JobSpec, JobSpecError, KinesisEndpoint
+from kinesis_replay.core.ranges import SequenceRange
+from kinesis_replay.core.state import Batch, BatchStatus
 
 BIG = 10**55
 PIPELINE = parse_config(

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from kinesis_replay import jvm_archive, spark_submit
-from kinesis_replay.config import parse_config
+from kinesis_replay.core.config import parse_config
+from kinesis_replay.launchers import jvm_archive, spark_submit
 
 OPTIONS = "-XX:TieredStopAtLevel=1"
 ENTRY = {"name": "p", "stream": "s", "output": "/o", "schedule": None, "initial_position": "LATEST", "state_table": "t"}

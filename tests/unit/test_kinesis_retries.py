@@ -12,9 +12,9 @@ from typing import Any
 import boto3
 import pytest
 
-from kinesis_replay import kinesis
-from kinesis_replay.config import ReadConfig
-from kinesis_replay.errors import AccessRefusedError, RangeReadError
+from kinesis_replay.adapters import kinesis_client as kinesis
+from kinesis_replay.core.config import ReadConfig
+from kinesis_replay.core.errors import AccessRefusedError, RangeReadError
 from stack.scripted_kinesis import OK, SERVER_ERROR, THROTTLE, ScriptedKinesis
 
 FAST = ReadConfig(throttle_base_seconds=0.001, throttle_max_seconds=0.001, max_throttle_retries=3)
@@ -35,7 +35,12 @@ def endpoint() -> Iterator[Any]:
 
 def client(url: str, policy: bool = True) -> Any:
     made = boto3.client(
-        "kinesis", endpoint_url=url, region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x", config=kinesis.CLIENT_CONFIG
+        "kinesis",
+        endpoint_url=url,
+        region_name="us-east-1",
+        aws_access_key_id="x",
+        aws_secret_access_key="x",
+        config=kinesis.CLIENT_CONFIG,
     )
     return kinesis.leave_throttling_to_call(made) if policy else made
 

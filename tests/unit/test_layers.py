@@ -1,6 +1,8 @@
-"""The layers of the Layout of docs/code-map.md, checked on the source: no import upward, no import cycle, no framework in the core.
+"""The layers of docs/code-map.md, read from the package's folders: no import upward, no import cycle, no framework in the core.
 
-Every import counts, a function's own ones too: a deferred import is still a dependency.
+A layer is a folder of ``plugins/kinesis_replay/``; a module belongs to the layer of its folder. The package's own
+top-level files (the Airflow plugin and its config helper), ``dags/`` and ``spark_jobs/`` are the entry points, above
+every layer. Every import counts, a function's own ones too: a deferred import is still a dependency.
 """
 
 from __future__ import annotations
@@ -10,61 +12,46 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "plugins" / "kinesis_replay"
+ENTRY = "entry points"
 
-# Lower layers first; a module may import its own layer and those below it, never one above.
-LAYERS: dict[str, tuple[str, ...]] = {
-    "core": (
-        "__init__",
-        "errors",
-        "formats",
-        "ranges",
-        "records",
-        "config",
-        "payloads",
-        "state",
-        "job_spec",
-        "status",
-        "charts",
-        "holdings",
-    ),
-    "adapters": (
-        "kinesis",
-        "dynamodb_store",
-        "output",
-        "iceberg_table",
-        "credentials",
-        "jvm_archive",
-        "spark_submit",
-        "emr_serverless",
-        "table_maintenance",
-    ),
-    "steps": ("guards", "batches", "backfill", "recovery"),
-    "entry points": (
-        "airflow_config",
-        "airflow_plugin",
-        "kinesis_replay_tasks",
-        "kinesis_replay_dags",
-        "kinesis_replay_config_check",
-        "kinesis_source",
-        "replay_job",
-    ),
-}
+# The folders, lower layers first: a module may import its own layer and those before it, never one after.
+ORDER = ("core", "adapters", "launchers", "steps", "ui", ENTRY)
 # What each layer may not import from outside the project: the core knows no framework and no AWS SDK.
 FORBIDDEN = {
-    "core": {"airflow", "pyspark", "boto3", "botocore", "pyarrow", "fastapi"},
+    "core": {"airflow", "pyspark", "boto3", "botocore", "pyarrow", "pyiceberg", "fastapi"},
     "adapters": {"airflow", "pyspark"},
-    "steps": {"airflow", "pyspark", "boto3"},
+    "launchers": {"airflow", "pyspark"},
+    "steps": {"airflow", "pyspark", "boto3", "botocore"},
+    "ui": {"airflow", "pyspark", "boto3", "botocore", "pyarrow", "pyiceberg"},
 }
-SPARK_SIDE = {"kinesis_source", "replay_job"}  # the Spark job knows nothing of Airflow
-OURS = {name for names in LAYERS.values() for name in names}
+SPARK_SIDE = {"spark_jobs.kinesis_source", "spark_jobs.replay_job"}  # the Spark job knows nothing of Airflow
 
 
-def sources() -> dict[str, Path]:
-    files = [*PACKAGE.glob("*.py"), *(ROOT / "dags").glob("*.py"), *(ROOT / "spark_jobs").glob("*.py")]
-    return {path.stem: path for path in files}
+def layer_folders() -> list[str]:
+    return sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists())
 
 
-def imports(path: Path) -> tuple[set[str], set[str]]:
+def sources() -> dict[str, tuple[str, Path]]:
+    """Each module of the project by its dotted name under kinesis_replay (or its folder, for dags/ and spark_jobs/), with its layer."""
+    found = {f"{path.parent.name}.{path.stem}": (path.parent.name, path) for path in PACKAGE.glob("*/*.py")}
+    found |= {path.stem: (ENTRY, path) for path in PACKAGE.glob("*.py")}
+    for folder in ("dags", "spark_jobs"):
+        found |= {f"{folder}.{path.stem}": (ENTRY, path) for path in (ROOT / folder).glob("*.py")}
+    return found
+
+
+def _ours(name: str, modules: set[str]) -> str | None:
+    """The project module a dotted import name refers to, if any."""
+    parts = name.split(".")
+    if parts[0] == "kinesis_replay":
+        return next((c for c in (".".join(parts[1:3]), ".".join(parts[1:2])) if c in modules), None)
+    for folder in ("dags", "spark_jobs"):
+        if f"{folder}.{parts[0]}" in modules:
+            return f"{folder}.{parts[0]}"
+    return None
+
+
+def imports(path: Path, modules: set[str]) -> tuple[set[str], set[str]]:
     """The project's modules and the outside packages that one file imports."""
     ours, outside = set(), set()
     for node in ast.walk(ast.parse(path.read_text())):
@@ -75,42 +62,36 @@ def imports(path: Path) -> tuple[set[str], set[str]]:
         else:
             continue
         for name in names:
-            parts = name.split(".")
-            if parts[0] == "kinesis_replay" and len(parts) > 1 and parts[1] in OURS:
-                ours.add(parts[1])
-            elif parts[0] in OURS:
-                ours.add(parts[0])
-            elif parts[0] not in ("kinesis_replay", "__future__"):
-                outside.add(parts[0])
+            if (module := _ours(name, modules)) is not None:
+                ours.add(module)
+            elif name.split(".")[0] not in ("kinesis_replay", "__future__") and _ours(name.split(".")[0], modules) is None:
+                outside.add(name.split(".")[0])
     return ours, outside
 
 
-def layer_of(module: str) -> int:
-    return next(i for i, names in enumerate(LAYERS.values()) if module in names)
-
-
-def test_every_module_has_a_layer() -> None:
-    assert set(sources()) == OURS, "place each new module in a layer of docs/code-map.md's Layout (and here)"
+def test_every_folder_of_the_package_is_a_layer() -> None:
+    assert layer_folders() == sorted(ORDER[:-1]), (
+        "each folder of the package is a layer: place it in ORDER and docs/code-map.md"
+    )
 
 
 def test_no_module_imports_from_a_higher_layer_or_a_forbidden_package() -> None:
-    names = list(LAYERS)
+    modules = sources()
     problems = []
-    for module, path in sources().items():
-        ours, outside = imports(path)
+    for module, (layer, path) in modules.items():
+        ours, outside = imports(path, set(modules))
         problems += [
-            f"{module} ({names[layer_of(module)]}) imports {dep} ({names[layer_of(dep)]})"
-            for dep in ours
-            if layer_of(dep) > layer_of(module)
+            f"{module} ({layer}) imports {dep} ({modules[dep][0]})" for dep in ours if ORDER.index(modules[dep][0]) > ORDER.index(layer)
         ]
-        problems += [f"{module} imports {pkg}" for pkg in outside & FORBIDDEN.get(names[layer_of(module)], set())]
+        problems += [f"{module} imports {pkg}" for pkg in outside & FORBIDDEN.get(layer, set())]
         if module in SPARK_SIDE:
             problems += [f"{module} imports {pkg}" for pkg in outside & {"airflow"}]
     assert problems == []
 
 
 def test_no_import_cycle() -> None:
-    graph = {module: imports(path)[0] - {module} for module, path in sources().items()}
+    modules = sources()
+    graph = {module: imports(path, set(modules))[0] - {module} for module, (_, path) in modules.items()}
     cycles = []
 
     def visit(module: str, trail: list[str]) -> None:
@@ -128,10 +109,20 @@ def test_no_import_cycle() -> None:
     assert cycles == []
 
 
+def test_the_layers_are_read_from_the_folders() -> None:
+    """Every module sits in the layer of its folder: the steps of the protocol are where a reader looks for them."""
+    modules = sources()
+    assert {"steps.plan", "steps.verify", "steps.commit", "adapters.kinesis_client", "core.config", "ui.status"} <= set(modules)
+    assert {name: layer for name, (layer, _) in modules.items() if name.startswith("steps.")} == {
+        f"steps.{p.stem}": "steps" for p in (PACKAGE / "steps").glob("*.py")
+    }
+
+
 def test_the_checks_see_a_violation(tmp_path: Path) -> None:
-    """The checks above can fail: an upward import and a framework in the core are found."""
+    """The checks above can fail: an upward import, a framework in the core and a deferred import are all found."""
     bad = tmp_path / "state.py"
-    bad.write_text("from kinesis_replay import batches\nimport airflow\n\ndef f():\n    from kinesis_replay.guards import x\n")
-    ours, outside = imports(bad)
-    assert ours == {"batches", "guards"} and "airflow" in outside
-    assert all(layer_of(dep) > layer_of("state") for dep in ours)
+    bad.write_text("from kinesis_replay.steps import plan\nimport airflow\n\ndef f():\n    from kinesis_replay.steps.guards import x\n")
+    modules = set(sources())
+    ours, outside = imports(bad, modules)
+    assert ours == {"steps.plan", "steps.guards"} and "airflow" in outside
+    assert all(ORDER.index(sources()[dep][0]) > ORDER.index("core") for dep in ours)

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from kinesis_replay.config import DdlType, parse_ddl_schema
-from kinesis_replay.payloads import REASON_CHARS, json_decode_error
+from kinesis_replay.core.ddl import DdlType, parse_ddl_schema
+from kinesis_replay.core.payloads import REASON_CHARS, json_decode_error
 
 SCHEMA = (
     "amount BIGINT, n INT, b TINYINT, s SMALLINT, price DECIMAL(5,2), ratio DOUBLE, ok BOOLEAN, name STRING, "

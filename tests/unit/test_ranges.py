@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kinesis_replay.ranges import SequenceRange, ShardInfo, parse_sequence_number, shards_to_plan
+from kinesis_replay.core.ranges import SequenceRange, ShardInfo, parse_sequence_number, shards_to_plan
 
 SEQ_56 = 49680458800076825667891419458951111266169532991963922434  # a kinesalite sequence number
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from aws_kinesis_agg.aggregator import RecordAggregator
 
-from kinesis_replay.records import KPL_MAGIC, to_rows
+from kinesis_replay.core.records import KPL_MAGIC, to_rows
 
 NOW = datetime(2026, 11, 22, tzinfo=UTC)
 

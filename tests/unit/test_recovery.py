@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from kinesis_replay.config import PipelineConfig, parse_config
-from kinesis_replay.ranges import SequenceRange, ShardInfo
-from kinesis_replay.recovery import RecoveryError, plan_recovery
-from kinesis_replay.state import Batch, BatchStatus, Gap, Manifest, ShardResult, StartPosition
+from kinesis_replay.core.config import PipelineConfig, parse_config
+from kinesis_replay.core.ranges import SequenceRange, ShardInfo
+from kinesis_replay.core.state import Batch, BatchStatus, Gap, Manifest, ShardResult, StartPosition
+from kinesis_replay.steps.recovery import RecoveryError, plan_recovery
 
 CLAIMED = datetime(2026, 11, 1, tzinfo=UTC)
 S0, S1, S2 = (f"shardId-00000000000{i}" for i in range(3))
@@ -108,8 +108,8 @@ def test_a_recovered_batch_cut_before_its_table_commit_is_committed_to_the_table
     """A commit record without a snapshot id: the commit stopped between the record and the table. Recovery finishes it."""
     from test_iceberg_table import counts, write_attempt
 
-    from kinesis_replay import iceberg_table, output
-    from kinesis_replay.recovery import in_table
+    from kinesis_replay.adapters import commit_records, iceberg_table
+    from kinesis_replay.steps.recovery import in_table
 
     p = replace(pipeline(output_format="iceberg"), output=str(tmp_path))
     write_attempt(tmp_path, 1, "a", 3)
@@ -120,7 +120,7 @@ def test_a_recovered_batch_cut_before_its_table_commit_is_committed_to_the_table
     assert table is not None and counts(table) == {1: 3}
     snapshot = table.current_snapshot()
     assert snapshot is not None and recovered.snapshot_id == snapshot.snapshot_id
-    assert output.read_commit_record(str(tmp_path), 1).snapshot_id == snapshot.snapshot_id  # the record names it now
+    assert commit_records.read_commit_record(str(tmp_path), 1).snapshot_id == snapshot.snapshot_id  # the record names it now
     assert in_table(p, record).snapshot_id == snapshot.snapshot_id  # again: found by its summary, not added twice
     table = iceberg_table.load_table(p)
     assert table is not None and len(table.metadata.snapshots) == 1

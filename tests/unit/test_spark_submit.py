@@ -16,9 +16,9 @@ from py4j.protocol import Py4JError, Py4JJavaError
 from pyspark.errors.exceptions.captured import AnalysisException, UnknownException
 
 import replay_job
-from kinesis_replay import spark_submit
-from kinesis_replay.config import parse_config
-from kinesis_replay.errors import RangeReadError
+from kinesis_replay.core.config import parse_config
+from kinesis_replay.core.errors import RangeReadError
+from kinesis_replay.launchers import spark_submit
 
 ENTRY = {
     "name": "orders", "stream": "s", "output": "/o", "schedule": None, "initial_position": "LATEST",
@@ -30,8 +30,9 @@ PIPELINE = parse_config({"pipelines": [ENTRY]})[0]
 def test_the_library_zip_holds_the_package_this_process_runs(tmp_path: Path) -> None:
     zipped = spark_submit.package_library(tmp_path / "lib.zip")
     names = zipfile.ZipFile(zipped).namelist()
-    assert "kinesis_replay/kinesis.py" in names and "kinesis_replay/__init__.py" in names
-    assert all(n.startswith("kinesis_replay/") and n.endswith(".py") for n in names)
+    package = Path(spark_submit.__file__).resolve().parents[1]
+    assert sorted(names) == sorted(f"kinesis_replay/{p.relative_to(package)}" for p in package.rglob("*.py"))  # every layer
+    assert {"kinesis_replay/__init__.py", "kinesis_replay/adapters/range_reader.py", "kinesis_replay/core/job_spec.py"} <= set(names)
 
 
 def test_the_command_carries_master_conf_py_files_and_spec(tmp_path: Path) -> None:

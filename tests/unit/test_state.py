@@ -6,9 +6,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from kinesis_replay.errors import StateCorruptError
-from kinesis_replay.ranges import SequenceRange
-from kinesis_replay.state import Batch, BatchStatus, Manifest, PlanNotes, ShardResult
+from kinesis_replay.core.errors import StateCorruptError
+from kinesis_replay.core.ranges import SequenceRange
+from kinesis_replay.core.state import Batch, BatchStatus, Manifest, PlanNotes, ShardResult
 
 BIG = 10**55
 

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from kinesis_replay.charts import Mark, bars, line
-from kinesis_replay.errors import ProgressNotStoredError
-from kinesis_replay.ranges import SequenceRange
-from kinesis_replay.state import Batch, BatchStatus, Manifest, Progress, RunKind, ShardResult
-from kinesis_replay.status import ReplayProgress
+from kinesis_replay.core.errors import ProgressNotStoredError
+from kinesis_replay.core.ranges import SequenceRange
+from kinesis_replay.core.state import Batch, BatchStatus, Manifest, Progress, RunKind, ShardResult
+from kinesis_replay.ui.charts import Mark, bars, line
+from kinesis_replay.ui.status import ReplayProgress
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 S = 10**50
@@ -82,7 +82,7 @@ def test_a_failed_progress_write_is_logged_once_counted_and_never_stops_the_repl
         published.append(progress)
 
     progress = ReplayProgress("p", 4, publish, every_seconds=0, shards=[f"s{i}" for i in range(200)])
-    with caplog.at_level(logging.WARNING, logger="kinesis_replay.status"):
+    with caplog.at_level(logging.WARNING, logger="kinesis_replay.ui.status"):
         for i in range(200):  # a tick per line: 200 writes tried, the first three fail
             progress.line(f"s{i} [100 .. 900]: done, 10 records, 1.0 KiB in 1.0s")
         assert progress.close() == 3
@@ -174,8 +174,8 @@ class OneBatchStore:
 
 
 def test_a_backfills_progress_is_shown_against_its_committed_counts_only_while_it_runs() -> None:
-    from kinesis_replay.config import parse_config
-    from kinesis_replay.status import _backfill_progress
+    from kinesis_replay.core.config import parse_config
+    from kinesis_replay.ui.status import _backfill_progress
 
     entry = {"name": "p", "stream": "s", "output": "/o", "schedule": None, "initial_position": "LATEST", "state_table": "t", "spark": {}}
     p = parse_config({"pipelines": [entry]})[0]

@@ -19,12 +19,14 @@ from pyiceberg.table import Table
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import LongType, NestedField, StringType
 
-from kinesis_replay import batches, iceberg_table, output
-from kinesis_replay import table_maintenance as tm
-from kinesis_replay.config import PipelineConfig
-from kinesis_replay.errors import ConfigError, StateLostError
-from kinesis_replay.ranges import SequenceRange
-from kinesis_replay.state import Batch, BatchStatus, Head, Manifest, ShardResult
+from kinesis_replay.adapters import commit_records, iceberg_table, layout
+from kinesis_replay.adapters import table_maintenance as tm
+from kinesis_replay.adapters.files import parquet_files
+from kinesis_replay.core.config import PipelineConfig
+from kinesis_replay.core.errors import ConfigError, StateLostError
+from kinesis_replay.core.ranges import SequenceRange
+from kinesis_replay.core.state import Batch, BatchStatus, Head, Manifest, ShardResult
+from kinesis_replay.steps import maintenance
 
 SCHEMA = Schema(
     NestedField(1, "sequence_number", StringType(), required=False),
@@ -42,7 +44,7 @@ def make_table(tmp_path: Path, properties: dict[str, str] | None = None) -> Tabl
 
 def write_batch(table: Table, batch_id: int, rows: int = 3, attempt: str = "a") -> str:
     """A batch's Parquet file where the replay writes it, in its attempt's folder under the table's data; not committed."""
-    folder = Path(output.data_path(table.location().removeprefix("file://"), batch_id, attempt))
+    folder = Path(layout.data_path(table.location().removeprefix("file://"), batch_id, attempt))
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "part-00000.parquet"
     data = pa.table({"sequence_number": [f"{batch_id}-{i}" for i in range(rows)], "batch_id": [batch_id] * rows})
@@ -83,7 +85,7 @@ def test_a_fresh_table_loses_nothing_with_the_defaults(tmp_path: Path) -> None:
         commit(table, b)
     before = every_file(table)
 
-    report = tm.maintain(table)
+    report = tm.expire_and_remove(table)
 
     assert report.expired_snapshots == () and report.orphans_removed == ()
     assert len(table.metadata.snapshots) == 3 and every_file(table) == before
@@ -97,7 +99,7 @@ def test_expiry_keeps_the_newest_snapshots_the_table_asks_for_and_time_travel_to
     snapshots = [s.snapshot_id for s in table.metadata.snapshots]
     expired = table.metadata.snapshots[:2]
 
-    report = tm.maintain(table, now=datetime.now(UTC) + LATER)
+    report = tm.expire_and_remove(table, now=datetime.now(UTC) + LATER)
 
     assert report.expired_snapshots == tuple(snapshots[:2])
     assert [s.snapshot_id for s in table.metadata.snapshots] == snapshots[2:]
@@ -114,10 +116,10 @@ def test_a_replayed_batchs_old_files_go_once_the_snapshots_that_hold_them_expire
     new_file = commit(table, 1, attempt="b", replace=True)
     make_old(old_file, new_file)
 
-    kept = tm.maintain(table)  # nothing is old enough to expire: the old file is still in the history
+    kept = tm.expire_and_remove(table)  # nothing is old enough to expire: the old file is still in the history
     assert kept.orphans_removed == () and Path(old_file.removeprefix("file://")).exists()
 
-    report = tm.maintain(table, now=datetime.now(UTC) + LATER)
+    report = tm.expire_and_remove(table, now=datetime.now(UTC) + LATER)
 
     assert old_file.removeprefix("file://") in report.orphans_removed
     assert not Path(old_file.removeprefix("file://")).exists() and Path(new_file.removeprefix("file://")).exists()
@@ -136,7 +138,7 @@ def test_unreferenced_files_younger_than_the_orphan_age_or_of_a_batch_in_flight_
     stray = write_batch(table, 4)  # an attempt that nothing will ever commit
     make_old(in_flight, stray)
 
-    report = tm.maintain(table, in_flight=[3])
+    report = tm.expire_and_remove(table, in_flight=[3])
 
     assert report.orphans_removed == (stray.removeprefix("file://"),)
     assert (report.too_young, report.in_flight) == (1, 1)
@@ -151,7 +153,7 @@ def test_a_dry_run_names_what_it_would_remove_and_changes_nothing(tmp_path: Path
     make_old(old_file)
     before, snapshots = every_file(table), len(table.metadata.snapshots)
 
-    report = tm.maintain(table, now=datetime.now(UTC) + LATER, dry_run=True)
+    report = tm.expire_and_remove(table, now=datetime.now(UTC) + LATER, dry_run=True)
 
     assert report.dry_run and len(report.expired_snapshots) == snapshots - 1
     assert old_file.removeprefix("file://") in report.orphans_removed
@@ -161,14 +163,14 @@ def test_a_dry_run_names_what_it_would_remove_and_changes_nothing(tmp_path: Path
 def test_a_bad_retention_property_is_named(tmp_path: Path) -> None:
     table = make_table(tmp_path, {tm.MAX_SNAPSHOT_AGE_PROPERTY: "five days"})
     with pytest.raises(ConfigError, match=r"lake\.orders.*history\.expire\.max-snapshot-age-ms.*'five days'") as caught:
-        tm.maintain(table)
+        tm.expire_and_remove(table)
     assert not caught.value.retryable  # the task fails at once: its retries would read the same property
     with pytest.raises(ConfigError, match="orphan_age must be at least an hour"):
         tm.Policy(orphan_age=timedelta(minutes=5))
     (tmp_path / "none").mkdir()
     keep_none = make_table(tmp_path / "none", {tm.MIN_SNAPSHOTS_TO_KEEP_PROPERTY: "0"})
     with pytest.raises(ConfigError, match=r"table lake\.orders: history\.expire\.min-snapshots-to-keep must be at least 1, not 0"):
-        tm.maintain(keep_none)
+        tm.expire_and_remove(keep_none)
 
 
 @pytest.mark.parametrize("never", [str(2**63 - 1), str(10**15)])
@@ -179,7 +181,7 @@ def test_a_retention_of_never_expires_nothing(tmp_path: Path, never: str) -> Non
     commit(table, 1, attempt="b", replace=True)
     make_old(old_file)
     snapshots = len(table.metadata.snapshots)
-    report = tm.maintain(table, orphan_age=timedelta(hours=87600), now=datetime.now(UTC) + LATER)
+    report = tm.expire_and_remove(table, orphan_age=timedelta(hours=87600), now=datetime.now(UTC) + LATER)
     assert report.expired_snapshots == () and len(table.metadata.snapshots) == snapshots
     assert report.orphans_removed == () and Path(old_file.removeprefix("file://")).exists()
 
@@ -194,7 +196,7 @@ def test_only_the_tables_own_folders_are_cleaned_never_the_rest_of_its_location(
         other.write_text("{}")
     make_old(*(str(o) for o in others))
 
-    report = tm.maintain(table, now=datetime.now(UTC) + LATER)
+    report = tm.expire_and_remove(table, now=datetime.now(UTC) + LATER)
 
     assert report.orphans_removed == () and all(o.exists() for o in others)
 
@@ -217,15 +219,15 @@ def test_files_its_writers_never_write_stay_and_are_reported_while_its_own_orpha
     # Another pipeline's output root, in the table's data folder, shaped as the table's own files are.
     nested = root / "data" / "other"
     nested_files = [
-        put(nested / output.OWNER_FILE, json.dumps({"pipeline": "other"})),
+        put(nested / layout.OWNER_FILE, json.dumps({"pipeline": "other"})),
         put(nested / iceberg_table.CATALOG_DIR / "catalog.db", "sqlite"),
-        put(nested / output.COMMITS_DIR / "batch_id=0000000001.json"),
-        put(Path(output.data_path(str(nested), 1, "x")) / "part-00000.parquet", "rows"),
+        put(nested / layout.COMMITS_DIR / "batch_id=0000000001.json"),
+        put(Path(layout.data_path(str(nested), 1, "x")) / "part-00000.parquet", "rows"),
         put(nested / "metadata" / "00001-6b1c5d1e-0f4e-4a5b-9c1d-2e3f4a5b6c7d.metadata.json"),
     ]
     # A root whose owner record is gone: its embedded catalog still says what it is.
     bare = root / "data" / "bare"
-    bare_files = [put(bare / iceberg_table.CATALOG_DIR / "catalog.db"), put(Path(output.data_path(str(bare), 2, "y")) / "p.parquet")]
+    bare_files = [put(bare / iceberg_table.CATALOG_DIR / "catalog.db"), put(Path(layout.data_path(str(bare), 2, "y")) / "p.parquet")]
     strays = [
         put(root / "data" / "notes.txt", "a note"),
         put(root / "data" / "batch_id=0000000005" / "part-00000.parquet", "outside any attempt folder"),
@@ -238,8 +240,8 @@ def test_files_its_writers_never_write_stay_and_are_reported_while_its_own_orpha
     make_old(orphan_data)
     foreign = [*nested_files, *bare_files, *strays]
 
-    dry = tm.maintain(table, now=datetime.now(UTC) + LATER, dry_run=True)
-    report = tm.maintain(table, now=datetime.now(UTC) + LATER)
+    dry = tm.expire_and_remove(table, now=datetime.now(UTC) + LATER, dry_run=True)
+    report = tm.expire_and_remove(table, now=datetime.now(UTC) + LATER)
 
     for run in (dry, report):
         assert sorted(run.orphans_removed) == sorted([orphan_data, orphan_metadata])
@@ -265,7 +267,7 @@ def test_files_of_a_batch_whose_commit_record_names_no_snapshot_stay_and_other_o
         asked.append(batch_ids)
         return batch_ids & {2}
 
-    report = tm.maintain(table, now=datetime.now(UTC) + LATER, committing=committing)
+    report = tm.expire_and_remove(table, now=datetime.now(UTC) + LATER, committing=committing)
 
     assert asked == [{2, 3}]  # asked once, about the batches holding files it would remove, never about the others
     assert report.orphans_removed == (stray.removeprefix("file://"),) and report.committing == (2,)
@@ -283,7 +285,7 @@ def test_orphan_removal_refused_removes_nothing_but_expiry_runs_and_the_reason_i
     make_old(old_file, stray)
     reason = "pipeline 'orders': state table kr-state holds no head item for the pipeline"
 
-    report = tm.maintain(table, now=datetime.now(UTC) + LATER, refuse_orphans=reason)
+    report = tm.expire_and_remove(table, now=datetime.now(UTC) + LATER, refuse_orphans=reason)
 
     assert report.expired_snapshots and len(table.metadata.snapshots) == 1  # expiry ran (it deletes no file)
     assert report.orphans_removed == () and report.orphans_refused == reason
@@ -314,9 +316,9 @@ def cut_short_commit(root: Path) -> tuple[PipelineConfig, list[str]]:
         manifest = Manifest("orders", batch_id, (ShardResult("shardId-0", 3, 30, 10, 19, "ab"),), attempt=attempt)
         record = Batch("orders", batch_id, BatchStatus.COMMITTING, ranges, "orders-stream", "run", datetime.now(UTC), manifest=manifest)
         if batch_id == 1:
-            record = replace(record, snapshot_id=iceberg_table.commit_batch(p, 1, attempt, files, "run"))
-        output.write_commit_record(str(root), record)
-    kept = output.parquet_files(output.data_path(str(root), 2, "a"))
+            record = replace(record, snapshot_id=iceberg_table.commit_snapshot(p, 1, attempt, files, "run"))
+        commit_records.write_commit_record(str(root), record)
+    kept = parquet_files(layout.data_path(str(root), 2, "a"))
     stray = write_attempt(root, 3, "a", 3)
     make_old(*kept, *stray)
     return p, [*kept, *stray]
@@ -327,7 +329,7 @@ def test_maintenance_with_the_pipelines_head_missing_removes_no_orphan_and_names
 ) -> None:
     p, unreferenced = cut_short_commit(tmp_path)
 
-    report = batches.maintain_table(p, HeadOnly(Head()), orphan_age=tm.DEFAULT_ORPHAN_AGE, now=datetime.now(UTC) + LATER)
+    report = maintenance.tidy_table(p, HeadOnly(Head()), orphan_age=tm.DEFAULT_ORPHAN_AGE, now=datetime.now(UTC) + LATER)
 
     assert report is not None and report.orphans_removed == ()
     assert report.orphans_refused is not None and "pipeline 'orders': state table t holds no head item" in report.orphans_refused
@@ -346,16 +348,16 @@ def test_maintenance_keeps_the_files_of_a_commit_cut_short_whatever_the_ledger_s
     # A head that claims batch 2 committed, though the table holds batch 1 only: refused, and nothing removed.
     says = r"holds batch 1 in its current snapshot, and the ledger \(state table t\) says batches 1 to 2 are committed; it lacks batch 2"
     with pytest.raises(StateLostError, match=says):
-        batches.maintain_table(p, HeadOnly(Head(next_batch_id=3, version=4)), tm.DEFAULT_ORPHAN_AGE, now=datetime.now(UTC) + LATER)
+        maintenance.tidy_table(p, HeadOnly(Head(next_batch_id=3, version=4)), tm.DEFAULT_ORPHAN_AGE, now=datetime.now(UTC) + LATER)
     assert all(Path(f.removeprefix("file://")).exists() for f in unreferenced)
 
     # A head that knows no batch in flight: only the commit record of batch 2 says its commit began.
-    report = batches.maintain_table(p, HeadOnly(Head(next_batch_id=2, version=4)), tm.DEFAULT_ORPHAN_AGE, now=datetime.now(UTC) + LATER)
+    report = maintenance.tidy_table(p, HeadOnly(Head(next_batch_id=2, version=4)), tm.DEFAULT_ORPHAN_AGE, now=datetime.now(UTC) + LATER)
 
     assert report is not None and report.orphans_refused is None and report.committing == (2,)
     assert report.orphans_removed == (stray.removeprefix("file://"),)
     assert all(Path(f.removeprefix("file://")).exists() for f in kept) and not Path(stray.removeprefix("file://")).exists()
-    assert output.unfinished_commits(str(tmp_path), [1, 2, 3]) == {2}
+    assert commit_records.unfinished_commits(str(tmp_path), [1, 2, 3]) == {2}
 
 
 def test_maintenance_keeps_the_attempt_a_backfill_replayed_until_its_commit(tmp_path: Path) -> None:
@@ -364,15 +366,15 @@ def test_maintenance_keeps_the_attempt_a_backfill_replayed_until_its_commit(tmp_
     from test_iceberg_table import pipeline, write_attempt
 
     p = pipeline(tmp_path)
-    iceberg_table.commit_batch(p, 1, "a", write_attempt(tmp_path, 1, "a", 3), "run")
+    iceberg_table.commit_snapshot(p, 1, "a", write_attempt(tmp_path, 1, "a", 3), "run")
     failed = write_attempt(tmp_path, 1, "b", 3)  # an earlier backfill whose check failed: its result was replaced since
     backfill = write_attempt(tmp_path, 1, "c", 3)  # the backfill replayed last, waiting for its check
     manifest = Manifest("orders", 1, (ShardResult("shardId-0", 3, 30, 1000, 1002, "ab"),), attempt="c")
-    Path(output.manifest_path(str(tmp_path), 1)).parent.mkdir(parents=True, exist_ok=True)
-    Path(output.manifest_path(str(tmp_path), 1)).write_text(json.dumps(manifest.to_dict()))
+    Path(layout.manifest_path(str(tmp_path), 1)).parent.mkdir(parents=True, exist_ok=True)
+    Path(layout.manifest_path(str(tmp_path), 1)).write_text(json.dumps(manifest.to_dict()))
     make_old(*failed, *backfill)
 
-    report = batches.maintain_table(p, HeadOnly(Head(next_batch_id=2, version=2)), timedelta(hours=1), now=datetime.now(UTC) + LATER)
+    report = maintenance.tidy_table(p, HeadOnly(Head(next_batch_id=2, version=2)), timedelta(hours=1), now=datetime.now(UTC) + LATER)
 
     assert report is not None and report.orphans_removed == tuple(f.removeprefix("file://") for f in failed)
     assert all(Path(f.removeprefix("file://")).exists() for f in backfill)

@@ -10,9 +10,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from kinesis_replay import iceberg_table
-from kinesis_replay.config import PipelineConfig, parse_config
-from kinesis_replay.output import data_path
+from kinesis_replay.adapters import iceberg_table
+from kinesis_replay.adapters.layout import data_path
+from kinesis_replay.core.config import PipelineConfig, parse_config
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO_OUTPUT = "/tmp/kinesis-replay/demo"  # where the snippets read: the demo pipeline's output
@@ -56,7 +56,7 @@ def commit(p: PipelineConfig, batch_id: int, arrivals: list[datetime]) -> None:
         path = folder / f"{shard}.parquet"
         pq.write_table(pa.table(rows), path)
         paths.append(str(path))
-    iceberg_table.commit_batch(p, batch_id, "a", paths, run_id=f"run-{batch_id}")
+    iceberg_table.commit_snapshot(p, batch_id, "a", paths, run_id=f"run-{batch_id}")
 
 
 def test_every_python_snippet_reads_the_table_as_the_docs_say(tmp_path: Path) -> None:

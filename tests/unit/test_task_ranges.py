@@ -15,11 +15,11 @@ import pyarrow as pa
 import pytest
 
 import kinesis_source
-from kinesis_replay.config import ReadConfig, parse_config
-from kinesis_replay.errors import RangeReadError
-from kinesis_replay.job_spec import JobSpec
-from kinesis_replay.ranges import SequenceRange
-from kinesis_replay.state import Batch, BatchStatus, PlanNotes
+from kinesis_replay.core.config import ReadConfig, parse_config
+from kinesis_replay.core.errors import RangeReadError
+from kinesis_replay.core.job_spec import JobSpec
+from kinesis_replay.core.ranges import SequenceRange
+from kinesis_replay.core.state import Batch, BatchStatus, PlanNotes
 from kinesis_source import RangePartition, balance, partitions, read_group, task_ranges
 
 PLANNED = datetime(2026, 1, 1, 1, tzinfo=UTC)
@@ -77,7 +77,7 @@ def test_a_batch_spec_carries_planning_estimates_from_the_ledger() -> None:
     batch = Batch(
         "p", 1, BatchStatus.PLANNED, spec([60]).ranges, "s", "run", PLANNED, notes=PlanNotes(estimated_bytes={"shardId-000000000000": 5})
     )
-    from kinesis_replay.job_spec import KinesisEndpoint
+    from kinesis_replay.core.job_spec import KinesisEndpoint
 
     made = JobSpec.for_batch(pipeline, batch, KinesisEndpoint())
     assert made.estimated_bytes == {"shardId-000000000000": 5}
@@ -150,13 +150,13 @@ def test_spans_a_reader_thread_could_not_confirm_reach_the_accumulator_from_the_
 
 def test_a_span_a_read_has_nowhere_to_note_fails_it_in_a_reader_thread_as_in_the_task(monkeypatch: pytest.MonkeyPatch) -> None:
     """Never dropped: a read without the accumulator (no caller of the job's own) fails on a span, however it is read."""
-    import kinesis_replay.kinesis
+    from kinesis_replay.adapters import range_reader
 
     def iterate_range(client: Any, stream: str, rng: SequenceRange, limits: Any, stats: Any, **kwargs: Any) -> Iterator[list[Any]]:
         stats.unconfirmed.append((11, 13))
         yield [{"SequenceNumber": "10", "ApproximateArrivalTimestamp": PLANNED, "PartitionKey": "k", "Data": b"{}"}]
 
-    monkeypatch.setattr(kinesis_replay.kinesis, "iterate_range", iterate_range)
+    monkeypatch.setattr(range_reader, "iterate_range", iterate_range)
     monkeypatch.setattr(kinesis_source, "kinesis_client", lambda endpoint, connections=0: None)
     for group in (partitions(spec([60]))[:1], partitions(spec([60, 60]))):  # the task's own thread; reader threads
         with pytest.raises(RuntimeError, match=r"stream s, range shardId-00000000000\d .*: records after 11 may be lost"):

@@ -8,12 +8,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from kinesis_replay import output
-from kinesis_replay.batches import check_files
-from kinesis_replay.config import PipelineConfig, parse_config
-from kinesis_replay.errors import VerificationError
-from kinesis_replay.records import format_digest, row_digest
-from kinesis_replay.state import Manifest, ShardResult
+from kinesis_replay.adapters import layout
+from kinesis_replay.core.config import PipelineConfig, parse_config
+from kinesis_replay.core.errors import VerificationError
+from kinesis_replay.core.records import format_digest, row_digest
+from kinesis_replay.core.state import Manifest, ShardResult
+from kinesis_replay.steps.verify import check_files
 
 Row = tuple[str, str, int, str, bytes]  # shard, sequence number, sub-sequence number, partition key, data
 
@@ -25,7 +25,7 @@ def pipeline(root: Path) -> PipelineConfig:
 
 
 def write(root: Path, rows: list[Row]) -> None:
-    folder = Path(output.data_path(str(root), 1, "a"))
+    folder = Path(layout.data_path(str(root), 1, "a"))
     folder.mkdir(parents=True, exist_ok=True)
     columns = ("shard_id", "sequence_number", "sub_sequence_number", "partition_key", "data")
     table = pa.table({c: [r[i] for r in rows] for i, c in enumerate(columns)})

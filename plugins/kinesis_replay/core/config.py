@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import math
 import os
-import posixpath
 import re
-import shlex
 import sys
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import MISSING, Field, dataclass, field, fields, is_dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, NoReturn, cast, get_args, get_type_hints
 
-from kinesis_replay.errors import ConfigError
-from kinesis_replay.formats import s3_uri
-from kinesis_replay.records import PARTITION_COLUMN, ROW_COLUMNS
+from kinesis_replay.core.airflow_names import AIRFLOW_DEFAULT_POOL, dag_ids
+from kinesis_replay.core.ddl import ddl_column_names
+from kinesis_replay.core.errors import ConfigError
+from kinesis_replay.core.records import PARTITION_COLUMN, ROW_COLUMNS
+from kinesis_replay.core.roots import normalize_output, output_key, outputs_overlap, split_s3_uri
 
 CONFIG_ENV = "KINESIS_REPLAY_CONFIG"
 INITIAL_POSITIONS = ("TRIM_HORIZON", "LATEST", "AT_TIMESTAMP")
@@ -354,39 +354,6 @@ class PipelineConfig:
         return dag_ids(self.name)[1]
 
 
-def dag_ids(pipeline: str) -> tuple[str, str]:
-    """The DAGs the factory builds for a pipeline: its regular runs and its backfills."""
-    return f"kinesis_replay_{pipeline}", f"kinesis_replay_backfill_{pipeline}"
-
-
-# Each replay reads every shard of the stream at the full per-shard read budget (read.*), so the pool has one slot.
-POOL_SLOTS = 1
-AIRFLOW_DEFAULT_POOL = "default_pool"  # Airflow's own pool, for every task that names none
-
-
-def pool_set_args(pool: str) -> list[str]:
-    """The command that creates (or resets) a pipelines' pool: one slot, deferred replays counted as running.
-
-    A replay on EMR Serverless may wait deferred in the triggerer; a pool counts deferred tasks only with
-    --include-deferred, and without it a second replay would start while the first still reads.
-    """
-    return ["airflow", "pools", "set", pool, str(POOL_SLOTS), "kinesis-replay: one replay at a time", "--include-deferred"]
-
-
-def pool_set_command(pools: Iterable[str]) -> str:
-    """The shell command that creates the pools, one ``airflow pools set`` each."""
-    return " && ".join(shlex.join(pool_set_args(pool)) for pool in sorted(set(pools)))
-
-
-def missing_pool_message(pipelines: Iterable[PipelineConfig], pool: str) -> str:
-    """What a missing pool means, naming it, its pipelines and the command that creates it."""
-    names = ", ".join(sorted(p.name for p in pipelines if p.pool == pool))
-    return (
-        f"Airflow pool {pool!r} does not exist: the replays of pipeline(s) {names} (regular and backfill) wait for it "
-        f"forever, and only the scheduler's log says so. Create it: {pool_set_command([pool])}"
-    )
-
-
 def declared(kind: type) -> dict[str, Field[Any]]:
     """A section's keys, as the file names them, each with the field that declares it: the keys it allows."""
     keys: dict[str, Field[Any]] = {}
@@ -510,249 +477,6 @@ class _Reader:
 
 # Roots no pipeline may own: the file system's root, and the system's own folders (or anything under the ones
 # marked True). A pipeline's output root is replaced batch by batch and carries an owner record.
-_FORBIDDEN_ROOTS = {
-    "/": False, "/bin": True, "/boot": True, "/dev": True, "/etc": True, "/lib": True, "/lib64": True, "/proc": True,
-    "/sbin": True, "/sys": True, "/usr": True, "/run": True, "/home": False, "/root": False, "/tmp": False, "/var": False,
-    "/opt": False, "/mnt": False, "/srv": False,
-}  # fmt: skip
-_URI = re.compile(r"^(?P<scheme>[a-z][a-z0-9+.-]*)://(?P<authority>[^/]*)(?P<path>/.*)?$", re.IGNORECASE)
-
-
-def normalize_output(value: str) -> str:
-    """An output root in one spelling: ``.``, ``..``, doubled and trailing slashes resolved, ``file://`` dropped.
-
-    Raises ValueError, with the reason, for a root no pipeline should own: a relative path, ``/``, a system
-    folder, a bucket with no prefix.
-    """
-    text = value.strip()
-    if text.lower().startswith("file:"):
-        # file:///x (a URI) and file:/x (Hadoop's spelling) are the local path /x; file://host/x is another machine's.
-        rest = text[len("file:") :]
-        if rest.startswith("//") and not rest.startswith("///"):
-            raise ValueError(f"{value!r} names a file on another host; give a local path such as /data/lake/orders")
-        text = "/" + rest.lstrip("/")
-    match = _URI.match(text)
-    if match:
-        path = posixpath.normpath(match["path"] or "/")
-        path = "/" + path.lstrip("/")
-        if not match["authority"]:
-            raise ValueError(f"{value!r} has no bucket or host after {match['scheme']}://")
-        if path == "/":
-            raise ValueError(
-                f"{value!r} is a whole bucket; give a prefix of its own, such as {match['scheme']}://{match['authority']}/orders"
-            )
-        return f"{match['scheme'].lower()}://{match['authority']}{path}"
-    if "://" in text:
-        raise ValueError(f"{value!r} is not a URI (scheme://bucket/prefix) nor an absolute path")
-    if not text.startswith("/"):
-        raise ValueError(f"{value!r} is relative: it would land wherever the worker happens to run; give an absolute path")
-    path = "/" + posixpath.normpath(text).lstrip("/")
-    for root, below in _FORBIDDEN_ROOTS.items():
-        if path == root or (below and path.startswith(root + "/")):
-            raise ValueError(f"{value!r} is {'the file system root' if path == '/' else 'a system folder'}; no pipeline may own it")
-    return path
-
-
-def output_key(output: str) -> str:
-    """What two outputs are compared by: the normalized root, with S3's Hadoop schemes as s3."""
-    match = _URI.match(output)
-    if not match:
-        return output
-    return s3_uri(f"{match['scheme'].lower()}://{match['authority']}{match['path']}")
-
-
-def outputs_overlap(a: str, b: str) -> bool:
-    """The same root, or one inside the other (each pipeline replaces what is under its own root)."""
-    ka, kb = output_key(a), output_key(b)
-    return ka == kb or ka.startswith(kb + "/") or kb.startswith(ka + "/")
-
-
-# Spark's DDL types by name, with how many integer parameters each takes in parentheses (at most).
-_DDL_TYPES = {
-    "boolean": 0, "tinyint": 0, "byte": 0, "smallint": 0, "short": 0, "int": 0, "integer": 0,
-    "bigint": 0, "long": 0, "float": 0, "real": 0, "double": 0, "date": 0, "timestamp": 0, "timestamp_ntz": 0,
-    "timestamp_ltz": 0, "string": 0, "binary": 0, "void": 0, "variant": 0, "char": 1, "character": 1, "varchar": 1,
-    "decimal": 2, "dec": 2, "numeric": 2, "time": 1,
-}  # fmt: skip
-# Other spellings of the same type: DdlType.kind is always the canonical one.
-_DDL_ALIASES = {
-    "byte": "tinyint", "short": "smallint", "integer": "int", "long": "bigint", "real": "float", "dec": "decimal",
-    "numeric": "decimal", "character": "char", "timestamp_ltz": "timestamp",
-}  # fmt: skip
-# INTERVAL's fields, in order within each of its two families: YEAR TO MONTH, DAY TO SECOND and the like.
-_INTERVAL_FAMILIES = (("year", "month"), ("day", "hour", "minute", "second"))
-_DDL_TOKEN = re.compile(r"\s*(?:(`(?:[^`]|``)+`)|([A-Za-z_][A-Za-z0-9_]*)|(\d+)|('(?:[^'\\]|\\.)*')|([<>(),:]))")
-
-
-@dataclass(frozen=True)
-class DdlType:
-    """A type of a Spark DDL schema, as ``parse_ddl_schema`` reads it.
-
-    ``kind`` is the type's canonical name in lower case (``int`` for INTEGER, ``decimal``, ``array``, ``interval day to
-    second``); ``params`` its numbers (a DECIMAL's precision and scale, Spark's defaults filled in); ``children`` a
-    struct's fields, an array's ``element``, a map's ``key`` and ``value``, each as (name, type).
-    """
-
-    kind: str
-    params: tuple[int, ...] = ()
-    children: tuple[tuple[str, DdlType], ...] = ()
-
-    def __str__(self) -> str:
-        """As Spark spells it in a schema: ``DECIMAL(10,2)``, ``ARRAY<INT>``, ``STRUCT<id: INT, name: STRING>``."""
-        if self.kind == "array":
-            return f"ARRAY<{self.children[0][1]}>"
-        if self.kind == "map":
-            return f"MAP<{self.children[0][1]}, {self.children[1][1]}>"
-        if self.kind == "struct":
-            return "STRUCT<" + ", ".join(f"{ddl_name(n)}: {t}" for n, t in self.children) + ">"
-        return self.kind.upper() + (f"({','.join(map(str, self.params))})" if self.params else "")
-
-
-def ddl_name(name: str) -> str:
-    """A column name as DDL writes it: in backticks unless it is a plain identifier."""
-    return name if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) else "`" + name.replace("`", "``") + "`"
-
-
-class _Ddl:
-    """A recursive-descent reader of Spark's DDL schema strings (``name TYPE [NOT NULL] [COMMENT '...'], ...``).
-
-    pyspark parses DDL only inside a JVM; this checks a pipeline's payload.schema when the config is read,
-    so a schema that cannot work is refused before any batch is planned, not when the replay job starts.
-    """
-
-    def __init__(self, text: str) -> None:
-        self.tokens: list[str] = []
-        pos = 0
-        while pos < len(text.rstrip()):
-            match = _DDL_TOKEN.match(text, pos)
-            if not match or match.end() == pos:
-                raise ValueError(f"unexpected {text[pos:].strip()[:20]!r}")
-            self.tokens.append(next(g for g in match.groups() if g is not None))
-            pos = match.end()
-        self.i = 0
-
-    def peek(self) -> str:
-        return self.tokens[self.i] if self.i < len(self.tokens) else ""
-
-    def take(self, expected: str | None = None) -> str:
-        token = self.peek()
-        if not token or (expected is not None and token.lower() != expected):
-            raise ValueError(f"expected {expected or 'more'}, found {token or 'the end'!r}")
-        self.i += 1
-        return token
-
-    def name(self) -> str:
-        token = self.take()
-        if token.startswith("`"):
-            return token[1:-1].replace("``", "`")
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", token):
-            raise ValueError(f"expected a column name, found {token!r}")
-        return token
-
-    def data_type(self) -> DdlType:
-        kind = self.take().lower()
-        if kind in ("array", "map", "struct"):
-            return self._nested(kind)
-        if kind == "interval":
-            return DdlType(f"interval {self._interval()}")
-        if kind in _DDL_TYPES:
-            params = self._parameters(kind)
-            if kind in ("string", "char", "character", "varchar") and self.peek().lower() == "collate":
-                self.take("collate")
-                self.name()
-            kind = _DDL_ALIASES.get(kind, kind)
-            if kind == "decimal":
-                params = (*params, *(10, 0)[len(params) :])  # Spark's defaults: DECIMAL is (10,0), DECIMAL(p) is (p,0)
-            return DdlType(kind, params)
-        raise ValueError(f"unknown type {kind!r}")
-
-    def _nested(self, kind: str) -> DdlType:
-        """``ARRAY<type>``, ``MAP<type, type>``, ``STRUCT<name: type, ...>`` (a struct may be empty)."""
-        self.take("<")
-        children: tuple[tuple[str, DdlType], ...] = ()
-        if kind == "array":
-            children = (("element", self.data_type()),)
-        elif kind == "map":
-            key = self.data_type()
-            self.take(",")
-            children = (("key", key), ("value", self.data_type()))
-        elif self.peek() != ">":
-            children = tuple(self.fields(closing=">"))
-        self.take(">")
-        return DdlType(kind, (), children)
-
-    def _interval(self) -> str:
-        """``INTERVAL unit [TO unit]``, the units of one family, the larger first; its units as written."""
-        start = self.take().lower()
-        family = next((f for f in _INTERVAL_FAMILIES if start in f), None)
-        if family is None:
-            raise ValueError(f"INTERVAL takes YEAR, MONTH, DAY, HOUR, MINUTE or SECOND, not {start!r}")
-        if self.peek().lower() == "to":
-            self.take("to")
-            end = self.take().lower()
-            if end not in family or family.index(end) <= family.index(start):
-                raise ValueError(f"INTERVAL {start.upper()} TO {end.upper()} is not an interval type")
-            return f"{start} to {end}"
-        return start
-
-    def _parameters(self, kind: str) -> tuple[int, ...]:
-        """A simple type's optional whole-number parameters, at most as many as it takes: ``DECIMAL(10, 2)``."""
-        if self.peek() != "(":
-            return ()
-        self.take("(")
-        params: list[int] = []
-        for n in range(_DDL_TYPES[kind]):
-            if n:
-                if self.peek() != ",":
-                    break
-                self.take(",")
-            token = self.take()
-            if not token.isdigit():
-                raise ValueError(f"{kind} takes whole numbers in parentheses")
-            params.append(int(token))
-        self.take(")")
-        return tuple(params)
-
-    def fields(self, closing: str = "") -> list[tuple[str, DdlType]]:
-        fields: list[tuple[str, DdlType]] = []
-        while True:
-            name = self.name()
-            if self.peek() == ":":
-                self.take(":")
-            fields.append((name, self.data_type()))
-            if self.peek().lower() == "not":
-                self.take("not")
-                self.take("null")
-            if self.peek().lower() == "comment":
-                self.take("comment")
-                if not self.take().startswith("'"):
-                    raise ValueError("COMMENT takes a quoted string")
-            if self.peek() != ",":
-                break
-            self.take(",")
-        if self.peek() != closing:
-            raise ValueError(f"unexpected {self.peek()!r} after column {fields[-1][0]!r}")
-        return fields
-
-
-def parse_ddl_schema(schema: str) -> DdlType:
-    """A Spark DDL schema (``name TYPE, ...``) as the struct it declares; ValueError says what is wrong with it.
-
-    Stricter than Spark in one way: a name twice is refused, as the batch's Parquet files could not hold it.
-    """
-    fields = _Ddl(schema).fields()
-    names = [name for name, _ in fields]
-    repeated = sorted({n for n in names if [m.lower() for m in names].count(n.lower()) > 1})
-    if repeated:
-        raise ValueError(f"column(s) {', '.join(repeated)} appear more than once")
-    return DdlType("struct", (), tuple(fields))
-
-
-def ddl_column_names(schema: str) -> list[str]:
-    """The top-level column names of a Spark DDL schema; ValueError says what is wrong with it."""
-    return [name for name, _ in parse_ddl_schema(schema).children]
-
-
 def _parse_timestamp(r: _Reader, key: str) -> datetime:
     value = r.data[key]
     if isinstance(value, datetime):
@@ -953,16 +677,6 @@ def _parse_read(read: _Reader) -> ReadConfig:
     if read_config.max_records_per_call > 10_000:
         read.fail("must be at most 10000 (the most GetRecords returns)", "max_records_per_call")
     return read_config
-
-
-def split_s3_uri(uri: str, what: str = "S3 URI") -> tuple[str, str]:
-    """``s3://bucket/some/prefix/`` -> ``("bucket", "some/prefix")``; anything else is a ConfigError naming ``what``."""
-    if not uri.startswith("s3://"):
-        raise ConfigError(f"{what} must start with s3:// (EMR Serverless reads its code from S3), got {uri!r}")
-    bucket, _, prefix = uri.removeprefix("s3://").partition("/")
-    if not bucket:
-        raise ConfigError(f"{what} names no bucket: {uri!r}")
-    return bucket, prefix.strip("/")
 
 
 def _parse_emr(e: _Reader) -> EmrServerlessConfig:

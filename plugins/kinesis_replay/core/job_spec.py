@@ -3,7 +3,7 @@
 Airflow writes it as JSON beside the job (``batch.json``, or on S3 for EMR Serverless); the job reads it
 back with ``JobSpec.from_json``. Everything the job needs is here, nothing of Airflow or of the state
 table, and no credential: those come from the job's environment (for a role connection, a profile that
-assumes the role: ``kinesis_replay.credentials``), or the executors' instance role.
+assumes the role: ``kinesis_replay.launchers.credentials``), or the executors' instance role.
 
 The JSON carries ``version``. A job reads only the version it was built for, so a spec written by an
 older or newer kinesis-replay fails on the driver, before any read, with both versions named: the two
@@ -18,10 +18,10 @@ from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timedelta
 from typing import Any
 
-from kinesis_replay.config import OUTPUT_FORMATS, PayloadConfig, PipelineConfig, ReadConfig
-from kinesis_replay.errors import JobSpecError as JobSpecError  # re-exported for job_spec.JobSpecError
-from kinesis_replay.ranges import SequenceRange
-from kinesis_replay.state import Batch
+from kinesis_replay.core.config import OUTPUT_FORMATS, PayloadConfig, PipelineConfig, ReadConfig
+from kinesis_replay.core.errors import JobSpecError  # re-exported for job_spec.JobSpecError
+from kinesis_replay.core.ranges import SequenceRange
+from kinesis_replay.core.state import Batch
 
 # Raise it with any change of the JSON a job could misread; from_json refuses every other version.
 # 2: output_format (a table output is written per attempt, with batch_id in the files), estimated_bytes;

@@ -10,10 +10,10 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypedDict
 
-from kinesis_replay.config import PipelineConfig
-from kinesis_replay.errors import KinesisReplayError
-from kinesis_replay.formats import ProgressLine, duration
-from kinesis_replay.state import Batch, BatchStatus, BatchSummary, Head, Progress, RunKind, StateStore
+from kinesis_replay.core.config import PipelineConfig
+from kinesis_replay.core.errors import KinesisReplayError
+from kinesis_replay.core.formats import ProgressLine, duration
+from kinesis_replay.core.state import Batch, BatchStatus, BatchSummary, Head, Progress, RunKind, StateStore
 
 log = logging.getLogger(__name__)
 

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import BotoCoreError, ClientError, ReadTimeoutError
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
-from kinesis_replay.config import dag_ids
-from kinesis_replay.errors import (
+from kinesis_replay.core.airflow_names import dag_ids
+from kinesis_replay.core.errors import (
     ACCESS_REFUSED_CODES,
     ConfigError,
     EndpointUnreachableError,
@@ -24,9 +24,9 @@ from kinesis_replay.errors import (
     StateTableMissingError,
     access_refused,
 )
-from kinesis_replay.formats import sort_key_batch_id
-from kinesis_replay.ranges import SequenceRange, format_sequence_number, parse_sequence_number
-from kinesis_replay.state import (
+from kinesis_replay.core.formats import sort_key_batch_id
+from kinesis_replay.core.ranges import SequenceRange, format_sequence_number, parse_sequence_number
+from kinesis_replay.core.state import (
     Batch,
     BatchStatus,
     BatchSummary,

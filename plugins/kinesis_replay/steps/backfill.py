@@ -10,14 +10,21 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from kinesis_replay import batches, guards, iceberg_table, kinesis, output
-from kinesis_replay.config import PipelineConfig, ReadConfig
-from kinesis_replay.errors import BackfillError as BackfillError  # re-exported: the DAG tasks and tests name backfill.BackfillError
-from kinesis_replay.errors import BatchNotRestorableError, DataLossError, VerificationError
-from kinesis_replay.formats import MAX_BATCH_ID
-from kinesis_replay.holdings import Commit, Ledger, Mismatch, TableState, compare
-from kinesis_replay.ranges import SequenceRange
-from kinesis_replay.state import Batch, BatchStatus, ShardResult, StateStore
+from kinesis_replay.adapters import commit_records, files, iceberg_table, layout
+from kinesis_replay.adapters.kinesis_client import stream_retention
+from kinesis_replay.core.config import PipelineConfig, ReadConfig
+from kinesis_replay.core.errors import (
+    BackfillError,  # re-exported: the DAG tasks and tests name backfill.BackfillError
+    BatchNotRestorableError,
+    DataLossError,
+    TableMetadataLostError,
+    VerificationError,
+)
+from kinesis_replay.core.formats import MAX_BATCH_ID
+from kinesis_replay.core.holdings import Commit, Ledger, Mismatch, TableState, compare
+from kinesis_replay.core.ranges import SequenceRange
+from kinesis_replay.core.state import Batch, BatchStatus, ShardResult, StateStore
+from kinesis_replay.steps import commit, guards, in_flight, verify
 
 if TYPE_CHECKING:  # the boto3 stubs are for type checking only
     from types_boto3_kinesis.client import KinesisClient
@@ -230,16 +237,16 @@ def choose(
     head = store.get_head(pipeline.name)
     guards.check_table(pipeline, guards.ledger_of(head))  # a backfill replaces batches of a whole table, never builds one
     newest = head.next_batch_id - 1
-    retention = kinesis.stream_retention(kinesis_client, pipeline.stream, pipeline.read) if selection.start_time else None
+    retention = stream_retention(kinesis_client, pipeline.stream, pipeline.read) if selection.start_time else None
     chosen = select_batches(pipeline.name, selection, candidates(store, pipeline.name, selection, newest, retention), newest)
     if head.in_flight is not None:
         raise BackfillError(
             f"pipeline {pipeline.name}: regular batch {head.in_flight} is in flight; a backfill waits until it is committed "
             "(the pipeline's next run finishes it), so that the two never compete for the stream's read limits"
         )
-    retention = retention or kinesis.stream_retention(kinesis_client, pipeline.stream, pipeline.read)
+    retention = retention or stream_retention(kinesis_client, pipeline.stream, pipeline.read)
     for batch in chosen:
-        batches.check_retention(pipeline, batch, retention, now or datetime.now(UTC))
+        in_flight.check_retention(pipeline, batch, retention, now or datetime.now(UTC))
     return selection, chosen
 
 
@@ -312,12 +319,12 @@ def committed_batch(
     guards.require_owner(pipeline)
     batch = store.get_batch(pipeline.name, batch_id)
     if kinesis_client is not None:
-        retention = kinesis.stream_retention(kinesis_client, pipeline.stream, pipeline.read)
+        retention = stream_retention(kinesis_client, pipeline.stream, pipeline.read)
         try:
-            batches.check_retention(pipeline, batch, retention, now or datetime.now(UTC))
+            in_flight.check_retention(pipeline, batch, retention, now or datetime.now(UTC))
         except DataLossError as exc:
             attempt = batch.manifest.attempt if batch.manifest is not None else None
-            folder = output.data_path(pipeline.output, batch_id, attempt) if attempt else f"{pipeline.output}/{output.DATA_DIR}"
+            folder = layout.data_path(pipeline.output, batch_id, attempt) if attempt else f"{pipeline.output}/{layout.DATA_DIR}"
             raise BatchNotRestorableError(
                 f"pipeline {pipeline.name!r}, batch {batch_id} cannot be restored to {iceberg_table.require_table(pipeline).describe()}: "
                 f"its verified files are gone from {folder}, and its records from stream {pipeline.stream} ({exc}). Put its "
@@ -336,8 +343,8 @@ def check_replayed(pipeline: PipelineConfig, store: StateStore, batch_id: int, r
     """
     batch = store.get_batch(pipeline.name, batch_id)
     first_run = batch.verified_manifest()
-    manifest = output.read_manifest(pipeline.output, batch_id)
-    batches.check_files(pipeline, batch_id, manifest)
+    manifest = files.read_manifest(pipeline.output, batch_id)
+    verify.check_files(pipeline, batch_id, manifest)
     before, after = first_run.by_shard(), manifest.by_shard()
 
     def same(a: ShardResult | None, b: ShardResult | None) -> bool:
@@ -356,12 +363,12 @@ def check_replayed(pipeline: PipelineConfig, store: StateStore, batch_id: int, r
         replayed = replace(batch, manifest=manifest)
         kind = Commit.RESTORE if restore else Commit.BACKFILL
         ledger = guards.ledger_of(store.get_head(pipeline.name))
-        snapshot_id = batches.commit_to_table(pipeline, replayed, run_id or batch.run_id, kind, ledger)
+        snapshot_id = commit.commit_to_table(pipeline, replayed, run_id or batch.run_id, kind, ledger)
         # The ledger and the commit record name the replayed attempt, whose files the snapshot holds: the first run's
         # files go with the snapshots before it, and a recovery from the commit records rebuilds what the table holds.
         batch = replace(replayed, snapshot_id=snapshot_id)
         store.set_replayed(batch, expected=BatchStatus.COMMITTED)
-        output.write_commit_record(pipeline.output, batch)
+        commit_records.write_commit_record(pipeline.output, batch)
         return batch
     return replace(batch, manifest=manifest)  # a directory's ledger keeps the first run's; the caller reports this run's
 
@@ -472,7 +479,7 @@ def plan_restore(pipeline: PipelineConfig, kinesis_client: KinesisClient, store:
     metadata_lost = False
     try:
         table = iceberg_table.existing_table(pipeline)
-    except iceberg_table.TableMetadataLostError:
+    except TableMetadataLostError:
         table, metadata_lost = None, True
     state = iceberg_table.table_state(table)
     mismatch = compare(state, ledger)
@@ -483,7 +490,7 @@ def plan_restore(pipeline: PipelineConfig, kinesis_client: KinesisClient, store:
         )
     wanted = sorted(set(mismatch.missing if mismatch else ()) | set(_differing(pipeline, store, table, state, ledger, mismatch)))
     held = {b for b in wanted if b in state.holdings}  # held with other rows: a new attempt, from the stream, replaces them
-    retention = kinesis.stream_retention(kinesis_client, pipeline.stream, pipeline.read) if wanted else None
+    retention = stream_retention(kinesis_client, pipeline.stream, pipeline.read) if wanted else None
     from_files, from_stream, lost = [], [], []
     for low in range(0, len(wanted), WINDOW_SLICE):
         chosen = store.get_batches(pipeline.name, wanted[low : low + WINDOW_SLICE])
@@ -493,7 +500,7 @@ def plan_restore(pipeline: PipelineConfig, kinesis_client: KinesisClient, store:
                 from_files.append(batch_id)
                 continue
             try:
-                batches.check_retention(pipeline, batch, retention or timedelta(0), now or datetime.now(UTC))
+                in_flight.check_retention(pipeline, batch, retention or timedelta(0), now or datetime.now(UTC))
                 from_stream.append(batch_id)
             except DataLossError:
                 lost.append(batch_id)
@@ -542,7 +549,7 @@ def _files_kept(pipeline: PipelineConfig, batch: Batch) -> bool:
         return False
     if manifest.records == 0:
         return True
-    return bool(output.parquet_files(output.data_path(pipeline.output, batch.batch_id, manifest.attempt)))
+    return bool(files.parquet_files(layout.data_path(pipeline.output, batch.batch_id, manifest.attempt)))
 
 
 def restore_from_files(pipeline: PipelineConfig, store: StateStore, plan: Restore, run_id: str) -> list[int]:
@@ -558,7 +565,7 @@ def restore_from_files(pipeline: PipelineConfig, store: StateStore, plan: Restor
         batch = store.get_batch(pipeline.name, batch_id)
         manifest = batch.verified_manifest()
         try:
-            batches.check_files(pipeline, batch_id, manifest)
+            verify.check_files(pipeline, batch_id, manifest)
         except VerificationError as exc:
             log.warning("pipeline %s, batch %d: its files no longer verify (%s); it is replayed from the stream",
                         pipeline.name, batch_id, exc)  # fmt: skip
@@ -569,9 +576,9 @@ def restore_from_files(pipeline: PipelineConfig, store: StateStore, plan: Restor
 
 
 def _commit_restored(pipeline: PipelineConfig, store: StateStore, batch: Batch, run_id: str, ledger: Ledger) -> Batch:
-    snapshot_id = batches.commit_to_table(pipeline, batch, run_id, Commit.RESTORE, ledger)
+    snapshot_id = commit.commit_to_table(pipeline, batch, run_id, Commit.RESTORE, ledger)
     restored = replace(batch, snapshot_id=snapshot_id)
     store.set_replayed(restored, expected=BatchStatus.COMMITTED)
-    output.write_commit_record(pipeline.output, restored)
+    commit_records.write_commit_record(pipeline.output, restored)
     log.info("pipeline %s: batch %d restored to the table in snapshot %d", pipeline.name, batch.batch_id, snapshot_id)
     return restored

@@ -16,14 +16,16 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from kinesis_replay import jvm_archive
-from kinesis_replay.config import DEFAULT_SPARK_CONF, PipelineConfig
-from kinesis_replay.errors import ConfigError
-from kinesis_replay.errors import SparkSubmitError as SparkSubmitError  # re-exported for spark_submit.SparkSubmitError
+from kinesis_replay.core.config import DEFAULT_SPARK_CONF, PipelineConfig
+from kinesis_replay.core.errors import (
+    ConfigError,
+    SparkSubmitError,  # re-exported for spark_submit.SparkSubmitError
+)
+from kinesis_replay.launchers import jvm_archive
 
 log = logging.getLogger(__name__)
 
-PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE_DIR = Path(__file__).resolve().parents[1]  # kinesis_replay/, all its layers
 
 
 # The job's lines that report progress or success rather than an error.

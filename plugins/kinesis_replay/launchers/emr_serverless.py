@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kinesis_replay.config import DEFAULT_SPARK_CONF, EmrServerlessConfig, PipelineConfig, split_s3_uri
-from kinesis_replay.errors import ConfigError
-from kinesis_replay.formats import path_batch_id
+from kinesis_replay.core.config import DEFAULT_SPARK_CONF, EmrServerlessConfig, PipelineConfig
+from kinesis_replay.core.errors import ConfigError
+from kinesis_replay.core.formats import path_batch_id
+from kinesis_replay.core.roots import split_s3_uri
 
 JOB_FILE = "replay_job.py"
 SOURCE_FILE = "kinesis_source.py"

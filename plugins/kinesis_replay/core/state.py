@@ -8,8 +8,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, ClassVar, Protocol
 
-from kinesis_replay.errors import StateCorruptError
-from kinesis_replay.ranges import SequenceRange, format_sequence_number, parse_sequence_number
+from kinesis_replay.core.errors import StateCorruptError
+from kinesis_replay.core.ranges import SequenceRange, format_sequence_number, parse_sequence_number
 
 
 class BatchStatus(StrEnum):

@@ -54,9 +54,9 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from kinesis_replay import iceberg_table, output
-from kinesis_replay.errors import ConfigError
-from kinesis_replay.holdings import BATCHES_PROPERTY
+from kinesis_replay.adapters import iceberg_table, layout
+from kinesis_replay.core.errors import ConfigError
+from kinesis_replay.core.holdings import BATCHES_PROPERTY
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -81,7 +81,7 @@ _OWN_METADATA_FILE = re.compile(
     r"|[^/]+\.(?:stats|puffin)"  # a statistics file
 )
 # A folder that holds one of these is a kinesis-replay output root (another pipeline's): nothing under it is the table's.
-_ROOT_MARKERS = (output.OWNER_FILE, iceberg_table.CATALOG_DIR, output.COMMITS_DIR, output.MANIFESTS_DIR)
+_ROOT_MARKERS = (layout.OWNER_FILE, iceberg_table.CATALOG_DIR, layout.COMMITS_DIR, layout.MANIFESTS_DIR)
 _FOREIGN_NAMED_IN_LOG = 20  # a warning names this many of the paths left alone; the report holds them all
 
 
@@ -180,7 +180,7 @@ _LONGEST_MS = timedelta.max // timedelta(milliseconds=1)
 
 def snapshots_to_expire(table: Table, policy: Policy, now: datetime) -> list[int]:
     """Snapshots older than the policy's age, except the newest ``min_snapshots_to_keep``, every ref's head, and the
-    newest snapshot of the current ancestry that records what the table holds (kinesis_replay.holdings): another
+    newest snapshot of the current ancestry that records what the table holds (kinesis_replay.core.holdings): another
     writer's snapshots on top of it (a compaction) must not leave the table with no such record."""
     metadata = table.metadata
     protected = {ref.snapshot_id for ref in metadata.refs.values()}
@@ -281,7 +281,7 @@ def own_file(kind: str, relative: str) -> bool:
 def _sort_out(kind: str, folder: str, infos: list[tuple[str, str, bool, datetime]]) -> tuple[list[tuple[str, datetime]], list[str], int]:
     """Split one folder's recursive listing (path, base name, is a file, mtime) into own files and what is left alone."""
     roots = sorted(
-        {path.rsplit("/", 1)[0] for path, name, is_file, _ in infos if (name == output.OWNER_FILE) == is_file and name in _ROOT_MARKERS}
+        {path.rsplit("/", 1)[0] for path, name, is_file, _ in infos if (name == layout.OWNER_FILE) == is_file and name in _ROOT_MARKERS}
     )  # an owner record is a file, the other markers are folders
     own: list[tuple[str, datetime]] = []
     nested: dict[str, int] = {}
@@ -343,9 +343,9 @@ def attempt_of(path: str) -> str | None:
 
 
 Committing = Callable[[set[int]], Collection[int]]
-"""Of the batches named, those whose commit began and has no snapshot yet (``output.unfinished_commits``)."""
+"""Of the batches named, those whose commit began and has no snapshot yet (``commit_records.unfinished_commits``)."""
 Replayed = Callable[[set[int]], Mapping[int, str]]
-"""Of the batches named, the attempt each one's last replay wrote (``output.last_replayed_attempts``)."""
+"""Of the batches named, the attempt each one's last replay wrote (``commit_records.last_replayed_attempts``)."""
 
 
 def _committing(table: Table, candidates: list[str], committing: Committing | None) -> list[int]:
@@ -439,7 +439,7 @@ def remove_orphan_files(
     return removed, too_young, flying, failed, kept, listing
 
 
-def maintain(
+def expire_and_remove(
     table: Table,
     orphan_age: timedelta = DEFAULT_ORPHAN_AGE,
     in_flight: Collection[int] = (),

@@ -19,11 +19,21 @@ import logging
 from dataclasses import replace
 from datetime import datetime
 
-from kinesis_replay import iceberg_table, output
-from kinesis_replay.config import PipelineConfig
-from kinesis_replay.errors import OutputOwnershipError, StateLostError, TableMismatchError
-from kinesis_replay.holdings import SHOWN_IDS, Commit, Ledger, Mismatch, TableState, compare, listed
-from kinesis_replay.state import Head
+from kinesis_replay.adapters import commit_records, files, iceberg_table
+from kinesis_replay.adapters.layout import COMMITS_DIR, OWNER_FILE, owner_path
+from kinesis_replay.adapters.owner import (
+    OtherRoot,
+    Owner,
+    layout_format,
+    owner_record_inside,
+    owner_records_around,
+    read_owner,
+    write_owner,
+)
+from kinesis_replay.core.config import PipelineConfig
+from kinesis_replay.core.errors import OutputOwnershipError, StateLostError, TableMismatchError
+from kinesis_replay.core.holdings import SHOWN_IDS, Commit, Ledger, Mismatch, TableState, compare, listed
+from kinesis_replay.core.state import Head
 
 log = logging.getLogger(__name__)
 
@@ -37,12 +47,12 @@ def recovery_hint(pipeline: PipelineConfig) -> str:
     )
 
 
-def check_owner(pipeline: PipelineConfig, owner: output.Owner | None, new_table: bool = False) -> None:
+def check_owner(pipeline: PipelineConfig, owner: Owner | None, new_table: bool = False) -> None:
     """The output root is this pipeline's: same pipeline, same stream, and (unless ``new_table``) same state table."""
     root = pipeline.output
     if owner is None:
         raise OutputOwnershipError(
-            f"pipeline {pipeline.name!r}: output {root} has no owner record ({output.OWNER_FILE}); the pipeline's plan "
+            f"pipeline {pipeline.name!r}: output {root} has no owner record ({OWNER_FILE}); the pipeline's plan "
             "writes it before anything else, so the output was moved or deleted since. If output is still where the "
             "pipeline's batches are, its next run's plan writes the record again (once the output's commit records are "
             "found to be the pipeline's); else point output back to where they are. Nothing was written."
@@ -69,12 +79,12 @@ def check_owner(pipeline: PipelineConfig, owner: output.Owner | None, new_table:
         )
 
 
-def recorded_format(root: str, owner: output.Owner | None) -> tuple[str, str] | None:
+def recorded_format(root: str, owner: Owner | None) -> tuple[str, str] | None:
     """The format the output root was created in, and what says so; None while nothing does (a new or empty root)."""
     if owner is not None and owner.output_format is not None:
-        return owner.output_format, f"as its owner record {output.owner_path(root)} says"
+        return owner.output_format, f"as its owner record {owner_path(root)} says"
     # An owner record of a release that recorded no format, or none at all (a release before owner records).
-    layout = output.layout_format(root)
+    layout = layout_format(root)
     if layout == "directory":
         return layout, "it holds batch_id=<id>/ folders"
     if layout == "iceberg":
@@ -82,7 +92,7 @@ def recorded_format(root: str, owner: output.Owner | None) -> tuple[str, str] | 
     return None
 
 
-def check_format(pipeline: PipelineConfig, owner: output.Owner | None) -> None:
+def check_format(pipeline: PipelineConfig, owner: Owner | None) -> None:
     """The pipeline writes its output in the format the root was created in.
 
     output_format's default became iceberg: a directory pipeline that does not set it would otherwise start a table at
@@ -109,7 +119,7 @@ def check_format(pipeline: PipelineConfig, owner: output.Owner | None) -> None:
 
 def require_owner(pipeline: PipelineConfig) -> None:
     """Before a replay, backfill or commit writes: the output's owner record names this pipeline."""
-    check_owner(pipeline, output.read_owner(pipeline.output))
+    check_owner(pipeline, read_owner(pipeline.output))
 
 
 def check_before_plan(pipeline: PipelineConfig, head: Head) -> None:
@@ -117,18 +127,18 @@ def check_before_plan(pipeline: PipelineConfig, head: Head) -> None:
 
     A renamed state table is accepted only while the output holds no batch: then the new table is a fresh start.
     """
-    owner = output.read_owner(pipeline.output)
+    owner = read_owner(pipeline.output)
     root, table = pipeline.output, pipeline.state_table
     if owner is not None:
         # Listing the commit records costs a call per thousand batches: only when the table is not the owner's.
-        new_table_allowed = owner.state_table != table and not output.holds_commits(root, owner)
+        new_table_allowed = owner.state_table != table and not commit_records.holds_commits(root, owner)
         check_owner(pipeline, owner, new_table=new_table_allowed)
     else:
         check_format(pipeline, None)  # a root written before owner records: its folders say its format
         check_records_owner(pipeline)  # or one whose record was deleted: its commit records say whose it is
     if head.version == 0:
-        if output.holds_commits(root, owner):
-            committed = output.committed_batch_ids(root)
+        if commit_records.holds_commits(root, owner):
+            committed = commit_records.committed_batch_ids(root)
             if committed:
                 held, advice = f"{len(committed)} committed batches (up to batch {committed[-1]})", recovery_hint(pipeline)
             else:  # nothing a recovery could rebuild the state from
@@ -145,14 +155,14 @@ def check_before_plan(pipeline: PipelineConfig, head: Head) -> None:
         check_table(pipeline, Ledger(0))
         return
     last = (head.in_flight or head.next_batch_id) - 1  # every batch before the next (or in-flight) one is committed
-    if last >= 1 and not (output.has_commit_record(root, last) or output.has_manifest(root, last)):
+    if last >= 1 and not (commit_records.has_commit_record(root, last) or files.has_manifest(root, last)):
         raise StateLostError(
             f"pipeline {pipeline.name!r}: state table {table} says batches up to {last} are committed, but output "
             f"{root} does not hold batch {last}. The output was changed in the config, moved or deleted. Point output back "
             "to where the batches are, or move all of it (with its _commits, _manifests and owner record) to the new "
             "root. Nothing was written."
         )
-    if head.in_flight is None and output.has_commit_record(root, head.next_batch_id):
+    if head.in_flight is None and commit_records.has_commit_record(root, head.next_batch_id):
         raise StateLostError(
             f"pipeline {pipeline.name!r}: state table {table} is behind output {root}: the table would plan batch "
             f"{head.next_batch_id} anew, and the output already holds it committed (a table restored from an old "
@@ -171,16 +181,13 @@ def check_records_owner(pipeline: PipelineConfig) -> None:
     """A root whose owner record is gone: its newest commit record (a ledger entry, naming pipeline and stream) must be
     this pipeline's and stream's, or the root is another's, which a claim or a recovery must never take over."""
     root = pipeline.output
-    ids = output.committed_batch_ids(root)
+    ids = commit_records.committed_batch_ids(root)
     if not ids:
         return
-    newest = output.read_commit_record(root, ids[-1])
+    newest = commit_records.read_commit_record(root, ids[-1])
     if newest.pipeline == pipeline.name and newest.stream == pipeline.stream:
         return
-    gone = (
-        f"output {root} has no owner record ({output.OWNER_FILE}: deleted?), and its commit records ({output.COMMITS_DIR}, up "
-        f"to batch {ids[-1]})"
-    )
+    gone = f"output {root} has no owner record ({OWNER_FILE}: deleted?), and its commit records ({COMMITS_DIR}, up to batch {ids[-1]})"
     if newest.pipeline != pipeline.name:
         raise OutputOwnershipError(
             f"pipeline {pipeline.name!r} may not write output {root}: {gone} are of pipeline {newest.pipeline!r} (stream "
@@ -198,7 +205,7 @@ def check_records_owner(pipeline: PipelineConfig) -> None:
 def check_table(pipeline: PipelineConfig, ledger: Ledger) -> None:
     """A table output: the table's current snapshot holds exactly the batches the ledger says are committed.
 
-    Read from the current snapshot's summary (kinesis_replay.holdings): no data or manifest file is read. A table that
+    Read from the current snapshot's summary (kinesis_replay.core.holdings): no data or manifest file is read. A table that
     lacks batches, holds others, or whose rows another writer changed, is refused before anything moves. With nothing
     committed, a catalog of the config's (not the embedded one, which the first commit creates under the output root)
     is loaded all the same: one that can't load fails the plan before the root is claimed or the stream read, rather
@@ -217,7 +224,7 @@ def check_table(pipeline: PipelineConfig, ledger: Ledger) -> None:
 
 
 def table_check(pipeline: PipelineConfig, kind: Commit, batch_id: int, ledger: Ledger) -> iceberg_table.TableCheck:
-    """What a commit of ``batch_id`` requires of the table, checked before each try (iceberg_table.commit_batch).
+    """What a commit of ``batch_id`` requires of the table, checked before each try (iceberg_table.commit_snapshot).
 
     - a regular batch: the table holds batches 1 to the one before it (or it, by another attempt of a cut-short commit);
     - a backfill: the table holds exactly the ledger's committed batches, this one among them;
@@ -277,7 +284,7 @@ def describe_mismatch(pipeline: PipelineConfig, state: TableState, ledger: Ledge
     )
 
 
-def check_stream_created(pipeline: PipelineConfig, created: datetime, owner: output.Owner | None) -> None:
+def check_stream_created(pipeline: PipelineConfig, created: datetime, owner: Owner | None) -> None:
     """The stream is the one the output's batches came from (``owner`` recorded), not another created since under its name."""
     if owner is None or owner.stream_created is None or owner.stream_created == created.isoformat():
         return
@@ -290,14 +297,14 @@ def check_stream_created(pipeline: PipelineConfig, created: datetime, owner: out
     )
 
 
-def _who(other: output.OtherRoot) -> str:
+def _who(other: OtherRoot) -> str:
     if other.owner is None:
         return f"a pipeline whose owner record {other.record} cannot be read here ({other.unreadable})"
     owner = other.owner
     return f"pipeline {owner.pipeline!r} (stream {owner.stream}, state table {owner.state_table}; owner record {other.record})"
 
 
-def check_nesting(pipeline: PipelineConfig, owner: output.Owner | None) -> None:
+def check_nesting(pipeline: PipelineConfig, owner: Owner | None) -> None:
     """A root no one owns yet is claimed only if no other pipeline's root holds it or is inside it.
 
     The config's own check (``config.outputs_overlap``) sees one config file; this one sees the output itself, so it
@@ -307,7 +314,7 @@ def check_nesting(pipeline: PipelineConfig, owner: output.Owner | None) -> None:
     What is looked at, and what it costs: every parent folder of the root, up to the file system's or the bucket's
     top, for an owner record (on S3 one ListObjectsV2 per parent: ``s3://bucket/raw/orders`` costs 2 requests; a stat
     each on local disk), at every claim; and, while the root has no owner record of its own (the claim that writes
-    one), the folders under it, breadth first and bounded (``output.owner_record_inside``: an empty new root costs one
+    one), the folders under it, breadth first and bounded (``owner_record_inside``: an empty new root costs one
     request on S3). A root claimed already was looked under when it was claimed, and listing a grown root at every plan
     is what this avoids; whichever of two nested roots is claimed second is refused, as it finds the first's record.
     A root claimed before this check (``owner`` given) whose parent is owned is not refused: its batches and table
@@ -315,7 +322,7 @@ def check_nesting(pipeline: PipelineConfig, owner: output.Owner | None) -> None:
     Two claims at the same instant of a root and a root inside it can both pass: each finds no record of the other.
     """
     root = pipeline.output
-    around = output.owner_records_around(root)
+    around = owner_records_around(root)
     if around and owner is not None:
         log.warning(
             "pipeline %s: output %s is inside output %s of %s, claimed before roots in other roots were refused. That "
@@ -333,7 +340,7 @@ def check_nesting(pipeline: PipelineConfig, owner: output.Owner | None) -> None:
         )
     if owner is not None:
         return
-    inside, complete = output.owner_record_inside(root)
+    inside, complete = owner_record_inside(root)
     if inside is not None:
         raise OutputOwnershipError(
             f"pipeline {pipeline.name!r} may not claim output {root}: it holds output {inside.root} of {_who(inside)}. "
@@ -356,7 +363,7 @@ def claim_output(pipeline: PipelineConfig, now: datetime, stream_created: dateti
     that the root is neither inside another pipeline's root nor holds one (``check_nesting``).
     """
     root = pipeline.output
-    owner = output.read_owner(root)
+    owner = read_owner(root)
     if stream_created is not None:
         check_stream_created(pipeline, stream_created, owner)
     check_nesting(pipeline, owner)
@@ -372,17 +379,17 @@ def claim_output(pipeline: PipelineConfig, now: datetime, stream_created: dateti
                 # behind the name, is refused without a listing.
                 fmt, stream_created_at = owner.output_format or pipeline.output_format, owner.stream_created or created
                 filled = replace(owner, output_format=fmt, stream_created=stream_created_at)
-                output.write_owner(root, filled, replace=True)
+                write_owner(root, filled, replace=True)
                 log.info("pipeline %s: output %s recorded as a %s output of stream %s created at %s", pipeline.name, root,
                          filled.output_format, pipeline.stream, filled.stream_created)  # fmt: skip
             return
         # A new state table only while nothing in the output is committed (else check_owner says how to recover).
-        check_owner(pipeline, owner, new_table=not output.holds_commits(root, owner))
+        check_owner(pipeline, owner, new_table=not commit_records.holds_commits(root, owner))
     else:
         check_format(pipeline, None)
     # No owner yet, or (check_before_plan allowed it: nothing in the output is committed) a new state table.
-    adopted = owner.adopted if owner is not None else max(output.manifest_batch_ids(root), default=0)
-    claim = output.Owner(pipeline.name, pipeline.stream, pipeline.state_table, now.isoformat(), adopted, pipeline.output_format, created)
-    claimed = output.write_owner(root, claim, replace=owner is not None)
+    adopted = owner.adopted if owner is not None else max(commit_records.manifest_batch_ids(root), default=0)
+    claim = Owner(pipeline.name, pipeline.stream, pipeline.state_table, now.isoformat(), adopted, pipeline.output_format, created)
+    claimed = write_owner(root, claim, replace=owner is not None)
     check_owner(pipeline, claimed)  # another pipeline may have claimed it first
-    log.info("pipeline %s: claimed output %s (owner record %s)", pipeline.name, root, output.owner_path(root))
+    log.info("pipeline %s: claimed output %s (owner record %s)", pipeline.name, root, owner_path(root))

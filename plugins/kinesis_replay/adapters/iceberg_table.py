@@ -32,25 +32,25 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from kinesis_replay.config import CATALOG_TYPES, PipelineConfig, TableConfig
-from kinesis_replay.errors import (
+from kinesis_replay.adapters.files import arrow_row_schema
+from kinesis_replay.core.config import CATALOG_TYPES, PipelineConfig, TableConfig
+
+# Re-exported: other modules, the tests and the chaos stack name them as iceberg_table.<name>.
+from kinesis_replay.core.errors import (
     CatalogConfigError,
     CatalogLoadError,
     CatalogUnreachableError,
     KinesisReplayError,
     NoTableError,
     OutputOwnershipError,
+    TableCommitError,
     TableCommitRefusedError,
+    TableMetadataLostError,
     VerificationError,
 )
-
-# Re-exported: other modules, the tests and the chaos stack name them as iceberg_table.<name>.
-from kinesis_replay.errors import TableCommitError as TableCommitError
-from kinesis_replay.errors import TableMetadataLostError as TableMetadataLostError
-from kinesis_replay.formats import s3_uri
-from kinesis_replay.holdings import Holdings, TableState
-from kinesis_replay.output import arrow_row_schema
-from kinesis_replay.records import PARTITION_COLUMN
+from kinesis_replay.core.formats import s3_uri
+from kinesis_replay.core.holdings import Holdings, TableState
+from kinesis_replay.core.records import PARTITION_COLUMN
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -70,7 +70,7 @@ ATTEMPT_PROPERTY = "kinesis-replay.attempt"
 RUN_PROPERTY = "kinesis-replay.run-id"
 # Table properties: the pipeline and stream that own the table (two pipelines never share one).
 STREAM_PROPERTY = "kinesis-replay.stream"
-# A table property of releases before the holdings went into each snapshot's summary (kinesis_replay.holdings): read by
+# A table property of releases before the holdings went into each snapshot's summary (kinesis_replay.core.holdings): read by
 # no check now (Iceberg does not roll properties back with snapshots), and no longer written.
 COMMITTED_THROUGH_PROPERTY = "kinesis-replay.committed-through"
 COMMIT_RETRIES_PROPERTY = "commit.retry.num-retries"
@@ -214,7 +214,7 @@ def load_table(pipeline: PipelineConfig, catalog: Catalog | None = None) -> Tabl
 
 
 def table_state(table: Table | None) -> TableState:
-    """What the table's current snapshot holds, by its own summary (kinesis_replay.holdings), and Iceberg's row count.
+    """What the table's current snapshot holds, by its own summary (kinesis_replay.core.holdings), and Iceberg's row count.
 
     The holdings are the newest commit's in the current snapshot's ancestry: snapshots another writer made on top of it
     are named in ``foreign``, and show in Iceberg's ``total-records`` (or its delete files) if they changed the rows.
@@ -451,7 +451,7 @@ TableCheck = Callable[[TableState], None]
 does not hold what the ledger says it must for this commit (see guards.table_check)."""
 
 
-def commit_batch(
+def commit_snapshot(
     pipeline: PipelineConfig,
     batch_id: int,
     attempt: str,

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from decimal import ROUND_HALF_UP, Context, Decimal, InvalidOperation
 from typing import Any
 
-from kinesis_replay.config import DdlType, ddl_name
+from kinesis_replay.core.ddl import DdlType, ddl_name
 
 # The reason the replay job gives a payload that failed to decode when this module finds no reason of its own.
 UNEXPLAINED = "payload does not decode as payload.schema"

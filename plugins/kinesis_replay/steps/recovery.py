@@ -1,7 +1,7 @@
 """Rebuild a pipeline's lost state from its output's commit records: checkpoints, finished shards, head, ledger.
 
 Every batch whose commit began left a commit record in the output before any checkpoint moved
-(``output.write_commit_record``), so the records hold every range that was, or is being, committed.
+(``commit_records.write_commit_record``), so the records hold every range that was, or is being, committed.
 A shard's checkpoint is the end of its range in the newest record that has one; a closed shard read to
 its end is finished. The next batch id follows the newest record. Nothing is read from the stream but
 its shard list (for parents, and to store the start of shards that never committed anything).
@@ -22,13 +22,17 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from kinesis_replay import backfill, batches, guards, kinesis, output
-from kinesis_replay.batches import range_checkpoint, resolve_start
-from kinesis_replay.config import PipelineConfig
-from kinesis_replay.errors import RecoveryError as RecoveryError  # re-exported for recovery.RecoveryError
-from kinesis_replay.holdings import Commit, Ledger
-from kinesis_replay.ranges import SequenceRange, ShardInfo
-from kinesis_replay.state import Batch, BatchStatus, Head, ShardResult, ShardState, StateStore
+from kinesis_replay.adapters import commit_records, layout
+from kinesis_replay.adapters.kinesis_client import list_shards
+from kinesis_replay.adapters.owner import Owner, read_owner, write_owner
+from kinesis_replay.core.config import PipelineConfig
+from kinesis_replay.core.errors import RecoveryError  # re-exported for recovery.RecoveryError
+from kinesis_replay.core.holdings import Commit, Ledger
+from kinesis_replay.core.ranges import SequenceRange, ShardInfo
+from kinesis_replay.core.state import Batch, BatchStatus, Head, ShardResult, ShardState, StateStore
+from kinesis_replay.steps import backfill, commit, guards
+from kinesis_replay.steps.commit import range_checkpoint
+from kinesis_replay.steps.plan import resolve_start
 
 if TYPE_CHECKING:  # the boto3 stubs are for type checking only
     from types_boto3_kinesis.client import KinesisClient
@@ -116,7 +120,7 @@ def plan_recovery(pipeline: PipelineConfig, records: Sequence[Batch], listed: Se
             start = resolve_start(pipeline, info, started)
             shards[info.shard_id] = ShardState(info.shard_id, parent_shard_ids=info.parent_shard_ids, start_position=start)
     restored = tuple(
-        replace(b, status=BatchStatus.COMMITTED, notes=replace(b.notes, restored_from=output.commit_record_path(pipeline.output, i)))
+        replace(b, status=BatchStatus.COMMITTED, notes=replace(b.notes, restored_from=layout.commit_record_path(pipeline.output, i)))
         for i, b in zip(ids, records, strict=True)
     )
     head = Head(next_batch_id=(ids[-1] if ids else 0) + 1)
@@ -151,9 +155,9 @@ def in_table(pipeline: PipelineConfig, batch: Batch) -> Batch:
     # As a restore does: the table may lack earlier batches too (rolled back, dropped), which the plan then refuses
     # and the restore puts back; a regular commit's check would refuse this one, and no ledger would ever be written.
     ledger = Ledger(batch.batch_id)
-    snapshot_id = batches.commit_to_table(pipeline, batch, f"recovery of {batch.run_id}", Commit.RESTORE, ledger)
+    snapshot_id = commit.commit_to_table(pipeline, batch, f"recovery of {batch.run_id}", Commit.RESTORE, ledger)
     record = replace(batch, snapshot_id=snapshot_id, notes=replace(batch.notes, restored_from=None))
-    output.write_commit_record(pipeline.output, record)
+    commit_records.write_commit_record(pipeline.output, record)
     log.info("pipeline %s: batch %d is in the table in snapshot %d", pipeline.name, batch.batch_id, snapshot_id)
     return replace(batch, snapshot_id=snapshot_id)
 
@@ -163,7 +167,7 @@ def recover(pipeline: PipelineConfig, kinesis_client: KinesisClient, store: Stat
 
     Refused while the table holds any state for the pipeline: recovery never overwrites a ledger.
     """
-    owner = output.read_owner(pipeline.output)
+    owner = read_owner(pipeline.output)
     if owner is None:
         # The owner record was deleted: the commit records say whose the root is (another pipeline's is refused), and
         # the recovery writes the record again. plan_recovery checks that every record is this pipeline's and stream's.
@@ -178,14 +182,14 @@ def recover(pipeline: PipelineConfig, kinesis_client: KinesisClient, store: Stat
             f"{head.next_batch_id}); recovery only fills a table that lost it, and never overwrites a ledger. Trigger without "
             f"{guards.RECOVER_PARAM}."
         )
-    ids = output.committed_batch_ids(pipeline.output)
+    ids = commit_records.committed_batch_ids(pipeline.output)
     if not ids:
         raise RecoveryError(
             f"pipeline {pipeline.name!r}: output {pipeline.output} holds no commit record, so there is nothing to recover; "
             f"a new pipeline starts without {guards.RECOVER_PARAM}"
         )
-    records = [output.read_commit_record(pipeline.output, i) for i in ids]
-    listed = kinesis.list_shards(kinesis_client, pipeline.stream, pipeline.read)
+    records = [commit_records.read_commit_record(pipeline.output, i) for i in ids]
+    listed = list_shards(kinesis_client, pipeline.stream, pipeline.read)
     # Without the owner record, the first batch's plan stands for the first claim: a shard that committed nothing by the
     # last batch's plan had no record since the first plan, so any start between the two reads the same records.
     claimed_at = datetime.fromisoformat(owner.created_at) if owner is not None else min(b.created_at for b in records)
@@ -197,14 +201,14 @@ def recover(pipeline: PipelineConfig, kinesis_client: KinesisClient, store: Stat
         plan = replace(plan, batches=tuple(in_table(pipeline, b) for b in plan.batches))
     store.restore(pipeline.name, plan.head, plan.shards, plan.batches)
     if owner is None:
-        claim = output.Owner(pipeline.name, pipeline.stream, pipeline.state_table, claimed_at.isoformat(), 0, pipeline.output_format)
-        guards.check_owner(pipeline, output.write_owner(pipeline.output, claim))  # unless another claimed it meanwhile
+        claim = Owner(pipeline.name, pipeline.stream, pipeline.state_table, claimed_at.isoformat(), 0, pipeline.output_format)
+        guards.check_owner(pipeline, write_owner(pipeline.output, claim))  # unless another claimed it meanwhile
         log.info(
-            "pipeline %s: output %s claimed again (owner record %s)", pipeline.name, pipeline.output, output.owner_path(pipeline.output)
+            "pipeline %s: output %s claimed again (owner record %s)", pipeline.name, pipeline.output, layout.owner_path(pipeline.output)
         )
     elif owner.state_table != pipeline.state_table or owner.output_format is None:
         # check_owner found the output's format (recorded, or shown by its folders) agrees with the pipeline's: record it.
         claim = replace(owner, state_table=pipeline.state_table, output_format=pipeline.output_format)
-        output.write_owner(pipeline.output, claim, replace=True)
+        write_owner(pipeline.output, claim, replace=True)
     log.info("pipeline %s: state rebuilt in %s; the next batch is %d", pipeline.name, pipeline.state_table, plan.head.next_batch_id)
     return plan

@@ -1,0 +1,50 @@
+"""Where a batch's output, result, quarantine, commit record and the owner record live under an output root."""
+
+from __future__ import annotations
+
+from kinesis_replay.core.formats import path_batch_id
+
+MANIFESTS_DIR = "_manifests"  # a leading underscore: Spark and pyarrow readers skip it
+QUARANTINE_DIR = "_quarantine"  # records that could not be decoded, with the reason, per batch
+STAGING_DIR = "_staging"  # where the replay job writes a batch before swapping it into place
+# One JSON file per batch whose commit began: the output's own copy of the ledger, from which a lost state
+# table is rebuilt. Written after the batch is COMMITTING and before any checkpoint moves.
+COMMITS_DIR = "_commits"
+OWNER_FILE = "_kinesis_replay_owner.json"  # who owns this output root: one pipeline, one stream, one state table
+# A table output's data files (Iceberg's own layout under the table location, which is the output root): one folder per
+# attempt of a batch, so that a replay never overwrites a file a snapshot references. Not for reading directly.
+DATA_DIR = "data"
+
+
+def batch_path(output: str, batch_id: int) -> str:
+    """The only directory a batch's rows are written to; a rewrite of the batch replaces all of it."""
+    return f"{output.rstrip('/')}/batch_id={path_batch_id(batch_id)}"
+
+
+def data_path(output: str, batch_id: int, attempt: str) -> str:
+    """Where one attempt of a batch writes its table files: ``<output>/data/batch_id=<id>/attempt=<attempt>``.
+
+    A batch's rows are deterministic; its files are per attempt, and the table's snapshot says which attempt is live.
+    """
+    return f"{output.rstrip('/')}/{DATA_DIR}/batch_id={path_batch_id(batch_id)}/attempt={attempt}"
+
+
+def quarantine_path(output: str, batch_id: int) -> str:
+    """The batch's quarantine partition: rows whose payload could not be decoded, with ``decode_error`` set."""
+    return f"{output.rstrip('/')}/{QUARANTINE_DIR}/batch_id={path_batch_id(batch_id)}"
+
+
+def staging_path(output: str, batch_id: int) -> str:
+    return f"{output.rstrip('/')}/{STAGING_DIR}/batch_id={path_batch_id(batch_id)}"
+
+
+def manifest_path(output: str, batch_id: int) -> str:
+    return f"{output.rstrip('/')}/{MANIFESTS_DIR}/batch_id={path_batch_id(batch_id)}.json"
+
+
+def commit_record_path(output: str, batch_id: int) -> str:
+    return f"{output.rstrip('/')}/{COMMITS_DIR}/batch_id={path_batch_id(batch_id)}.json"
+
+
+def owner_path(output: str) -> str:
+    return f"{output.rstrip('/')}/{OWNER_FILE}"

@@ -1,0 +1,129 @@
+"""Commit a verified batch: its commit record, its table snapshot, every checkpoint, then COMMITTED."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from kinesis_replay.adapters import commit_records, iceberg_table, layout
+from kinesis_replay.adapters.files import attempt_paths, parquet_files, remove_folder
+from kinesis_replay.core.config import PipelineConfig
+from kinesis_replay.core.errors import (
+    StateConflictError,
+    VerificationError,
+)
+from kinesis_replay.core.holdings import Commit, Ledger
+from kinesis_replay.core.ranges import SequenceRange
+from kinesis_replay.core.state import Batch, BatchStatus, ShardResult, StateStore
+from kinesis_replay.steps import guards
+from kinesis_replay.steps.in_flight import superseded
+from kinesis_replay.steps.verify import batch_files
+
+if TYPE_CHECKING:  # the boto3 stubs are for type checking only
+    pass
+
+log = logging.getLogger(__name__)
+
+
+def commit_batch(pipeline: PipelineConfig, store: StateStore, batch_id: int, now: datetime | None = None, run_id: str = "") -> Batch:
+    """Make a verified batch visible, advance every checkpoint, then mark it COMMITTED; resumable and idempotent.
+
+    1. WRITTEN -> COMMITTING, conditioned on the batch being in flight and still WRITTEN;
+    2. the batch's commit record into the output (rewritten by a resumed commit);
+    3. for a table output, the batch's files into the table in one snapshot (found, not made again, by a resumed
+       commit: its summary names the attempt), and the snapshot id into the commit record;
+    4. each shard's checkpoint from the range's previous checkpoint to its end, conditionally;
+    5. COMMITTED (with the snapshot id) and the head's in-flight id cleared, in one transaction.
+    A run that finds the batch COMMITTING resumes at step 2. The output must be this pipeline's (its owner record).
+    """
+    guards.require_owner(pipeline)
+    batch = store.get_batch(pipeline.name, batch_id)
+    where = f"pipeline {pipeline.name!r}, batch {batch_id}"
+    if batch.status == BatchStatus.WRITTEN:
+        committing = batch.with_status(BatchStatus.COMMITTING)
+        try:
+            store.update_batch(committing, expected=BatchStatus.WRITTEN)
+        except StateConflictError as exc:
+            raise StateConflictError(f"{where}: another run is committing this batch; this one moved nothing ({exc})") from exc
+        batch = committing
+    elif batch.status == BatchStatus.COMMITTED:
+        raise superseded(pipeline, batch)
+    elif batch.status != BatchStatus.COMMITTING:
+        raise StateConflictError(f"{where}: cannot commit a batch that is {batch.status.value}; it must be verified (WRITTEN) first")
+    if batch.manifest is None:
+        raise VerificationError(f"{where}: no verified manifest is stored with the batch")
+    committed_at = now or datetime.now(UTC)
+    committed = replace(batch, status=BatchStatus.COMMITTED, committed_at=committed_at)
+    # The output's copy of the ledger entry, before any checkpoint moves: a lost state table is rebuilt from these.
+    commit_records.write_commit_record(pipeline.output, committed)
+    if pipeline.table is not None:
+        snapshot_id = commit_to_table(pipeline, batch, run_id or batch.run_id)
+        batch, committed = replace(batch, snapshot_id=snapshot_id), replace(committed, snapshot_id=snapshot_id)
+        commit_records.write_commit_record(pipeline.output, committed)  # the output's copy names the snapshot before a checkpoint moves
+    results = batch.verified_manifest().by_shard()
+
+    def advance(rng: SequenceRange) -> None:
+        end = range_checkpoint(rng, results)
+        store.advance_checkpoint(pipeline.name, rng.shard_id, rng.previous_checkpoint, end, batch_id, finished=rng.to_shard_end)
+
+    # Each checkpoint's write is conditional on its own previous value, so their order does not matter: they go
+    # out concurrently (a 1,000-shard batch is 1,000 writes), and the first refusal fails the commit.
+    with ThreadPoolExecutor(max_workers=pipeline.read.plan_concurrency, thread_name_prefix="commit") as pool:
+        list(pool.map(advance, batch.ranges))
+    try:
+        store.complete_batch(batch, committed_at)
+    except StateConflictError as exc:
+        if (now_stored := store.get_batch(pipeline.name, batch_id)).status == BatchStatus.COMMITTED:
+            raise superseded(pipeline, now_stored) from exc  # another run committed it first: nothing is left to do
+        raise StateConflictError(f"{where}: another run completed this commit first ({exc})") from exc
+    return committed
+
+
+def range_checkpoint(rng: SequenceRange, results: Mapping[str, ShardResult]) -> int:
+    """Where a committed range leaves its shard's checkpoint: its end; for a closed shard read to SHARD_END, the last
+    record read (the shard is then finished). A range every record of which was gone (an acknowledged gap, no row)
+    leaves it at its end as well: the loss is the gap's."""
+    result = results.get(rng.shard_id)
+    return result.last_sequence_number if rng.to_shard_end and result is not None else rng.end
+
+
+def commit_to_table(
+    pipeline: PipelineConfig, batch: Batch, run_id: str, kind: Commit = Commit.REGULAR, ledger: Ledger | None = None
+) -> int:
+    """Put the verified attempt's files in the table in one snapshot (or find the snapshot that did); its id.
+
+    Before each try the table's current snapshot must hold what the ledger says for this ``kind`` of commit
+    (guards.table_check; ``ledger`` is the head's for a backfill or a restore, the batches before this one for a
+    regular commit). Only a pipeline's first batch and a restore create a missing table. A regular commit then
+    removes the folders of the batch's other attempts: replays that failed before a commit, which no snapshot ever
+    referenced. A backfill leaves the files it superseded to snapshot expiry: older snapshots still reference them.
+    """
+    manifest = batch.verified_manifest()
+    files = batch_files(pipeline, batch.batch_id, manifest)
+    attempt = manifest.attempt or ""  # batch_files refused a manifest without one
+    # Every record quarantined: the table's columns come from a quarantine file, should this be its first batch.
+    quarantined = [] if files else parquet_files(layout.quarantine_path(pipeline.output, batch.batch_id))
+    schema_file = quarantined[0] if quarantined else None
+    ledger = ledger if ledger is not None and kind != Commit.REGULAR else Ledger(batch.batch_id - 1, batch.batch_id)
+    check = guards.table_check(pipeline, kind, batch.batch_id, ledger)
+    create = kind == Commit.RESTORE or (kind == Commit.REGULAR and ledger.last == 0)
+    snapshot_id = iceberg_table.commit_snapshot(
+        pipeline, batch.batch_id, attempt, files, run_id, manifest.records, check, create, schema_file=schema_file
+    )
+    first = kind == Commit.REGULAR
+    if first:
+        live = layout.data_path(pipeline.output, batch.batch_id, attempt)
+        table = iceberg_table.load_table(pipeline)
+        held = [f.file_path for f in iceberg_table.batch_data_files(table, batch.batch_id)] if table is not None else []
+        if held and all(f.startswith(iceberg_table.iceberg_location(live) + "/") for f in held):
+            for other, path in attempt_paths(pipeline.output, batch.batch_id).items():
+                if other != attempt:
+                    log.info(
+                        "pipeline %s, batch %d: removing attempt %s, which no snapshot references", pipeline.name, batch.batch_id, other
+                    )
+                    remove_folder(path)
+    return snapshot_id

@@ -1,0 +1,152 @@
+"""The batch in flight: checked before it is read, its failures noted, and how long its records have waited."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+from kinesis_replay.adapters import layout
+from kinesis_replay.adapters.kinesis_client import stream_retention
+from kinesis_replay.core.config import PipelineConfig
+from kinesis_replay.core.errors import (
+    BatchSupersededError,
+    DataLossError,
+    KinesisReplayError,
+)
+from kinesis_replay.core.formats import duration
+from kinesis_replay.core.state import Batch, BatchStatus, StateStore
+from kinesis_replay.steps import guards
+from kinesis_replay.steps.plan import FINISH_COMMIT, arrival_age
+
+if TYPE_CHECKING:  # the boto3 stubs are for type checking only
+    from types_boto3_kinesis.client import KinesisClient
+
+log = logging.getLogger(__name__)
+
+
+def batch_to_replay(
+    pipeline: PipelineConfig,
+    kinesis_client: KinesisClient,
+    store: StateStore,
+    batch_id: int,
+    action: str | None,
+    acknowledged: frozenset[str] = frozenset(),
+    now: datetime | None = None,
+) -> Batch | None:
+    """The in-flight batch, checked before anything is read; None when there is nothing to replay.
+
+    A previous run that verified the batch and began committing it leaves only the commit to finish
+    (``action`` is FINISH_COMMIT). Otherwise the output must still be this pipeline's, and no range may
+    have left the stream's retention (unless its shard is ``acknowledged``). A refusal is noted on the
+    batch, which stays in flight.
+    """
+    if action == FINISH_COMMIT:
+        log.info("batch %d was verified and is being committed: finishing the commit, not replaying", batch_id)
+        return None
+    batch = store.get_batch(pipeline.name, batch_id)
+    if batch.status in (BatchStatus.COMMITTING, BatchStatus.COMMITTED):  # another run verified it since this run's plan
+        raise superseded(pipeline, batch)
+    with failure_recorded(pipeline, store, batch_id):
+        guards.require_owner(pipeline)
+        retention = stream_retention(kinesis_client, pipeline.stream, pipeline.read)
+        check_retention(pipeline, batch, retention, now or datetime.now(UTC), acknowledged)
+    return batch
+
+
+@contextmanager
+def failure_recorded(pipeline: PipelineConfig, store: StateStore, batch_id: int) -> Iterator[None]:
+    """Note any of the library's errors on the in-flight batch, then let it go on (see record_failure)."""
+    try:
+        yield
+    except KinesisReplayError as exc:
+        record_failure(pipeline, store, batch_id, str(exc))
+        raise
+
+
+def check_retention(
+    pipeline: PipelineConfig, batch: Batch, retention: timedelta, now: datetime, acknowledged: frozenset[str] = frozenset()
+) -> None:
+    """Before anything is read: a range whose start is older than the stream's retention has lost records."""
+    for rng in batch.ranges:
+        if rng.start_arrival is None or now - rng.start_arrival <= retention or rng.shard_id in acknowledged:
+            continue
+        raise DataLossError(
+            f"pipeline {pipeline.name!r}, stream {pipeline.stream}, batch {batch.batch_id}, range {rng.describe()}: "
+            f"its start arrived {arrival_age(rng.start_arrival, now)} ago, more than the stream's retention of "
+            f"{duration(retention.total_seconds())}, so its first records are gone. Nothing was read. To accept "
+            f'the loss, trigger a run with {{"acknowledge_data_loss": ["{rng.shard_id}"]}}'
+        )
+
+
+def superseded(pipeline: PipelineConfig, batch: Batch) -> BatchSupersededError:
+    """The error of a run that finds its batch verified and committed by another run of the pipeline (the loser of two
+    runs of one batch at once): it stops, changing nothing, and is not retried, as nothing is left for it to do."""
+    return BatchSupersededError(
+        f"pipeline {pipeline.name!r}, batch {batch.batch_id} is {batch.status.value}: it was verified and committed after this "
+        "run replayed it (by a run replaying it at the same time, or by this run before this task was run again). This "
+        f"run changes nothing: the ledger and the output's {layout.COMMITS_DIR} "
+        f"record describe the committed batch, and the output's {layout.MANIFESTS_DIR} holds the last replay's result, "
+        "which may be this run's. Nothing is left to do: the next run plans the next batch"
+    )
+
+
+@contextmanager
+def committed_meanwhile(pipeline: PipelineConfig, store: StateStore, batch_id: int) -> Iterator[None]:
+    """On a failure, the batch's status is read again: when another run verified it and began (or finished) committing it
+    meanwhile, its commit removed this run's attempt, which is why this run failed (Spark's FileNotFoundException on an
+    attempt file, files gone at verify, a conditional write refused). The run then fails with ``superseded``."""
+    try:
+        yield
+    except Exception as exc:
+        try:
+            batch = store.get_batch(pipeline.name, batch_id)
+        except Exception:
+            raise exc from None  # the first failure is the one to report
+        if batch.status in (BatchStatus.COMMITTING, BatchStatus.COMMITTED):
+            raise superseded(pipeline, batch) from exc
+        raise
+
+
+def pending_age(batch: Batch | None, now: datetime) -> float:
+    """Seconds the oldest record not yet committed has waited (0 when nothing is pending)."""
+    arrivals = [r.start_arrival for r in (batch.ranges if batch else ()) if r.start_arrival is not None]
+    return max(0.0, (now - min(arrivals)).total_seconds()) if arrivals else 0.0
+
+
+@dataclass(frozen=True)
+class Staleness:
+    """How long the oldest record not yet committed has waited, against the pipeline's limit."""
+
+    age_seconds: float
+    limit_seconds: int
+    batch: Batch | None  # the batch in flight, if any
+
+    def problem(self, pipeline: PipelineConfig) -> str | None:
+        """Why the pipeline counts as stuck, or None while it is within its limit."""
+        if self.age_seconds <= self.limit_seconds or self.batch is None:
+            return None
+        batch = self.batch
+        return (
+            f"pipeline {pipeline.name} is stuck: batch {batch.batch_id} ({batch.status.value}) holds records that arrived "
+            f"{self.age_seconds / 60:.0f} minutes ago and are not committed (max_checkpoint_age_minutes is "
+            f"{pipeline.max_checkpoint_age_minutes}); last error: {batch.error or 'none'}"
+        )
+
+
+def staleness(pipeline: PipelineConfig, store: StateStore, now: datetime | None = None) -> Staleness:
+    """The pipeline's oldest uncommitted record: only the batch in flight can hold one."""
+    head = store.get_head(pipeline.name)
+    batch = store.get_batch(pipeline.name, head.in_flight) if head.in_flight is not None else None
+    return Staleness(pending_age(batch, now or datetime.now(UTC)), pipeline.max_checkpoint_age_minutes * 60, batch)
+
+
+def record_failure(pipeline: PipelineConfig, store: StateStore, batch_id: int, error: str) -> None:
+    """Note a failed replay on the batch (it stays in flight, and the next run replays the same ranges)."""
+    batch = store.get_batch(pipeline.name, batch_id)
+    if batch.status not in (BatchStatus.PLANNED, BatchStatus.FAILED, BatchStatus.WRITTEN):
+        return  # a commit in progress is finished by the next run, never failed back
+    store.update_batch(batch.with_status(BatchStatus.FAILED, attempts=batch.attempts + 1, error=error[:2000]), expected=batch.status)

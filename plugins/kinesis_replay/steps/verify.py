@@ -1,0 +1,177 @@
+"""Verify a batch: the replay's result and files against the plan, before anything is committed."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from kinesis_replay.adapters import iceberg_table, layout
+from kinesis_replay.adapters.files import parquet_files, read_manifest, scan_rows
+from kinesis_replay.core.config import PipelineConfig
+from kinesis_replay.core.errors import (
+    VerificationError,
+)
+from kinesis_replay.core.ranges import SequenceRange
+from kinesis_replay.core.records import format_digest
+from kinesis_replay.core.state import Batch, BatchStatus, Gap, Manifest, ShardResult, StateStore
+from kinesis_replay.steps.in_flight import committed_meanwhile, superseded
+
+if TYPE_CHECKING:  # the boto3 stubs are for type checking only
+    pass
+
+log = logging.getLogger(__name__)
+
+
+def verify_batch(
+    pipeline: PipelineConfig, store: StateStore, batch_id: int, acknowledged: frozenset[str] = frozenset(), run_id: str = ""
+) -> Batch:
+    """Check the result manifest and the files against the plan; record the batch as WRITTEN.
+
+    Nothing moves when anything disagrees: the error names the batch and shard, and the batch
+    stays in flight to be replayed by the next run. A range whose first records were gone is
+    accepted only for the ``acknowledged`` shards, and recorded in the ledger as a gap.
+    """
+    batch = store.get_batch(pipeline.name, batch_id)
+    if batch.status in (BatchStatus.COMMITTING, BatchStatus.COMMITTED):
+        # Two runs replayed the batch at once and the other verified it first: its commit removes this run's attempt.
+        raise superseded(pipeline, batch)
+    with committed_meanwhile(pipeline, store, batch_id):  # its commit may remove this run's files while they are checked
+        manifest = read_manifest(pipeline.output, batch_id)
+        gaps = check_manifest(batch, manifest, acknowledged, run_id)
+        check_files(pipeline, batch_id, manifest)
+        all_gaps = merge_gaps(batch.gaps, gaps)
+        written = batch.with_status(BatchStatus.WRITTEN, manifest=manifest, attempts=batch.attempts + 1, error=None, gaps=all_gaps)
+        store.update_batch(written, expected=batch.status)
+    log.info("pipeline %s: batch %d verified: %d records, %d bytes", pipeline.name, batch_id, manifest.records, manifest.bytes)
+    return written
+
+
+def merge_gaps(known: tuple[Gap, ...], found: list[Gap]) -> tuple[Gap, ...]:
+    """The batch's gaps with those its replay found. A gap the plan found (the checkpoint trimmed, the range starting
+    at the first record left) and one the replay found after the same checkpoint are one loss: the replay's, which
+    reaches further (that first record was gone by the read, or every record of the range was), replaces it."""
+    merged = {(g.shard_id, g.after): g for g in known}
+    for gap in found:
+        before = merged.get((gap.shard_id, gap.after))
+        if before is None or _reaches_further(gap, before):
+            merged[(gap.shard_id, gap.after)] = gap
+    return tuple(merged.values())
+
+
+def _reaches_further(gap: Gap, than: Gap) -> bool:
+    """Whether ``gap`` lost more than ``than``, after the same record (a first_available of None: all of it)."""
+    if than.first_available is None:
+        return False
+    return gap.first_available is None or gap.first_available > than.first_available
+
+
+def batch_files(pipeline: PipelineConfig, batch_id: int, manifest: Manifest) -> list[str]:
+    """The files that hold the batch's rows: its attempt's table files, or its directory's."""
+    if pipeline.table is None:
+        return parquet_files(layout.batch_path(pipeline.output, batch_id))
+    if manifest.attempt is None:
+        raise VerificationError(
+            f"pipeline {pipeline.name!r}, batch {batch_id}: the result manifest names no attempt, so it was written by a "
+            "replay job of another release (or for a directory output); deploy one release to both sides and run the batch again"
+        )
+    files = parquet_files(layout.data_path(pipeline.output, batch_id, manifest.attempt))
+    if not files and manifest.records:
+        raise VerificationError(
+            f"pipeline {pipeline.name!r}, batch {batch_id}: the result manifest names attempt {manifest.attempt}, whose files "
+            f"are gone from {layout.data_path(pipeline.output, batch_id, manifest.attempt)}. A run that commits the batch "
+            "removes the attempts it did not commit, so another run replaying the batch at the same time may have committed "
+            "it; otherwise they were deleted. Nothing was committed by this run; the next run replays the batch if it is "
+            "still in flight"
+        )
+    return files
+
+
+def check_files(pipeline: PipelineConfig, batch_id: int, manifest: Manifest) -> None:
+    """The batch's files hold exactly the rows the manifest describes, shard by shard, before anything is committed.
+
+    Per shard: the rows (and bad rows in the quarantine) the manifest counts, each (sequence number, sub-sequence
+    number) once, and the manifest's row digest recomputed from the files with pyarrow (records.row_digest).
+    """
+    where = f"pipeline {pipeline.name!r}, batch {batch_id}"
+    quarantine = layout.quarantine_path(pipeline.output, batch_id)
+    data_files = batch_files(pipeline, batch_id, manifest)
+    if pipeline.table is not None:
+        # What would make the table commit fail every time fails here, while the batch can still be replayed.
+        iceberg_table.check_files_fit(pipeline, batch_id, manifest.attempt or "", data_files)
+    scanned = {}
+    for files, expected, place in (
+        (data_files, {s.shard_id: s.records for s in manifest.shards if s.records}, "the batch's files"),
+        (parquet_files(quarantine), {s.shard_id: s.bad_records for s in manifest.shards if s.bad_records}, quarantine),
+    ):
+        rows = scan_rows(files)
+        found = {shard: r.rows for shard, r in rows.items()}
+        if found != expected:
+            raise VerificationError(
+                f"{where}: rows per shard in {place} are {dict(sorted(found.items()))}, the manifest says {dict(sorted(expected.items()))}"
+            )
+        repeated = {shard: r.duplicates for shard, r in rows.items() if r.duplicates}
+        if repeated:
+            raise VerificationError(
+                f"{where}: {place} hold a (sequence number, sub-sequence number) more than once: {dict(sorted(repeated.items()))} rows "
+                "repeated per shard"
+            )
+        scanned[place] = rows
+    for shard in manifest.shards:
+        if shard.digest is None:
+            continue  # a manifest of a release before row digests: its counts and bounds were checked
+        total = sum(rows[shard.shard_id].digest for rows in scanned.values() if shard.shard_id in rows)
+        if format_digest(total) != shard.digest:
+            raise VerificationError(
+                f"{where}, shard {shard.shard_id}: the row digest of the files is {format_digest(total)}, the manifest says "
+                f"{shard.digest}: the files do not hold the rows the replay job wrote"
+            )
+    total = manifest.records + manifest.bad_records
+    if manifest.bad_records and manifest.bad_records > pipeline.payload.max_bad_share * total:
+        raise VerificationError(
+            f"{where}: {manifest.bad_records} of {total} records ({manifest.bad_records / total:.1%}) could not be decoded, "
+            f"more than payload.max_bad_share ({pipeline.payload.max_bad_share:.1%}); they are in "
+            f"{layout.quarantine_path(pipeline.output, batch_id)} with the reason in decode_error"
+        )
+
+
+def check_manifest(batch: Batch, manifest: Manifest, acknowledged: frozenset[str] = frozenset(), run_id: str = "") -> list[Gap]:
+    """The manifest covers exactly the batch's ranges, from each start to each end; returns acknowledged gaps."""
+    where = f"pipeline {batch.pipeline!r}, batch {batch.batch_id}"
+    if manifest.batch_id != batch.batch_id or manifest.pipeline != batch.pipeline:
+        raise VerificationError(f"{where}: the result manifest is for pipeline {manifest.pipeline!r}, batch {manifest.batch_id}")
+    results = manifest.by_shard()
+    planned = {r.shard_id for r in batch.ranges}
+    # A range with no row: every record of it was gone when it was read, which only an acknowledged shard may be.
+    wholly_gone = planned - set(results)
+    if set(results) - planned or wholly_gone - acknowledged:
+        raise VerificationError(f"{where}: the manifest covers shards {sorted(results)}, the plan {sorted(planned)}")
+    gaps = []
+    for rng in batch.ranges:
+        if rng.shard_id in wholly_gone:
+            gaps.append(Gap(rng.shard_id, rng.previous_checkpoint, None, run_id, detected="replay"))
+            continue
+        got = results[rng.shard_id]
+        if got.records + got.bad_records < 1 or got.first_sequence_number < rng.start:
+            raise VerificationError(f"{where}, range {rng.describe()}: the output starts at {got.first_sequence_number}")
+        if got.first_sequence_number > rng.start:
+            if rng.shard_id not in acknowledged:
+                raise VerificationError(
+                    f"{where}, range {rng.describe()}: the output starts at {got.first_sequence_number}, after the range start"
+                )
+            gaps.append(Gap(rng.shard_id, rng.previous_checkpoint, got.first_sequence_number, run_id, detected="replay"))
+        gaps += read_gaps(where, rng, got, acknowledged, run_id)
+        last_ok = got.last_sequence_number <= rng.end if rng.to_shard_end else got.last_sequence_number == rng.end
+        if not last_ok or got.last_sequence_number < got.first_sequence_number:
+            raise VerificationError(f"{where}, range {rng.describe()}: the output ends at {got.last_sequence_number}")
+    return gaps
+
+
+def read_gaps(where: str, rng: SequenceRange, got: ShardResult, acknowledged: frozenset[str], run_id: str) -> list[Gap]:
+    """The range's unconfirmed spans as gaps: records the reader could not show it read (near the retention, trimmed)."""
+    if got.unconfirmed and rng.shard_id not in acknowledged:
+        after = got.unconfirmed[0][0]
+        raise VerificationError(
+            f"{where}, range {rng.describe()}: records after {after} may have been trimmed unread (the reader found {after} "
+            f'gone near the retention); to accept the loss, trigger a run with {{"acknowledge_data_loss": ["{rng.shard_id}"]}}'
+        )
+    return [Gap(rng.shard_id, after, first, run_id, detected="read") for after, first in got.unconfirmed]
