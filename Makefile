@@ -75,7 +75,7 @@ lint: install
 
 # docs/configuration.md's table of keys, rendered from their declarations (tests/unit/test_config.py fails while they differ).
 docs-config: $(VENV)/.installed
-	PYTHONPATH=plugins $(BIN)/python -m kinesis_replay.config --write docs/configuration.md
+	PYTHONPATH=plugins $(BIN)/python -m kinesis_replay.core.config --write docs/configuration.md
 
 package: install
 	PYTHONPATH=plugins $(BIN)/python -c "from pathlib import Path; from kinesis_replay.spark_submit import package_library as p; print(p(Path('dist/kinesis_replay.zip')))" 

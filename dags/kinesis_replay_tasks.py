@@ -1,4 +1,4 @@
-"""The Airflow side of each DAG task: hooks give the clients, kinesis_replay.batches does the work.
+"""The Airflow side of each DAG task: hooks give the clients, the library's steps (kinesis_replay.steps) do the work.
 
 Not a DAG file (see .airflowignore): the factory in kinesis_replay_dags.py imports it.
 """
@@ -47,7 +47,7 @@ SPARK_JOBS = Path(__file__).resolve().parents[1] / "spark_jobs"
 # EmrServerlessStartJobOperator's arguments that are the pipeline's, not the batch's: given to partial().
 OPERATOR_FIXED = ("application_id", "execution_role_arn", "deferrable", "waiter_delay", "waiter_max_attempts")
 # DynamoDB's and S3's clients: botocore retries their transient faults and throttling. Kinesis clients have a
-# policy of their own (CLIENT_CONFIG): there, throttling is paced and counted by kinesis_replay.kinesis.
+# policy of their own (CLIENT_CONFIG): there, throttling is paced and counted by kinesis_replay.adapters.kinesis_client.
 # The planner's and the commit's threads share the DynamoDB client too, hence the pool.
 _RETRIES = Config(
     retries={"mode": "standard", "max_attempts": 5}, connect_timeout=10, read_timeout=60, max_pool_connections=POOL_CONNECTIONS
@@ -122,7 +122,7 @@ def kinesis_hook(p: PipelineConfig) -> KinesisHook:
 
 
 def kinesis_client(p: PipelineConfig) -> KinesisClient:
-    """The connection's Kinesis client, with the one retry policy of kinesis_replay.kinesis."""
+    """The connection's Kinesis client, with the one retry policy of kinesis_replay.adapters.kinesis_client."""
     return leave_throttling_to_call(kinesis_hook(p).conn)
 
 

@@ -42,7 +42,7 @@ class RangePartition:
     read: ReadConfig
     accept_gap: bool = False  # an operator acknowledged that this range's first records may be gone
     planned_at: datetime | None = None
-    retention: timedelta | None = None  # the stream's: a page read near it is checked (kinesis.iterate_range)
+    retention: timedelta | None = None  # the stream's: a page read near it is checked (range_reader.iterate_range)
 
 
 def partitions(spec: JobSpec) -> list[RangePartition]:
@@ -54,7 +54,7 @@ def partitions(spec: JobSpec) -> list[RangePartition]:
 
 
 # (shard id, the last record read, the first record after it or None) where records between the two may have been
-# trimmed unread: a range read near the retention, with the loss acknowledged (kinesis.ReadStats.unconfirmed).
+# trimmed unread: a range read near the retention, with the loss acknowledged (kinesis_client.ReadStats.unconfirmed).
 Unconfirmed = tuple[str, int, int | None]
 
 

@@ -1,6 +1,6 @@
 """The config checks only Airflow can make, shared by the DAG files and the plugin's page.
 
-An adapter, like airflow_plugin: kinesis_replay.config (the domain core) imports no Airflow.
+An adapter, like airflow_plugin: kinesis_replay.core.config (the domain core) imports no Airflow.
 """
 
 from __future__ import annotations

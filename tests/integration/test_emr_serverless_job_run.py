@@ -103,7 +103,7 @@ def test_a_batch_is_staged_on_s3_submitted_as_a_job_run_and_that_request_replays
     assert s3_object(f"{base}/replay_job.py") == (ROOT / "spark_jobs" / "replay_job.py").read_bytes()
     assert s3_object(f"{base}/kinesis_source.py") == (ROOT / "spark_jobs" / "kinesis_source.py").read_bytes()
     (tmp_path / "library.zip").write_bytes(s3_object(f"{base}/kinesis_replay.zip"))
-    assert "kinesis_replay/batches.py" in zipfile.ZipFile(tmp_path / "library.zip").namelist()
+    assert "kinesis_replay/steps/commit.py" in zipfile.ZipFile(tmp_path / "library.zip").namelist()
     spec = JobSpec.from_json(s3_object(f"{base}/batch.json"))
     assert spec.ranges == batch.ranges
     assert spec.kinesis.endpoint_url is None, "a job in AWS must not be sent an endpoint only Airflow can reach"

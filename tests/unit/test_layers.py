@@ -70,9 +70,7 @@ def imports(path: Path, modules: set[str]) -> tuple[set[str], set[str]]:
 
 
 def test_every_folder_of_the_package_is_a_layer() -> None:
-    assert layer_folders() == sorted(ORDER[:-1]), (
-        "each folder of the package is a layer: place it in ORDER and docs/code-map.md"
-    )
+    assert layer_folders() == sorted(ORDER[:-1]), "each folder of the package is a layer: place it in ORDER and docs/code-map.md"
 
 
 def test_no_module_imports_from_a_higher_layer_or_a_forbidden_package() -> None:

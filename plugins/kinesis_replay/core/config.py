@@ -866,7 +866,7 @@ def main(argv: list[str]) -> int:
         doc_path = Path(argv[1])
         doc_path.write_text(with_reference_table(doc_path.read_text()))
         return 0
-    print("usage: python -m kinesis_replay.config --reference | --write docs/configuration.md", file=sys.stderr)
+    print("usage: python -m kinesis_replay.core.config --reference | --write docs/configuration.md", file=sys.stderr)
     return 2
 
 

@@ -56,7 +56,7 @@ class JobSpec:
     # ranges across tasks by it. Only a hint: a missing or wrong estimate changes how fast, never what, is read.
     estimated_bytes: Mapping[str, int] = field(default_factory=dict)
     # How long the stream keeps records, when the job was submitted: a range read near it has each page checked for
-    # records trimmed while it was read (kinesis.iterate_range). None: no page is checked.
+    # records trimmed while it was read (range_reader.iterate_range). None: no page is checked.
     retention: timedelta | None = None
     version: int = VERSION
 

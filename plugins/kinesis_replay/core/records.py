@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 # Every row's columns, in order, with their Spark SQL types: the one definition of the output's rows. The Spark
-# job's schemas (kinesis_source.SCHEMA_DDL, output.arrow_row_schema) and the names a payload schema may not reuse
+# job's schemas (kinesis_source.SCHEMA_DDL, files.arrow_row_schema) and the names a payload schema may not reuse
 # (config.RECORD_COLUMNS) derive from it.
 ROW_COLUMNS: tuple[tuple[str, str], ...] = (
     ("stream_name", "STRING"),

@@ -95,7 +95,7 @@ class ShardResult:
     digest: str | None = None
     # (the last record read, the first record after it; None: the closed shard's end) where the last record read was
     # gone once the next page was read, near the retention, so records between may have been trimmed unread: an
-    # acknowledged loss, which verify records as a gap (kinesis.iterate_range).
+    # acknowledged loss, which verify records as a gap (range_reader.iterate_range).
     unconfirmed: tuple[tuple[int, int | None], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
@@ -150,7 +150,7 @@ class Manifest:
     batch_id: int
     shards: tuple[ShardResult, ...]
     seconds: float = 0.0
-    # The replay that wrote the batch's table files (output.data_path): each run writes a folder of its own, and the
+    # The replay that wrote the batch's table files (layout.data_path): each run writes a folder of its own, and the
     # table's snapshot says which attempt is the batch's. None for a directory output.
     attempt: str | None = None
 
