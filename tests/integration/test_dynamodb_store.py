@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from kinesis_replay.adapters.dynamodb_store import PROGRESS_SHARDS, DynamoDBStateStore, part_sk
+from kinesis_replay.adapters.dynamodb_items import PROGRESS_SHARDS, part_sk
+from kinesis_replay.adapters.dynamodb_store import DynamoDBStateStore
 from kinesis_replay.core.errors import (
     ConfigError,
     EndpointUnreachableError,

@@ -128,7 +128,8 @@ def age_batch(dynamodb: Any, table: str, pipeline: str, batch_id: int, waited: A
     import json
     from datetime import UTC, datetime
 
-    from kinesis_replay.adapters.dynamodb_store import DynamoDBStateStore, batch_sk, pk
+    from kinesis_replay.adapters.dynamodb_items import batch_sk, pk
+    from kinesis_replay.adapters.dynamodb_store import DynamoDBStateStore
 
     batch = DynamoDBStateStore(dynamodb, table).get_batch(pipeline, batch_id)
     aged = [{**r.to_dict(), "start_arrival": (datetime.now(UTC) - waited).isoformat()} for r in batch.ranges]

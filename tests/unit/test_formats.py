@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kinesis_replay.adapters.dynamodb_store import batch_sk, part_sk
+from kinesis_replay.adapters.dynamodb_items import batch_sk, part_sk
 from kinesis_replay.adapters.iceberg_table import iceberg_location
 from kinesis_replay.adapters.layout import batch_path, commit_record_path, data_path
 from kinesis_replay.core.formats import MAX_BATCH_ID, ProgressLine, duration, is_s3, path_batch_id, s3_uri, sort_key_batch_id

@@ -6,7 +6,7 @@ import itertools
 import json
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError, ReadTimeoutError
@@ -24,84 +24,52 @@ from kinesis_replay.core.errors import (
     StateTableMissingError,
     access_refused,
 )
-from kinesis_replay.core.formats import sort_key_batch_id
-from kinesis_replay.core.ranges import SequenceRange, format_sequence_number, parse_sequence_number
+from kinesis_replay.core.ranges import format_sequence_number
 from kinesis_replay.core.state import (
     Batch,
     BatchStatus,
     BatchSummary,
-    Gap,
     Head,
-    Manifest,
-    PlanNotes,
     Progress,
     RunKind,
     ShardState,
-    StartPosition,
 )
 
 if TYPE_CHECKING:  # the boto3 stubs are for type checking only
     from types_boto3_dynamodb.client import DynamoDBClient
 
 # Sequence numbers are stored as strings: DynamoDB numbers keep only 38 digits, sequence numbers have up to 129.
-# What to do about a state table that holds what kinesis-replay never writes (an item edited or written by hand).
-CORRUPT_HINT = (
-    "To rebuild the pipeline's state from the output, point state_table at a new table and recover it "
-    '(docs/operating.md: "Recovering a lost state table")'
+from kinesis_replay.adapters.dynamodb_items import (
+    CORRUPT_HINT,
+    PART_FIELDS,
+    PROGRESS_SHARDS,
+    STATE_TABLE_KEYS,
+    TRANSACTION_ITEMS,
+    N,
+    S,
+    batch_from_item,
+    batch_item,
+    batch_items,
+    batch_sk,
+    head_from_item,
+    now_iso,
+    part_sk,
+    pk,
+    progress_from_items,
+    progress_items,
+    progress_sk,
+    shard_from_item,
+    shard_item,
+    split_field,
+    summary_from_item,
 )
-
-
-def pk(pipeline: str) -> str:
-    return f"pipeline#{pipeline}"
-
-
-def batch_sk(batch_id: int) -> str:
-    return f"batch#{sort_key_batch_id(batch_id)}"
-
-
-def part_sk(batch_id: int, field: str, page: int) -> str:
-    """A page of one of a batch's long JSON fields: beside the batch, outside the ``batch#`` prefix the ledger is listed by."""
-    return f"part#{sort_key_batch_id(batch_id)}#{field}#{page:04d}"
-
-
-# A batch's JSON fields that grow with the shard count: the ranges, the manifest, the gaps, the lag measurements.
-# Each is kept in the batch item up to INLINE_BYTES; a longer one is cut into part items of PART_BYTES, so no item
-# nears DynamoDB's 400 KB, and the batch item says how many (``<field>_parts``). Parts are written in the same
-# transaction as the batch item that names them, so each write's conditions cover them too.
-PART_FIELDS = ("ranges", "manifest", "gaps", "extra")
-INLINE_BYTES = 32 * 1024
-PART_BYTES = 300 * 1024
-
-TRANSACTION_ITEMS = 100  # the most actions one TransactWriteItems may hold
-
-# A replay's progress is stored PROGRESS_SHARDS shards to an item (about 6 KB), one set of items per run kind, each
-# replaced by the next replay of that kind: the item count follows the widest batch, never the ledger's length.
-PROGRESS_SHARDS = 100
-STATE_TABLE_KEYS = {"pk": ("HASH", "S"), "sk": ("RANGE", "S")}  # the state table's key schema: name -> (key type, type)
-
-
-def progress_sk(kind: RunKind, chunk: int) -> str:
-    """One piece of the last progress of a kind of run; the batch it belongs to is in the item, not in its key."""
-    return f"progress#{kind.value}#{chunk:04d}"
-
-
-def _s(value: str) -> dict[str, str]:
-    return {"S": value}
-
-
-def _n(value: int) -> dict[str, str]:
-    return {"N": str(value)}
 
 
 def _checkpoint_is(checkpoint: int | None) -> tuple[str, dict[str, Any]]:
     """The condition that a shard item's checkpoint is still ``checkpoint`` (None: never committed)."""
     if checkpoint is None:
         return "attribute_not_exists(#checkpoint)", {}
-    return "#checkpoint = :expected", {":expected": _s(format_sequence_number(checkpoint))}
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat()
+    return "#checkpoint = :expected", {":expected": S(format_sequence_number(checkpoint))}
 
 
 class DynamoDBStateStore:
@@ -151,7 +119,7 @@ class DynamoDBStateStore:
             "TableName": self.table,
             "KeyConditionExpression": "#pk = :pk AND begins_with(#sk, :prefix)",
             "ExpressionAttributeNames": {"#pk": "pk", "#sk": "sk"},
-            "ExpressionAttributeValues": {":pk": _s(pk(pipeline)), ":prefix": _s(prefix)},
+            "ExpressionAttributeValues": {":pk": S(pk(pipeline)), ":prefix": S(prefix)},
             "ConsistentRead": True,
         }
         while True:
@@ -164,7 +132,7 @@ class DynamoDBStateStore:
     def _get(self, pipeline: str, sk: str) -> dict[str, Any] | None:
         item: dict[str, Any] | None = self._call(
             "get_item", pipeline, f"reading {sk} of pipeline {pipeline!r}",
-            TableName=self.table, Key={"pk": _s(pk(pipeline)), "sk": _s(sk)}, ConsistentRead=True,
+            TableName=self.table, Key={"pk": S(pk(pipeline)), "sk": S(sk)}, ConsistentRead=True,
         ).get("Item")  # fmt: skip
         return item
 
@@ -221,22 +189,16 @@ class DynamoDBStateStore:
 
     def get_head(self, pipeline: str) -> Head:
         item = self._get(pipeline, "head")
-        if item is None:
-            return Head()
-        return Head(
-            next_batch_id=int(item["next_batch_id"]["N"]),
-            in_flight=int(item["in_flight"]["N"]) if "in_flight" in item else None,
-            version=int(item["version"]["N"]),
-        )
+        return Head() if item is None else head_from_item(item)
 
     # -- shards -------------------------------------------------------------------------------
 
     def get_shards(self, pipeline: str) -> dict[str, ShardState]:
-        shards = (self._shard_from_item(i) for i in self._query(pipeline, "shard#"))
+        shards = (shard_from_item(i) for i in self._query(pipeline, "shard#"))
         return {s.shard_id: s for s in shards}
 
     def put_shard_if_absent(self, pipeline: str, shard: ShardState) -> ShardState:
-        item = self._shard_item(pipeline, shard)
+        item = shard_item(pipeline, shard)
         try:
             self._call(
                 "put_item", pipeline, f"storing shard {shard.shard_id} of pipeline {pipeline!r}",
@@ -248,7 +210,7 @@ class DynamoDBStateStore:
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
                 raise
-            return self._shard_from_item(_old_item(exc) or self._get(pipeline, f"shard#{shard.shard_id}") or item)
+            return shard_from_item(_old_item(exc) or self._get(pipeline, f"shard#{shard.shard_id}") or item)
 
     def put_shards_if_absent(self, pipeline: str, shards: Sequence[ShardState]) -> dict[str, ShardState]:
         """Store newly seen shards, TRANSACTION_ITEMS to a transaction, each conditioned on being absent.
@@ -262,7 +224,7 @@ class DynamoDBStateStore:
         for first in range(0, len(shards), TRANSACTION_ITEMS):
             chunk = shards[first : first + TRANSACTION_ITEMS]
             items = [
-                {"Put": {"TableName": self.table, "Item": self._shard_item(pipeline, shard),
+                {"Put": {"TableName": self.table, "Item": shard_item(pipeline, shard),
                          "ConditionExpression": "attribute_not_exists(#pk)", "ExpressionAttributeNames": {"#pk": "pk"}}}
                 for shard in chunk
             ]  # fmt: skip
@@ -273,31 +235,22 @@ class DynamoDBStateStore:
                 stored.update((shard.shard_id, self.put_shard_if_absent(pipeline, shard)) for shard in chunk)
         return stored
 
-    @staticmethod
-    def _shard_from_item(item: dict[str, Any]) -> ShardState:
-        shard_id = item["shard_id"]["S"]
-        start = item.get("start_position")
-        return ShardState(
-            shard_id=shard_id,
-            checkpoint=parse_sequence_number(item["checkpoint"]["S"], f"checkpoint of {shard_id}") if "checkpoint" in item else None,
-            finished=item.get("finished", {}).get("BOOL", False),
-            parent_shard_ids=tuple(p["S"] for p in item.get("parents", {}).get("L", [])),
-            start_position=StartPosition.from_dict(json.loads(start["S"])) if start else None,
-            last_batch_id=int(item["last_batch_id"]["N"]) if "last_batch_id" in item else None,
-            updated_at=datetime.fromisoformat(item["updated_at"]["S"]) if "updated_at" in item else None,
-        )
-
     def advance_checkpoint(self, pipeline: str, shard_id: str, previous: int | None, new: int, batch_id: int, finished: bool) -> None:
         what = f"pipeline {pipeline!r}, shard {shard_id}: advancing the checkpoint from {previous} to {new} (batch {batch_id})"
         names = {"#checkpoint": "checkpoint", "#finished": "finished", "#last": "last_batch_id", "#updated": "updated_at"}
         condition, values = _checkpoint_is(previous)
         values.update(
-            {":new": _s(format_sequence_number(new)), ":finished": {"BOOL": finished}, ":batch": _n(batch_id), ":now": _s(_now())}
+            {
+                ":new": S(format_sequence_number(new)),
+                ":finished": {"BOOL": finished},
+                ":batch": N(batch_id),
+                ":now": S(now_iso()),
+            }
         )
         try:
             self._call(
                 "update_item", pipeline, what, TableName=self.table,
-                Key={"pk": _s(pk(pipeline)), "sk": _s(f"shard#{shard_id}")},
+                Key={"pk": S(pk(pipeline)), "sk": S(f"shard#{shard_id}")},
                 UpdateExpression="SET #checkpoint = :new, #finished = :finished, #last = :batch, #updated = :now",
                 ConditionExpression=condition, ExpressionAttributeNames=names, ExpressionAttributeValues=values,
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
@@ -315,11 +268,11 @@ class DynamoDBStateStore:
     def mark_finished(self, pipeline: str, shard_id: str, checkpoint: int | None) -> None:
         what = f"pipeline {pipeline!r}, shard {shard_id}: marking the drained shard finished at checkpoint {checkpoint}"
         condition, values = _checkpoint_is(checkpoint)
-        values.update({":true": {"BOOL": True}, ":now": _s(_now())})
+        values.update({":true": {"BOOL": True}, ":now": S(now_iso())})
         try:
             self._call(
                 "update_item", pipeline, what, TableName=self.table,
-                Key={"pk": _s(pk(pipeline)), "sk": _s(f"shard#{shard_id}")},
+                Key={"pk": S(pk(pipeline)), "sk": S(f"shard#{shard_id}")},
                 UpdateExpression="SET #finished = :true, #updated = :now", ConditionExpression=condition,
                 ExpressionAttributeNames={"#checkpoint": "checkpoint", "#finished": "finished", "#updated": "updated_at"},
                 ExpressionAttributeValues=values,
@@ -333,12 +286,12 @@ class DynamoDBStateStore:
 
     def create_batch(self, batch: Batch, head: Head) -> Head:
         new_head = Head(next_batch_id=batch.batch_id + 1, in_flight=batch.batch_id, version=head.version + 1)
-        key = {"pk": _s(pk(batch.pipeline)), "sk": _s("head")}
+        key = {"pk": S(pk(batch.pipeline)), "sk": S("head")}
         if head.version == 0:
             head_op: dict[str, Any] = {"Put": {
                 "TableName": self.table,
-                "Item": {**key, "next_batch_id": _n(new_head.next_batch_id), "in_flight": _n(batch.batch_id),
-                         "version": _n(new_head.version), "updated_at": _s(_now())},
+                "Item": {**key, "next_batch_id": N(new_head.next_batch_id), "in_flight": N(batch.batch_id),
+                         "version": N(new_head.version), "updated_at": S(now_iso())},
                 "ConditionExpression": "attribute_not_exists(#pk)", "ExpressionAttributeNames": {"#pk": "pk"},
             }}  # fmt: skip
         else:
@@ -348,10 +301,10 @@ class DynamoDBStateStore:
                 "ConditionExpression": "#version = :version AND attribute_not_exists(#flight)",
                 "ExpressionAttributeNames": {"#next": "next_batch_id", "#flight": "in_flight", "#version": "version",
                                              "#updated": "updated_at"},
-                "ExpressionAttributeValues": {":next": _n(new_head.next_batch_id), ":batch": _n(batch.batch_id),
-                                              ":new_version": _n(new_head.version), ":version": _n(head.version), ":now": _s(_now())},
+                "ExpressionAttributeValues": {":next": N(new_head.next_batch_id), ":batch": N(batch.batch_id),
+                                              ":new_version": N(new_head.version), ":version": N(head.version), ":now": S(now_iso())},
             }}  # fmt: skip
-        item, parts = self._batch_item(batch)
+        item, parts = batch_item(batch)
         batch_op = {"Put": {
             "TableName": self.table, "Item": item,
             "ConditionExpression": "attribute_not_exists(#pk)", "ExpressionAttributeNames": {"#pk": "pk"},
@@ -374,7 +327,7 @@ class DynamoDBStateStore:
     GET_CHUNK = 100
 
     def get_batches(self, pipeline: str, batch_ids: Iterable[int]) -> dict[int, Batch]:
-        keys = [{"pk": _s(pk(pipeline)), "sk": _s(batch_sk(b))} for b in sorted(set(batch_ids))]
+        keys = [{"pk": S(pk(pipeline)), "sk": S(batch_sk(b))} for b in sorted(set(batch_ids))]
         items = self._get_items(pipeline, keys, f"reading {len(keys)} batches of pipeline {pipeline!r}")
         return {b.batch_id: b for b in self._batches_from_items(items)}
 
@@ -382,30 +335,11 @@ class DynamoDBStateStore:
     SUMMARY_ATTRIBUTES = ("batch_id", "status", "created_at", "committed_at", "attempts", "error", "figures", "failures", "last_error")
 
     def get_summaries(self, pipeline: str, batch_ids: Iterable[int]) -> dict[int, BatchSummary]:
-        keys = [{"pk": _s(pk(pipeline)), "sk": _s(batch_sk(b))} for b in sorted(set(batch_ids))]
+        keys = [{"pk": S(pk(pipeline)), "sk": S(batch_sk(b))} for b in sorted(set(batch_ids))]
         names = {f"#a{i}": name for i, name in enumerate(self.SUMMARY_ATTRIBUTES)}
         projection = {"ProjectionExpression": ", ".join(names), "ExpressionAttributeNames": names}
         items = self._get_items(pipeline, keys, f"reading the figures of {len(keys)} batches of pipeline {pipeline!r}", projection)
-        summaries = {}
-        for item in items:
-            batch_id = int(item["batch_id"]["N"])
-            try:
-                summaries[batch_id] = BatchSummary(
-                    batch_id=batch_id,
-                    status=BatchStatus(item["status"]["S"]),
-                    created_at=datetime.fromisoformat(item["created_at"]["S"]),
-                    committed_at=datetime.fromisoformat(item["committed_at"]["S"]) if "committed_at" in item else None,
-                    attempts=int(item.get("attempts", {}).get("N", 0)),
-                    error=item["error"]["S"] if "error" in item else None,
-                    figures=json.loads(item["figures"]["S"]) if "figures" in item else {},
-                    failures=int(item.get("failures", {}).get("N", 0)),
-                    last_error=item["last_error"]["S"] if "last_error" in item else None,
-                )
-            except (KeyError, ValueError) as exc:
-                raise StateCorruptError(
-                    f"pipeline {pipeline!r}: batch {batch_id} in table {self.table} is malformed: {exc!r}. {CORRUPT_HINT}"
-                ) from exc
-        return summaries
+        return {summary.batch_id: summary for summary in (summary_from_item(item, self.table) for item in items)}
 
     def put_progress(self, progress: Progress, pipeline: str) -> None:
         """Write the progress PROGRESS_SHARDS shards (in shard id order) to an item, under its run kind.
@@ -417,12 +351,7 @@ class DynamoDBStateStore:
         chunks = [shards[i : i + PROGRESS_SHARDS] for i in range(0, len(shards), PROGRESS_SHARDS)] or [[]]
         what = f"pipeline {pipeline!r}, {progress.kind.value} batch {progress.batch_id}"
         failed: list[str] = []
-        for n, chunk in enumerate(chunks):
-            item = {
-                "pk": _s(pk(pipeline)), "sk": _s(progress_sk(progress.kind, n)), "batch_id": _n(progress.batch_id),
-                "records": _s(json.dumps({s: progress.records.get(s, 0) for s in chunk})),
-                "done": _s(json.dumps([s for s in chunk if s in progress.done])), "updated_at": _s(progress.updated_at.isoformat()),
-            }  # fmt: skip
+        for n, (chunk, item) in enumerate(zip(chunks, progress_items(progress, pipeline, chunks), strict=True)):
             try:
                 self._call("put_item", pipeline, f"{what}: storing the replay's progress (item {n})", TableName=self.table, Item=item)
             except (ClientError, BotoCoreError, KinesisReplayError) as exc:
@@ -440,30 +369,7 @@ class DynamoDBStateStore:
         last are read back, and where a shard is in two of them (a replay saw a new shard and shifted the
         pieces), the later write's counts win.
         """
-        latest: dict[RunKind, list[tuple[datetime, int, dict[str, Any]]]] = {}
-        for item in self._query(pipeline, "progress#"):
-            try:
-                kind, batch_id = RunKind(item["sk"]["S"].split("#")[1]), int(item["batch_id"]["N"])
-                updated = datetime.fromisoformat(item["updated_at"]["S"])
-            except (KeyError, IndexError, ValueError) as exc:
-                raise StateCorruptError(f"pipeline {pipeline!r}: unreadable progress item {item.get('sk')}: {exc!r}") from exc
-            latest.setdefault(kind, []).append((updated, batch_id, item))
-        found: dict[RunKind, Progress] = {}
-        for kind, pieces in latest.items():
-            newest = max(pieces, key=lambda p: p[0])[1]
-            records: dict[str, int] = {}
-            done: set[str] = set()
-            for _, _, item in sorted((p for p in pieces if p[1] == newest), key=lambda p: p[0]):
-                try:
-                    counts, finished = json.loads(item["records"]["S"]), set(json.loads(item["done"]["S"]))
-                except (KeyError, ValueError) as exc:
-                    raise StateCorruptError(f"pipeline {pipeline!r}: unreadable progress item {item['sk']['S']}: {exc!r}") from exc
-                for shard, count in counts.items():
-                    records[shard] = int(count)
-                    (done.add if shard in finished else done.discard)(shard)
-            updated_at = max(p[0] for p in pieces if p[1] == newest)
-            found[kind] = Progress(newest, records, frozenset(done), updated_at, kind)
-        return found
+        return progress_from_items(pipeline, list(self._query(pipeline, "progress#")))
 
     def _get_items(
         self, pipeline: str, keys: list[dict[str, Any]], what: str, projection: dict[str, Any] | None = None
@@ -484,8 +390,8 @@ class DynamoDBStateStore:
     def update_batch(self, batch: Batch, expected: BatchStatus) -> None:
         names = {"#status": "status", "#attempts": "attempts", "#updated": "updated_at", "#flight": "in_flight"}
         values: dict[str, Any] = {
-            ":status": _s(batch.status.value), ":expected": _s(expected.value),
-            ":attempts": _n(batch.attempts), ":now": _s(_now()), ":batch": _n(batch.batch_id),
+            ":status": S(batch.status.value), ":expected": S(expected.value),
+            ":attempts": N(batch.attempts), ":now": S(now_iso()), ":batch": N(batch.batch_id),
         }  # fmt: skip
         sets = ["#status = :status", "#attempts = :attempts", "#updated = :now"]
         removes: list[str] = []
@@ -494,31 +400,31 @@ class DynamoDBStateStore:
             removes.append("#error")
         else:
             sets.append("#error = :error")
-            values[":error"] = _s(batch.error)
+            values[":error"] = S(batch.error)
         if batch.status == BatchStatus.FAILED and batch.error is not None:
             # A new failure: counted, and its cause kept after verify clears 'error' (the page's last failures).
             names.update({"#failures": "failures", "#last_error": "last_error"})
             sets += ["#failures = if_not_exists(#failures, :zero) + :one", "#last_error = :error"]
-            values.update({":zero": _n(0), ":one": _n(1)})
+            values.update({":zero": N(0), ":one": N(1)})
         manifest = None if batch.manifest is None else json.dumps(batch.manifest.to_dict())
         parts: list[dict[str, Any]] = []
         for field_name, text in (("gaps", json.dumps([g.to_dict() for g in batch.gaps])), ("manifest", manifest)):
             parts += self._set_field(batch, field_name, text, names, values, sets, removes)
         names["#figures"] = "figures"
         sets.append("#figures = :figures")
-        values[":figures"] = _s(json.dumps(batch.figures()))
+        values[":figures"] = S(json.dumps(batch.figures()))
         expression = "SET " + ", ".join(sets) + (" REMOVE " + ", ".join(removes) if removes else "")
-        head_key = {"pk": _s(pk(batch.pipeline)), "sk": _s("head")}
+        head_key = {"pk": S(pk(batch.pipeline)), "sk": S("head")}
         self._transact(
             batch.pipeline,
             f"pipeline {batch.pipeline!r}: setting batch {batch.batch_id} from {expected.value} to {batch.status.value}",
             [
                 {"ConditionCheck": {
                     "TableName": self.table, "Key": head_key, "ConditionExpression": "#flight = :batch",
-                    "ExpressionAttributeNames": {"#flight": "in_flight"}, "ExpressionAttributeValues": {":batch": _n(batch.batch_id)},
+                    "ExpressionAttributeNames": {"#flight": "in_flight"}, "ExpressionAttributeValues": {":batch": N(batch.batch_id)},
                 }},
                 {"Update": {
-                    "TableName": self.table, "Key": {"pk": _s(pk(batch.pipeline)), "sk": _s(batch_sk(batch.batch_id))},
+                    "TableName": self.table, "Key": {"pk": S(pk(batch.pipeline)), "sk": S(batch_sk(batch.batch_id))},
                     "UpdateExpression": expression, "ConditionExpression": "#status = :expected",
                     "ExpressionAttributeNames": {k: v for k, v in names.items() if k != "#flight"},
                     "ExpressionAttributeValues": {k: v for k, v in values.items() if k != ":batch"},
@@ -538,7 +444,7 @@ class DynamoDBStateStore:
         removes: list[str],
     ) -> list[dict[str, Any]]:
         """Add a field to an update: set inline (and its parts removed), or removed and returned as part items to put."""
-        inline, parts = self._split(batch, field_name, text)
+        inline, parts = split_field(batch, field_name, text)
         for attr in (field_name, f"{field_name}_parts"):
             names[f"#{attr}"] = attr
             if attr in inline:
@@ -557,8 +463,8 @@ class DynamoDBStateStore:
         )
         names = {"#snapshot": "snapshot_id", "#updated": "updated_at", "#status": "status", "#figures": "figures"}
         values: dict[str, Any] = {
-            ":snapshot": _n(batch.snapshot_id), ":now": _s(_now()), ":expected": _s(expected.value),
-            ":figures": _s(json.dumps(batch.figures())),
+            ":snapshot": N(batch.snapshot_id), ":now": S(now_iso()), ":expected": S(expected.value),
+            ":figures": S(json.dumps(batch.figures())),
         }  # fmt: skip
         sets = ["#snapshot = :snapshot", "#updated = :now", "#figures = :figures"]
         removes: list[str] = []
@@ -571,7 +477,7 @@ class DynamoDBStateStore:
             what,
             [
                 {"Update": {
-                    "TableName": self.table, "Key": {"pk": _s(pk(batch.pipeline)), "sk": _s(batch_sk(batch.batch_id))},
+                    "TableName": self.table, "Key": {"pk": S(pk(batch.pipeline)), "sk": S(batch_sk(batch.batch_id))},
                     "UpdateExpression": expression, "ConditionExpression": "#status = :expected",
                     "ExpressionAttributeNames": names, "ExpressionAttributeValues": values,
                 }},
@@ -580,31 +486,31 @@ class DynamoDBStateStore:
         )  # fmt: skip
 
     def complete_batch(self, batch: Batch, committed_at: datetime) -> None:
-        key = {"pk": _s(pk(batch.pipeline))}
+        key = {"pk": S(pk(batch.pipeline))}
         # The table snapshot that holds the batch is kept in the same write that marks it COMMITTED.
         snapshot_set, snapshot_names, snapshot_values = "", {}, {}
         if batch.snapshot_id is not None:
             snapshot_set, snapshot_names = ", #snapshot = :snapshot", {"#snapshot": "snapshot_id"}
-            snapshot_values = {":snapshot": _n(batch.snapshot_id)}
+            snapshot_values = {":snapshot": N(batch.snapshot_id)}
         self._transact(
             batch.pipeline,
             f"pipeline {batch.pipeline!r}: completing the commit of batch {batch.batch_id}",
             [
                 {"Update": {
-                    "TableName": self.table, "Key": {**key, "sk": _s(batch_sk(batch.batch_id))},
+                    "TableName": self.table, "Key": {**key, "sk": S(batch_sk(batch.batch_id))},
                     "UpdateExpression": "SET #status = :committed, #committed_at = :at, #updated = :at" + snapshot_set,
                     "ConditionExpression": "#status = :committing",
                     "ExpressionAttributeNames": {"#status": "status", "#committed_at": "committed_at", "#updated": "updated_at",
                                                  **snapshot_names},
-                    "ExpressionAttributeValues": {":committed": _s(BatchStatus.COMMITTED.value), ":at": _s(committed_at.isoformat()),
-                                                  ":committing": _s(BatchStatus.COMMITTING.value), **snapshot_values},
+                    "ExpressionAttributeValues": {":committed": S(BatchStatus.COMMITTED.value), ":at": S(committed_at.isoformat()),
+                                                  ":committing": S(BatchStatus.COMMITTING.value), **snapshot_values},
                 }},
                 {"Update": {
-                    "TableName": self.table, "Key": {**key, "sk": _s("head")},
+                    "TableName": self.table, "Key": {**key, "sk": S("head")},
                     "UpdateExpression": "REMOVE #flight SET #version = #version + :one, #updated = :at",
                     "ConditionExpression": "#flight = :batch",
                     "ExpressionAttributeNames": {"#flight": "in_flight", "#version": "version", "#updated": "updated_at"},
-                    "ExpressionAttributeValues": {":batch": _n(batch.batch_id), ":one": _n(1), ":at": _s(committed_at.isoformat())},
+                    "ExpressionAttributeValues": {":batch": N(batch.batch_id), ":one": N(1), ":at": S(committed_at.isoformat())},
                 }},
             ],
         )  # fmt: skip
@@ -615,93 +521,26 @@ class DynamoDBStateStore:
     RESTORE_CHUNK = TRANSACTION_ITEMS - 1
 
     def restore(self, pipeline: str, head: Head, shards: Sequence[ShardState], batches: Sequence[Batch]) -> None:
-        key = {"pk": _s(pk(pipeline)), "sk": _s("head")}
+        key = {"pk": S(pk(pipeline)), "sk": S("head")}
         no_head = {"ConditionCheck": {
             "TableName": self.table, "Key": key, "ConditionExpression": "attribute_not_exists(#pk)",
             "ExpressionAttributeNames": {"#pk": "pk"},
         }}  # fmt: skip
-        puts = [item for b in batches for item in self._batch_items(b)] + [self._shard_item(pipeline, s) for s in shards]
+        puts = [item for b in batches for item in batch_items(b)] + [shard_item(pipeline, s) for s in shards]
         for i in range(0, len(puts), self.RESTORE_CHUNK):
             chunk = [{"Put": {"TableName": self.table, "Item": item}} for item in puts[i : i + self.RESTORE_CHUNK]]
             self._transact(pipeline, f"pipeline {pipeline!r}: restoring its state (items {i + 1} to {i + len(chunk)})", [no_head, *chunk])
         self._transact(pipeline, f"pipeline {pipeline!r}: restoring its head", [{"Put": {
             "TableName": self.table,
-            "Item": {**key, "next_batch_id": _n(head.next_batch_id), "version": _n(1), "updated_at": _s(_now()),
-                     **({"in_flight": _n(head.in_flight)} if head.in_flight is not None else {})},
+            "Item": {**key, "next_batch_id": N(head.next_batch_id), "version": N(1), "updated_at": S(now_iso()),
+                     **({"in_flight": N(head.in_flight)} if head.in_flight is not None else {})},
             "ConditionExpression": "attribute_not_exists(#pk)", "ExpressionAttributeNames": {"#pk": "pk"},
         }}])  # fmt: skip
-
-    def _shard_item(self, pipeline: str, shard: ShardState) -> dict[str, Any]:
-        item: dict[str, Any] = {
-            "pk": _s(pk(pipeline)),
-            "sk": _s(f"shard#{shard.shard_id}"),
-            "shard_id": _s(shard.shard_id),
-            "finished": {"BOOL": shard.finished},
-            "parents": {"L": [_s(p) for p in shard.parent_shard_ids]},
-            "updated_at": _s(_now()),
-        }
-        if shard.start_position is not None:
-            item["start_position"] = _s(json.dumps(shard.start_position.to_dict()))
-        if shard.checkpoint is not None:
-            item["checkpoint"] = _s(format_sequence_number(shard.checkpoint))
-        if shard.last_batch_id is not None:
-            item["last_batch_id"] = _n(shard.last_batch_id)
-        return item
-
-    def _batch_item(self, batch: Batch) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        """The batch's item, and the part items its long JSON fields need (none for a batch of a few shards)."""
-        item: dict[str, Any] = {
-            "pk": _s(pk(batch.pipeline)),
-            "sk": _s(batch_sk(batch.batch_id)),
-            "batch_id": _n(batch.batch_id),
-            "status": _s(batch.status.value),
-            "stream": _s(batch.stream),
-            "run_id": _s(batch.run_id),
-            "created_at": _s(batch.created_at.isoformat()),
-            "attempts": _n(batch.attempts),
-            "updated_at": _s(_now()),
-            "figures": _s(json.dumps(batch.figures())),
-        }
-        fields = {
-            "ranges": json.dumps([r.to_dict() for r in batch.ranges]),
-            "gaps": json.dumps([g.to_dict() for g in batch.gaps]) if batch.gaps else None,
-            "extra": json.dumps(batch.notes.to_dict()) if batch.notes else None,
-            "manifest": json.dumps(batch.manifest.to_dict()) if batch.manifest is not None else None,
-        }
-        parts: list[dict[str, Any]] = []
-        for name, text in fields.items():
-            inline, field_parts = self._split(batch, name, text)
-            item.update(inline)
-            parts += field_parts
-        if batch.committed_at is not None:
-            item["committed_at"] = _s(batch.committed_at.isoformat())
-        if batch.error is not None:
-            item["error"] = _s(batch.error)
-        if batch.snapshot_id is not None:
-            item["snapshot_id"] = _n(batch.snapshot_id)
-        return item, parts
-
-    def _batch_items(self, batch: Batch) -> list[dict[str, Any]]:
-        item, parts = self._batch_item(batch)
-        return [item, *parts]
-
-    @staticmethod
-    def _split(batch: Batch, name: str, text: str | None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        """A JSON field as the batch item's attribute, or as a count of part items and the parts ({}, [] for None)."""
-        if text is None:
-            return {}, []
-        if len(text) <= INLINE_BYTES:
-            return {name: _s(text)}, []
-        pages = [text[i : i + PART_BYTES] for i in range(0, len(text), PART_BYTES)]
-        parts = [
-            {"pk": _s(pk(batch.pipeline)), "sk": _s(part_sk(batch.batch_id, name, n)), "text": _s(page)} for n, page in enumerate(pages)
-        ]
-        return {f"{name}_parts": _n(len(pages))}, parts
 
     def _batches_from_items(self, items: list[dict[str, Any]]) -> list[Batch]:
         """Batches from their items, with the part items of all of them read together (GET_CHUNK keys a call)."""
         keys = [
-            {"pk": item["pk"], "sk": _s(part_sk(int(item["batch_id"]["N"]), name, n))}
+            {"pk": item["pk"], "sk": S(part_sk(int(item["batch_id"]["N"]), name, n))}
             for item in items
             for name in PART_FIELDS
             for n in range(int(item.get(f"{name}_parts", {}).get("N", 0)))
@@ -709,45 +548,7 @@ class DynamoDBStateStore:
         pipeline = items[0]["pk"]["S"].removeprefix("pipeline#") if items else ""
         parts = self._get_items(pipeline, keys, f"reading the part items of {len(items)} batches of pipeline {pipeline!r}")
         pages = {p["sk"]["S"]: p["text"]["S"] for p in parts}
-        return [self._batch_from_item(item, pages) for item in items]
-
-    @staticmethod
-    def _json_field(item: dict[str, Any], name: str, pages: dict[str, str]) -> Any:
-        """A JSON field of a batch item, inline or joined from its part items' ``pages``; None when it has neither."""
-        if name in item:
-            return json.loads(item[name]["S"])
-        if f"{name}_parts" not in item:
-            return None
-        pipeline, batch_id = item["pk"]["S"].removeprefix("pipeline#"), int(item["batch_id"]["N"])
-        sks = [part_sk(batch_id, name, n) for n in range(int(item[f"{name}_parts"]["N"]))]
-        missing = [sk for sk in sks if sk not in pages]
-        if missing:
-            raise StateCorruptError(
-                f"pipeline {pipeline!r}: batch {batch_id} lacks the part items {', '.join(missing)} of its {name}. {CORRUPT_HINT}"
-            )
-        return json.loads("".join(pages[sk] for sk in sks))
-
-    def _batch_from_item(self, item: dict[str, Any], pages: dict[str, str]) -> Batch:
-        pipeline = item["pk"]["S"].removeprefix("pipeline#")
-        try:
-            return Batch(
-                pipeline=pipeline,
-                batch_id=int(item["batch_id"]["N"]),
-                status=BatchStatus(item["status"]["S"]),
-                ranges=tuple(SequenceRange.from_dict(r) for r in self._json_field(item, "ranges", pages)),
-                stream=item["stream"]["S"],
-                run_id=item["run_id"]["S"],
-                created_at=datetime.fromisoformat(item["created_at"]["S"]),
-                committed_at=datetime.fromisoformat(item["committed_at"]["S"]) if "committed_at" in item else None,
-                manifest=Manifest.from_dict(manifest) if (manifest := self._json_field(item, "manifest", pages)) is not None else None,
-                attempts=int(item.get("attempts", {}).get("N", 0)),
-                error=item["error"]["S"] if "error" in item else None,
-                gaps=tuple(Gap.from_dict(g) for g in self._json_field(item, "gaps", pages) or ()),
-                notes=PlanNotes.from_dict(self._json_field(item, "extra", pages) or {}),
-                snapshot_id=int(item["snapshot_id"]["N"]) if "snapshot_id" in item else None,
-            )
-        except (KeyError, ValueError) as exc:
-            raise StateCorruptError(f"pipeline {pipeline!r}: unreadable batch item {item.get('sk')}: {exc!r}. {CORRUPT_HINT}") from exc
+        return [batch_from_item(item, pages) for item in items]
 
 
 def _old_item(exc: ClientError) -> dict[str, Any]:

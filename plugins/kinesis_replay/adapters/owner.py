@@ -33,6 +33,17 @@ class Owner:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Owner:
+        """A record as any release wrote it, upgraded on read: what an older release did not record reads as its
+        default (``adopted`` 0; ``output_format`` and ``stream_created`` None, which their readers look up instead)."""
+        recorded, created = data.get("output_format"), data.get("stream_created")
+        return cls(
+            str(data["pipeline"]), str(data["stream"]), str(data["state_table"]), str(data["created_at"]),
+            int(data.get("adopted", 0)), str(recorded) if recorded is not None else None,
+            str(created) if created is not None else None,
+        )  # fmt: skip
+
 
 def read_owner(output: str) -> Owner | None:
     """The root's owner record; None when it has none, OutputCorruptError when it cannot be read as one."""
@@ -47,13 +58,8 @@ def read_owner(output: str) -> Owner | None:
     if data is None:
         return None
     try:
-        recorded, created = data.get("output_format"), data.get("stream_created")
-        return Owner(
-            str(data["pipeline"]), str(data["stream"]), str(data["state_table"]), str(data["created_at"]),
-            int(data.get("adopted", 0)), str(recorded) if recorded is not None else None,
-            str(created) if created is not None else None,
-        )  # fmt: skip
-    except (KeyError, TypeError) as exc:
+        return Owner.from_dict(data)
+    except (KeyError, TypeError, ValueError) as exc:
         raise OutputCorruptError(f"{owner_path(output)}: not an owner record (missing {exc}). {redo}") from exc
 
 

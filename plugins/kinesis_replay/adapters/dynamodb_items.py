@@ -1,0 +1,278 @@
+"""The state table's items: each record of the ledger as a DynamoDB item and back, as pure functions.
+
+No client here and no condition: the store's conditional writes (dynamodb_store) build on these. Sequence numbers
+are stored as strings: DynamoDB numbers keep only 38 digits, sequence numbers have up to 129.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from kinesis_replay.core.errors import StateCorruptError
+from kinesis_replay.core.formats import sort_key_batch_id
+from kinesis_replay.core.ranges import SequenceRange, format_sequence_number, parse_sequence_number
+from kinesis_replay.core.state import (
+    Batch,
+    BatchStatus,
+    BatchSummary,
+    Gap,
+    Head,
+    Manifest,
+    PlanNotes,
+    Progress,
+    RunKind,
+    ShardState,
+    StartPosition,
+)
+
+# What to do about a state table that holds what kinesis-replay never writes (an item edited or written by hand).
+CORRUPT_HINT = (
+    "To rebuild the pipeline's state from the output, point state_table at a new table and recover it "
+    '(docs/operating.md: "Recovering a lost state table")'
+)
+
+
+def pk(pipeline: str) -> str:
+    return f"pipeline#{pipeline}"
+
+
+def batch_sk(batch_id: int) -> str:
+    return f"batch#{sort_key_batch_id(batch_id)}"
+
+
+def part_sk(batch_id: int, field: str, page: int) -> str:
+    """A page of one of a batch's long JSON fields: beside the batch, outside the ``batch#`` prefix the ledger is listed by."""
+    return f"part#{sort_key_batch_id(batch_id)}#{field}#{page:04d}"
+
+
+# A batch's JSON fields that grow with the shard count: the ranges, the manifest, the gaps, the lag measurements.
+# Each is kept in the batch item up to INLINE_BYTES; a longer one is cut into part items of PART_BYTES, so no item
+# nears DynamoDB's 400 KB, and the batch item says how many (``<field>_parts``). Parts are written in the same
+# transaction as the batch item that names them, so each write's conditions cover them too.
+PART_FIELDS = ("ranges", "manifest", "gaps", "extra")
+INLINE_BYTES = 32 * 1024
+PART_BYTES = 300 * 1024
+
+TRANSACTION_ITEMS = 100  # the most actions one TransactWriteItems may hold
+
+# A replay's progress is stored PROGRESS_SHARDS shards to an item (about 6 KB), one set of items per run kind, each
+# replaced by the next replay of that kind: the item count follows the widest batch, never the ledger's length.
+PROGRESS_SHARDS = 100
+STATE_TABLE_KEYS = {"pk": ("HASH", "S"), "sk": ("RANGE", "S")}  # the state table's key schema: name -> (key type, type)
+
+
+def progress_sk(kind: RunKind, chunk: int) -> str:
+    """One piece of the last progress of a kind of run; the batch it belongs to is in the item, not in its key."""
+    return f"progress#{kind.value}#{chunk:04d}"
+
+
+def S(value: str) -> dict[str, str]:
+    """A string attribute value."""
+    return {"S": value}
+
+
+def N(value: int) -> dict[str, str]:
+    """A number attribute value (DynamoDB takes numbers as strings)."""
+    return {"N": str(value)}
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+def shard_from_item(item: dict[str, Any]) -> ShardState:
+    shard_id = item["shard_id"]["S"]
+    start = item.get("start_position")
+    return ShardState(
+        shard_id=shard_id,
+        checkpoint=parse_sequence_number(item["checkpoint"]["S"], f"checkpoint of {shard_id}") if "checkpoint" in item else None,
+        finished=item.get("finished", {}).get("BOOL", False),
+        parent_shard_ids=tuple(p["S"] for p in item.get("parents", {}).get("L", [])),
+        start_position=StartPosition.from_dict(json.loads(start["S"])) if start else None,
+        last_batch_id=int(item["last_batch_id"]["N"]) if "last_batch_id" in item else None,
+        updated_at=datetime.fromisoformat(item["updated_at"]["S"]) if "updated_at" in item else None,
+    )
+
+
+def shard_item(pipeline: str, shard: ShardState) -> dict[str, Any]:
+    item: dict[str, Any] = {
+        "pk": S(pk(pipeline)),
+        "sk": S(f"shard#{shard.shard_id}"),
+        "shard_id": S(shard.shard_id),
+        "finished": {"BOOL": shard.finished},
+        "parents": {"L": [S(p) for p in shard.parent_shard_ids]},
+        "updated_at": S(now_iso()),
+    }
+    if shard.start_position is not None:
+        item["start_position"] = S(json.dumps(shard.start_position.to_dict()))
+    if shard.checkpoint is not None:
+        item["checkpoint"] = S(format_sequence_number(shard.checkpoint))
+    if shard.last_batch_id is not None:
+        item["last_batch_id"] = N(shard.last_batch_id)
+    return item
+
+
+def batch_item(batch: Batch) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The batch's item, and the part items its long JSON fields need (none for a batch of a few shards)."""
+    item: dict[str, Any] = {
+        "pk": S(pk(batch.pipeline)),
+        "sk": S(batch_sk(batch.batch_id)),
+        "batch_id": N(batch.batch_id),
+        "status": S(batch.status.value),
+        "stream": S(batch.stream),
+        "run_id": S(batch.run_id),
+        "created_at": S(batch.created_at.isoformat()),
+        "attempts": N(batch.attempts),
+        "updated_at": S(now_iso()),
+        "figures": S(json.dumps(batch.figures())),
+    }
+    fields = {
+        "ranges": json.dumps([r.to_dict() for r in batch.ranges]),
+        "gaps": json.dumps([g.to_dict() for g in batch.gaps]) if batch.gaps else None,
+        "extra": json.dumps(batch.notes.to_dict()) if batch.notes else None,
+        "manifest": json.dumps(batch.manifest.to_dict()) if batch.manifest is not None else None,
+    }
+    parts: list[dict[str, Any]] = []
+    for name, text in fields.items():
+        inline, field_parts = split_field(batch, name, text)
+        item.update(inline)
+        parts += field_parts
+    if batch.committed_at is not None:
+        item["committed_at"] = S(batch.committed_at.isoformat())
+    if batch.error is not None:
+        item["error"] = S(batch.error)
+    if batch.snapshot_id is not None:
+        item["snapshot_id"] = N(batch.snapshot_id)
+    return item, parts
+
+
+def batch_items(batch: Batch) -> list[dict[str, Any]]:
+    item, parts = batch_item(batch)
+    return [item, *parts]
+
+
+def split_field(batch: Batch, name: str, text: str | None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A JSON field as the batch item's attribute, or as a count of part items and the parts ({}, [] for None)."""
+    if text is None:
+        return {}, []
+    if len(text) <= INLINE_BYTES:
+        return {name: S(text)}, []
+    pages = [text[i : i + PART_BYTES] for i in range(0, len(text), PART_BYTES)]
+    parts = [{"pk": S(pk(batch.pipeline)), "sk": S(part_sk(batch.batch_id, name, n)), "text": S(page)} for n, page in enumerate(pages)]
+    return {f"{name}_parts": N(len(pages))}, parts
+
+
+def json_field(item: dict[str, Any], name: str, pages: dict[str, str]) -> Any:
+    """A JSON field of a batch item, inline or joined from its part items' ``pages``; None when it has neither."""
+    if name in item:
+        return json.loads(item[name]["S"])
+    if f"{name}_parts" not in item:
+        return None
+    pipeline, batch_id = item["pk"]["S"].removeprefix("pipeline#"), int(item["batch_id"]["N"])
+    sks = [part_sk(batch_id, name, n) for n in range(int(item[f"{name}_parts"]["N"]))]
+    missing = [sk for sk in sks if sk not in pages]
+    if missing:
+        raise StateCorruptError(
+            f"pipeline {pipeline!r}: batch {batch_id} lacks the part items {', '.join(missing)} of its {name}. {CORRUPT_HINT}"
+        )
+    return json.loads("".join(pages[sk] for sk in sks))
+
+
+def batch_from_item(item: dict[str, Any], pages: dict[str, str]) -> Batch:
+    pipeline = item["pk"]["S"].removeprefix("pipeline#")
+    try:
+        return Batch(
+            pipeline=pipeline,
+            batch_id=int(item["batch_id"]["N"]),
+            status=BatchStatus(item["status"]["S"]),
+            ranges=tuple(SequenceRange.from_dict(r) for r in json_field(item, "ranges", pages)),
+            stream=item["stream"]["S"],
+            run_id=item["run_id"]["S"],
+            created_at=datetime.fromisoformat(item["created_at"]["S"]),
+            committed_at=datetime.fromisoformat(item["committed_at"]["S"]) if "committed_at" in item else None,
+            manifest=Manifest.from_dict(manifest) if (manifest := json_field(item, "manifest", pages)) is not None else None,
+            attempts=int(item.get("attempts", {}).get("N", 0)),
+            error=item["error"]["S"] if "error" in item else None,
+            gaps=tuple(Gap.from_dict(g) for g in json_field(item, "gaps", pages) or ()),
+            notes=PlanNotes.from_dict(json_field(item, "extra", pages) or {}),
+            snapshot_id=int(item["snapshot_id"]["N"]) if "snapshot_id" in item else None,
+        )
+    except (KeyError, ValueError) as exc:
+        raise StateCorruptError(f"pipeline {pipeline!r}: unreadable batch item {item.get('sk')}: {exc!r}. {CORRUPT_HINT}") from exc
+
+
+def head_from_item(item: dict[str, Any]) -> Head:
+    return Head(
+        next_batch_id=int(item["next_batch_id"]["N"]),
+        in_flight=int(item["in_flight"]["N"]) if "in_flight" in item else None,
+        version=int(item["version"]["N"]),
+    )
+
+
+def summary_from_item(item: dict[str, Any], table: str) -> BatchSummary:
+    """A batch's figures from its item's summary attributes (the store's SUMMARY_ATTRIBUTES projection)."""
+    pipeline, batch_id = item["pk"]["S"].removeprefix("pipeline#"), int(item["batch_id"]["N"])
+    try:
+        return BatchSummary(
+            batch_id=batch_id,
+            status=BatchStatus(item["status"]["S"]),
+            created_at=datetime.fromisoformat(item["created_at"]["S"]),
+            committed_at=datetime.fromisoformat(item["committed_at"]["S"]) if "committed_at" in item else None,
+            attempts=int(item.get("attempts", {}).get("N", 0)),
+            error=item["error"]["S"] if "error" in item else None,
+            figures=json.loads(item["figures"]["S"]) if "figures" in item else {},
+            failures=int(item.get("failures", {}).get("N", 0)),
+            last_error=item["last_error"]["S"] if "last_error" in item else None,
+        )
+    except (KeyError, ValueError) as exc:
+        raise StateCorruptError(f"pipeline {pipeline!r}: batch {batch_id} in table {table} is malformed: {exc!r}. {CORRUPT_HINT}") from exc
+
+
+def progress_items(progress: Progress, pipeline: str, chunks: list[list[str]]) -> list[dict[str, Any]]:
+    """One item per chunk of shard ids, under the run's kind."""
+    return [
+        {
+            "pk": S(pk(pipeline)),
+            "sk": S(progress_sk(progress.kind, n)),
+            "batch_id": N(progress.batch_id),
+            "records": S(json.dumps({s: progress.records.get(s, 0) for s in chunk})),
+            "done": S(json.dumps([s for s in chunk if s in progress.done])),
+            "updated_at": S(progress.updated_at.isoformat()),
+        }
+        for n, chunk in enumerate(chunks)
+    ]
+
+
+def progress_from_items(pipeline: str, items: list[dict[str, Any]]) -> dict[RunKind, Progress]:
+    """The last progress of each kind of run from its ``progress#`` items.
+
+    Pieces left by an earlier, wider batch stay under the key prefix: only the pieces of the batch written
+    last are read back, and where a shard is in two of them (a replay saw a new shard and shifted the
+    pieces), the later write's counts win.
+    """
+    latest: dict[RunKind, list[tuple[datetime, int, dict[str, Any]]]] = {}
+    for item in items:
+        try:
+            kind, batch_id = RunKind(item["sk"]["S"].split("#")[1]), int(item["batch_id"]["N"])
+            updated = datetime.fromisoformat(item["updated_at"]["S"])
+        except (KeyError, IndexError, ValueError) as exc:
+            raise StateCorruptError(f"pipeline {pipeline!r}: unreadable progress item {item.get('sk')}: {exc!r}") from exc
+        latest.setdefault(kind, []).append((updated, batch_id, item))
+    found: dict[RunKind, Progress] = {}
+    for kind, pieces in latest.items():
+        newest = max(pieces, key=lambda p: p[0])[1]
+        records: dict[str, int] = {}
+        done: set[str] = set()
+        for _, _, item in sorted((p for p in pieces if p[1] == newest), key=lambda p: p[0]):
+            try:
+                counts, finished = json.loads(item["records"]["S"]), set(json.loads(item["done"]["S"]))
+            except (KeyError, ValueError) as exc:
+                raise StateCorruptError(f"pipeline {pipeline!r}: unreadable progress item {item['sk']['S']}: {exc!r}") from exc
+            for shard, count in counts.items():
+                records[shard] = int(count)
+                (done.add if shard in finished else done.discard)(shard)
+        updated_at = max(p[0] for p in pieces if p[1] == newest)
+        found[kind] = Progress(newest, records, frozenset(done), updated_at, kind)
+    return found
