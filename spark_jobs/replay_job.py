@@ -93,7 +93,7 @@ def load_spec(path: str) -> JobSpec:
 
 def build_session(spec: JobSpec) -> SparkSession:
     spark = (
-        SparkSession.builder.appName(f"kinesis-replay {spec.pipeline} batch {spec.batch_id}")
+        SparkSession.builder.appName(f"kinesis-replay {spec.pipeline_name} batch {spec.batch_id}")
         # No _SUCCESS markers: nothing is written outside the batch's own paths.
         .config("spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
         .config("spark.sql.session.timeZone", "UTC")
@@ -109,7 +109,7 @@ def build_session(spec: JobSpec) -> SparkSession:
     return spark
 
 
-def decode_payload(rows: DataFrame, payload: PayloadConfig, pipeline: str) -> DataFrame:
+def decode_payload(rows: DataFrame, payload: PayloadConfig, pipeline_name: str) -> DataFrame:
     """For JSON payloads, add the schema's columns; a payload that does not parse gets a decode_error.
 
     Its decode_error is UNEXPLAINED here: the reason, which names the field at fault, is worked out by
@@ -119,12 +119,12 @@ def decode_payload(rows: DataFrame, payload: PayloadConfig, pipeline: str) -> Da
         return rows
     from pyspark.errors import ParseException
 
-    reasons_schema(payload, pipeline)  # a schema the reasons cannot follow fails here, before any read
+    reasons_schema(payload, pipeline_name)  # a schema the reasons cannot follow fails here, before any read
     text = F.col("data").cast("string")
     try:
         schema = StructType.fromDDL(payload.schema)
         if not isinstance(schema, StructType):
-            raise ConfigError(f"pipeline {pipeline}: payload.schema must name columns (name TYPE, ...), got {payload.schema!r}")
+            raise ConfigError(f"pipeline {pipeline_name}: payload.schema must name columns (name TYPE, ...), got {payload.schema!r}")
         fields = schema.fieldNames()
         parsed = F.from_json(
             text,
@@ -132,7 +132,7 @@ def decode_payload(rows: DataFrame, payload: PayloadConfig, pipeline: str) -> Da
             {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT},
         )
     except ParseException as exc:
-        raise ConfigError(f"pipeline {pipeline}: payload.schema is not a Spark DDL schema: {exc}") from exc
+        raise ConfigError(f"pipeline {pipeline_name}: payload.schema is not a Spark DDL schema: {exc}") from exc
     undecoded = (
         ~F.is_valid_utf8(text)
         # from_json answers a blank payload with no struct at all, and no corrupt record either.
@@ -147,17 +147,17 @@ def decode_payload(rows: DataFrame, payload: PayloadConfig, pipeline: str) -> Da
     )
 
 
-def reasons_schema(payload: PayloadConfig, pipeline: str) -> DdlType | None:
+def reasons_schema(payload: PayloadConfig, pipeline_name: str) -> DdlType | None:
     """payload.schema as json_decode_error reads it; None when payloads are not decoded."""
     if payload.format != "json" or payload.schema is None:
         return None
     try:
         return parse_ddl_schema(payload.schema)
     except ValueError as exc:
-        raise ConfigError(f"pipeline {pipeline}: payload.schema is not a Spark DDL schema: {exc}") from exc
+        raise ConfigError(f"pipeline {pipeline_name}: payload.schema is not a Spark DDL schema: {exc}") from exc
 
 
-def explain_decode_errors(rows: DataFrame, payload: PayloadConfig, pipeline: str) -> DataFrame:
+def explain_decode_errors(rows: DataFrame, payload: PayloadConfig, pipeline_name: str) -> DataFrame:
     """Quarantined rows with each JSON payload's reason in decode_error: the field and type at fault, or why it is not
     a JSON object at all (payloads.json_decode_error).
 
@@ -165,7 +165,7 @@ def explain_decode_errors(rows: DataFrame, payload: PayloadConfig, pipeline: str
     row of the batch through a Python worker. A reason it cannot find leaves UNEXPLAINED; other reasons (a broken KPL
     aggregate) are kept.
     """
-    schema = reasons_schema(payload, pipeline)
+    schema = reasons_schema(payload, pipeline_name)
     if schema is None:
         return rows
     explain = F.udf(lambda data: json_decode_error(schema, data), "string")
@@ -203,7 +203,7 @@ def write_batch(spark: SparkSession, rows: DataFrame, spec: JobSpec, attempt: st
     rows.withColumn(PART, part).write.partitionBy(PART).parquet(staging)
     fs.swap(f"{staging}/{PART}=data", rows_path(spec, attempt))
     quarantined, quarantine = f"{staging}/{PART}=quarantine", quarantine_path(output, batch_id)
-    decoded = reasons_schema(spec.payload, spec.pipeline) is not None
+    decoded = reasons_schema(spec.payload, spec.pipeline_name) is not None
     if (spec.output_format == "iceberg" or decoded) and fs.exists(quarantined):
         # The quarantine is no part of the table: its files keep batch_id in their folder's name only, as a directory
         # output's do (a column of that name too would clash with the folder's in a reader). And a JSON payload's
@@ -212,7 +212,7 @@ def write_batch(spark: SparkSession, rows: DataFrame, spec: JobSpec, attempt: st
         # backfill's committed batch keeps its rows), never deleted and not yet rewritten.
         rewritten = f"{staging}/{QUARANTINE_STAGED}"
         bad = spark.read.parquet(quarantined).drop(PARTITION_COLUMN)  # a directory output's have no such column
-        explain_decode_errors(bad, spec.payload, spec.pipeline).write.parquet(rewritten)
+        explain_decode_errors(bad, spec.payload, spec.pipeline_name).write.parquet(rewritten)
         quarantined = rewritten
     fs.swap(quarantined, quarantine)
     fs.delete(staging)
@@ -225,15 +225,15 @@ def check_owner(fs: HadoopFS, spec: JobSpec) -> None:
     if text is None:
         return  # a root the job was pointed at by hand (the warm-up's, a test's)
     owner = json.loads(text)
-    if (owner.get("pipeline"), owner.get("stream")) != (spec.pipeline, spec.stream):
+    if (owner.get("pipeline"), owner.get("stream")) != (spec.pipeline_name, spec.stream):
         raise OutputOwnershipError(
-            f"pipeline {spec.pipeline!r}, batch {spec.batch_id}: output {spec.output} belongs to pipeline "
+            f"pipeline {spec.pipeline_name!r}, batch {spec.batch_id}: output {spec.output} belongs to pipeline "
             f"{owner.get('pipeline')!r} (stream {owner.get('stream')}); nothing was written"
         )
     recorded = owner.get("output_format")
     if recorded is not None and recorded != spec.output_format:
         raise OutputOwnershipError(
-            f"pipeline {spec.pipeline!r}, batch {spec.batch_id}: output {spec.output} holds the {recorded} layout and the "
+            f"pipeline {spec.pipeline_name!r}, batch {spec.batch_id}: output {spec.output} holds the {recorded} layout and the "
             f"job was asked for output_format {spec.output_format}; nothing was written"
         )
 
@@ -316,7 +316,7 @@ def summarize(
         spans.setdefault(shard_id, set()).add((after, first))
     # A shard with no row has a span only from a retried task's failed attempt: verify records the whole range as gone.
     if not paths:  # not a row: every range was acknowledged as gone (a loss the ledger records as gaps)
-        return Manifest(pipeline=spec.pipeline, batch_id=batch_id, shards=(), seconds=round(seconds, 3), attempt=attempt)
+        return Manifest(pipeline_name=spec.pipeline_name, batch_id=batch_id, shards=(), seconds=round(seconds, 3), attempt=attempt)
     written = spark.read.parquet(*paths).select(*columns)  # the quarantine's files have no batch_id column
     seq = F.lpad("sequence_number", SEQ_WIDTH, "0")
     row_hash = F.xxhash64("shard_id", "sequence_number", "sub_sequence_number", "partition_key", "data")
@@ -350,7 +350,7 @@ def summarize(
         )
         for r in sorted(rows, key=lambda r: r["shard_id"])
     )
-    return Manifest(pipeline=spec.pipeline, batch_id=batch_id, shards=shards, seconds=round(seconds, 3), attempt=attempt)
+    return Manifest(pipeline_name=spec.pipeline_name, batch_id=batch_id, shards=shards, seconds=round(seconds, 3), attempt=attempt)
 
 
 def run(spec: JobSpec, source: Callable[..., DataFrame] = read_ranges) -> Manifest:
@@ -364,7 +364,7 @@ def run(spec: JobSpec, source: Callable[..., DataFrame] = read_ranges) -> Manife
     lap("session")
     try:
         first_call, unconfirmed = first_call_accumulator(spark), unconfirmed_accumulator(spark)
-        rows = decode_payload(source(spark, spec, first_call, unconfirmed), spec.payload, spec.pipeline)
+        rows = decode_payload(source(spark, spec, first_call, unconfirmed), spec.payload, spec.pipeline_name)
         attempt = new_attempt() if spec.output_format == "iceberg" else None
         write_batch(spark, rows, spec, attempt)
         lap("read_write")
@@ -498,7 +498,7 @@ def main(argv: list[str] | None = None) -> int:
         # A domain error inside a task failure names the shard and range: it wins over its wrappers.
         print(f"kinesis-replay: replay failed: {_domain_error(exc) or root_cause(exc)}", file=sys.stderr, flush=True)
         return 2
-    print(f"kinesis-replay: batch {manifest.batch_id} of {manifest.pipeline}: {manifest.records} records, "
+    print(f"kinesis-replay: batch {manifest.batch_id} of {manifest.pipeline_name}: {manifest.records} records, "
           f"{manifest.bytes} bytes, {len(manifest.shards)} shards, {manifest.seconds}s")  # fmt: skip
     return 0
 

@@ -39,9 +39,9 @@ S = 49680458800076825667891419458951111266169532991963922434
 NOW = datetime(2026, 11, 22, tzinfo=UTC)
 
 
-def planned(pipeline: str = "orders", batch_id: int = 1, previous: int | None = None) -> Batch:
+def planned(pipeline_name: str = "orders", batch_id: int = 1, previous: int | None = None) -> Batch:
     ranges = (SequenceRange("shardId-000000000000", S + 1, S + 50, previous), SequenceRange("shardId-000000000001", S + 2, S + 9, previous))
-    return Batch(pipeline, batch_id, BatchStatus.PLANNED, ranges, "stream", "manual__1", NOW)
+    return Batch(pipeline_name, batch_id, BatchStatus.PLANNED, ranges, "stream", "manual__1", NOW)
 
 
 def test_ensure_table_is_idempotent(dynamodb: Any, state_table: str) -> None:
@@ -70,7 +70,7 @@ def test_no_batch_is_planned_while_one_is_in_flight(store: DynamoDBStateStore) -
 def test_pipelines_do_not_see_each_others_state(store: DynamoDBStateStore) -> None:
     store.create_batch(planned("orders"), Head())
     store.create_batch(planned("payments"), Head())
-    assert [b.pipeline for b in store.list_batches("payments")] == ["payments"]
+    assert [b.pipeline_name for b in store.list_batches("payments")] == ["payments"]
 
 
 def test_a_checkpoint_moves_only_from_the_expected_previous_value(store: DynamoDBStateStore) -> None:

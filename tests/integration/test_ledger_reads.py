@@ -52,16 +52,16 @@ class CountingStore:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.store, name)
 
-    def list_batches(self, pipeline: str) -> list[Batch]:
+    def list_batches(self, pipeline_name: str) -> list[Batch]:
         raise AssertionError("the whole ledger was read")
 
-    def get_batches(self, pipeline: str, batch_ids: Iterable[int]) -> dict[int, Batch]:
-        found = self.store.get_batches(pipeline, batch_ids)
+    def get_batches(self, pipeline_name: str, batch_ids: Iterable[int]) -> dict[int, Batch]:
+        found = self.store.get_batches(pipeline_name, batch_ids)
         self.read += len(found)
         return found
 
-    def get_summaries(self, pipeline: str, batch_ids: Iterable[int]) -> dict[int, BatchSummary]:
-        found = self.store.get_summaries(pipeline, batch_ids)
+    def get_summaries(self, pipeline_name: str, batch_ids: Iterable[int]) -> dict[int, BatchSummary]:
+        found = self.store.get_summaries(pipeline_name, batch_ids)
         self.summaries += len(found)
         return found
 

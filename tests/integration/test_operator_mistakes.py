@@ -37,7 +37,7 @@ from stack.harness import (
 from stack.producer import ensure_stream, produce, split_shard
 
 
-def asset_event_uris(pipeline: str) -> list[str]:
+def asset_event_uris(pipeline_name: str) -> list[str]:
     """The URI of the Asset each of the pipeline's commits emitted an event on, oldest first."""
     from airflow.models.asset import AssetEvent, AssetModel
     from airflow.utils.session import create_session
@@ -45,7 +45,7 @@ def asset_event_uris(pipeline: str) -> list[str]:
 
     with create_session() as session:
         query = select(AssetModel.uri).join(AssetEvent, AssetEvent.asset_id == AssetModel.id)
-        return list(session.scalars(query.where(AssetModel.name == f"kinesis_replay_{pipeline}").order_by(AssetEvent.timestamp)))
+        return list(session.scalars(query.where(AssetModel.name == f"kinesis_replay_{pipeline_name}").order_by(AssetEvent.timestamp)))
 
 
 @pytest.fixture
@@ -99,7 +99,7 @@ def test_a_second_pipeline_on_an_owned_output_is_refused_before_it_writes(
         assert batch_dirs(entry["output"]) == ["batch_id=0000000001"]
         assert check_exactly_once(produced, read_output(entry["output"])).ok  # the owner's batch is whole, and only it
         owner = read_owner(entry["output"])
-        assert owner is not None and (owner.pipeline, owner.stream) == (entry["name"], entry["stream"])
+        assert owner is not None and (owner.pipeline_name, owner.stream) == (entry["name"], entry["stream"])
     finally:
         kinesis.delete_stream(StreamName=other_stream, EnforceConsumerDeletion=True)
 
@@ -458,7 +458,7 @@ def test_a_root_whose_owner_record_was_deleted_is_refused_to_another_pipeline_an
     produced += produce(kinesis, entry["stream"], 50, start_index=100)
     assert run_dag(dag_for(entry)).tasks == SUCCESS
     owner = read_owner(entry["output"])
-    assert owner is not None and (owner.pipeline, owner.stream, owner.state_table) == (name, entry["stream"], entry["state_table"])
+    assert owner is not None and (owner.pipeline_name, owner.stream, owner.state_table) == (name, entry["stream"], entry["state_table"])
 
     # Its owner record and its state table both lost: the plan advises a recovery, which works as written.
     owner_file.unlink()
@@ -472,7 +472,7 @@ def test_a_root_whose_owner_record_was_deleted_is_refused_to_another_pipeline_an
     assert dry.skipped and store.get_head(name).version == 0 and not owner_file.exists()
     assert run_dag(dag_for(entry), run_conf={"recover_from_output": True}).tasks == SUCCESS  # rebuilt, then batch 3
     owner = read_owner(entry["output"])
-    assert owner is not None and (owner.pipeline, owner.stream) == (name, entry["stream"])
+    assert owner is not None and (owner.pipeline_name, owner.stream) == (name, entry["stream"])
     assert [(b.batch_id, b.status) for b in store.list_batches(name)] == [(i, BatchStatus.COMMITTED) for i in (1, 2, 3)]
     landed = check_exactly_once(produced, read_output(root))
     assert landed.ok and landed.rows == 200, landed

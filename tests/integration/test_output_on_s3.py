@@ -84,7 +84,7 @@ def test_of_two_claims_racing_for_a_new_s3_root_the_first_wins_and_the_second_wr
     guards.claim_output(first, NOW)
     with pytest.raises(OutputOwnershipError, match="it belongs to pipeline 'orders'"):
         guards.claim_output(second, NOW)
-    assert owner.read_owner(first.output).pipeline == "orders"  # type: ignore[union-attr]
+    assert owner.read_owner(first.output).pipeline_name == "orders"  # type: ignore[union-attr]
 
 
 def test_an_owner_record_in_a_missing_bucket_names_the_path(stack: Any) -> None:

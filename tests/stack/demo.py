@@ -82,9 +82,9 @@ def run_cycle(n: int, dag_id: str, env: dict[str, str]) -> bool:
     return code == 0
 
 
-def batch_table(store: DynamoDBStateStore, pipeline: str) -> str:
+def batch_table(store: DynamoDBStateStore, pipeline_name: str) -> str:
     lines = [f"{'batch':>5}  {'status':<10} {'shards':>6} {'records':>8} {'bytes':>10} {'seconds':>8}  snapshot"]
-    for b in store.list_batches(pipeline):
+    for b in store.list_batches(pipeline_name):
         records = b.manifest.records if b.manifest else 0
         size = b.manifest.bytes if b.manifest else 0
         seconds = (b.committed_at - b.created_at) if b.committed_at else timedelta(0)

@@ -118,9 +118,9 @@ class StateTableProxy(LocalServer):
         return Handler
 
 
-def spark_jobs(pipeline: str) -> list[int]:
+def spark_jobs(pipeline_name: str) -> list[int]:
     """Process ids of the spark-submit JVMs running a batch of this pipeline (named kinesis-replay-<pipeline>-batch-<id>)."""
-    marker = f"kinesis-replay-{pipeline}-batch-".encode()
+    marker = f"kinesis-replay-{pipeline_name}-batch-".encode()
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -140,9 +140,9 @@ class SparkKiller(threading.Thread):
     The group holds the JVM and its Python workers (spark_submit.run starts it in a session of its own).
     """
 
-    def __init__(self, pipeline: str, ready: Any, timeout: float = 300) -> None:
+    def __init__(self, pipeline_name: str, ready: Any, timeout: float = 300) -> None:
         super().__init__(daemon=True)
-        self.pipeline, self.ready, self.timeout = pipeline, ready, timeout
+        self.pipeline_name, self.ready, self.timeout = pipeline_name, ready, timeout
         self.fired: str | None = None
         self.started_at: float | None = None
         self._cancelled = threading.Event()
@@ -155,7 +155,7 @@ class SparkKiller(threading.Thread):
         pid = None
         while not self._cancelled.is_set() and time.monotonic() < deadline:
             if pid is None:
-                jobs = spark_jobs(self.pipeline)
+                jobs = spark_jobs(self.pipeline_name)
                 if jobs:
                     pid, self.started_at = jobs[0], time.time()
             elif not Path(f"/proc/{pid}").exists():

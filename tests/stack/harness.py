@@ -120,7 +120,7 @@ def scheduler_asset_pass() -> None:
         runner._update_asset_orphanage(session=session)
 
 
-def age_batch(dynamodb: Any, table: str, pipeline: str, batch_id: int, waited: Any) -> None:
+def age_batch(dynamodb: Any, table: str, pipeline_name: str, batch_id: int, waited: Any) -> None:
     """Make a stored batch look as if it had waited in flight for ``waited``: its ranges' starts arrived that long ago.
 
     Test setup for what only time can do here: kinesalite keeps no records old enough to test retention or age.
@@ -131,10 +131,10 @@ def age_batch(dynamodb: Any, table: str, pipeline: str, batch_id: int, waited: A
     from kinesis_replay.adapters.dynamodb_items import batch_sk, pk
     from kinesis_replay.adapters.dynamodb_store import DynamoDBStateStore
 
-    batch = DynamoDBStateStore(dynamodb, table).get_batch(pipeline, batch_id)
+    batch = DynamoDBStateStore(dynamodb, table).get_batch(pipeline_name, batch_id)
     aged = [{**r.to_dict(), "start_arrival": (datetime.now(UTC) - waited).isoformat()} for r in batch.ranges]
     dynamodb.update_item(
-        TableName=table, Key={"pk": {"S": pk(pipeline)}, "sk": {"S": batch_sk(batch_id)}},
+        TableName=table, Key={"pk": {"S": pk(pipeline_name)}, "sk": {"S": batch_sk(batch_id)}},
         UpdateExpression="SET #ranges = :ranges", ExpressionAttributeNames={"#ranges": "ranges"},
         ExpressionAttributeValues={":ranges": {"S": json.dumps(aged)}},
     )  # fmt: skip

@@ -15,11 +15,11 @@ from kinesis_replay.core.state import Batch, Head
 CHUNK = 25
 
 
-def write_ledger(store: DynamoDBStateStore, pipeline: str, batches: Sequence[Batch]) -> None:
+def write_ledger(store: DynamoDBStateStore, pipeline_name: str, batches: Sequence[Batch]) -> None:
     """Put every batch, then the head after the newest one (no batch in flight)."""
     items = [item for b in batches for item in store._batch_items(b)]  # the store's items, written without its conditions
     for i in range(0, len(items), CHUNK):
         request = {store.table: [{"PutRequest": {"Item": item}} for item in items[i : i + CHUNK]]}
         while request:
             request = store.client.batch_write_item(RequestItems=request).get("UnprocessedItems") or {}
-    store.restore(pipeline, Head(next_batch_id=max((b.batch_id for b in batches), default=0) + 1), [], [])
+    store.restore(pipeline_name, Head(next_batch_id=max((b.batch_id for b in batches), default=0) + 1), [], [])

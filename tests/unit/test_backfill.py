@@ -89,7 +89,7 @@ class Ledger:
     def __init__(self, batches: list[Batch]) -> None:
         self.by_id = {b.batch_id: b for b in batches}
 
-    def get_batches(self, pipeline: str, ids: Any) -> dict[int, Batch]:
+    def get_batches(self, pipeline_name: str, ids: Any) -> dict[int, Batch]:
         return {i: self.by_id[i] for i in ids if i in self.by_id}
 
 

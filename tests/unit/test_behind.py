@@ -18,7 +18,7 @@ def committed(capped: dict[str, int], took: timedelta) -> Batch:
     results = tuple(ShardResult(f"s{i}", 3600, 360_000, S + 1, S + 3600, "x", last_arrival=T0 + timedelta(hours=1)) for i in range(2))
     planned_at = T0 + timedelta(hours=6)
     return Batch(
-        pipeline="p", batch_id=7, status=BatchStatus.COMMITTED, ranges=ranges, stream="s", run_id="r", created_at=planned_at,
+        pipeline_name="p", batch_id=7, status=BatchStatus.COMMITTED, ranges=ranges, stream="s", run_id="r", created_at=planned_at,
         manifest=Manifest("p", 7, results), committed_at=planned_at + took, notes=PlanNotes(capped=capped),
     )  # fmt: skip
 

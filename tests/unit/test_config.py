@@ -453,9 +453,9 @@ def test_a_table_name_the_pipeline_wrote_is_refused_naming_the_pipeline_the_key_
     )
 
 
-def glue_pipeline(pipeline: str, output: str, **table: str) -> dict[str, Any]:
+def glue_pipeline(pipeline_name: str, output: str, **table: str) -> dict[str, Any]:
     entry = copy.deepcopy(VALID["pipelines"][0])
-    entry.update(name=pipeline, output=output, table={"catalog": "glue", "catalog_properties": {"type": "glue"}, **table})
+    entry.update(name=pipeline_name, output=output, table={"catalog": "glue", "catalog_properties": {"type": "glue"}, **table})
     return entry
 
 

@@ -338,7 +338,7 @@ def test_roots_beside_each_other_are_claimed(tmp_path: Path) -> None:
     beside = pipeline(tmp_path / "lake" / "orders-2", name="payments", stream="payments-stream", state_table="kr-state-2")
     guards.claim_output(beside, NOW)  # a name that starts like the other root's is not inside it
     owner = read_owner(beside.output)
-    assert owner is not None and owner.pipeline == "payments"
+    assert owner is not None and owner.pipeline_name == "payments"
 
 
 @pytest.mark.parametrize(
@@ -377,7 +377,7 @@ def test_a_root_whose_owner_record_is_gone_is_another_pipelines_when_its_commit_
     guards.check_before_plan(owner, Head(next_batch_id=3, version=2))  # the pipeline whose records they are goes on
     guards.claim_output(owner, NOW)  # and its plan claims the root again
     found = read_owner(owner.output)
-    assert found is not None and (found.pipeline, found.stream) == ("orders", "orders-stream")
+    assert found is not None and (found.pipeline_name, found.stream) == ("orders", "orders-stream")
 
 
 def test_a_lost_state_table_over_results_without_commit_records_is_not_told_to_recover(tmp_path: Path) -> None:
@@ -418,7 +418,7 @@ def test_a_plan_that_resumes_a_batch_writes_a_deleted_owner_record_again(tmp_pat
     assert result.resumed and result.batch == in_flight
     guards.require_owner(p)  # the replay goes on
     owner = read_owner(p.output)
-    assert owner is not None and (owner.pipeline, owner.stream, owner.state_table) == ("orders", "orders-stream", "kr-state")
+    assert owner is not None and (owner.pipeline_name, owner.stream, owner.state_table) == ("orders", "orders-stream", "kr-state")
 
 
 @pytest.mark.parametrize(
@@ -440,7 +440,7 @@ def test_a_malformed_owner_record_fails_the_plan_at_once_saying_what_to_do(tmp_p
     assert record.read_text() == text  # nothing overwrote it
     record.rename(record.with_name("owner.json.bad"))  # the advice, followed: the next plan claims the (empty) root again
     guards.claim_output(p, NOW)
-    assert read_owner(p.output) is not None and read_owner(p.output).pipeline == "orders"  # type: ignore[union-attr]
+    assert read_owner(p.output) is not None and read_owner(p.output).pipeline_name == "orders"  # type: ignore[union-attr]
 
 
 def test_a_directory_pipeline_asked_for_its_table_fails_at_once_saying_what_it_can_do(tmp_path: Path) -> None:

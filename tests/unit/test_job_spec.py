@@ -37,7 +37,7 @@ def spec() -> JobSpec:
 
 def test_a_batch_spec_carries_the_ranges_and_the_pipelines_reading_rules_and_nothing_of_the_state_table() -> None:
     s = spec()
-    assert (s.pipeline, s.stream, s.batch_id, s.output, s.planned_at) == ("p", "stream", 3, "/lake/p", BATCH.created_at)
+    assert (s.pipeline_name, s.stream, s.batch_id, s.output, s.planned_at) == ("p", "stream", 3, "/lake/p", BATCH.created_at)
     assert s.ranges == BATCH.ranges
     assert s.read == PIPELINE.read and s.read.bytes_per_second == 524288
     assert s.payload == PayloadConfig("json", "n INT")

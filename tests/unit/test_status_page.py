@@ -169,7 +169,7 @@ class OneBatchStore:
     def __init__(self, batch: Batch) -> None:
         self.batch = batch
 
-    def get_batches(self, pipeline: str, batch_ids: object) -> dict[int, Batch]:
+    def get_batches(self, pipeline_name: str, batch_ids: object) -> dict[int, Batch]:
         return {self.batch.batch_id: self.batch}
 
 

@@ -300,7 +300,7 @@ class HeadOnly:
     def __init__(self, head: Head) -> None:
         self.head = head
 
-    def get_head(self, pipeline: str) -> Head:
+    def get_head(self, pipeline_name: str) -> Head:
         return self.head
 
 

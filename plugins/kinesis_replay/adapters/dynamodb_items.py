@@ -34,8 +34,8 @@ CORRUPT_HINT = (
 )
 
 
-def pk(pipeline: str) -> str:
-    return f"pipeline#{pipeline}"
+def pk(pipeline_name: str) -> str:
+    return f"pipeline#{pipeline_name}"
 
 
 def batch_sk(batch_id: int) -> str:
@@ -96,9 +96,9 @@ def shard_from_item(item: dict[str, Any]) -> ShardState:
     )
 
 
-def shard_item(pipeline: str, shard: ShardState) -> dict[str, Any]:
+def shard_item(pipeline_name: str, shard: ShardState) -> dict[str, Any]:
     item: dict[str, Any] = {
-        "pk": S(pk(pipeline)),
+        "pk": S(pk(pipeline_name)),
         "sk": S(f"shard#{shard.shard_id}"),
         "shard_id": S(shard.shard_id),
         "finished": {"BOOL": shard.finished},
@@ -117,7 +117,7 @@ def shard_item(pipeline: str, shard: ShardState) -> dict[str, Any]:
 def batch_item(batch: Batch) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The batch's item, and the part items its long JSON fields need (none for a batch of a few shards)."""
     item: dict[str, Any] = {
-        "pk": S(pk(batch.pipeline)),
+        "pk": S(pk(batch.pipeline_name)),
         "sk": S(batch_sk(batch.batch_id)),
         "batch_id": N(batch.batch_id),
         "status": S(batch.status.value),
@@ -160,7 +160,7 @@ def split_field(batch: Batch, name: str, text: str | None) -> tuple[dict[str, An
     if len(text) <= INLINE_BYTES:
         return {name: S(text)}, []
     pages = [text[i : i + PART_BYTES] for i in range(0, len(text), PART_BYTES)]
-    parts = [{"pk": S(pk(batch.pipeline)), "sk": S(part_sk(batch.batch_id, name, n)), "text": S(page)} for n, page in enumerate(pages)]
+    parts = [{"pk": S(pk(batch.pipeline_name)), "sk": S(part_sk(batch.batch_id, name, n)), "text": S(page)} for n, page in enumerate(pages)]
     return {f"{name}_parts": N(len(pages))}, parts
 
 
@@ -170,21 +170,21 @@ def json_field(item: dict[str, Any], name: str, pages: dict[str, str]) -> Any:
         return json.loads(item[name]["S"])
     if f"{name}_parts" not in item:
         return None
-    pipeline, batch_id = item["pk"]["S"].removeprefix("pipeline#"), int(item["batch_id"]["N"])
+    pipeline_name, batch_id = item["pk"]["S"].removeprefix("pipeline#"), int(item["batch_id"]["N"])
     sks = [part_sk(batch_id, name, n) for n in range(int(item[f"{name}_parts"]["N"]))]
     missing = [sk for sk in sks if sk not in pages]
     if missing:
         raise StateCorruptError(
-            f"pipeline {pipeline!r}: batch {batch_id} lacks the part items {', '.join(missing)} of its {name}. {CORRUPT_HINT}"
+            f"pipeline {pipeline_name!r}: batch {batch_id} lacks the part items {', '.join(missing)} of its {name}. {CORRUPT_HINT}"
         )
     return json.loads("".join(pages[sk] for sk in sks))
 
 
 def batch_from_item(item: dict[str, Any], pages: dict[str, str]) -> Batch:
-    pipeline = item["pk"]["S"].removeprefix("pipeline#")
+    pipeline_name = item["pk"]["S"].removeprefix("pipeline#")
     try:
         return Batch(
-            pipeline=pipeline,
+            pipeline_name=pipeline_name,
             batch_id=int(item["batch_id"]["N"]),
             status=BatchStatus(item["status"]["S"]),
             ranges=tuple(SequenceRange.from_dict(r) for r in json_field(item, "ranges", pages)),
@@ -200,7 +200,7 @@ def batch_from_item(item: dict[str, Any], pages: dict[str, str]) -> Batch:
             snapshot_id=int(item["snapshot_id"]["N"]) if "snapshot_id" in item else None,
         )
     except (KeyError, ValueError) as exc:
-        raise StateCorruptError(f"pipeline {pipeline!r}: unreadable batch item {item.get('sk')}: {exc!r}. {CORRUPT_HINT}") from exc
+        raise StateCorruptError(f"pipeline {pipeline_name!r}: unreadable batch item {item.get('sk')}: {exc!r}. {CORRUPT_HINT}") from exc
 
 
 def head_from_item(item: dict[str, Any]) -> Head:
@@ -213,7 +213,7 @@ def head_from_item(item: dict[str, Any]) -> Head:
 
 def summary_from_item(item: dict[str, Any], table: str) -> BatchSummary:
     """A batch's figures from its item's summary attributes (the store's SUMMARY_ATTRIBUTES projection)."""
-    pipeline, batch_id = item["pk"]["S"].removeprefix("pipeline#"), int(item["batch_id"]["N"])
+    pipeline_name, batch_id = item["pk"]["S"].removeprefix("pipeline#"), int(item["batch_id"]["N"])
     try:
         return BatchSummary(
             batch_id=batch_id,
@@ -227,14 +227,15 @@ def summary_from_item(item: dict[str, Any], table: str) -> BatchSummary:
             last_error=item["last_error"]["S"] if "last_error" in item else None,
         )
     except (KeyError, ValueError) as exc:
-        raise StateCorruptError(f"pipeline {pipeline!r}: batch {batch_id} in table {table} is malformed: {exc!r}. {CORRUPT_HINT}") from exc
+        where = f"pipeline {pipeline_name!r}: batch {batch_id} in table {table}"
+        raise StateCorruptError(f"{where} is malformed: {exc!r}. {CORRUPT_HINT}") from exc
 
 
-def progress_items(progress: Progress, pipeline: str, chunks: list[list[str]]) -> list[dict[str, Any]]:
+def progress_items(progress: Progress, pipeline_name: str, chunks: list[list[str]]) -> list[dict[str, Any]]:
     """One item per chunk of shard ids, under the run's kind."""
     return [
         {
-            "pk": S(pk(pipeline)),
+            "pk": S(pk(pipeline_name)),
             "sk": S(progress_sk(progress.kind, n)),
             "batch_id": N(progress.batch_id),
             "records": S(json.dumps({s: progress.records.get(s, 0) for s in chunk})),
@@ -245,7 +246,7 @@ def progress_items(progress: Progress, pipeline: str, chunks: list[list[str]]) -
     ]
 
 
-def progress_from_items(pipeline: str, items: list[dict[str, Any]]) -> dict[RunKind, Progress]:
+def progress_from_items(pipeline_name: str, items: list[dict[str, Any]]) -> dict[RunKind, Progress]:
     """The last progress of each kind of run from its ``progress#`` items.
 
     Pieces left by an earlier, wider batch stay under the key prefix: only the pieces of the batch written
@@ -258,7 +259,7 @@ def progress_from_items(pipeline: str, items: list[dict[str, Any]]) -> dict[RunK
             kind, batch_id = RunKind(item["sk"]["S"].split("#")[1]), int(item["batch_id"]["N"])
             updated = datetime.fromisoformat(item["updated_at"]["S"])
         except (KeyError, IndexError, ValueError) as exc:
-            raise StateCorruptError(f"pipeline {pipeline!r}: unreadable progress item {item.get('sk')}: {exc!r}") from exc
+            raise StateCorruptError(f"pipeline {pipeline_name!r}: unreadable progress item {item.get('sk')}: {exc!r}") from exc
         latest.setdefault(kind, []).append((updated, batch_id, item))
     found: dict[RunKind, Progress] = {}
     for kind, pieces in latest.items():
@@ -269,7 +270,7 @@ def progress_from_items(pipeline: str, items: list[dict[str, Any]]) -> dict[RunK
             try:
                 counts, finished = json.loads(item["records"]["S"]), set(json.loads(item["done"]["S"]))
             except (KeyError, ValueError) as exc:
-                raise StateCorruptError(f"pipeline {pipeline!r}: unreadable progress item {item['sk']['S']}: {exc!r}") from exc
+                raise StateCorruptError(f"pipeline {pipeline_name!r}: unreadable progress item {item['sk']['S']}: {exc!r}") from exc
             for shard, count in counts.items():
                 records[shard] = int(count)
                 (done.add if shard in finished else done.discard)(shard)

@@ -91,7 +91,7 @@ class DynamoDBStateStore:
 
     # -- plumbing -----------------------------------------------------------------------------
 
-    def _call(self, operation: str, pipeline: str, what: str, **kwargs: Any) -> Any:
+    def _call(self, operation: str, pipeline_name: str, what: str, **kwargs: Any) -> Any:
         try:
             return getattr(self.client, operation)(**kwargs)
         except (BotoConnectionError, ReadTimeoutError) as exc:
@@ -99,46 +99,46 @@ class DynamoDBStateStore:
         except ClientError as exc:
             code = exc.response.get("Error", {}).get("Code", "")
             if code == "ResourceNotFoundException":
-                raise self.missing(pipeline, what) from exc
+                raise self.missing(pipeline_name, what) from exc
             if code in ACCESS_REFUSED_CODES:
                 raise access_refused(f"state table {self.table}: {what}", code, exc.response["Error"].get("Message", "")) from exc
             raise  # the callers handle the codes they expect (a failed condition, a cancelled transaction)
 
-    def missing(self, pipeline: str, what: str) -> StateTableMissingError:
+    def missing(self, pipeline_name: str, what: str) -> StateTableMissingError:
         """The error for a call on a table that does not exist: only the regular DAG's plan step creates it (ensure_table)."""
-        dag_id = dag_ids(pipeline)[0]
+        dag_id = dag_ids(pipeline_name)[0]
         return StateTableMissingError(
-            f"pipeline {pipeline!r}: state table {self.table} does not exist ({what}). Only the plan step of {dag_id} "
+            f"pipeline {pipeline_name!r}: state table {self.table} does not exist ({what}). Only the plan step of {dag_id} "
             f"creates it: if the pipeline never ran, trigger {dag_id} first. If it ran before, the table was deleted or "
-            f"state_table names another one: check state_table of pipeline {pipeline!r} in the pipelines config, then trigger "
+            f"state_table names another one: check state_table of pipeline {pipeline_name!r} in the pipelines config, then trigger "
             f"{dag_id}, whose plan creates the table and, if the output holds committed batches, says how to recover their state"
         )
 
-    def _query(self, pipeline: str, prefix: str) -> Iterator[dict[str, Any]]:
+    def _query(self, pipeline_name: str, prefix: str) -> Iterator[dict[str, Any]]:
         kwargs: dict[str, Any] = {
             "TableName": self.table,
             "KeyConditionExpression": "#pk = :pk AND begins_with(#sk, :prefix)",
             "ExpressionAttributeNames": {"#pk": "pk", "#sk": "sk"},
-            "ExpressionAttributeValues": {":pk": S(pk(pipeline)), ":prefix": S(prefix)},
+            "ExpressionAttributeValues": {":pk": S(pk(pipeline_name)), ":prefix": S(prefix)},
             "ConsistentRead": True,
         }
         while True:
-            page = self._call("query", pipeline, f"reading {prefix}* of pipeline {pipeline!r}", **kwargs)
+            page = self._call("query", pipeline_name, f"reading {prefix}* of pipeline {pipeline_name!r}", **kwargs)
             yield from page["Items"]
             if "LastEvaluatedKey" not in page:
                 return
             kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
-    def _get(self, pipeline: str, sk: str) -> dict[str, Any] | None:
+    def _get(self, pipeline_name: str, sk: str) -> dict[str, Any] | None:
         item: dict[str, Any] | None = self._call(
-            "get_item", pipeline, f"reading {sk} of pipeline {pipeline!r}",
-            TableName=self.table, Key={"pk": S(pk(pipeline)), "sk": S(sk)}, ConsistentRead=True,
+            "get_item", pipeline_name, f"reading {sk} of pipeline {pipeline_name!r}",
+            TableName=self.table, Key={"pk": S(pk(pipeline_name)), "sk": S(sk)}, ConsistentRead=True,
         ).get("Item")  # fmt: skip
         return item
 
-    def _transact(self, pipeline: str, what: str, items: list[dict[str, Any]]) -> None:
+    def _transact(self, pipeline_name: str, what: str, items: list[dict[str, Any]]) -> None:
         try:
-            self._call("transact_write_items", pipeline, what, TransactItems=items)
+            self._call("transact_write_items", pipeline_name, what, TransactItems=items)
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") == "TransactionCanceledException":
                 reasons = [r.get("Code", "None") for r in exc.response.get("CancellationReasons", [])]
@@ -187,21 +187,21 @@ class DynamoDBStateStore:
 
     # -- head ---------------------------------------------------------------------------------
 
-    def get_head(self, pipeline: str) -> Head:
-        item = self._get(pipeline, "head")
+    def get_head(self, pipeline_name: str) -> Head:
+        item = self._get(pipeline_name, "head")
         return Head() if item is None else head_from_item(item)
 
     # -- shards -------------------------------------------------------------------------------
 
-    def get_shards(self, pipeline: str) -> dict[str, ShardState]:
-        shards = (shard_from_item(i) for i in self._query(pipeline, "shard#"))
+    def get_shards(self, pipeline_name: str) -> dict[str, ShardState]:
+        shards = (shard_from_item(i) for i in self._query(pipeline_name, "shard#"))
         return {s.shard_id: s for s in shards}
 
-    def put_shard_if_absent(self, pipeline: str, shard: ShardState) -> ShardState:
-        item = shard_item(pipeline, shard)
+    def put_shard_if_absent(self, pipeline_name: str, shard: ShardState) -> ShardState:
+        item = shard_item(pipeline_name, shard)
         try:
             self._call(
-                "put_item", pipeline, f"storing shard {shard.shard_id} of pipeline {pipeline!r}",
+                "put_item", pipeline_name, f"storing shard {shard.shard_id} of pipeline {pipeline_name!r}",
                 TableName=self.table, Item=item,
                 ConditionExpression="attribute_not_exists(#pk)", ExpressionAttributeNames={"#pk": "pk"},
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
@@ -210,9 +210,9 @@ class DynamoDBStateStore:
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
                 raise
-            return shard_from_item(_old_item(exc) or self._get(pipeline, f"shard#{shard.shard_id}") or item)
+            return shard_from_item(_old_item(exc) or self._get(pipeline_name, f"shard#{shard.shard_id}") or item)
 
-    def put_shards_if_absent(self, pipeline: str, shards: Sequence[ShardState]) -> dict[str, ShardState]:
+    def put_shards_if_absent(self, pipeline_name: str, shards: Sequence[ShardState]) -> dict[str, ShardState]:
         """Store newly seen shards, TRANSACTION_ITEMS to a transaction, each conditioned on being absent.
 
         A first plan of a wide stream stores an item for every shard: ten transactions for 1,000 shards instead
@@ -224,19 +224,21 @@ class DynamoDBStateStore:
         for first in range(0, len(shards), TRANSACTION_ITEMS):
             chunk = shards[first : first + TRANSACTION_ITEMS]
             items = [
-                {"Put": {"TableName": self.table, "Item": shard_item(pipeline, shard),
+                {"Put": {"TableName": self.table, "Item": shard_item(pipeline_name, shard),
                          "ConditionExpression": "attribute_not_exists(#pk)", "ExpressionAttributeNames": {"#pk": "pk"}}}
                 for shard in chunk
             ]  # fmt: skip
             try:
-                self._transact(pipeline, f"storing shards {chunk[0].shard_id} to {chunk[-1].shard_id} of pipeline {pipeline!r}", items)
+                self._transact(
+                    pipeline_name, f"storing shards {chunk[0].shard_id} to {chunk[-1].shard_id} of pipeline {pipeline_name!r}", items
+                )
                 stored.update((shard.shard_id, shard) for shard in chunk)
             except StateConflictError:
-                stored.update((shard.shard_id, self.put_shard_if_absent(pipeline, shard)) for shard in chunk)
+                stored.update((shard.shard_id, self.put_shard_if_absent(pipeline_name, shard)) for shard in chunk)
         return stored
 
-    def advance_checkpoint(self, pipeline: str, shard_id: str, previous: int | None, new: int, batch_id: int, finished: bool) -> None:
-        what = f"pipeline {pipeline!r}, shard {shard_id}: advancing the checkpoint from {previous} to {new} (batch {batch_id})"
+    def advance_checkpoint(self, pipeline_name: str, shard_id: str, previous: int | None, new: int, batch_id: int, finished: bool) -> None:
+        what = f"pipeline {pipeline_name!r}, shard {shard_id}: advancing the checkpoint from {previous} to {new} (batch {batch_id})"
         names = {"#checkpoint": "checkpoint", "#finished": "finished", "#last": "last_batch_id", "#updated": "updated_at"}
         condition, values = _checkpoint_is(previous)
         values.update(
@@ -249,8 +251,8 @@ class DynamoDBStateStore:
         )
         try:
             self._call(
-                "update_item", pipeline, what, TableName=self.table,
-                Key={"pk": S(pk(pipeline)), "sk": S(f"shard#{shard_id}")},
+                "update_item", pipeline_name, what, TableName=self.table,
+                Key={"pk": S(pk(pipeline_name)), "sk": S(f"shard#{shard_id}")},
                 UpdateExpression="SET #checkpoint = :new, #finished = :finished, #last = :batch, #updated = :now",
                 ConditionExpression=condition, ExpressionAttributeNames=names, ExpressionAttributeValues=values,
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
@@ -265,14 +267,14 @@ class DynamoDBStateStore:
                 return  # this batch already moved it: a resumed commit is idempotent
             raise StateConflictError(f"{what}: the stored checkpoint is {checkpoint} (batch {last_batch})") from exc
 
-    def mark_finished(self, pipeline: str, shard_id: str, checkpoint: int | None) -> None:
-        what = f"pipeline {pipeline!r}, shard {shard_id}: marking the drained shard finished at checkpoint {checkpoint}"
+    def mark_finished(self, pipeline_name: str, shard_id: str, checkpoint: int | None) -> None:
+        what = f"pipeline {pipeline_name!r}, shard {shard_id}: marking the drained shard finished at checkpoint {checkpoint}"
         condition, values = _checkpoint_is(checkpoint)
         values.update({":true": {"BOOL": True}, ":now": S(now_iso())})
         try:
             self._call(
-                "update_item", pipeline, what, TableName=self.table,
-                Key={"pk": S(pk(pipeline)), "sk": S(f"shard#{shard_id}")},
+                "update_item", pipeline_name, what, TableName=self.table,
+                Key={"pk": S(pk(pipeline_name)), "sk": S(f"shard#{shard_id}")},
                 UpdateExpression="SET #finished = :true, #updated = :now", ConditionExpression=condition,
                 ExpressionAttributeNames={"#checkpoint": "checkpoint", "#finished": "finished", "#updated": "updated_at"},
                 ExpressionAttributeValues=values,
@@ -286,7 +288,7 @@ class DynamoDBStateStore:
 
     def create_batch(self, batch: Batch, head: Head) -> Head:
         new_head = Head(next_batch_id=batch.batch_id + 1, in_flight=batch.batch_id, version=head.version + 1)
-        key = {"pk": S(pk(batch.pipeline)), "sk": S("head")}
+        key = {"pk": S(pk(batch.pipeline_name)), "sk": S("head")}
         if head.version == 0:
             head_op: dict[str, Any] = {"Put": {
                 "TableName": self.table,
@@ -310,38 +312,41 @@ class DynamoDBStateStore:
             "ConditionExpression": "attribute_not_exists(#pk)", "ExpressionAttributeNames": {"#pk": "pk"},
         }}  # fmt: skip
         part_ops = [{"Put": {"TableName": self.table, "Item": part}} for part in parts]
-        self._transact(batch.pipeline, f"pipeline {batch.pipeline!r}: planning batch {batch.batch_id}", [head_op, batch_op, *part_ops])
+        what = f"pipeline {batch.pipeline_name!r}: planning batch {batch.batch_id}"
+        self._transact(batch.pipeline_name, what, [head_op, batch_op, *part_ops])
         return new_head
 
-    def get_batch(self, pipeline: str, batch_id: int) -> Batch:
-        item = self._get(pipeline, batch_sk(batch_id))
+    def get_batch(self, pipeline_name: str, batch_id: int) -> Batch:
+        item = self._get(pipeline_name, batch_sk(batch_id))
         if item is None:
-            raise StateCorruptError(f"pipeline {pipeline!r}: batch {batch_id} is not in state table {self.table}. {CORRUPT_HINT}")
+            raise StateCorruptError(f"pipeline {pipeline_name!r}: batch {batch_id} is not in state table {self.table}. {CORRUPT_HINT}")
         (batch,) = self._batches_from_items([item])
         return batch
 
-    def list_batches(self, pipeline: str) -> list[Batch]:
-        return self._batches_from_items(list(self._query(pipeline, "batch#")))
+    def list_batches(self, pipeline_name: str) -> list[Batch]:
+        return self._batches_from_items(list(self._query(pipeline_name, "batch#")))
 
     # BatchGetItem reads at most 100 items a call.
     GET_CHUNK = 100
 
-    def get_batches(self, pipeline: str, batch_ids: Iterable[int]) -> dict[int, Batch]:
-        keys = [{"pk": S(pk(pipeline)), "sk": S(batch_sk(b))} for b in sorted(set(batch_ids))]
-        items = self._get_items(pipeline, keys, f"reading {len(keys)} batches of pipeline {pipeline!r}")
+    def get_batches(self, pipeline_name: str, batch_ids: Iterable[int]) -> dict[int, Batch]:
+        keys = [{"pk": S(pk(pipeline_name)), "sk": S(batch_sk(b))} for b in sorted(set(batch_ids))]
+        items = self._get_items(pipeline_name, keys, f"reading {len(keys)} batches of pipeline {pipeline_name!r}")
         return {b.batch_id: b for b in self._batches_from_items(items)}
 
     # What get_summaries reads of a batch item: never its ranges, manifest or their parts.
     SUMMARY_ATTRIBUTES = ("batch_id", "status", "created_at", "committed_at", "attempts", "error", "figures", "failures", "last_error")
 
-    def get_summaries(self, pipeline: str, batch_ids: Iterable[int]) -> dict[int, BatchSummary]:
-        keys = [{"pk": S(pk(pipeline)), "sk": S(batch_sk(b))} for b in sorted(set(batch_ids))]
+    def get_summaries(self, pipeline_name: str, batch_ids: Iterable[int]) -> dict[int, BatchSummary]:
+        keys = [{"pk": S(pk(pipeline_name)), "sk": S(batch_sk(b))} for b in sorted(set(batch_ids))]
         names = {f"#a{i}": name for i, name in enumerate(self.SUMMARY_ATTRIBUTES)}
         projection = {"ProjectionExpression": ", ".join(names), "ExpressionAttributeNames": names}
-        items = self._get_items(pipeline, keys, f"reading the figures of {len(keys)} batches of pipeline {pipeline!r}", projection)
+        items = self._get_items(
+            pipeline_name, keys, f"reading the figures of {len(keys)} batches of pipeline {pipeline_name!r}", projection
+        )
         return {summary.batch_id: summary for summary in (summary_from_item(item, self.table) for item in items)}
 
-    def put_progress(self, progress: Progress, pipeline: str) -> None:
+    def put_progress(self, progress: Progress, pipeline_name: str) -> None:
         """Write the progress PROGRESS_SHARDS shards (in shard id order) to an item, under its run kind.
 
         Every piece is tried; a piece that fails leaves that piece's previous counts, and the failures are
@@ -349,11 +354,11 @@ class DynamoDBStateStore:
         """
         shards = sorted(set(progress.records) | progress.done)
         chunks = [shards[i : i + PROGRESS_SHARDS] for i in range(0, len(shards), PROGRESS_SHARDS)] or [[]]
-        what = f"pipeline {pipeline!r}, {progress.kind.value} batch {progress.batch_id}"
+        what = f"pipeline {pipeline_name!r}, {progress.kind.value} batch {progress.batch_id}"
         failed: list[str] = []
-        for n, (chunk, item) in enumerate(zip(chunks, progress_items(progress, pipeline, chunks), strict=True)):
+        for n, (chunk, item) in enumerate(zip(chunks, progress_items(progress, pipeline_name, chunks), strict=True)):
             try:
-                self._call("put_item", pipeline, f"{what}: storing the replay's progress (item {n})", TableName=self.table, Item=item)
+                self._call("put_item", pipeline_name, f"{what}: storing the replay's progress (item {n})", TableName=self.table, Item=item)
             except (ClientError, BotoCoreError, KinesisReplayError) as exc:
                 shown = f"shards {chunk[0]} to {chunk[-1]}" if chunk else "no shard yet"
                 failed.append(f"{progress_sk(progress.kind, n)} ({shown}): {exc}")
@@ -362,24 +367,24 @@ class DynamoDBStateStore:
                 f"{what}: {len(failed)} of {len(chunks)} progress items not stored in state table {self.table}: {'; '.join(failed)}"
             )
 
-    def get_progress(self, pipeline: str) -> dict[RunKind, Progress]:
+    def get_progress(self, pipeline_name: str) -> dict[RunKind, Progress]:
         """The last progress of each kind of run, from one Query of the ``progress#`` items (a few KB per 100 shards).
 
         Pieces left by an earlier, wider batch stay under the key prefix: only the pieces of the batch written
         last are read back, and where a shard is in two of them (a replay saw a new shard and shifted the
         pieces), the later write's counts win.
         """
-        return progress_from_items(pipeline, list(self._query(pipeline, "progress#")))
+        return progress_from_items(pipeline_name, list(self._query(pipeline_name, "progress#")))
 
     def _get_items(
-        self, pipeline: str, keys: list[dict[str, Any]], what: str, projection: dict[str, Any] | None = None
+        self, pipeline_name: str, keys: list[dict[str, Any]], what: str, projection: dict[str, Any] | None = None
     ) -> list[dict[str, Any]]:
         """The items of these keys that exist, GET_CHUNK keys a call; keys left unread by a busy table are asked again, later."""
         found: list[dict[str, Any]] = []
         for i in range(0, len(keys), self.GET_CHUNK):
             request: dict[str, Any] = {self.table: {"Keys": keys[i : i + self.GET_CHUNK], "ConsistentRead": True, **(projection or {})}}
             for attempt in itertools.count():
-                page = self._call("batch_get_item", pipeline, what, RequestItems=request)
+                page = self._call("batch_get_item", pipeline_name, what, RequestItems=request)
                 found += page["Responses"].get(self.table, [])
                 request = page.get("UnprocessedKeys") or {}
                 if not request:
@@ -414,17 +419,17 @@ class DynamoDBStateStore:
         sets.append("#figures = :figures")
         values[":figures"] = S(json.dumps(batch.figures()))
         expression = "SET " + ", ".join(sets) + (" REMOVE " + ", ".join(removes) if removes else "")
-        head_key = {"pk": S(pk(batch.pipeline)), "sk": S("head")}
+        head_key = {"pk": S(pk(batch.pipeline_name)), "sk": S("head")}
         self._transact(
-            batch.pipeline,
-            f"pipeline {batch.pipeline!r}: setting batch {batch.batch_id} from {expected.value} to {batch.status.value}",
+            batch.pipeline_name,
+            f"pipeline {batch.pipeline_name!r}: setting batch {batch.batch_id} from {expected.value} to {batch.status.value}",
             [
                 {"ConditionCheck": {
                     "TableName": self.table, "Key": head_key, "ConditionExpression": "#flight = :batch",
                     "ExpressionAttributeNames": {"#flight": "in_flight"}, "ExpressionAttributeValues": {":batch": N(batch.batch_id)},
                 }},
                 {"Update": {
-                    "TableName": self.table, "Key": {"pk": S(pk(batch.pipeline)), "sk": S(batch_sk(batch.batch_id))},
+                    "TableName": self.table, "Key": {"pk": S(pk(batch.pipeline_name)), "sk": S(batch_sk(batch.batch_id))},
                     "UpdateExpression": expression, "ConditionExpression": "#status = :expected",
                     "ExpressionAttributeNames": {k: v for k, v in names.items() if k != "#flight"},
                     "ExpressionAttributeValues": {k: v for k, v in values.items() if k != ":batch"},
@@ -456,9 +461,9 @@ class DynamoDBStateStore:
 
     def set_replayed(self, batch: Batch, expected: BatchStatus) -> None:
         if batch.snapshot_id is None or batch.manifest is None:
-            raise ValueError(f"pipeline {batch.pipeline!r}, batch {batch.batch_id}: a replayed batch needs its manifest and snapshot")
+            raise ValueError(f"pipeline {batch.pipeline_name!r}, batch {batch.batch_id}: a replayed batch needs its manifest and snapshot")
         what = (
-            f"pipeline {batch.pipeline!r}: keeping the replayed attempt {batch.manifest.attempt} and snapshot {batch.snapshot_id} "
+            f"pipeline {batch.pipeline_name!r}: keeping the replayed attempt {batch.manifest.attempt} and snapshot {batch.snapshot_id} "
             f"with batch {batch.batch_id}"
         )
         names = {"#snapshot": "snapshot_id", "#updated": "updated_at", "#status": "status", "#figures": "figures"}
@@ -473,11 +478,11 @@ class DynamoDBStateStore:
         parts = self._set_field(batch, "manifest", json.dumps(batch.manifest.to_dict()), names, values, sets, removes)
         expression = "SET " + ", ".join(sets) + (" REMOVE " + ", ".join(removes) if removes else "")
         self._transact(
-            batch.pipeline,
+            batch.pipeline_name,
             what,
             [
                 {"Update": {
-                    "TableName": self.table, "Key": {"pk": S(pk(batch.pipeline)), "sk": S(batch_sk(batch.batch_id))},
+                    "TableName": self.table, "Key": {"pk": S(pk(batch.pipeline_name)), "sk": S(batch_sk(batch.batch_id))},
                     "UpdateExpression": expression, "ConditionExpression": "#status = :expected",
                     "ExpressionAttributeNames": names, "ExpressionAttributeValues": values,
                 }},
@@ -486,15 +491,15 @@ class DynamoDBStateStore:
         )  # fmt: skip
 
     def complete_batch(self, batch: Batch, committed_at: datetime) -> None:
-        key = {"pk": S(pk(batch.pipeline))}
+        key = {"pk": S(pk(batch.pipeline_name))}
         # The table snapshot that holds the batch is kept in the same write that marks it COMMITTED.
         snapshot_set, snapshot_names, snapshot_values = "", {}, {}
         if batch.snapshot_id is not None:
             snapshot_set, snapshot_names = ", #snapshot = :snapshot", {"#snapshot": "snapshot_id"}
             snapshot_values = {":snapshot": N(batch.snapshot_id)}
         self._transact(
-            batch.pipeline,
-            f"pipeline {batch.pipeline!r}: completing the commit of batch {batch.batch_id}",
+            batch.pipeline_name,
+            f"pipeline {batch.pipeline_name!r}: completing the commit of batch {batch.batch_id}",
             [
                 {"Update": {
                     "TableName": self.table, "Key": {**key, "sk": S(batch_sk(batch.batch_id))},
@@ -520,17 +525,19 @@ class DynamoDBStateStore:
     # Each restoring transaction is the head's absence and TRANSACTION_ITEMS - 1 puts.
     RESTORE_CHUNK = TRANSACTION_ITEMS - 1
 
-    def restore(self, pipeline: str, head: Head, shards: Sequence[ShardState], batches: Sequence[Batch]) -> None:
-        key = {"pk": S(pk(pipeline)), "sk": S("head")}
+    def restore(self, pipeline_name: str, head: Head, shards: Sequence[ShardState], batches: Sequence[Batch]) -> None:
+        key = {"pk": S(pk(pipeline_name)), "sk": S("head")}
         no_head = {"ConditionCheck": {
             "TableName": self.table, "Key": key, "ConditionExpression": "attribute_not_exists(#pk)",
             "ExpressionAttributeNames": {"#pk": "pk"},
         }}  # fmt: skip
-        puts = [item for b in batches for item in batch_items(b)] + [shard_item(pipeline, s) for s in shards]
+        puts = [item for b in batches for item in batch_items(b)] + [shard_item(pipeline_name, s) for s in shards]
         for i in range(0, len(puts), self.RESTORE_CHUNK):
             chunk = [{"Put": {"TableName": self.table, "Item": item}} for item in puts[i : i + self.RESTORE_CHUNK]]
-            self._transact(pipeline, f"pipeline {pipeline!r}: restoring its state (items {i + 1} to {i + len(chunk)})", [no_head, *chunk])
-        self._transact(pipeline, f"pipeline {pipeline!r}: restoring its head", [{"Put": {
+            self._transact(
+                pipeline_name, f"pipeline {pipeline_name!r}: restoring its state (items {i + 1} to {i + len(chunk)})", [no_head, *chunk]
+            )
+        self._transact(pipeline_name, f"pipeline {pipeline_name!r}: restoring its head", [{"Put": {
             "TableName": self.table,
             "Item": {**key, "next_batch_id": N(head.next_batch_id), "version": N(1), "updated_at": S(now_iso()),
                      **({"in_flight": N(head.in_flight)} if head.in_flight is not None else {})},
@@ -545,8 +552,8 @@ class DynamoDBStateStore:
             for name in PART_FIELDS
             for n in range(int(item.get(f"{name}_parts", {}).get("N", 0)))
         ]
-        pipeline = items[0]["pk"]["S"].removeprefix("pipeline#") if items else ""
-        parts = self._get_items(pipeline, keys, f"reading the part items of {len(items)} batches of pipeline {pipeline!r}")
+        pipeline_name = items[0]["pk"]["S"].removeprefix("pipeline#") if items else ""
+        parts = self._get_items(pipeline_name, keys, f"reading the part items of {len(items)} batches of pipeline_name {pipeline_name!r}")
         pages = {p["sk"]["S"]: p["text"]["S"] for p in parts}
         return [batch_from_item(item, pages) for item in items]
 

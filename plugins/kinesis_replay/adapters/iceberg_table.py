@@ -369,11 +369,11 @@ def create_or_load_table(pipeline: PipelineConfig, file_schema: pa.Schema, catal
     return table
 
 
-def snapshot_properties(pipeline: str, batch_id: int, attempt: str, run_id: str) -> dict[str, str]:
-    return {PIPELINE_PROPERTY: pipeline, BATCH_PROPERTY: str(batch_id), ATTEMPT_PROPERTY: attempt, RUN_PROPERTY: run_id}
+def snapshot_properties(pipeline_name: str, batch_id: int, attempt: str, run_id: str) -> dict[str, str]:
+    return {PIPELINE_PROPERTY: pipeline_name, BATCH_PROPERTY: str(batch_id), ATTEMPT_PROPERTY: attempt, RUN_PROPERTY: run_id}
 
 
-def find_batch_snapshot(table: Table, pipeline: str, batch_id: int, attempt: str, held: Holdings | None = None) -> Snapshot | None:
+def find_batch_snapshot(table: Table, pipeline_name: str, batch_id: int, attempt: str, held: Holdings | None = None) -> Snapshot | None:
     """The snapshot that committed this attempt of the batch, if the current snapshot or one of its ancestors is it.
 
     Only the ancestry counts: a snapshot that a rollback left behind holds nothing a reader sees. A batch the
@@ -383,7 +383,7 @@ def find_batch_snapshot(table: Table, pipeline: str, batch_id: int, attempt: str
     """
     if held is not None and batch_id not in held:
         return None
-    wanted = (pipeline, str(batch_id), attempt)
+    wanted = (pipeline_name, str(batch_id), attempt)
     for snapshot in ancestry(table):
         if snapshot.summary is None:
             continue

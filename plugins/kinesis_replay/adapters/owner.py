@@ -16,7 +16,7 @@ from kinesis_replay.core.formats import is_s3
 class Owner:
     """The record at the output root of who writes there. Every plan, replay, backfill and commit checks it first."""
 
-    pipeline: str
+    pipeline_name: str
     stream: str
     state_table: str
     created_at: str  # ISO 8601; when the pipeline first claimed the root
@@ -31,7 +31,10 @@ class Owner:
     stream_created: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The record as stored: the pipeline's name under ``pipeline``, as every release wrote it."""
+        stored = asdict(self)
+        stored["pipeline"] = stored.pop("pipeline_name")
+        return stored
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Owner:
@@ -103,7 +106,7 @@ def write_owner(output: str, owner: Owner, replace: bool = False) -> Owner:
             with os.fdopen(fd, "wb") as f:
                 f.write(json_bytes(owner.to_dict()))
     elif is_s3(path):
-        put_if_absent_on_s3(path, json_bytes(owner.to_dict()), f"pipeline {owner.pipeline!r}")
+        put_if_absent_on_s3(path, json_bytes(owner.to_dict()), f"pipeline {owner.pipeline_name!r}")
     elif read_owner(output) is None:
         write_json(path, owner.to_dict())
     found = read_owner(output)

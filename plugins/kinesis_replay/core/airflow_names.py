@@ -6,9 +6,9 @@ import shlex
 from collections.abc import Iterable
 
 
-def dag_ids(pipeline: str) -> tuple[str, str]:
+def dag_ids(pipeline_name: str) -> tuple[str, str]:
     """The DAGs the factory builds for a pipeline: its regular runs and its backfills."""
-    return f"kinesis_replay_{pipeline}", f"kinesis_replay_backfill_{pipeline}"
+    return f"kinesis_replay_{pipeline_name}", f"kinesis_replay_backfill_{pipeline_name}"
 
 
 # Each replay reads every shard of the stream at the full per-shard read budget (read.*), so the pool has one slot.

@@ -209,13 +209,13 @@ _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,254}$")  # what Glue, Athena
 DEFAULT_TABLE_PREFIX = "p_"
 
 
-def default_table_name(pipeline: str) -> str:
+def default_table_name(pipeline_name: str) -> str:
     """The table a pipeline that names none commits to: its name with '-' as '_', and ``p_`` before a leading digit.
 
     A valid identifier for every valid pipeline name (``2024-orders`` -> ``p_2024_orders``); a name that starts with a
     letter keeps the table it always had (``orders-eu`` -> ``orders_eu``).
     """
-    name = pipeline.replace("-", "_")
+    name = pipeline_name.replace("-", "_")
     return f"{DEFAULT_TABLE_PREFIX}{name}" if name[:1].isdigit() else name
 
 
@@ -273,9 +273,9 @@ class TableConfig:
         return f"table {self.identifier} in catalog {self.catalog} ({kind})"
 
 
-def default_pool(pipeline: str) -> str:
+def default_pool(pipeline_name: str) -> str:
     """The pool a pipeline's replays take a slot of unless its config names another."""
-    return f"kinesis_replay_{pipeline}"
+    return f"kinesis_replay_{pipeline_name}"
 
 
 # A key with no field of its own: PipelineConfig.output_format says it, by whether the pipeline has a table.
@@ -544,7 +544,7 @@ def _parse_pipeline(source: str, index: int, data: object) -> PipelineConfig:
     )
 
 
-def _parse_table(r: _Reader, pipeline: str, output: str) -> TableConfig | None:
+def _parse_table(r: _Reader, pipeline_name: str, output: str) -> TableConfig | None:
     """output_format (iceberg unless the pipeline says directory) and its table: catalog, namespace, name."""
     output_format = r.text("output_format").lower()
     if output_format not in OUTPUT_FORMATS:
@@ -556,13 +556,13 @@ def _parse_table(r: _Reader, pipeline: str, output: str) -> TableConfig | None:
     t = _Reader(r.source, f"{r.path}.table", r.data.get("table") or {}, TableConfig)
     names = {}
     for key in ("name", "namespace", "catalog"):
-        default = default_table_name(pipeline) if key == "name" else t.get(key)
+        default = default_table_name(pipeline_name) if key == "name" else t.get(key)
         value = t.text(key, default=default)
         if not _IDENTIFIER.match(value):
             # Only a value the pipeline wrote gets here: every default is a valid identifier.
             hint = f"; leave it out for the default, {default!r}" if key == "name" else ""
             t.fail(
-                f"pipeline {pipeline!r} names {value!r}, which is not an identifier: it must be letters, digits and '_', "
+                f"pipeline {pipeline_name!r} names {value!r}, which is not an identifier: it must be letters, digits and '_', "
                 f"starting with a letter or '_' (Glue and Athena accept no more){hint}",
                 key,
             )
@@ -574,7 +574,7 @@ def _parse_table(r: _Reader, pipeline: str, output: str) -> TableConfig | None:
     for k, v in properties.items():
         if not isinstance(k, str) or isinstance(v, (Mapping, list)) or v is None:
             t.fail(f"{k!r} must be a scalar property, got {v!r}", "catalog_properties")
-    _check_catalog_type(t, pipeline, properties)
+    _check_catalog_type(t, pipeline_name, properties)
     if not properties and "://" in output:
         t.fail(
             f"the embedded catalog keeps a SQLite file under the output root, and {output} is not a local path; name a "
@@ -585,12 +585,12 @@ def _parse_table(r: _Reader, pipeline: str, output: str) -> TableConfig | None:
     return TableConfig(names["name"], names["namespace"], names["catalog"], text_properties)
 
 
-def _check_catalog_type(t: _Reader, pipeline: str, properties: Mapping[str, Any]) -> None:
+def _check_catalog_type(t: _Reader, pipeline_name: str, properties: Mapping[str, Any]) -> None:
     """catalog_properties.type, when given, is one pyiceberg knows: else every plan would fail at loading the catalog."""
     kind = properties.get("type")
     if kind is not None and "py-catalog-impl" not in properties and str(kind).lower() not in CATALOG_TYPES:
         t.fail(
-            f"pipeline {pipeline!r} names catalog type {kind!r}, which pyiceberg does not know; it must be one of "
+            f"pipeline {pipeline_name!r} names catalog type {kind!r}, which pyiceberg does not know; it must be one of "
             f"{', '.join(CATALOG_TYPES)} (or leave type out and give py-catalog-impl, a catalog class of your own)",
             "catalog_properties.type",
         )

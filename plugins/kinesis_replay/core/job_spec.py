@@ -41,7 +41,7 @@ class KinesisEndpoint:
 class JobSpec:
     """One batch's replay: its closed ranges, where its output goes, how to read and decode."""
 
-    pipeline: str
+    pipeline_name: str
     stream: str
     batch_id: int
     output: str
@@ -62,7 +62,7 @@ class JobSpec:
 
     def __post_init__(self) -> None:
         if not self.ranges:
-            raise JobSpecError(f"pipeline {self.pipeline!r}, batch {self.batch_id}: the job spec has no ranges")
+            raise JobSpecError(f"pipeline {self.pipeline_name!r}, batch {self.batch_id}: the job spec has no ranges")
 
     @classmethod
     def for_batch(
@@ -75,7 +75,7 @@ class JobSpec:
     ) -> JobSpec:
         """The spec of one of ``pipeline``'s stored batches."""
         return cls(
-            pipeline=batch.pipeline,
+            pipeline_name=batch.pipeline_name,
             stream=batch.stream,
             batch_id=batch.batch_id,
             output=pipeline.output,
@@ -93,7 +93,7 @@ class JobSpec:
     def to_dict(self) -> dict[str, Any]:
         return {
             "version": self.version,
-            "pipeline": self.pipeline,
+            "pipeline": self.pipeline_name,
             "stream": self.stream,
             "batch_id": self.batch_id,
             "output": self.output,
@@ -131,7 +131,7 @@ class JobSpec:
         try:
             planned_at, retention = data.get("planned_at"), data.get("retention_seconds")
             return cls(
-                pipeline=str(data["pipeline"]),
+                pipeline_name=str(data["pipeline"]),
                 stream=str(data["stream"]),
                 batch_id=int(data["batch_id"]),
                 output=str(data["output"]),

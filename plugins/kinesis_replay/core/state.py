@@ -31,9 +31,9 @@ TRANSITIONS: Mapping[BatchStatus, frozenset[BatchStatus]] = {
 }
 
 
-def check_transition(pipeline: str, batch_id: int, current: BatchStatus, new: BatchStatus) -> None:
+def check_transition(pipeline_name: str, batch_id: int, current: BatchStatus, new: BatchStatus) -> None:
     if new not in TRANSITIONS[current]:
-        raise StateCorruptError(f"pipeline {pipeline!r}: batch {batch_id} cannot go from {current.value} to {new.value}")
+        raise StateCorruptError(f"pipeline {pipeline_name!r}: batch {batch_id} cannot go from {current.value} to {new.value}")
 
 
 @dataclass(frozen=True)
@@ -146,7 +146,7 @@ def _span_from_dict(data: Mapping[str, Any], shard_id: str) -> tuple[int, int | 
 class Manifest:
     """The replay job's result manifest: per-shard counts, bytes and row checksums of what it wrote."""
 
-    pipeline: str
+    pipeline_name: str
     batch_id: int
     shards: tuple[ShardResult, ...]
     seconds: float = 0.0
@@ -171,7 +171,7 @@ class Manifest:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "pipeline": self.pipeline,
+            "pipeline": self.pipeline_name,
             "batch_id": self.batch_id,
             "records": self.records,
             "bytes": self.bytes,
@@ -184,7 +184,7 @@ class Manifest:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Manifest:
         return cls(
-            pipeline=str(data["pipeline"]),
+            pipeline_name=str(data["pipeline"]),
             batch_id=int(data["batch_id"]),
             shards=tuple(ShardResult.from_dict(s) for s in data["shards"]),
             seconds=float(data.get("seconds", 0.0)),
@@ -273,7 +273,7 @@ class PlanNotes:
 class Batch:
     """One entry of the batch ledger: ranges fixed at planning time, never changed afterwards."""
 
-    pipeline: str
+    pipeline_name: str
     batch_id: int
     status: BatchStatus
     ranges: tuple[SequenceRange, ...]
@@ -293,7 +293,9 @@ class Batch:
     def verified_manifest(self) -> Manifest:
         """The manifest verify stored with the batch; a batch that should hold one and does not is corrupt state."""
         if self.manifest is None:
-            raise StateCorruptError(f"pipeline {self.pipeline!r}: batch {self.batch_id} ({self.status.value}) holds no verified manifest")
+            raise StateCorruptError(
+                f"pipeline {self.pipeline_name!r}: batch {self.batch_id} ({self.status.value}) holds no verified manifest"
+            )
         return self.manifest
 
     @property
@@ -317,13 +319,13 @@ class Batch:
         }
 
     def with_status(self, status: BatchStatus, **changes: Any) -> Batch:
-        check_transition(self.pipeline, self.batch_id, self.status, status)
+        check_transition(self.pipeline_name, self.batch_id, self.status, status)
         return replace(self, status=status, **changes)
 
     def to_dict(self) -> dict[str, Any]:
         """The whole ledger entry as JSON-ready values (the output's commit record holds it)."""
         return {
-            "pipeline": self.pipeline,
+            "pipeline": self.pipeline_name,
             "batch_id": self.batch_id,
             "status": self.status.value,
             "ranges": [r.to_dict() for r in self.ranges],
@@ -343,7 +345,7 @@ class Batch:
     def from_dict(cls, data: Mapping[str, Any]) -> Batch:
         committed_at, manifest = data.get("committed_at"), data.get("manifest")
         return cls(
-            pipeline=str(data["pipeline"]),
+            pipeline_name=str(data["pipeline"]),
             batch_id=int(data["batch_id"]),
             status=BatchStatus(data["status"]),
             ranges=tuple(SequenceRange.from_dict(r) for r in data["ranges"]),
@@ -398,15 +400,15 @@ class StateStore(Protocol):
 
     def ensure_table(self) -> None: ...
 
-    def get_head(self, pipeline: str) -> Head: ...
+    def get_head(self, pipeline_name: str) -> Head: ...
 
-    def get_shards(self, pipeline: str) -> dict[str, ShardState]: ...
+    def get_shards(self, pipeline_name: str) -> dict[str, ShardState]: ...
 
-    def put_shard_if_absent(self, pipeline: str, shard: ShardState) -> ShardState:
+    def put_shard_if_absent(self, pipeline_name: str, shard: ShardState) -> ShardState:
         """Store a newly seen shard; if a concurrent plan stored it first, return what it stored."""
         ...
 
-    def put_shards_if_absent(self, pipeline: str, shards: Sequence[ShardState]) -> dict[str, ShardState]:
+    def put_shards_if_absent(self, pipeline_name: str, shards: Sequence[ShardState]) -> dict[str, ShardState]:
         """Store newly seen shards, each only if absent, in as few round trips as the table allows; returns each
         shard as stored (what a concurrent plan stored first, where one did)."""
         ...
@@ -415,13 +417,13 @@ class StateStore(Protocol):
         """Write the batch and the new head in one transaction, conditioned on ``head`` being current."""
         ...
 
-    def get_batch(self, pipeline: str, batch_id: int) -> Batch: ...
+    def get_batch(self, pipeline_name: str, batch_id: int) -> Batch: ...
 
-    def list_batches(self, pipeline: str) -> list[Batch]:
+    def list_batches(self, pipeline_name: str) -> list[Batch]:
         """The whole ledger, in id order: for tests and recovery, never on a path that runs every cycle."""
         ...
 
-    def get_batches(self, pipeline: str, batch_ids: Iterable[int]) -> dict[int, Batch]:
+    def get_batches(self, pipeline_name: str, batch_ids: Iterable[int]) -> dict[int, Batch]:
         """The named batches that exist, by id: reads those and no others, however long the ledger.
 
         Batch ids are dense (1 to the head's next id - 1; a restore may leave a few out), so the page, the
@@ -429,16 +431,16 @@ class StateStore(Protocol):
         """
         ...
 
-    def get_summaries(self, pipeline: str, batch_ids: Iterable[int]) -> dict[int, BatchSummary]:
+    def get_summaries(self, pipeline_name: str, batch_ids: Iterable[int]) -> dict[int, BatchSummary]:
         """The named batches that exist, by id, without their ranges and manifest: the page's charts read a day of them."""
         ...
 
-    def put_progress(self, progress: Progress, pipeline: str) -> None:
+    def put_progress(self, progress: Progress, pipeline_name: str) -> None:
         """Store the replay's progress, replacing the last one of its kind (regular or backfill); nothing depends on
         it but the page. Stored in pieces of a bounded number of shards, so a wide stream's fits too."""
         ...
 
-    def get_progress(self, pipeline: str) -> dict[RunKind, Progress]:
+    def get_progress(self, pipeline_name: str) -> dict[RunKind, Progress]:
         """The last progress stored of each kind (regular, backfill), read together in one cheap call."""
         ...
 
@@ -446,7 +448,7 @@ class StateStore(Protocol):
         """Replace the batch's status, manifest, attempts, error and gaps, conditioned on its current status."""
         ...
 
-    def advance_checkpoint(self, pipeline: str, shard_id: str, previous: int | None, new: int, batch_id: int, finished: bool) -> None:
+    def advance_checkpoint(self, pipeline_name: str, shard_id: str, previous: int | None, new: int, batch_id: int, finished: bool) -> None:
         """Move a checkpoint from ``previous`` to ``new``, conditioned on it still being ``previous``."""
         ...
 
@@ -459,11 +461,11 @@ class StateStore(Protocol):
         """Mark the batch COMMITTED (keeping its ``snapshot_id``, if any) and clear the head's in-flight id, in one transaction."""
         ...
 
-    def mark_finished(self, pipeline: str, shard_id: str, checkpoint: int | None) -> None:
+    def mark_finished(self, pipeline_name: str, shard_id: str, checkpoint: int | None) -> None:
         """Mark a closed, drained shard finished, conditioned on its checkpoint still being ``checkpoint``."""
         ...
 
-    def restore(self, pipeline: str, head: Head, shards: Sequence[ShardState], batches: Sequence[Batch]) -> None:
+    def restore(self, pipeline_name: str, head: Head, shards: Sequence[ShardState], batches: Sequence[Batch]) -> None:
         """Write a pipeline's state rebuilt from its output: every item conditioned on the pipeline having no head.
 
         The head goes last, so a restore cut short leaves no head, and no run plans until it is done again.

@@ -99,9 +99,9 @@ class JobCredentials:
         return env
 
 
-def session_name(pipeline: str, batch_id: int) -> str:
+def session_name(pipeline_name: str, batch_id: int) -> str:
     """A role session name that says which job assumed the role (CloudTrail shows it); STS allows 2 to 64 characters."""
-    return _SESSION_NAME.sub("-", f"kinesis-replay-{pipeline}-{batch_id}")[:64]
+    return _SESSION_NAME.sub("-", f"kinesis-replay-{pipeline_name}-{batch_id}")[:64]
 
 
 def for_job(connection: Connection, default_session_name: str, base: BaseCredentials | None, frozen: Callable[[], Keys]) -> JobCredentials:

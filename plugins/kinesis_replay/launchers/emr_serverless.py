@@ -41,16 +41,16 @@ class Upload:
         return f"s3://{self.bucket}/{self.key}"
 
 
-def batch_prefix(code_prefix: str, pipeline: str, batch_id: int) -> str:
+def batch_prefix(code_prefix: str, pipeline_name: str, batch_id: int) -> str:
     """The S3 URI under which one batch's job files live."""
     bucket, prefix = split_s3_uri(code_prefix, "code_prefix")
-    key = "/".join(part for part in (prefix, pipeline, f"batch_id={path_batch_id(batch_id)}") if part)
+    key = "/".join(part for part in (prefix, pipeline_name, f"batch_id={path_batch_id(batch_id)}") if part)
     return f"s3://{bucket}/{key}"
 
 
-def uploads(code_prefix: str, pipeline: str, batch_id: int, spark_jobs: Path, library_zip: Path, spec: Path) -> list[Upload]:
+def uploads(code_prefix: str, pipeline_name: str, batch_id: int, spark_jobs: Path, library_zip: Path, spec: Path) -> list[Upload]:
     """What the job run reads from S3: the job file, its Data Source, the library zip, and the batch spec."""
-    bucket, prefix = split_s3_uri(batch_prefix(code_prefix, pipeline, batch_id), "code_prefix")
+    bucket, prefix = split_s3_uri(batch_prefix(code_prefix, pipeline_name, batch_id), "code_prefix")
     files = [(spark_jobs / JOB_FILE, JOB_FILE), (spark_jobs / SOURCE_FILE, SOURCE_FILE), (library_zip, LIBRARY_ZIP), (spec, SPEC_FILE)]
     return [Upload(local=local, bucket=bucket, key=f"{prefix}/{name}") for local, name in files]
 

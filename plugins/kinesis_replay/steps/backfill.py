@@ -172,7 +172,7 @@ def _timestamp(value: Mapping[str, Any], key: str) -> datetime:
     return ts
 
 
-def select_batches(pipeline: str, selection: Selection, ledger: Iterable[Batch], newest: int | None = None) -> list[Batch]:
+def select_batches(pipeline_name: str, selection: Selection, ledger: Iterable[Batch], newest: int | None = None) -> list[Batch]:
     """The committed batches the selection names, in id order; anything else named is an error that says why.
 
     A time window selects every committed batch whose records may have arrived in it: from its
@@ -189,10 +189,12 @@ def select_batches(pipeline: str, selection: Selection, ledger: Iterable[Batch],
             key=lambda b: b.batch_id,
         )  # as long as the ledger at most, whatever the window
         if not chosen:
-            raise BackfillError(f"pipeline {pipeline!r}: no committed batch holds records from {start.isoformat()} to {end.isoformat()}")
+            raise BackfillError(
+                f"pipeline {pipeline_name!r}: no committed batch holds records from {start.isoformat()} to {end.isoformat()}"
+            )
         if len(chosen) > MAX_BATCHES_PER_RUN:
             raise BackfillError(
-                f"pipeline {pipeline!r}: the window {start.isoformat()} to {end.isoformat()} selects {len(chosen)} committed batches "
+                f"pipeline {pipeline_name!r}: the window {start.isoformat()} to {end.isoformat()} selects {len(chosen)} committed batches "
                 f"({chosen[0].batch_id} to {chosen[-1].batch_id}), more than the {MAX_BATCHES_PER_RUN} one backfill run replays; "
                 f"give a narrower window, or from_batch and to_batch at most {MAX_BATCHES_PER_RUN} apart, in several runs"
             )
@@ -206,19 +208,19 @@ def select_batches(pipeline: str, selection: Selection, ledger: Iterable[Batch],
         _check_range(selection.from_batch, selection.to_batch)  # before the range is built
         wanted = range(selection.from_batch, selection.to_batch + 1)
     else:
-        raise BackfillError(f"pipeline {pipeline!r}: the selection names no batch ids, no id range and no time window")
+        raise BackfillError(f"pipeline {pipeline_name!r}: the selection names no batch ids, no id range and no time window")
     missing = [i for i in wanted if i not in by_id]
     if missing and newest == 0:
         raise BackfillError(
-            f"pipeline {pipeline!r}: no batch {listed(missing)}: the ledger holds no batch yet (has the pipeline committed "
+            f"pipeline {pipeline_name!r}: no batch {listed(missing)}: the ledger holds no batch yet (has the pipeline committed "
             "one? does state_table name its table?)"
         )
     if missing:
-        raise BackfillError(f"pipeline {pipeline!r}: no batch {listed(missing)} in the ledger (it holds 1 to {newest})")
+        raise BackfillError(f"pipeline {pipeline_name!r}: no batch {listed(missing)} in the ledger (it holds 1 to {newest})")
     open_ = [f"{i} ({by_id[i].status.value})" for i in wanted if by_id[i].status != BatchStatus.COMMITTED]
     if open_:
         raise BackfillError(
-            f"pipeline {pipeline!r}: only committed batches can be backfilled; not committed: {listed(open_)}. "
+            f"pipeline {pipeline_name!r}: only committed batches can be backfilled; not committed: {listed(open_)}. "
             "A batch in flight is finished by the pipeline's own next run."
         )
     return [by_id[i] for i in wanted]
@@ -256,7 +258,7 @@ WINDOW_MARGIN = 25
 WINDOW_SLICE = 500
 
 
-def candidates(store: StateStore, pipeline: str, selection: Selection, newest: int, retention: timedelta | None) -> list[Batch]:
+def candidates(store: StateStore, pipeline_name: str, selection: Selection, newest: int, retention: timedelta | None) -> list[Batch]:
     """The part of the ledger a selection can name, read without reading the rest.
 
     Ids and id ranges read exactly those batches. A window [start, end] reads from the first batch planned at
@@ -265,10 +267,10 @@ def candidates(store: StateStore, pipeline: str, selection: Selection, newest: i
     window, since every record in the stream when it was planned had arrived within the retention.
     """
     if selection.batch_ids:
-        return list(store.get_batches(pipeline, selection.batch_ids).values())
+        return list(store.get_batches(pipeline_name, selection.batch_ids).values())
     if selection.from_batch is not None and selection.to_batch is not None:
         _check_range(selection.from_batch, selection.to_batch)
-        return list(store.get_batches(pipeline, range(selection.from_batch, min(selection.to_batch, newest) + 1)).values())
+        return list(store.get_batches(pipeline_name, range(selection.from_batch, min(selection.to_batch, newest) + 1)).values())
     if selection.start_time is None or selection.end_time is None or retention is None:
         return []
     try:
@@ -276,9 +278,9 @@ def candidates(store: StateStore, pipeline: str, selection: Selection, newest: i
     except OverflowError:  # an end such as 9999-12-31, meaning "until now": every batch planned after start
         horizon = datetime.max.replace(tzinfo=UTC)
     found: list[Batch] = []
-    first = max(1, _first_planned_since(store, pipeline, selection.start_time, newest) - WINDOW_MARGIN)
+    first = max(1, _first_planned_since(store, pipeline_name, selection.start_time, newest) - WINDOW_MARGIN)
     for low in range(first, newest + 1, WINDOW_SLICE):
-        part = store.get_batches(pipeline, range(low, min(newest, low + WINDOW_SLICE - 1) + 1)).values()
+        part = store.get_batches(pipeline_name, range(low, min(newest, low + WINDOW_SLICE - 1) + 1)).values()
         found += [b for b in part if b.created_at <= horizon]
         if any(b.created_at > horizon for b in part):
             break
@@ -290,7 +292,7 @@ def candidates(store: StateStore, pipeline: str, selection: Selection, newest: i
 _PROBE = 4
 
 
-def _first_planned_since(store: StateStore, pipeline: str, since: datetime, newest: int) -> int:
+def _first_planned_since(store: StateStore, pipeline_name: str, since: datetime, newest: int) -> int:
     """An id from which reading on finds every batch planned at or after ``since``: about log2(ids) reads.
 
     The lowest such batch's id, or lower: a probe that finds no batch counts as "not before", which only
@@ -299,7 +301,7 @@ def _first_planned_since(store: StateStore, pipeline: str, since: datetime, newe
     low, high = 1, newest + 1
     while low < high:
         middle = (low + high) // 2
-        probe = store.get_batches(pipeline, range(middle, min(newest, middle + _PROBE - 1) + 1))
+        probe = store.get_batches(pipeline_name, range(middle, min(newest, middle + _PROBE - 1) + 1))
         batch = probe[min(probe)] if probe else None
         if batch is None or batch.created_at >= since:
             high = middle
@@ -434,7 +436,7 @@ class Restore:
     where it comes from. A batch whose verified files are still in the output is committed from them; one whose files
     are gone is replayed from the stream, while its ranges are within the retention; the rest cannot come back."""
 
-    pipeline: str
+    pipeline_name: str
     ledger: Ledger
     state: TableState
     from_files: tuple[int, ...]
@@ -445,7 +447,7 @@ class Restore:
     def describe(self) -> str:
         held = self.state.holdings.describe() if self.state.exists else "nothing (there is no table)"
         lines = [
-            f"pipeline {self.pipeline}: the table holds {held}; the ledger says batches 1 to {self.ledger.last} are committed.",
+            f"pipeline {self.pipeline_name}: the table holds {held}; the ledger says batches 1 to {self.ledger.last} are committed.",
             f"  from the output's verified files: {len(self.from_files)} batches ({listed(self.from_files) or 'none'})",
             f"  replayed from the stream: {len(self.from_stream)} batches ({listed(self.from_stream) or 'none'})",
         ]

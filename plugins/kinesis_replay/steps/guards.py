@@ -57,9 +57,9 @@ def check_owner(pipeline: PipelineConfig, owner: Owner | None, new_table: bool =
             "pipeline's batches are, its next run's plan writes the record again (once the output's commit records are "
             "found to be the pipeline's); else point output back to where they are. Nothing was written."
         )
-    if owner.pipeline != pipeline.name:
+    if owner.pipeline_name != pipeline.name:
         raise OutputOwnershipError(
-            f"pipeline {pipeline.name!r} may not write output {root}: it belongs to pipeline {owner.pipeline!r} "
+            f"pipeline {pipeline.name!r} may not write output {root}: it belongs to pipeline {owner.pipeline_name!r} "
             f"(stream {owner.stream}, state table {owner.state_table}, since {owner.created_at}). Both would number their "
             "batches from 1 and replace each other's. Give each pipeline an output root of its own. Nothing was written."
         )
@@ -185,14 +185,14 @@ def check_records_owner(pipeline: PipelineConfig) -> None:
     if not ids:
         return
     newest = commit_records.read_commit_record(root, ids[-1])
-    if newest.pipeline == pipeline.name and newest.stream == pipeline.stream:
+    if newest.pipeline_name == pipeline.name and newest.stream == pipeline.stream:
         return
     gone = f"output {root} has no owner record ({OWNER_FILE}: deleted?), and its commit records ({COMMITS_DIR}, up to batch {ids[-1]})"
-    if newest.pipeline != pipeline.name:
+    if newest.pipeline_name != pipeline.name:
         raise OutputOwnershipError(
-            f"pipeline {pipeline.name!r} may not write output {root}: {gone} are of pipeline {newest.pipeline!r} (stream "
+            f"pipeline {pipeline.name!r} may not write output {root}: {gone} are of pipeline {newest.pipeline_name!r} (stream "
             f"{newest.stream}), whose output it is. Both would number their batches from 1 and replace each other's. Give "
-            f"pipeline {pipeline.name!r} an output root of its own; pipeline {newest.pipeline!r}'s next run writes its owner "
+            f"pipeline {pipeline.name!r} an output root of its own; pipeline {newest.pipeline_name!r}'s next run writes its owner "
             "record again. Nothing was written."
         )
     raise OutputOwnershipError(
@@ -301,7 +301,7 @@ def _who(other: OtherRoot) -> str:
     if other.owner is None:
         return f"a pipeline whose owner record {other.record} cannot be read here ({other.unreadable})"
     owner = other.owner
-    return f"pipeline {owner.pipeline!r} (stream {owner.stream}, state table {owner.state_table}; owner record {other.record})"
+    return f"pipeline {owner.pipeline_name!r} (stream {owner.stream}, state table {owner.state_table}; owner record {other.record})"
 
 
 def check_nesting(pipeline: PipelineConfig, owner: Owner | None) -> None:

@@ -119,7 +119,7 @@ def plan_batch(
         return PlanResult(batch=None, resumed=False, waiting=waiting_ids, lag_millis=lag)
 
     batch = Batch(
-        pipeline=pipeline.name, batch_id=head.next_batch_id, status=BatchStatus.PLANNED, ranges=tuple(ranges),
+        pipeline_name=pipeline.name, batch_id=head.next_batch_id, status=BatchStatus.PLANNED, ranges=tuple(ranges),
         stream=pipeline.stream, run_id=run_id, created_at=now, gaps=tuple(planner.gaps),
         notes=PlanNotes(lag_millis=lag, capped=dict(sorted(planner.left.items())),
                         estimated_records={shard: records for shard, (records, _) in sorted(estimates.items())},
@@ -333,13 +333,13 @@ class ShardRate:
 _MIN_RATE_SPAN = 1.0  # seconds: a shorter range (a burst, one record) says nothing of its shard's rate
 
 
-def shard_rates(store: StateStore, pipeline: str, states: Mapping[str, ShardState]) -> dict[str, ShardRate]:
+def shard_rates(store: StateStore, pipeline_name: str, states: Mapping[str, ShardState]) -> dict[str, ShardRate]:
     """Each shard's rate on its last committed range, from the ledger (one read of the batches they name)."""
     ids = {s.last_batch_id for s in states.values() if s.last_batch_id is not None and not s.finished}
     if not ids:
         return {}
     rates: dict[str, ShardRate] = {}
-    for batch in store.get_batches(pipeline, sorted(ids)).values():
+    for batch in store.get_batches(pipeline_name, sorted(ids)).values():
         results = batch.manifest.by_shard() if batch.manifest else {}
         for rng in batch.ranges:
             got = results.get(rng.shard_id)

@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 class Recovery:
     """What a recovery writes into the state table."""
 
-    pipeline: str
+    pipeline_name: str
     state_table: str
     output: str
     head: Head
@@ -54,7 +54,7 @@ class Recovery:
     def describe(self) -> str:
         ids = [b.batch_id for b in self.batches]
         lines = [
-            f"pipeline {self.pipeline}: rebuild state table {self.state_table} from output {self.output}:",
+            f"pipeline {self.pipeline_name}: rebuild state table {self.state_table} from output {self.output}:",
             f"  {len(ids)} committed batches ({ids[0]} to {ids[-1]}), next batch id {self.head.next_batch_id}",
         ]
         for s in self.shards:
@@ -100,9 +100,9 @@ def plan_recovery(pipeline: PipelineConfig, records: Sequence[Batch], listed: Se
     parents = {s.shard_id: s.parent_shard_ids for s in listed}
     shards: dict[str, ShardState] = {}
     for batch in records:
-        if batch.pipeline != pipeline.name or batch.stream != pipeline.stream:
+        if batch.pipeline_name != pipeline.name or batch.stream != pipeline.stream:
             raise RecoveryError(
-                f"{where}: the commit record of batch {batch.batch_id} is of pipeline {batch.pipeline!r}, stream {batch.stream}"
+                f"{where}: the commit record of batch {batch.batch_id} is of pipeline {batch.pipeline_name!r}, stream {batch.stream}"
             )
         if batch.manifest is None:
             raise RecoveryError(f"{where}: commit record of batch {batch.batch_id} has no manifest")

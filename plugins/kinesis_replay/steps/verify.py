@@ -136,9 +136,9 @@ def check_files(pipeline: PipelineConfig, batch_id: int, manifest: Manifest) -> 
 
 def check_manifest(batch: Batch, manifest: Manifest, acknowledged: frozenset[str] = frozenset(), run_id: str = "") -> list[Gap]:
     """The manifest covers exactly the batch's ranges, from each start to each end; returns acknowledged gaps."""
-    where = f"pipeline {batch.pipeline!r}, batch {batch.batch_id}"
-    if manifest.batch_id != batch.batch_id or manifest.pipeline != batch.pipeline:
-        raise VerificationError(f"{where}: the result manifest is for pipeline {manifest.pipeline!r}, batch {manifest.batch_id}")
+    where = f"pipeline {batch.pipeline_name!r}, batch {batch.batch_id}"
+    if manifest.batch_id != batch.batch_id or manifest.pipeline_name != batch.pipeline_name:
+        raise VerificationError(f"{where}: the result manifest is for pipeline {manifest.pipeline_name!r}, batch {manifest.batch_id}")
     results = manifest.by_shard()
     planned = {r.shard_id for r in batch.ranges}
     # A range with no row: every record of it was gone when it was read, which only an acknowledged shard may be.

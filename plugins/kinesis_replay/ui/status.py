@@ -120,14 +120,14 @@ def pipeline_view(p: PipelineConfig, store: StateStore, now: datetime, last: int
     )
 
 
-def last_day(store: StateStore, pipeline: str, head: Head, now: datetime) -> list[BatchSummary]:
+def last_day(store: StateStore, pipeline_name: str, head: Head, now: datetime) -> list[BatchSummary]:
     """The batches planned within HISTORY of ``now`` (at most HISTORY_MAX), oldest first: read newest first, a hundred
     ids to a call, until one is older than the window; never the whole ledger."""
     newest, since = head.next_batch_id - 1, now - HISTORY
     found: list[BatchSummary] = []
     while newest >= 1 and len(found) < HISTORY_MAX:
         ids = range(newest, max(0, newest - 100), -1)
-        chunk = store.get_summaries(pipeline, ids)
+        chunk = store.get_summaries(pipeline_name, ids)
         found += [chunk[i] for i in ids if i in chunk]
         newest -= 100
         if any(b.created_at < since for b in chunk.values()):
@@ -203,7 +203,7 @@ class ReplayProgress:
 
     def __init__(
         self,
-        pipeline: str,
+        pipeline_name: str,
         batch_id: int,
         publish: Callable[[Progress], None],
         every_seconds: float,
@@ -212,7 +212,7 @@ class ReplayProgress:
         kind: RunKind = RunKind.REGULAR,
         clock: Callable[[], float] = time.monotonic,
     ):
-        self.pipeline, self.batch_id, self.kind = pipeline, batch_id, kind
+        self.pipeline_name, self.batch_id, self.kind = pipeline_name, batch_id, kind
         self._publish, self._every, self._clock = publish, every_seconds, clock
         self.records: dict[str, int] = dict.fromkeys(shards, 0)
         self.done: set[str] = set()
@@ -244,7 +244,7 @@ class ReplayProgress:
             if self.failures == 1:
                 log.warning(
                     "pipeline %s, %s batch %d: the replay's progress was not stored; the replay goes on, the page shows older "
-                    "counts, and further failures are only counted: %s", self.pipeline, self.kind.value, self.batch_id, exc,
+                    "counts, and further failures are only counted: %s", self.pipeline_name, self.kind.value, self.batch_id, exc,
                 )  # fmt: skip
 
     def close(self) -> int:
@@ -253,7 +253,7 @@ class ReplayProgress:
         if self.failures:
             log.warning(
                 "pipeline %s, %s batch %d: %d of %d writes of the replay's progress failed",
-                self.pipeline, self.kind.value, self.batch_id, self.failures, self.writes,
+                self.pipeline_name, self.kind.value, self.batch_id, self.failures, self.writes,
             )  # fmt: skip
         return self.failures
 
