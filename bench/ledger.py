@@ -36,15 +36,15 @@ S = 10**55
 
 def ledger_batch(batch_id: int, shards: int) -> Any:
     from kinesis_replay.core.ranges import SequenceRange
-    from kinesis_replay.core.state import Batch, BatchStatus, Manifest, ShardResult
+    from kinesis_replay.core.state import Batch, BatchStatus, ReplayResult, ShardResult
 
     planned = T0 + batch_id * EVERY
     ids = [f"shardId-{i:012d}" for i in range(shards)]
     first, last = S + 10 * batch_id, S + 10 * batch_id + 9
     ranges = tuple(SequenceRange(s, first, last, first - 1, False, planned - EVERY) for s in ids)
-    manifest = Manifest("bench", batch_id, tuple(ShardResult(s, 10, 10_000, first, last, "ab", last_arrival=planned) for s in ids))
+    result = ReplayResult("bench", batch_id, tuple(ShardResult(s, 10, 10_000, first, last, "ab", last_arrival=planned) for s in ids))
     return Batch("bench", batch_id, BatchStatus.COMMITTED, ranges, "stream", f"scheduled__{batch_id}", planned,
-                 committed_at=planned + EVERY / 2, manifest=manifest, extra={"lag_millis": dict.fromkeys(ids, 1000)})  # fmt: skip
+                 committed_at=planned + EVERY / 2, result=result, extra={"lag_millis": dict.fromkeys(ids, 1000)})  # fmt: skip
 
 
 def timed(fn: Callable[[], Any], runs: int) -> float:

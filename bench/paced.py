@@ -220,7 +220,7 @@ class Paced:
 
     def replay_job(self) -> dict[str, Any]:
         """spark-submit the replay job on the backlog's ranges, exactly as the replay task does; checked against the acknowledged records."""
-        from kinesis_replay.adapters.files import read_manifest
+        from kinesis_replay.adapters.files import read_result
         from kinesis_replay.adapters.layout import batch_path, data_path
         from kinesis_replay.core.config import parse_config
         from kinesis_replay.core.job_spec import JobSpec, KinesisEndpoint
@@ -246,9 +246,9 @@ class Paced:
         (WORK / f"replay-job-{self.scenario.shards}.log").write_text(done.output)
         if done.code != 0:
             raise RuntimeError(f"the replay job failed:\n{done.output[-3000:]}")
-        self._check_manifest(read_manifest(str(output), 1), "the replay job")
-        manifest = read_manifest(str(output), 1)
-        folder = data_path(str(output), 1, manifest.attempt) if manifest.attempt else batch_path(str(output), 1)
+        self._check_result(read_result(str(output), 1), "the replay job")
+        result = read_result(str(output), 1)
+        folder = data_path(str(output), 1, result.attempt) if result.attempt else batch_path(str(output), 1)
         files = sorted(p.name for p in Path(folder).glob("*.parquet"))
         phases = job_phases(done)
         shutil.rmtree(output, ignore_errors=True)
@@ -259,15 +259,15 @@ class Paced:
             "launch": phases.pop("started_at") - submitted, **phases,
         }  # fmt: skip
 
-    def _check_manifest(self, manifest: Any, what: str) -> None:
-        got = {s.shard_id: (s.records, s.bytes, s.first_sequence_number, s.last_sequence_number) for s in manifest.shards}
+    def _check_result(self, result: Any, what: str) -> None:
+        got = {s.shard_id: (s.records, s.bytes, s.first_sequence_number, s.last_sequence_number) for s in result.shards}
         want = {s.shard_id: (s.records, s.data_bytes, s.first, s.last) for s in self.shards.values()}
         if got != want:
             raise RuntimeError(f"{what}'s manifest is not the acknowledged records: {got} != {want}")
 
     def dag_cycle(self) -> dict[str, Any]:
         """One regular DAG run with dag.test() on a new pipeline: plan, replay, verify and commit the whole backlog."""
-        from kinesis_replay.adapters.files import read_manifest
+        from kinesis_replay.adapters.files import read_result
         from stack.harness import load_dags
 
         name = f"p{uuid.uuid4().hex[:8]}"
@@ -288,7 +288,7 @@ class Paced:
         states = {t: str(ti.state) for t, ti in tasks.items()}
         if str(run.state) != "success" or any(states.get(t) != "success" for t in ("plan", "replay", "verify", "commit")):
             raise RuntimeError(f"the DAG cycle did not commit its batch: {run.state}, {states}")
-        self._check_manifest(read_manifest(str(output), 1), "the DAG cycle")
+        self._check_result(read_result(str(output), 1), "the DAG cycle")
         shutil.rmtree(output, ignore_errors=True)
         durations = {t: (ti.end_date - ti.start_date).total_seconds() for t, ti in tasks.items() if ti.start_date and ti.end_date}
         return {"seconds": seconds, "throttled": self._throttled(), **{f"task_{t}": d for t, d in durations.items()}}

@@ -212,12 +212,12 @@ def _per_shard(proxy: ProxyProcess, scenario: Scenario) -> tuple[list[int], list
 def _commit_without_reading(pipeline: Any, store: Any, batch: Any) -> None:
     """Setup, not measured: commit the first batch as if it had been replayed (no Spark here), so that the next plan
     finds every checkpoint at its shard's newest record, as a pipeline that keeps up does."""
-    from kinesis_replay.core.state import BatchStatus, Manifest, ShardResult
+    from kinesis_replay.core.state import BatchStatus, ReplayResult, ShardResult
     from kinesis_replay.steps.commit import commit_batch
 
     results = tuple(ShardResult(r.shard_id, 1, 1, r.start, r.end, "-") for r in batch.ranges)
     store.update_batch(
-        batch.with_status(BatchStatus.WRITTEN, manifest=Manifest(pipeline.name, batch.batch_id, results)), BatchStatus.PLANNED
+        batch.with_status(BatchStatus.WRITTEN, result=ReplayResult(pipeline.name, batch.batch_id, results)), BatchStatus.PLANNED
     )
     commit_batch(pipeline, store, batch.batch_id)
 

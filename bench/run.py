@@ -198,7 +198,7 @@ class Bench:
 
     def replay_job(self, stream: Stream, conf: dict[str, str] | None = None) -> dict[str, Any]:
         """spark-submit the replay job on the stream's ranges, exactly as the replay task does; time it to its exit."""
-        from kinesis_replay.adapters.files import read_manifest
+        from kinesis_replay.adapters.files import read_result
         from kinesis_replay.adapters.layout import batch_path, data_path
         from kinesis_replay.core.config import ReadConfig, parse_config
         from kinesis_replay.core.job_spec import JobSpec, KinesisEndpoint
@@ -227,11 +227,11 @@ class Bench:
         (self.work / f"replay-job-{stream.records}.log").write_text(done.output)  # the last run's, for its per-shard lines
         if done.code != 0:
             raise RuntimeError(f"the replay job failed:\n{done.output[-3000:]}")
-        manifest = read_manifest(str(output), 1)
+        result = read_result(str(output), 1)
         expected = {r["shard_id"]: r["records"] for r in stream.ranges}
-        if {s.shard_id: s.records for s in manifest.shards} != expected:
-            raise RuntimeError(f"the replay job's manifest counts {manifest.to_dict()}, expected {expected}")
-        folder = data_path(str(output), 1, manifest.attempt) if manifest.attempt else batch_path(str(output), 1)
+        if {s.shard_id: s.records for s in result.shards} != expected:
+            raise RuntimeError(f"the replay job's manifest counts {result.to_dict()}, expected {expected}")
+        folder = data_path(str(output), 1, result.attempt) if result.attempt else batch_path(str(output), 1)
         check_rows(Path(folder), stream, "the replay job")
         phases = job_phases(done)
         return {

@@ -347,22 +347,22 @@ def catch_up_needed(summary: BatchFigures) -> bool:
 
 def batch_summary(p: PipelineConfig, batch: Batch, kind: str) -> BatchFigures:
     """The batch's figures, sent as metrics and carried in the output Asset's event."""
-    manifest = batch.verified_manifest()
+    result = batch.verified_result()
     # A regular batch: plan to commit. A backfill: its replay job's own time (the batch's commit was long before).
-    seconds = (batch.committed_at - batch.created_at).total_seconds() if batch.committed_at and kind == "regular" else manifest.seconds
+    seconds = (batch.committed_at - batch.created_at).total_seconds() if batch.committed_at and kind == "regular" else result.seconds
     prefix = f"kinesis_replay.{p.name}.{kind}_batch"
-    stats.gauge(f"{prefix}.records", manifest.records)
-    stats.gauge(f"{prefix}.bytes", manifest.bytes)
-    stats.gauge(f"{prefix}.bad_records", manifest.bad_records)
+    stats.gauge(f"{prefix}.records", result.records)
+    stats.gauge(f"{prefix}.bytes", result.bytes)
+    stats.gauge(f"{prefix}.bad_records", result.bad_records)
     stats.timing(f"{prefix}.duration", seconds * 1000)
     summary = BatchFigures(
         pipeline=p.name,
         kind=kind,
         batch_id=batch.batch_id,
         shards=len(batch.ranges),
-        records=manifest.records,
-        bad_records=manifest.bad_records,
-        bytes=manifest.bytes,
+        records=result.records,
+        bad_records=result.bad_records,
+        bytes=result.bytes,
         seconds=round(seconds, 3),
         path=layout.batch_path(p.output, batch.batch_id) if p.table is None else p.output,
     )

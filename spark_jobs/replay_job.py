@@ -39,7 +39,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from kinesis_replay.adapters.layout import batch_path, data_path, manifest_path, owner_path, quarantine_path, staging_path
+from kinesis_replay.adapters.layout import batch_path, data_path, owner_path, quarantine_path, result_path, staging_path
 from kinesis_replay.core.config import CORRUPT_RECORD_COLUMN as CORRUPT
 from kinesis_replay.core.config import PayloadConfig
 from kinesis_replay.core.ddl import DdlType, parse_ddl_schema
@@ -48,7 +48,7 @@ from kinesis_replay.core.job_spec import JobSpec
 from kinesis_replay.core.payloads import UNEXPLAINED, json_decode_error
 from kinesis_replay.core.ranges import SequenceRange
 from kinesis_replay.core.records import DIGEST_SEPARATOR, DIGEST_TEXT_COLUMNS, PARTITION_COLUMN, format_digest
-from kinesis_replay.core.state import Manifest, ShardResult
+from kinesis_replay.core.state import ReplayResult, ShardResult
 from kinesis_source import Unconfirmed, first_call_accumulator, read_ranges, sample_ranges, unconfirmed_accumulator
 
 SEQ_WIDTH = 130  # sequence numbers have at most 129 digits: left-padded, they order as text as they do as numbers
@@ -296,7 +296,7 @@ def row_digest_column() -> Any:
 
 def summarize(
     spark: SparkSession, spec: JobSpec, seconds: float, attempt: str | None = None, unconfirmed: Sequence[Unconfirmed] = ()
-) -> Manifest:
+) -> ReplayResult:
     """Per-shard rows, bad rows, bytes, first and last sequence numbers and row checksums, read back from the files;
     with each shard's ``unconfirmed`` spans (records that may have been trimmed unread, an acknowledged loss)."""
     output, batch_id = spec.output, spec.batch_id
@@ -316,7 +316,7 @@ def summarize(
         spans.setdefault(shard_id, set()).add((after, first))
     # A shard with no row has a span only from a retried task's failed attempt: verify records the whole range as gone.
     if not paths:  # not a row: every range was acknowledged as gone (a loss the ledger records as gaps)
-        return Manifest(pipeline_name=spec.pipeline_name, batch_id=batch_id, shards=(), seconds=round(seconds, 3), attempt=attempt)
+        return ReplayResult(pipeline_name=spec.pipeline_name, batch_id=batch_id, shards=(), seconds=round(seconds, 3), attempt=attempt)
     written = spark.read.parquet(*paths).select(*columns)  # the quarantine's files have no batch_id column
     seq = F.lpad("sequence_number", SEQ_WIDTH, "0")
     row_hash = F.xxhash64("shard_id", "sequence_number", "sub_sequence_number", "partition_key", "data")
@@ -350,10 +350,10 @@ def summarize(
         )
         for r in sorted(rows, key=lambda r: r["shard_id"])
     )
-    return Manifest(pipeline_name=spec.pipeline_name, batch_id=batch_id, shards=shards, seconds=round(seconds, 3), attempt=attempt)
+    return ReplayResult(pipeline_name=spec.pipeline_name, batch_id=batch_id, shards=shards, seconds=round(seconds, 3), attempt=attempt)
 
 
-def run(spec: JobSpec, source: Callable[..., DataFrame] = read_ranges) -> Manifest:
+def run(spec: JobSpec, source: Callable[..., DataFrame] = read_ranges) -> ReplayResult:
     started, started_at = time.monotonic(), time.time()
     phases: dict[str, float] = {}
 
@@ -370,14 +370,14 @@ def run(spec: JobSpec, source: Callable[..., DataFrame] = read_ranges) -> Manife
         lap("read_write")
         # Of that phase, the part from the first Kinesis call on: before it, the tasks start (Python workers, imports).
         from_first_call = max(0.0, time.time() - first_call.value) if math.isfinite(first_call.value) else 0.0
-        manifest = summarize(spark, spec, time.monotonic() - started, attempt, unconfirmed.value)
+        result = summarize(spark, spec, time.monotonic() - started, attempt, unconfirmed.value)
         lap("summary")
-        path = manifest_path(spec.output, spec.batch_id)
-        HadoopFS(spark, path).write_text(path, json.dumps(manifest.to_dict(), indent=2))
+        path = result_path(spec.output, spec.batch_id)
+        HadoopFS(spark, path).write_text(path, json.dumps(result.to_dict(), indent=2))
         lap("manifest")
         # Where a run's time goes (the session's start-up is a fixed cost; reading and writing are one pass).
         print(f"kinesis-replay: phases: {json.dumps({'started_at': started_at, **phases, 'from_first_call': from_first_call})}", flush=True)
-        return manifest
+        return result
     finally:
         spark.stop()
 
@@ -489,7 +489,7 @@ def _split(line: str) -> tuple[str, str]:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        manifest = run(warm_up_spec(args.warm_up), source=sample_ranges) if args.warm_up else run(load_spec(args.spec))
+        result = run(warm_up_spec(args.warm_up), source=sample_ranges) if args.warm_up else run(load_spec(args.spec))
     except KinesisReplayError as exc:
         print(f"kinesis-replay: {exc}", file=sys.stderr)
         return 2
@@ -498,8 +498,8 @@ def main(argv: list[str] | None = None) -> int:
         # A domain error inside a task failure names the shard and range: it wins over its wrappers.
         print(f"kinesis-replay: replay failed: {_domain_error(exc) or root_cause(exc)}", file=sys.stderr, flush=True)
         return 2
-    print(f"kinesis-replay: batch {manifest.batch_id} of {manifest.pipeline_name}: {manifest.records} records, "
-          f"{manifest.bytes} bytes, {len(manifest.shards)} shards, {manifest.seconds}s")  # fmt: skip
+    print(f"kinesis-replay: batch {result.batch_id} of {result.pipeline_name}: {result.records} records, "
+          f"{result.bytes} bytes, {len(result.shards)} shards, {result.seconds}s")  # fmt: skip
     return 0
 
 

@@ -45,8 +45,8 @@ def test_a_capped_initial_load_lands_as_several_batches_and_catches_up_at_once(
     ledger = store.list_batches(entry["name"])
     assert len(ledger) == 1 + len(then) >= 4 and all(b.status.value == "COMMITTED" for b in ledger)
     for batch in ledger:
-        assert batch.manifest is not None
-        results = batch.manifest.by_shard()
+        assert batch.result is not None
+        results = batch.result.by_shard()
         for rng in batch.ranges:  # each range holds records that arrived within the cap of its first
             last = results[rng.shard_id].last_arrival
             assert rng.start_arrival is not None and last is not None

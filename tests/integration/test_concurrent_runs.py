@@ -37,10 +37,10 @@ def check_committed_once(p: PipelineConfig, store: DynamoDBStateStore, produced:
     """The ledger holds batch 1 committed, once, with the attempt the table holds; each record is in the table once."""
     (batch,) = store.list_batches(p.name)
     assert batch.batch_id == 1 and batch.status == BatchStatus.COMMITTED and batch.error is None, batch
-    assert batch.verified_manifest().attempt == attempt
+    assert batch.verified_result().attempt == attempt
     assert store.get_head(p.name).in_flight is None and store.get_head(p.name).next_batch_id == 2
     assert {sid: s.checkpoint for sid, s in store.get_shards(p.name).items()} == {r.shard_id: r.end for r in batch.ranges}
-    assert commit_records.read_commit_record(p.output, 1).verified_manifest().attempt == attempt
+    assert commit_records.read_commit_record(p.output, 1).verified_result().attempt == attempt
     assert set(files.attempt_paths(p.output, 1)) == {attempt}  # the commit removed every other attempt
     table = output_table(p.output)
     assert table is not None and len(table.metadata.snapshots) == 1
@@ -59,7 +59,7 @@ def test_the_run_that_replayed_a_batch_another_run_committed_fails_at_verify_and
     b = tasks.plan(p, "manual__b", {})  # run B, triggered while A runs: it resumes A's batch
     assert (a["batch_id"], b["batch_id"], b["resumed"], b["action"]) == (1, 1, True, "replay")
     tasks.replay(p, b, {})  # B's replay writes the result manifest last
-    replayed = files.read_manifest(p.output, 1).attempt
+    replayed = files.read_result(p.output, 1).attempt
     assert replayed is not None and len(files.attempt_paths(p.output, 1)) == 2
     tasks.verify(p, a, {}, "manual__a")
     tasks.commit(p, a, "manual__a")  # A commits the last replay's attempt (B's), and removes its own
@@ -82,7 +82,7 @@ def test_a_spark_job_that_fails_because_another_run_committed_its_batch_meanwhil
     (p,) = parse_config({"pipelines": [entry]})
     a = tasks.plan(p, "manual__a", {})
     tasks.replay(p, a, {})
-    won = files.read_manifest(p.output, 1).attempt
+    won = files.read_result(p.output, 1).attempt
     b = tasks.plan(p, "manual__b", {})
     assert b["batch_id"] == 1 and b["resumed"]
     removed = f"{layout.data_path(p.output, 1, 'attempt-of-b')}/part-00000.parquet"

@@ -26,9 +26,9 @@ from kinesis_replay.core.state import (
     Batch,
     BatchStatus,
     Head,
-    Manifest,
     PlanNotes,
     Progress,
+    ReplayResult,
     RunKind,
     ShardResult,
     ShardState,
@@ -191,8 +191,8 @@ def test_a_batch_of_1000_shards_is_stored_in_items_of_bounded_size_and_reads_bac
 ) -> None:
     batch = wide()
     store.create_batch(batch, Head())
-    manifest = Manifest("orders", 1, tuple(ShardResult(r.shard_id, 50, 5_000, S + 1, S + 50, "0123456789abcdef") for r in batch.ranges))
-    written = batch.with_status(BatchStatus.WRITTEN, manifest=manifest, attempts=1)
+    result = ReplayResult("orders", 1, tuple(ShardResult(r.shard_id, 50, 5_000, S + 1, S + 50, "0123456789abcdef") for r in batch.ranges))
+    written = batch.with_status(BatchStatus.WRITTEN, result=result, attempts=1)
     store.update_batch(written, expected=BatchStatus.PLANNED)
     assert store.get_batch("orders", 1) == written
     assert store.get_batches("orders", [1]) == {1: written} and store.list_batches("orders") == [written]
@@ -229,8 +229,8 @@ def test_a_wide_batchs_summary_reads_its_figures_and_failures_without_its_ranges
     for cause in ("first cause", "second cause"):
         failed = failed.with_status(BatchStatus.FAILED, attempts=failed.attempts + 1, error=cause)
         store.update_batch(failed, expected=BatchStatus.PLANNED if cause == "first cause" else BatchStatus.FAILED)
-    manifest = Manifest("orders", 1, tuple(ShardResult(r.shard_id, 50, 5_000, S + 1, S + 50, "0123456789abcdef") for r in batch.ranges))
-    store.update_batch(failed.with_status(BatchStatus.WRITTEN, manifest=manifest, attempts=3, error=None), expected=BatchStatus.FAILED)
+    result = ReplayResult("orders", 1, tuple(ShardResult(r.shard_id, 50, 5_000, S + 1, S + 50, "0123456789abcdef") for r in batch.ranges))
+    store.update_batch(failed.with_status(BatchStatus.WRITTEN, result=result, attempts=3, error=None), expected=BatchStatus.FAILED)
 
     (summary,) = store.get_summaries("orders", [1, 2]).values()  # batch 2 does not exist
     assert (summary.batch_id, summary.status, summary.error, summary.failures, summary.last_error) == (
@@ -241,30 +241,30 @@ def test_a_wide_batchs_summary_reads_its_figures_and_failures_without_its_ranges
 
 def committed(batch: Batch, attempt: str) -> Batch:
     """The batch committed with a manifest of ``attempt``, as the ledger holds it after its first run."""
-    manifest = Manifest(
+    result = ReplayResult(
         "orders",
         batch.batch_id,
         tuple(ShardResult(r.shard_id, 50, 5_000, S + 1, S + 50, "0123456789abcdef") for r in batch.ranges),
         1.0,
         attempt,
     )
-    return replace(batch, status=BatchStatus.COMMITTED, committed_at=NOW, manifest=manifest, snapshot_id=1)
+    return replace(batch, status=BatchStatus.COMMITTED, committed_at=NOW, result=result, snapshot_id=1)
 
 
 @pytest.mark.parametrize("make", [planned, wide], ids=["inline", "in-parts"])
 def test_a_backfill_keeps_the_replayed_manifest_with_its_snapshot_in_one_conditional_write(store: DynamoDBStateStore, make: Any) -> None:
     first = committed(make(), "a")
     store.restore("orders", Head(next_batch_id=2), [], [first])
-    assert first.manifest is not None
-    replayed = replace(first, manifest=replace(first.manifest, attempt="b", seconds=2.0), snapshot_id=2)
+    assert first.result is not None
+    replayed = replace(first, result=replace(first.result, attempt="b", seconds=2.0), snapshot_id=2)
 
     store.set_replayed(replayed, expected=BatchStatus.COMMITTED)
 
     stored = store.get_batch("orders", 1)
-    assert stored == replayed and stored.manifest is not None and (stored.manifest.attempt, stored.snapshot_id) == ("b", 2)
+    assert stored == replayed and stored.result is not None and (stored.result.attempt, stored.snapshot_id) == ("b", 2)
     # Conditioned on the status: a batch that is not COMMITTED keeps its manifest and snapshot.
     with pytest.raises(StateConflictError, match=r"pipeline 'orders': keeping the replayed attempt c and snapshot 3 with batch 1"):
-        store.set_replayed(replace(replayed, manifest=replace(first.manifest, attempt="c"), snapshot_id=3), expected=BatchStatus.WRITTEN)
+        store.set_replayed(replace(replayed, result=replace(first.result, attempt="c"), snapshot_id=3), expected=BatchStatus.WRITTEN)
     assert store.get_batch("orders", 1) == replayed
 
 

@@ -16,7 +16,7 @@ import pytest
 from kinesis_replay.adapters.dynamodb_store import DynamoDBStateStore
 from kinesis_replay.core.config import parse_config
 from kinesis_replay.core.ranges import SequenceRange
-from kinesis_replay.core.state import Batch, BatchStatus, BatchSummary, Manifest, PlanNotes, ShardResult, ShardState
+from kinesis_replay.core.state import Batch, BatchStatus, BatchSummary, PlanNotes, ReplayResult, ShardResult, ShardState
 from kinesis_replay.steps import backfill, in_flight
 from kinesis_replay.steps.backfill import BackfillError, Selection
 from kinesis_replay.ui import status
@@ -34,11 +34,11 @@ def ledger_batch(batch_id: int) -> Batch:
     planned = T0 + batch_id * EVERY
     first, last = S + 10 * batch_id, S + 10 * batch_id + 9
     ranges = tuple(SequenceRange(s, first, last, first - 1, False, planned - EVERY) for s in SHARDS)
-    manifest = Manifest("orders", batch_id, tuple(ShardResult(s, 10, 100, first, last, "ab", last_arrival=planned) for s in SHARDS))
+    result = ReplayResult("orders", batch_id, tuple(ShardResult(s, 10, 100, first, last, "ab", last_arrival=planned) for s in SHARDS))
     committed = batch_id % 500 != 0  # a few never committed
     return Batch(
         "orders", batch_id, BatchStatus.COMMITTED if committed else BatchStatus.FAILED, ranges, "stream", f"scheduled__{batch_id}",
-        planned, committed_at=planned + EVERY / 2 if committed else None, manifest=manifest,
+        planned, committed_at=planned + EVERY / 2 if committed else None, result=result,
         notes=PlanNotes(lag_millis={s: batch_id for s in SHARDS}),
     )  # fmt: skip
 

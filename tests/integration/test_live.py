@@ -214,7 +214,7 @@ def test_the_scheduler_lands_a_live_stream_and_the_page_shows_it(
     for kind, batch_id in ((RunKind.REGULAR, head.next_batch_id - 1), (RunKind.BACKFILL, BATCHES)):
         progress = stored.get(kind)
         assert progress is not None and progress.batch_id == batch_id, (kind, progress)
-        by_shard = store.get_batch(name, batch_id).verified_manifest().by_shard()
+        by_shard = store.get_batch(name, batch_id).verified_result().by_shard()
         assert dict(progress.records) == {sid: r.records + r.bad_records for sid, r in by_shard.items()}, kind
         assert progress.done == set(by_shard), kind
 
@@ -266,15 +266,15 @@ def _check_page_in_chromium(airflow: Airflow, entry: dict[str, Any], store: Dyna
             assert section.locator("table.batches tr.status-committed").count() == len(batches)
             for batch in batches:
                 row = section.locator(f"table.batches tr[data-batch='{batch.batch_id}']")
-                assert f"{batch.verified_manifest().records}" in row.inner_text()
+                assert f"{batch.verified_result().records}" in row.inner_text()
 
             # The charts carry the ledger's numbers, one mark per batch, oldest first.
             def marks(kind: str) -> list[tuple[int, float]]:
                 found = section.locator(f"figure.chart-{kind} .mark").all()
                 return [(int(m.get_attribute("data-batch") or 0), float(m.get_attribute("data-value") or "nan")) for m in found]
 
-            assert marks("records") == [(b.batch_id, b.verified_manifest().records) for b in batches]
-            assert marks("bytes") == [(b.batch_id, b.verified_manifest().bytes) for b in batches]
+            assert marks("records") == [(b.batch_id, b.verified_result().records) for b in batches]
+            assert marks("bytes") == [(b.batch_id, b.verified_result().bytes) for b in batches]
             assert marks("seconds") == [
                 (b.batch_id, pytest.approx((b.committed_at - b.created_at).total_seconds(), abs=1e-3)) for b in batches
             ]  # type: ignore[operator]

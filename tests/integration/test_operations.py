@@ -134,7 +134,7 @@ def test_a_backfill_rewrites_batches_identically_and_readers_never_see_one_missi
         live = live_attempts(entry["output"], i)
         ledger, record = store.get_batch(entry["name"], i), commit_record(entry["output"], i)
         assert live != {first_attempts[i]} and len(live) == 1, (live, first_attempts[i])
-        assert ledger.manifest is not None and {ledger.manifest.attempt} == live, (ledger.manifest.attempt, live)
+        assert ledger.result is not None and {ledger.result.attempt} == live, (ledger.result.attempt, live)
         assert {record["manifest"]["attempt"]} == live and record["snapshot_id"] == replaced[i], (record, live)
     assert {b: rows_of(Path(entry["output"]), b) for b in ("1", "2")} == first
     assert batch_dirs(entry["output"]) == ["batch_id=0000000001", "batch_id=0000000002"]
@@ -148,7 +148,7 @@ def test_a_backfill_rewrites_batches_identically_and_readers_never_see_one_missi
     assert [(e["kind"], e["batch_id"]) for e in backfilled] == [("backfill", 1), ("backfill", 2)]
     # A backfill's time is its own replay job's, not its batch's first plan to commit (once reported as it).
     for event in backfilled:
-        replay = store.get_batch(entry["name"], event["batch_id"]).manifest
+        replay = store.get_batch(entry["name"], event["batch_id"]).result
         assert replay is not None and event["seconds"] == round(replay.seconds, 3), (event["seconds"], replay.seconds)
 
 

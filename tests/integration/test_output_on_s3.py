@@ -18,7 +18,7 @@ from kinesis_replay.adapters import commit_records, files, layout, owner
 from kinesis_replay.core.config import PipelineConfig, parse_config
 from kinesis_replay.core.errors import OutputOwnershipError, StateLostError
 from kinesis_replay.core.ranges import SequenceRange
-from kinesis_replay.core.state import Batch, BatchStatus, Head, Manifest, ShardResult
+from kinesis_replay.core.state import Batch, BatchStatus, Head, ReplayResult, ShardResult
 from kinesis_replay.steps import guards
 from kinesis_replay.steps.recovery import plan_recovery
 
@@ -44,8 +44,8 @@ def pipeline(output_root: str, **changes: object) -> PipelineConfig:
 def committed(p: PipelineConfig, batch_id: int) -> Batch:
     previous = 10 * batch_id - 1 if batch_id > 1 else None
     rng = SequenceRange("shardId-000000000000", 10 * batch_id, 10 * batch_id + 9, previous)
-    manifest = Manifest(p.name, batch_id, (ShardResult(rng.shard_id, 10, 100, rng.start, rng.end, "00"),))
-    return Batch(p.name, batch_id, BatchStatus.COMMITTED, (rng,), p.stream, "run", NOW, NOW, manifest)
+    result = ReplayResult(p.name, batch_id, (ShardResult(rng.shard_id, 10, 100, rng.start, rng.end, "00"),))
+    return Batch(p.name, batch_id, BatchStatus.COMMITTED, (rng,), p.stream, "run", NOW, NOW, result)
 
 
 def test_the_owner_record_and_commit_records_guard_an_s3_root(bucket: str) -> None:

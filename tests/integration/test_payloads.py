@@ -50,8 +50,8 @@ def test_a_malformed_aggregate_is_quarantined_and_counted_not_lost(
     assert quarantined["sequence_number"].to_pylist() == [bad.sequence_number]
     assert quarantined["data"].to_pylist() == [aggregate]  # kept whole, untouched
     assert "malformed KPL aggregate" in quarantined["decode_error"].to_pylist()[0]
-    manifest = store.get_batch(entry["name"], 1).manifest
-    assert manifest is not None and (manifest.records, manifest.bad_records) == (33, 1)
+    result = store.get_batch(entry["name"], 1).result
+    assert result is not None and (result.records, result.bad_records) == (33, 1)
 
 
 def test_json_payloads_become_columns_and_undecodable_ones_are_quarantined_with_the_field_at_fault(
@@ -88,7 +88,7 @@ def test_json_payloads_become_columns_and_undecodable_ones_are_quarantined_with_
     kept = {row["sequence_number"]: (row["data"], row["decode_error"]) for row in quarantined}
     assert kept.pop(broken) == (aggregate, "malformed KPL aggregate: its MD5 digest does not match its contents")  # kept
     assert kept == bad
-    assert store.get_batch(entry["name"], 1).manifest.bad_records == len(reasons) + 1  # type: ignore[union-attr]
+    assert store.get_batch(entry["name"], 1).result.bad_records == len(reasons) + 1  # type: ignore[union-attr]
 
 
 def test_too_many_bad_records_fail_the_batch_and_move_nothing(

@@ -130,8 +130,8 @@ class OneRecordReplay:
     def run(self, env: dict[str, str]) -> None:
         command = spark_submit.build_command(self.pipeline, 1, self.spec, self.job, self.py_files)
         spark_submit.run(command, spark_submit.submit_env(self.pipeline.spark.master, env), "pipeline p, batch 1")
-        manifest = json.loads((self.output / "_manifests" / "batch_id=0000000001.json").read_text())
-        assert [s["records"] for s in manifest["shards"]] == [1]
+        result = json.loads((self.output / "_manifests" / "batch_id=0000000001.json").read_text())
+        assert [s["records"] for s in result["shards"]] == [1]
 
 
 def one_record_replay(kinesis: Any, entry: dict[str, Any], tmp_path: Path, stack: Any) -> OneRecordReplay:

@@ -121,7 +121,7 @@ def test_a_range_every_record_of_which_is_gone_is_a_loss_to_acknowledge_and_the_
     batch = store.get_batch(entry["name"], 1)
     assert batch.status == BatchStatus.COMMITTED
     assert [(g.shard_id, g.after, g.first_available, g.detected) for g in batch.gaps] == [(shard, None, None, "replay")]
-    assert shard not in (batch.manifest.by_shard() if batch.manifest else {})
+    assert shard not in (batch.result.by_shard() if batch.result else {})
     assert store.get_shards(entry["name"])[shard].checkpoint == planned[shard].end  # the loss is the gap's
     lost = {r.sequence_number for r in records}
     result = check_exactly_once([p for p in produced if p.sequence_number not in lost], read_output(entry["output"]))
@@ -152,7 +152,7 @@ def test_a_batch_every_range_of_which_is_gone_commits_no_row_once_acknowledged(
 
     assert run_dag(dag, run_conf={"acknowledge_data_loss": shards}).tasks == SUCCESS
     batch = store.get_batch(entry["name"], 1)
-    assert batch.status == BatchStatus.COMMITTED and batch.manifest is not None and batch.manifest.shards == ()
+    assert batch.status == BatchStatus.COMMITTED and batch.result is not None and batch.result.shards == ()
     assert sorted((g.shard_id, g.first_available) for g in batch.gaps) == [(shard, None) for shard in shards]
     assert batch.snapshot_id is not None
     assert read_output(entry["output"]).num_rows == 0

@@ -11,7 +11,7 @@ import pytest
 
 from kinesis_replay.adapters.commit_records import read_commit_record
 from kinesis_replay.adapters.dynamodb_store import DynamoDBStateStore
-from kinesis_replay.adapters.files import attempt_paths, read_manifest
+from kinesis_replay.adapters.files import attempt_paths, read_result
 from kinesis_replay.core.config import parse_config
 from kinesis_replay.core.errors import StateConflictError
 from kinesis_replay.core.state import BatchStatus
@@ -73,10 +73,10 @@ def test_a_replay_that_lost_the_race_to_a_concurrent_run_is_refused_at_verify_an
     dag_id = f"kinesis_replay_{entry['name']}"
     first = run_dag(load_dags(tmp_path / "a.yaml", entry)[dag_id].partial_subset(task_ids=["verify"], include_upstream=True))
     assert first.tasks == {"plan": "success", "replay": "success", "verify": "success"}
-    won = store.get_batch(entry["name"], 1).verified_manifest().attempt
+    won = store.get_batch(entry["name"], 1).verified_result().attempt
     second = run_dag(load_dags(tmp_path / "b.yaml", entry)[dag_id].partial_subset(task_ids=["replay"], include_upstream=True))
     assert second.tasks == {"plan": "success", "replay": "success"}
-    lost = read_manifest(entry["output"], 1).attempt  # the second replay's result manifest is the last written
+    lost = read_result(entry["output"], 1).attempt  # the second replay's result manifest is the last written
     assert lost is not None and won is not None and lost != won and set(attempt_paths(entry["output"], 1)) == {won, lost}
 
     committed = run_dag(load_dags(tmp_path / "c.yaml", entry)[dag_id], mark_success_pattern="^(replay|verify)$")
@@ -86,7 +86,7 @@ def test_a_replay_that_lost_the_race_to_a_concurrent_run_is_refused_at_verify_an
         verify_batch(pipeline, store, 1)  # the second run's verify, after the first run's commit
 
     batch = store.get_batch(entry["name"], 1)
-    assert batch.status == BatchStatus.COMMITTED and batch.verified_manifest().attempt == won
-    assert read_commit_record(entry["output"], 1).verified_manifest().attempt == won
+    assert batch.status == BatchStatus.COMMITTED and batch.verified_result().attempt == won
+    assert read_commit_record(entry["output"], 1).verified_result().attempt == won
     assert {sid: s.checkpoint for sid, s in store.get_shards(entry["name"]).items()} == {r.shard_id: r.end for r in batch.ranges}
     assert check_exactly_once(produced, read_output(entry["output"])).ok and check_table_history(entry["output"]) == []

@@ -49,8 +49,8 @@ def test_a_thousand_shard_stream_lands_exactly_once(
     assert check_exactly_once(produced, read_output(entry["output"])).ok
 
     [batch] = store.list_batches(entry["name"])
-    assert batch.status.value == "COMMITTED" and len(batch.ranges) == SHARDS and batch.manifest is not None
-    assert len(batch.manifest.shards) == SHARDS and batch.manifest.records == len(produced)
+    assert batch.status.value == "COMMITTED" and len(batch.ranges) == SHARDS and batch.result is not None
+    assert len(batch.result.shards) == SHARDS and batch.result.records == len(produced)
     last = {p.shard_id: max(int(q.sequence_number) for q in produced if q.shard_id == p.shard_id) for p in produced}
     assert {s.shard_id: s.checkpoint for s in store.get_shards(entry["name"]).values()} == last
 

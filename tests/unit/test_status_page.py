@@ -11,7 +11,7 @@ import pytest
 
 from kinesis_replay.core.errors import ProgressNotStoredError
 from kinesis_replay.core.ranges import SequenceRange
-from kinesis_replay.core.state import Batch, BatchStatus, Manifest, Progress, RunKind, ShardResult
+from kinesis_replay.core.state import Batch, BatchStatus, Progress, ReplayResult, RunKind, ShardResult
 from kinesis_replay.ui.charts import Mark, bars, line
 from kinesis_replay.ui.status import ReplayProgress
 
@@ -99,7 +99,7 @@ def test_a_batch_records_how_far_behind_its_plan_found_the_pipeline_and_its_figu
     assert batch.behind_seconds == 120  # the oldest record waiting, at planning time
     assert batch.figures() == {"shards": 2, "behind_seconds": 120, "records": None, "bytes": None, "bad_records": None}
     results = (ShardResult("a", 10, 1000, S, S + 9, "x"), ShardResult("b", 8, 900, S, S + 9, "y", bad_records=2))
-    written = batch.with_status(BatchStatus.WRITTEN, manifest=Manifest("p", 1, results))
+    written = batch.with_status(BatchStatus.WRITTEN, result=ReplayResult("p", 1, results))
     assert written.figures() == {"shards": 2, "behind_seconds": 120, "records": 18, "bytes": 1900, "bad_records": 2}
 
 
@@ -180,8 +180,8 @@ def test_a_backfills_progress_is_shown_against_its_committed_counts_only_while_i
     entry = {"name": "p", "stream": "s", "output": "/o", "schedule": None, "initial_position": "LATEST", "state_table": "t", "spark": {}}
     p = parse_config({"pipelines": [entry]})[0]
     ranges = (SequenceRange("a", S, S + 9, None, False, T0), SequenceRange("b", S, S + 9, None, False, T0))
-    manifest = Manifest("p", 2, (ShardResult("a", 10, 1000, S, S + 9, "x"), ShardResult("b", 8, 900, S, S + 9, "y", bad_records=2)))
-    store: Any = OneBatchStore(Batch("p", 2, BatchStatus.COMMITTED, ranges, "s", "r", T0, manifest=manifest))
+    result = ReplayResult("p", 2, (ShardResult("a", 10, 1000, S, S + 9, "x"), ShardResult("b", 8, 900, S, S + 9, "y", bad_records=2)))
+    store: Any = OneBatchStore(Batch("p", 2, BatchStatus.COMMITTED, ranges, "s", "r", T0, result=result))
     running = Progress(2, {"a": 4, "b": 10}, frozenset({"b"}), T0, RunKind.BACKFILL)
     view = _backfill_progress(store, p, running, T0 + timedelta(minutes=1))
     assert view is not None and (view["kind"], view["read"], view["estimate"]) == ("backfill", 14, 20)

@@ -25,7 +25,7 @@ from kinesis_replay.adapters.files import parquet_files
 from kinesis_replay.core.config import PipelineConfig
 from kinesis_replay.core.errors import ConfigError, StateLostError
 from kinesis_replay.core.ranges import SequenceRange
-from kinesis_replay.core.state import Batch, BatchStatus, Head, Manifest, ShardResult
+from kinesis_replay.core.state import Batch, BatchStatus, Head, ReplayResult, ShardResult
 from kinesis_replay.steps import maintenance
 
 SCHEMA = Schema(
@@ -313,8 +313,8 @@ def cut_short_commit(root: Path) -> tuple[PipelineConfig, list[str]]:
     ranges = (SequenceRange("shardId-0", 10, 19),)
     for batch_id, attempt in ((1, "a"), (2, "a")):
         files = write_attempt(root, batch_id, attempt, 3)
-        manifest = Manifest("orders", batch_id, (ShardResult("shardId-0", 3, 30, 10, 19, "ab"),), attempt=attempt)
-        record = Batch("orders", batch_id, BatchStatus.COMMITTING, ranges, "orders-stream", "run", datetime.now(UTC), manifest=manifest)
+        result = ReplayResult("orders", batch_id, (ShardResult("shardId-0", 3, 30, 10, 19, "ab"),), attempt=attempt)
+        record = Batch("orders", batch_id, BatchStatus.COMMITTING, ranges, "orders-stream", "run", datetime.now(UTC), result=result)
         if batch_id == 1:
             record = replace(record, snapshot_id=iceberg_table.commit_snapshot(p, 1, attempt, files, "run"))
         commit_records.write_commit_record(str(root), record)
@@ -369,9 +369,9 @@ def test_maintenance_keeps_the_attempt_a_backfill_replayed_until_its_commit(tmp_
     iceberg_table.commit_snapshot(p, 1, "a", write_attempt(tmp_path, 1, "a", 3), "run")
     failed = write_attempt(tmp_path, 1, "b", 3)  # an earlier backfill whose check failed: its result was replaced since
     backfill = write_attempt(tmp_path, 1, "c", 3)  # the backfill replayed last, waiting for its check
-    manifest = Manifest("orders", 1, (ShardResult("shardId-0", 3, 30, 1000, 1002, "ab"),), attempt="c")
-    Path(layout.manifest_path(str(tmp_path), 1)).parent.mkdir(parents=True, exist_ok=True)
-    Path(layout.manifest_path(str(tmp_path), 1)).write_text(json.dumps(manifest.to_dict()))
+    result = ReplayResult("orders", 1, (ShardResult("shardId-0", 3, 30, 1000, 1002, "ab"),), attempt="c")
+    Path(layout.result_path(str(tmp_path), 1)).parent.mkdir(parents=True, exist_ok=True)
+    Path(layout.result_path(str(tmp_path), 1)).write_text(json.dumps(result.to_dict()))
     make_old(*failed, *backfill)
 
     report = maintenance.tidy_table(p, HeadOnly(Head(next_batch_id=2, version=2)), timedelta(hours=1), now=datetime.now(UTC) + LATER)

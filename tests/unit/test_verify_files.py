@@ -12,7 +12,7 @@ from kinesis_replay.adapters import layout
 from kinesis_replay.core.config import PipelineConfig, parse_config
 from kinesis_replay.core.errors import VerificationError
 from kinesis_replay.core.records import format_digest, row_digest
-from kinesis_replay.core.state import Manifest, ShardResult
+from kinesis_replay.core.state import ReplayResult, ShardResult
 from kinesis_replay.steps.verify import check_files
 
 Row = tuple[str, str, int, str, bytes]  # shard, sequence number, sub-sequence number, partition key, data
@@ -32,14 +32,14 @@ def write(root: Path, rows: list[Row]) -> None:
     pq.write_table(table.set_column(2, "sub_sequence_number", table.column(2).cast(pa.int64())), folder / "part-0.parquet")
 
 
-def manifest(rows: list[Row]) -> Manifest:
+def result(rows: list[Row]) -> ReplayResult:
     shards = []
     for shard in sorted({r[0] for r in rows}):
         mine = [r for r in rows if r[0] == shard]
         digest = sum(row_digest([r[0], r[1], str(r[2]), r[3]], r[4]) for r in mine)
         seqs = [int(r[1]) for r in mine]
         shards.append(ShardResult(shard, len(mine), sum(len(r[4]) for r in mine), min(seqs), max(seqs), "x", digest=format_digest(digest)))
-    return Manifest("orders", 1, tuple(shards), attempt="a")
+    return ReplayResult("orders", 1, tuple(shards), attempt="a")
 
 
 ROWS: list[Row] = [("s0", "10", 0, "k", b"a"), ("s0", "11", 0, "k", b"b"), ("s0", "11", 1, "k", b"c"), ("s1", "20", 0, "k", b"d")]
@@ -47,24 +47,24 @@ ROWS: list[Row] = [("s0", "10", 0, "k", b"a"), ("s0", "11", 0, "k", b"b"), ("s0"
 
 def test_files_that_hold_the_manifests_rows_pass(tmp_path: Path) -> None:
     write(tmp_path, ROWS)
-    check_files(pipeline(tmp_path), 1, manifest(ROWS))
+    check_files(pipeline(tmp_path), 1, result(ROWS))
 
 
 def test_a_row_repeated_in_place_of_another_is_found_by_its_key(tmp_path: Path) -> None:
     write(tmp_path, [*ROWS[:2], ROWS[1], ROWS[3]])  # the count per shard still matches
     with pytest.raises(VerificationError, match=r"batch 1: the batch's files hold a \(sequence number, sub-sequence number\) more"):
-        check_files(pipeline(tmp_path), 1, manifest(ROWS))
+        check_files(pipeline(tmp_path), 1, result(ROWS))
 
 
 def test_a_changed_payload_is_found_by_the_row_digest(tmp_path: Path) -> None:
     write(tmp_path, [*ROWS[:3], ("s1", "20", 0, "k", b"changed")])
     with pytest.raises(VerificationError, match=r"batch 1, shard s1: the row digest of the files is [0-9a-f]{16}, the manifest says"):
-        check_files(pipeline(tmp_path), 1, manifest(ROWS))
+        check_files(pipeline(tmp_path), 1, result(ROWS))
 
 
 def test_a_manifest_without_an_attempt_is_refused_for_a_table_output(tmp_path: Path) -> None:
     write(tmp_path, ROWS)
-    old = Manifest("orders", 1, manifest(ROWS).shards)
+    old = ReplayResult("orders", 1, result(ROWS).shards)
     with pytest.raises(VerificationError, match="names no attempt, so it was written by a replay job of another release"):
         check_files(pipeline(tmp_path), 1, old)
 
@@ -74,4 +74,4 @@ def test_an_attempt_whose_files_are_gone_is_named_not_counted_as_empty(tmp_path:
     attempt's folder gone, and says so, instead of reporting the shards' rows as none."""
     gone = r"batch 1: the result manifest names attempt a, whose files are gone from .*attempt=a\. A run"
     with pytest.raises(VerificationError, match=gone):
-        check_files(pipeline(tmp_path), 1, manifest(ROWS))
+        check_files(pipeline(tmp_path), 1, result(ROWS))

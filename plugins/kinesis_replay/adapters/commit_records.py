@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from kinesis_replay.adapters.files import filesystem_of, is_file, read_json, read_manifest, write_json
-from kinesis_replay.adapters.layout import COMMITS_DIR, MANIFESTS_DIR, commit_record_path
+from kinesis_replay.adapters.files import filesystem_of, is_file, read_json, read_result, write_json
+from kinesis_replay.adapters.layout import COMMITS_DIR, RESULTS_DIR, commit_record_path
 from kinesis_replay.adapters.owner import Owner
 from kinesis_replay.core.errors import KinesisReplayError, OutputCorruptError, VerificationError
 from kinesis_replay.core.state import Batch
@@ -40,9 +40,9 @@ def committed_batch_ids(output: str) -> list[int]:
     return batch_ids_in(f"{output.rstrip('/')}/{COMMITS_DIR}")
 
 
-def manifest_batch_ids(output: str) -> list[int]:
+def result_batch_ids(output: str) -> list[int]:
     """The ids of the batches whose result manifests the output holds (committed or not), in order."""
-    return batch_ids_in(f"{output.rstrip('/')}/{MANIFESTS_DIR}")
+    return batch_ids_in(f"{output.rstrip('/')}/{RESULTS_DIR}")
 
 
 def holds_commits(output: str, owner: Owner | None) -> bool:
@@ -54,7 +54,7 @@ def holds_commits(output: str, owner: Owner | None) -> bool:
     """
     if owner is not None:
         return owner.adopted > 0 or bool(committed_batch_ids(output))
-    return bool(manifest_batch_ids(output))
+    return bool(result_batch_ids(output))
 
 
 def read_commit_record(output: str, batch_id: int) -> Batch:
@@ -78,7 +78,7 @@ def last_replayed_attempts(output: str, batch_ids: Iterable[int]) -> dict[int, s
     found: dict[int, str] = {}
     for batch_id in sorted(set(batch_ids)):
         try:
-            attempt = read_manifest(output, batch_id).attempt
+            attempt = read_result(output, batch_id).attempt
         except VerificationError:
             continue
         if attempt is not None:

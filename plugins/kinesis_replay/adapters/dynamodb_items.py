@@ -19,9 +19,9 @@ from kinesis_replay.core.state import (
     BatchSummary,
     Gap,
     Head,
-    Manifest,
     PlanNotes,
     Progress,
+    ReplayResult,
     RunKind,
     ShardState,
     StartPosition,
@@ -132,7 +132,7 @@ def batch_item(batch: Batch) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         "ranges": json.dumps([r.to_dict() for r in batch.ranges]),
         "gaps": json.dumps([g.to_dict() for g in batch.gaps]) if batch.gaps else None,
         "extra": json.dumps(batch.notes.to_dict()) if batch.notes else None,
-        "manifest": json.dumps(batch.manifest.to_dict()) if batch.manifest is not None else None,
+        "manifest": json.dumps(batch.result.to_dict()) if batch.result is not None else None,
     }
     parts: list[dict[str, Any]] = []
     for name, text in fields.items():
@@ -192,7 +192,7 @@ def batch_from_item(item: dict[str, Any], pages: dict[str, str]) -> Batch:
             run_id=item["run_id"]["S"],
             created_at=datetime.fromisoformat(item["created_at"]["S"]),
             committed_at=datetime.fromisoformat(item["committed_at"]["S"]) if "committed_at" in item else None,
-            manifest=Manifest.from_dict(manifest) if (manifest := json_field(item, "manifest", pages)) is not None else None,
+            result=ReplayResult.from_dict(result) if (result := json_field(item, "manifest", pages)) is not None else None,
             attempts=int(item.get("attempts", {}).get("N", 0)),
             error=item["error"]["S"] if "error" in item else None,
             gaps=tuple(Gap.from_dict(g) for g in json_field(item, "gaps", pages) or ()),

@@ -411,9 +411,9 @@ class DynamoDBStateStore:
             names.update({"#failures": "failures", "#last_error": "last_error"})
             sets += ["#failures = if_not_exists(#failures, :zero) + :one", "#last_error = :error"]
             values.update({":zero": N(0), ":one": N(1)})
-        manifest = None if batch.manifest is None else json.dumps(batch.manifest.to_dict())
+        result = None if batch.result is None else json.dumps(batch.result.to_dict())
         parts: list[dict[str, Any]] = []
-        for field_name, text in (("gaps", json.dumps([g.to_dict() for g in batch.gaps])), ("manifest", manifest)):
+        for field_name, text in (("gaps", json.dumps([g.to_dict() for g in batch.gaps])), ("manifest", result)):
             parts += self._set_field(batch, field_name, text, names, values, sets, removes)
         names["#figures"] = "figures"
         sets.append("#figures = :figures")
@@ -460,10 +460,10 @@ class DynamoDBStateStore:
         return parts
 
     def set_replayed(self, batch: Batch, expected: BatchStatus) -> None:
-        if batch.snapshot_id is None or batch.manifest is None:
+        if batch.snapshot_id is None or batch.result is None:
             raise ValueError(f"pipeline {batch.pipeline_name!r}, batch {batch.batch_id}: a replayed batch needs its manifest and snapshot")
         what = (
-            f"pipeline {batch.pipeline_name!r}: keeping the replayed attempt {batch.manifest.attempt} and snapshot {batch.snapshot_id} "
+            f"pipeline {batch.pipeline_name!r}: keeping the replayed attempt {batch.result.attempt} and snapshot {batch.snapshot_id} "
             f"with batch {batch.batch_id}"
         )
         names = {"#snapshot": "snapshot_id", "#updated": "updated_at", "#status": "status", "#figures": "figures"}
@@ -475,7 +475,7 @@ class DynamoDBStateStore:
         removes: list[str] = []
         # The manifest as update_batch writes it: inline, or in part items written in the same transaction, so the
         # status condition covers them too and the ledger never names one attempt's manifest with another's snapshot.
-        parts = self._set_field(batch, "manifest", json.dumps(batch.manifest.to_dict()), names, values, sets, removes)
+        parts = self._set_field(batch, "manifest", json.dumps(batch.result.to_dict()), names, values, sets, removes)
         expression = "SET " + ", ".join(sets) + (" REMOVE " + ", ".join(removes) if removes else "")
         self._transact(
             batch.pipeline_name,

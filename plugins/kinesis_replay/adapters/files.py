@@ -8,11 +8,11 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from kinesis_replay.adapters.layout import DATA_DIR, data_path, manifest_path
+from kinesis_replay.adapters.layout import DATA_DIR, data_path, result_path
 from kinesis_replay.core.errors import KinesisReplayError, OutputCorruptError, OutputIOError, OutputRefusedError, VerificationError
 from kinesis_replay.core.formats import path_batch_id, s3_uri
 from kinesis_replay.core.records import ROW_COLUMNS
-from kinesis_replay.core.state import Manifest
+from kinesis_replay.core.state import ReplayResult
 
 
 def arrow_row_schema() -> Any:
@@ -60,13 +60,13 @@ def is_file(path: str) -> bool:
     return bool(filesystem.get_file_info(local).type == fs.FileType.File)
 
 
-def has_manifest(output: str, batch_id: int) -> bool:
-    return is_file(manifest_path(output, batch_id))
+def has_result(output: str, batch_id: int) -> bool:
+    return is_file(result_path(output, batch_id))
 
 
-def read_manifest(output: str, batch_id: int) -> Manifest:
+def read_result(output: str, batch_id: int) -> ReplayResult:
     """The result manifest the replay job wrote for a batch; missing or unreadable is a VerificationError."""
-    path = manifest_path(output, batch_id)
+    path = result_path(output, batch_id)
     try:
         data = read_json(path)
     except KinesisReplayError as exc:
@@ -74,7 +74,7 @@ def read_manifest(output: str, batch_id: int) -> Manifest:
     if data is None:
         raise VerificationError(f"batch {batch_id}: no result manifest at {path}: the replay job did not finish")
     try:
-        return Manifest.from_dict(data)
+        return ReplayResult.from_dict(data)
     except (ValueError, KeyError, TypeError) as exc:
         raise VerificationError(f"batch {batch_id}: unreadable result manifest {path}: {exc!r}") from exc
 

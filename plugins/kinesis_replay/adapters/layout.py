@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kinesis_replay.core.formats import path_batch_id
 
-MANIFESTS_DIR = "_manifests"  # a leading underscore: Spark and pyarrow readers skip it
+RESULTS_DIR = "_manifests"  # a leading underscore: Spark and pyarrow readers skip it
 QUARANTINE_DIR = "_quarantine"  # records that could not be decoded, with the reason, per batch
 STAGING_DIR = "_staging"  # where the replay job writes a batch before swapping it into place
 # One JSON file per batch whose commit began: the output's own copy of the ledger, from which a lost state
@@ -38,8 +38,8 @@ def staging_path(output: str, batch_id: int) -> str:
     return f"{output.rstrip('/')}/{STAGING_DIR}/batch_id={path_batch_id(batch_id)}"
 
 
-def manifest_path(output: str, batch_id: int) -> str:
-    return f"{output.rstrip('/')}/{MANIFESTS_DIR}/batch_id={path_batch_id(batch_id)}.json"
+def result_path(output: str, batch_id: int) -> str:
+    return f"{output.rstrip('/')}/{RESULTS_DIR}/batch_id={path_batch_id(batch_id)}.json"
 
 
 def commit_record_path(output: str, batch_id: int) -> str:

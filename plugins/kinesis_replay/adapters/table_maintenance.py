@@ -81,7 +81,7 @@ _OWN_METADATA_FILE = re.compile(
     r"|[^/]+\.(?:stats|puffin)"  # a statistics file
 )
 # A folder that holds one of these is a kinesis-replay output root (another pipeline's): nothing under it is the table's.
-_ROOT_MARKERS = (layout.OWNER_FILE, iceberg_table.CATALOG_DIR, layout.COMMITS_DIR, layout.MANIFESTS_DIR)
+_ROOT_MARKERS = (layout.OWNER_FILE, iceberg_table.CATALOG_DIR, layout.COMMITS_DIR, layout.RESULTS_DIR)
 _FOREIGN_NAMED_IN_LOG = 20  # a warning names this many of the paths left alone; the report holds them all
 
 

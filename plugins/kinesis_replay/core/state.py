@@ -143,7 +143,7 @@ def _span_from_dict(data: Mapping[str, Any], shard_id: str) -> tuple[int, int | 
 
 
 @dataclass(frozen=True)
-class Manifest:
+class ReplayResult:
     """The replay job's result manifest: per-shard counts, bytes and row checksums of what it wrote."""
 
     pipeline_name: str
@@ -182,7 +182,7 @@ class Manifest:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Manifest:
+    def from_dict(cls, data: Mapping[str, Any]) -> ReplayResult:
         return cls(
             pipeline_name=str(data["pipeline"]),
             batch_id=int(data["batch_id"]),
@@ -281,7 +281,7 @@ class Batch:
     run_id: str
     created_at: datetime
     committed_at: datetime | None = None
-    manifest: Manifest | None = None
+    result: ReplayResult | None = None
     attempts: int = 0
     error: str | None = None
     gaps: tuple[Gap, ...] = ()
@@ -290,13 +290,13 @@ class Batch:
     # for a directory output, and until the commit's table step.
     snapshot_id: int | None = None
 
-    def verified_manifest(self) -> Manifest:
+    def verified_result(self) -> ReplayResult:
         """The manifest verify stored with the batch; a batch that should hold one and does not is corrupt state."""
-        if self.manifest is None:
+        if self.result is None:
             raise StateCorruptError(
                 f"pipeline {self.pipeline_name!r}: batch {self.batch_id} ({self.status.value}) holds no verified manifest"
             )
-        return self.manifest
+        return self.result
 
     @property
     def behind_seconds(self) -> float | None:
@@ -308,7 +308,7 @@ class Batch:
     def figures(self) -> dict[str, Any]:
         """The few numbers the page charts, stored beside the batch so that a day of batches reads in a few calls,
         whatever the shard count (the ranges and the manifest grow with it)."""
-        m = self.manifest
+        m = self.result
         behind = self.behind_seconds
         return {
             "shards": len(self.ranges),
@@ -333,7 +333,7 @@ class Batch:
             "run_id": self.run_id,
             "created_at": self.created_at.isoformat(),
             "committed_at": None if self.committed_at is None else self.committed_at.isoformat(),
-            "manifest": None if self.manifest is None else self.manifest.to_dict(),
+            "manifest": None if self.result is None else self.result.to_dict(),
             "attempts": self.attempts,
             "error": self.error,
             "gaps": [g.to_dict() for g in self.gaps],
@@ -343,7 +343,7 @@ class Batch:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Batch:
-        committed_at, manifest = data.get("committed_at"), data.get("manifest")
+        committed_at, result = data.get("committed_at"), data.get("manifest")
         return cls(
             pipeline_name=str(data["pipeline"]),
             batch_id=int(data["batch_id"]),
@@ -353,7 +353,7 @@ class Batch:
             run_id=str(data["run_id"]),
             created_at=datetime.fromisoformat(data["created_at"]),
             committed_at=None if committed_at is None else datetime.fromisoformat(committed_at),
-            manifest=None if manifest is None else Manifest.from_dict(manifest),
+            result=None if result is None else ReplayResult.from_dict(result),
             attempts=int(data.get("attempts", 0)),
             error=data.get("error"),
             gaps=tuple(Gap.from_dict(g) for g in data.get("gaps", ())),

@@ -325,7 +325,7 @@ def committed_batch(
         try:
             in_flight.check_retention(pipeline, batch, retention, now or datetime.now(UTC))
         except DataLossError as exc:
-            attempt = batch.manifest.attempt if batch.manifest is not None else None
+            attempt = batch.result.attempt if batch.result is not None else None
             folder = layout.data_path(pipeline.output, batch_id, attempt) if attempt else f"{pipeline.output}/{layout.DATA_DIR}"
             raise BatchNotRestorableError(
                 f"pipeline {pipeline.name!r}, batch {batch_id} cannot be restored to {iceberg_table.require_table(pipeline).describe()}: "
@@ -344,10 +344,10 @@ def check_replayed(pipeline: PipelineConfig, store: StateStore, batch_id: int, r
     ones: never both, never none. The replaced files stay for older snapshots until snapshot expiry removes them.
     """
     batch = store.get_batch(pipeline.name, batch_id)
-    first_run = batch.verified_manifest()
-    manifest = files.read_manifest(pipeline.output, batch_id)
-    verify.check_files(pipeline, batch_id, manifest)
-    before, after = first_run.by_shard(), manifest.by_shard()
+    first_run = batch.verified_result()
+    result = files.read_result(pipeline.output, batch_id)
+    verify.check_files(pipeline, batch_id, result)
+    before, after = first_run.by_shard(), result.by_shard()
 
     def same(a: ShardResult | None, b: ShardResult | None) -> bool:
         if a is None or b is None or a.digest is None or b.digest is None:  # a first run of a release before row digests
@@ -362,7 +362,7 @@ def check_replayed(pipeline: PipelineConfig, store: StateStore, batch_id: int, r
             f"now: {[after[s].to_dict() for s in changed if s in after]})"
         )
     if pipeline.table is not None:
-        replayed = replace(batch, manifest=manifest)
+        replayed = replace(batch, result=result)
         kind = Commit.RESTORE if restore else Commit.BACKFILL
         ledger = guards.ledger_of(store.get_head(pipeline.name))
         snapshot_id = commit.commit_to_table(pipeline, replayed, run_id or batch.run_id, kind, ledger)
@@ -372,7 +372,7 @@ def check_replayed(pipeline: PipelineConfig, store: StateStore, batch_id: int, r
         store.set_replayed(batch, expected=BatchStatus.COMMITTED)
         commit_records.write_commit_record(pipeline.output, batch)
         return batch
-    return replace(batch, manifest=manifest)  # a directory's ledger keeps the first run's; the caller reports this run's
+    return replace(batch, result=result)  # a directory's ledger keeps the first run's; the caller reports this run's
 
 
 def _earliest(batch: Batch) -> datetime:
@@ -408,9 +408,9 @@ def estimate(
 
 def estimate_batch(batch: Batch, limits: ReadConfig, planned: Mapping[str, tuple[int, int]] | None = None) -> Estimate:
     """A batch's cost: exact from its manifest when it has one, else from planning's per-range estimates."""
-    if batch.manifest is not None:
-        counts = {s.shard_id: s.records + s.bad_records for s in batch.manifest.shards}
-        return estimate(batch.ranges, counts, {s.shard_id: s.bytes for s in batch.manifest.shards}, limits)
+    if batch.result is not None:
+        counts = {s.shard_id: s.records + s.bad_records for s in batch.result.shards}
+        return estimate(batch.ranges, counts, {s.shard_id: s.bytes for s in batch.result.shards}, limits)
     if planned and len(planned) == len(batch.ranges):
         return estimate(batch.ranges, {k: v[0] for k, v in planned.items()}, {k: v[1] for k, v in planned.items()}, limits)
     return estimate(batch.ranges, None, None, limits)
@@ -538,7 +538,7 @@ def _differing(
     found = []
     for low in range(1, ledger.last + 1, WINDOW_SLICE):
         for batch in store.get_batches(pipeline.name, range(low, min(ledger.last, low + WINDOW_SLICE - 1) + 1)).values():
-            verified = batch.manifest.records if batch.manifest is not None else 0
+            verified = batch.result.records if batch.result is not None else 0
             if counts.get(batch.batch_id, 0) != verified and batch.batch_id in state.holdings:
                 found.append(batch.batch_id)
     return found
@@ -546,12 +546,12 @@ def _differing(
 
 def _files_kept(pipeline: PipelineConfig, batch: Batch) -> bool:
     """The batch's verified attempt still has its files in the output (or had none: every record quarantined or gone)."""
-    manifest = batch.manifest
-    if manifest is None or manifest.attempt is None:
+    result = batch.result
+    if result is None or result.attempt is None:
         return False
-    if manifest.records == 0:
+    if result.records == 0:
         return True
-    return bool(files.parquet_files(layout.data_path(pipeline.output, batch.batch_id, manifest.attempt)))
+    return bool(files.parquet_files(layout.data_path(pipeline.output, batch.batch_id, result.attempt)))
 
 
 def restore_from_files(pipeline: PipelineConfig, store: StateStore, plan: Restore, run_id: str) -> list[int]:
@@ -565,9 +565,9 @@ def restore_from_files(pipeline: PipelineConfig, store: StateStore, plan: Restor
     failed = []
     for batch_id in plan.from_files:
         batch = store.get_batch(pipeline.name, batch_id)
-        manifest = batch.verified_manifest()
+        result = batch.verified_result()
         try:
-            verify.check_files(pipeline, batch_id, manifest)
+            verify.check_files(pipeline, batch_id, result)
         except VerificationError as exc:
             log.warning("pipeline %s, batch %d: its files no longer verify (%s); it is replayed from the stream",
                         pipeline.name, batch_id, exc)  # fmt: skip

@@ -54,7 +54,7 @@ def commit_batch(pipeline: PipelineConfig, store: StateStore, batch_id: int, now
         raise superseded(pipeline, batch)
     elif batch.status != BatchStatus.COMMITTING:
         raise StateConflictError(f"{where}: cannot commit a batch that is {batch.status.value}; it must be verified (WRITTEN) first")
-    if batch.manifest is None:
+    if batch.result is None:
         raise VerificationError(f"{where}: no verified manifest is stored with the batch")
     committed_at = now or datetime.now(UTC)
     committed = replace(batch, status=BatchStatus.COMMITTED, committed_at=committed_at)
@@ -64,7 +64,7 @@ def commit_batch(pipeline: PipelineConfig, store: StateStore, batch_id: int, now
         snapshot_id = commit_to_table(pipeline, batch, run_id or batch.run_id)
         batch, committed = replace(batch, snapshot_id=snapshot_id), replace(committed, snapshot_id=snapshot_id)
         commit_records.write_commit_record(pipeline.output, committed)  # the output's copy names the snapshot before a checkpoint moves
-    results = batch.verified_manifest().by_shard()
+    results = batch.verified_result().by_shard()
 
     def advance(rng: SequenceRange) -> None:
         end = range_checkpoint(rng, results)
@@ -102,9 +102,9 @@ def commit_to_table(
     removes the folders of the batch's other attempts: replays that failed before a commit, which no snapshot ever
     referenced. A backfill leaves the files it superseded to snapshot expiry: older snapshots still reference them.
     """
-    manifest = batch.verified_manifest()
-    files = batch_files(pipeline, batch.batch_id, manifest)
-    attempt = manifest.attempt or ""  # batch_files refused a manifest without one
+    result = batch.verified_result()
+    files = batch_files(pipeline, batch.batch_id, result)
+    attempt = result.attempt or ""  # batch_files refused a manifest without one
     # Every record quarantined: the table's columns come from a quarantine file, should this be its first batch.
     quarantined = [] if files else parquet_files(layout.quarantine_path(pipeline.output, batch.batch_id))
     schema_file = quarantined[0] if quarantined else None
@@ -112,7 +112,7 @@ def commit_to_table(
     check = guards.table_check(pipeline, kind, batch.batch_id, ledger)
     create = kind == Commit.RESTORE or (kind == Commit.REGULAR and ledger.last == 0)
     snapshot_id = iceberg_table.commit_snapshot(
-        pipeline, batch.batch_id, attempt, files, run_id, manifest.records, check, create, schema_file=schema_file
+        pipeline, batch.batch_id, attempt, files, run_id, result.records, check, create, schema_file=schema_file
     )
     first = kind == Commit.REGULAR
     if first:

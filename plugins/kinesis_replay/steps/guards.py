@@ -155,7 +155,7 @@ def check_before_plan(pipeline: PipelineConfig, head: Head) -> None:
         check_table(pipeline, Ledger(0))
         return
     last = (head.in_flight or head.next_batch_id) - 1  # every batch before the next (or in-flight) one is committed
-    if last >= 1 and not (commit_records.has_commit_record(root, last) or files.has_manifest(root, last)):
+    if last >= 1 and not (commit_records.has_commit_record(root, last) or files.has_result(root, last)):
         raise StateLostError(
             f"pipeline {pipeline.name!r}: state table {table} says batches up to {last} are committed, but output "
             f"{root} does not hold batch {last}. The output was changed in the config, moved or deleted. Point output back "
@@ -388,7 +388,7 @@ def claim_output(pipeline: PipelineConfig, now: datetime, stream_created: dateti
     else:
         check_format(pipeline, None)
     # No owner yet, or (check_before_plan allowed it: nothing in the output is committed) a new state table.
-    adopted = owner.adopted if owner is not None else max(commit_records.manifest_batch_ids(root), default=0)
+    adopted = owner.adopted if owner is not None else max(commit_records.result_batch_ids(root), default=0)
     claim = Owner(pipeline.name, pipeline.stream, pipeline.state_table, now.isoformat(), adopted, pipeline.output_format, created)
     claimed = write_owner(root, claim, replace=owner is not None)
     check_owner(pipeline, claimed)  # another pipeline may have claimed it first

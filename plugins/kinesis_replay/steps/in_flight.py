@@ -89,7 +89,7 @@ def superseded(pipeline: PipelineConfig, batch: Batch) -> BatchSupersededError:
         f"pipeline {pipeline.name!r}, batch {batch.batch_id} is {batch.status.value}: it was verified and committed after this "
         "run replayed it (by a run replaying it at the same time, or by this run before this task was run again). This "
         f"run changes nothing: the ledger and the output's {layout.COMMITS_DIR} "
-        f"record describe the committed batch, and the output's {layout.MANIFESTS_DIR} holds the last replay's result, "
+        f"record describe the committed batch, and the output's {layout.RESULTS_DIR} holds the last replay's result, "
         "which may be this run's. Nothing is left to do: the next run plans the next batch"
     )
 

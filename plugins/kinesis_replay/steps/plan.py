@@ -340,7 +340,7 @@ def shard_rates(store: StateStore, pipeline_name: str, states: Mapping[str, Shar
         return {}
     rates: dict[str, ShardRate] = {}
     for batch in store.get_batches(pipeline_name, sorted(ids)).values():
-        results = batch.manifest.by_shard() if batch.manifest else {}
+        results = batch.result.by_shard() if batch.result else {}
         for rng in batch.ranges:
             got = results.get(rng.shard_id)
             if got is None or got.last_arrival is None or rng.start_arrival is None:

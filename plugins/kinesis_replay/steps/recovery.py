@@ -104,9 +104,9 @@ def plan_recovery(pipeline: PipelineConfig, records: Sequence[Batch], listed: Se
             raise RecoveryError(
                 f"{where}: the commit record of batch {batch.batch_id} is of pipeline {batch.pipeline_name!r}, stream {batch.stream}"
             )
-        if batch.manifest is None:
+        if batch.result is None:
             raise RecoveryError(f"{where}: commit record of batch {batch.batch_id} has no manifest")
-        results = batch.manifest.by_shard()
+        results = batch.result.by_shard()
         for rng in batch.ranges:
             known = shards.get(rng.shard_id)
             end = _checkpoint_after(where, batch, rng, known.checkpoint if known else None, results)
@@ -135,7 +135,7 @@ def check_table_records(pipeline: PipelineConfig, records: Sequence[Batch]) -> N
     records the table does not hold (invariant 5); a replay can't help either, as the batch's ranges may have left
     the stream's retention. Checked before anything is committed to the table, and in a dry run too.
     """
-    directory = [b.batch_id for b in records if b.snapshot_id is None and b.manifest is not None and b.manifest.attempt is None]
+    directory = [b.batch_id for b in records if b.snapshot_id is None and b.result is not None and b.result.attempt is None]
     if not directory:
         return
     table = pipeline.table.describe() if pipeline.table is not None else "the table"

@@ -6,14 +6,14 @@ import logging
 from typing import TYPE_CHECKING
 
 from kinesis_replay.adapters import iceberg_table, layout
-from kinesis_replay.adapters.files import parquet_files, read_manifest, scan_rows
+from kinesis_replay.adapters.files import parquet_files, read_result, scan_rows
 from kinesis_replay.core.config import PipelineConfig
 from kinesis_replay.core.errors import (
     VerificationError,
 )
 from kinesis_replay.core.ranges import SequenceRange
 from kinesis_replay.core.records import format_digest
-from kinesis_replay.core.state import Batch, BatchStatus, Gap, Manifest, ShardResult, StateStore
+from kinesis_replay.core.state import Batch, BatchStatus, Gap, ReplayResult, ShardResult, StateStore
 from kinesis_replay.steps.in_flight import committed_meanwhile, superseded
 
 if TYPE_CHECKING:  # the boto3 stubs are for type checking only
@@ -36,13 +36,13 @@ def verify_batch(
         # Two runs replayed the batch at once and the other verified it first: its commit removes this run's attempt.
         raise superseded(pipeline, batch)
     with committed_meanwhile(pipeline, store, batch_id):  # its commit may remove this run's files while they are checked
-        manifest = read_manifest(pipeline.output, batch_id)
-        gaps = check_manifest(batch, manifest, acknowledged, run_id)
-        check_files(pipeline, batch_id, manifest)
+        result = read_result(pipeline.output, batch_id)
+        gaps = check_result(batch, result, acknowledged, run_id)
+        check_files(pipeline, batch_id, result)
         all_gaps = merge_gaps(batch.gaps, gaps)
-        written = batch.with_status(BatchStatus.WRITTEN, manifest=manifest, attempts=batch.attempts + 1, error=None, gaps=all_gaps)
+        written = batch.with_status(BatchStatus.WRITTEN, result=result, attempts=batch.attempts + 1, error=None, gaps=all_gaps)
         store.update_batch(written, expected=batch.status)
-    log.info("pipeline %s: batch %d verified: %d records, %d bytes", pipeline.name, batch_id, manifest.records, manifest.bytes)
+    log.info("pipeline %s: batch %d verified: %d records, %d bytes", pipeline.name, batch_id, result.records, result.bytes)
     return written
 
 
@@ -65,20 +65,20 @@ def _reaches_further(gap: Gap, than: Gap) -> bool:
     return gap.first_available is None or gap.first_available > than.first_available
 
 
-def batch_files(pipeline: PipelineConfig, batch_id: int, manifest: Manifest) -> list[str]:
+def batch_files(pipeline: PipelineConfig, batch_id: int, result: ReplayResult) -> list[str]:
     """The files that hold the batch's rows: its attempt's table files, or its directory's."""
     if pipeline.table is None:
         return parquet_files(layout.batch_path(pipeline.output, batch_id))
-    if manifest.attempt is None:
+    if result.attempt is None:
         raise VerificationError(
             f"pipeline {pipeline.name!r}, batch {batch_id}: the result manifest names no attempt, so it was written by a "
             "replay job of another release (or for a directory output); deploy one release to both sides and run the batch again"
         )
-    files = parquet_files(layout.data_path(pipeline.output, batch_id, manifest.attempt))
-    if not files and manifest.records:
+    files = parquet_files(layout.data_path(pipeline.output, batch_id, result.attempt))
+    if not files and result.records:
         raise VerificationError(
-            f"pipeline {pipeline.name!r}, batch {batch_id}: the result manifest names attempt {manifest.attempt}, whose files "
-            f"are gone from {layout.data_path(pipeline.output, batch_id, manifest.attempt)}. A run that commits the batch "
+            f"pipeline {pipeline.name!r}, batch {batch_id}: the result manifest names attempt {result.attempt}, whose files "
+            f"are gone from {layout.data_path(pipeline.output, batch_id, result.attempt)}. A run that commits the batch "
             "removes the attempts it did not commit, so another run replaying the batch at the same time may have committed "
             "it; otherwise they were deleted. Nothing was committed by this run; the next run replays the batch if it is "
             "still in flight"
@@ -86,7 +86,7 @@ def batch_files(pipeline: PipelineConfig, batch_id: int, manifest: Manifest) -> 
     return files
 
 
-def check_files(pipeline: PipelineConfig, batch_id: int, manifest: Manifest) -> None:
+def check_files(pipeline: PipelineConfig, batch_id: int, result: ReplayResult) -> None:
     """The batch's files hold exactly the rows the manifest describes, shard by shard, before anything is committed.
 
     Per shard: the rows (and bad rows in the quarantine) the manifest counts, each (sequence number, sub-sequence
@@ -94,14 +94,14 @@ def check_files(pipeline: PipelineConfig, batch_id: int, manifest: Manifest) -> 
     """
     where = f"pipeline {pipeline.name!r}, batch {batch_id}"
     quarantine = layout.quarantine_path(pipeline.output, batch_id)
-    data_files = batch_files(pipeline, batch_id, manifest)
+    data_files = batch_files(pipeline, batch_id, result)
     if pipeline.table is not None:
         # What would make the table commit fail every time fails here, while the batch can still be replayed.
-        iceberg_table.check_files_fit(pipeline, batch_id, manifest.attempt or "", data_files)
+        iceberg_table.check_files_fit(pipeline, batch_id, result.attempt or "", data_files)
     scanned = {}
     for files, expected, place in (
-        (data_files, {s.shard_id: s.records for s in manifest.shards if s.records}, "the batch's files"),
-        (parquet_files(quarantine), {s.shard_id: s.bad_records for s in manifest.shards if s.bad_records}, quarantine),
+        (data_files, {s.shard_id: s.records for s in result.shards if s.records}, "the batch's files"),
+        (parquet_files(quarantine), {s.shard_id: s.bad_records for s in result.shards if s.bad_records}, quarantine),
     ):
         rows = scan_rows(files)
         found = {shard: r.rows for shard, r in rows.items()}
@@ -116,7 +116,7 @@ def check_files(pipeline: PipelineConfig, batch_id: int, manifest: Manifest) -> 
                 "repeated per shard"
             )
         scanned[place] = rows
-    for shard in manifest.shards:
+    for shard in result.shards:
         if shard.digest is None:
             continue  # a manifest of a release before row digests: its counts and bounds were checked
         total = sum(rows[shard.shard_id].digest for rows in scanned.values() if shard.shard_id in rows)
@@ -125,21 +125,21 @@ def check_files(pipeline: PipelineConfig, batch_id: int, manifest: Manifest) -> 
                 f"{where}, shard {shard.shard_id}: the row digest of the files is {format_digest(total)}, the manifest says "
                 f"{shard.digest}: the files do not hold the rows the replay job wrote"
             )
-    total = manifest.records + manifest.bad_records
-    if manifest.bad_records and manifest.bad_records > pipeline.payload.max_bad_share * total:
+    total = result.records + result.bad_records
+    if result.bad_records and result.bad_records > pipeline.payload.max_bad_share * total:
         raise VerificationError(
-            f"{where}: {manifest.bad_records} of {total} records ({manifest.bad_records / total:.1%}) could not be decoded, "
+            f"{where}: {result.bad_records} of {total} records ({result.bad_records / total:.1%}) could not be decoded, "
             f"more than payload.max_bad_share ({pipeline.payload.max_bad_share:.1%}); they are in "
             f"{layout.quarantine_path(pipeline.output, batch_id)} with the reason in decode_error"
         )
 
 
-def check_manifest(batch: Batch, manifest: Manifest, acknowledged: frozenset[str] = frozenset(), run_id: str = "") -> list[Gap]:
+def check_result(batch: Batch, result: ReplayResult, acknowledged: frozenset[str] = frozenset(), run_id: str = "") -> list[Gap]:
     """The manifest covers exactly the batch's ranges, from each start to each end; returns acknowledged gaps."""
     where = f"pipeline {batch.pipeline_name!r}, batch {batch.batch_id}"
-    if manifest.batch_id != batch.batch_id or manifest.pipeline_name != batch.pipeline_name:
-        raise VerificationError(f"{where}: the result manifest is for pipeline {manifest.pipeline_name!r}, batch {manifest.batch_id}")
-    results = manifest.by_shard()
+    if result.batch_id != batch.batch_id or result.pipeline_name != batch.pipeline_name:
+        raise VerificationError(f"{where}: the result manifest is for pipeline {result.pipeline_name!r}, batch {result.batch_id}")
+    results = result.by_shard()
     planned = {r.shard_id for r in batch.ranges}
     # A range with no row: every record of it was gone when it was read, which only an acknowledged shard may be.
     wholly_gone = planned - set(results)

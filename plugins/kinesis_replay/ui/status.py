@@ -166,7 +166,7 @@ def _backfill_progress(store: StateStore, p: PipelineConfig, reported: Progress 
     batch = store.get_batches(p.name, [reported.batch_id]).get(reported.batch_id)
     if batch is None:
         return None
-    estimates = {r.shard_id: r.records + r.bad_records for r in batch.manifest.shards} if batch.manifest is not None else {}
+    estimates = {r.shard_id: r.records + r.bad_records for r in batch.result.shards} if batch.result is not None else {}
     return _progress_view(batch, reported, estimates, RunKind.BACKFILL)
 
 
@@ -259,16 +259,16 @@ class ReplayProgress:
 
 
 def _checkpoint_age(batch: Batch | None, shard_id: str, now: datetime) -> float | None:
-    if batch is None or batch.manifest is None:
+    if batch is None or batch.result is None:
         return None
-    result = batch.manifest.by_shard().get(shard_id)
+    result = batch.result.by_shard().get(shard_id)
     if result is None or result.last_arrival is None:
         return None
     return max(0.0, (now - result.last_arrival).total_seconds())
 
 
 def _batch_view(b: Batch) -> BatchView:
-    m = b.manifest
+    m = b.result
     return BatchView(
         batch_id=b.batch_id,
         status=b.status.value,
@@ -338,7 +338,7 @@ class CatchUp:
 def catch_up(batch: Batch, now: datetime) -> CatchUp:
     """What a committed (or verified) batch says of the pipeline's distance from the tip; see CatchUp."""
     left: Mapping[str, int] = batch.notes.capped or {}
-    results = batch.manifest.by_shard() if batch.manifest else {}
+    results = batch.result.by_shard() if batch.result else {}
     since_plan = max(0.0, (now - batch.created_at).total_seconds())
     took = max(0.0, ((batch.committed_at or now) - batch.created_at).total_seconds())
     behind = max((ms / 1000 for ms in left.values()), default=0.0) + (since_plan if left else 0.0)
