@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -38,3 +39,23 @@ def missing_store(request: pytest.FixtureRequest) -> Any:
 
     request.getfixturevalue("stack")
     return DynamoDBStateStore(boto3.client("dynamodb"), table)
+
+
+@pytest.fixture(params=["memory", pytest.param("kinesalite", marks=pytest.mark.integration)])
+def stream_client(request: pytest.FixtureRequest) -> Iterator[tuple[Any, str]]:
+    """(a Kinesis client, a fresh 4-shard stream of its own): in memory, or on the session's kinesalite."""
+    name = f"test-{uuid.uuid4().hex[:10]}"
+    if request.param == "memory":
+        from fakes.memory_kinesis import MemoryKinesis
+
+        client: Any = MemoryKinesis()
+        client.create_stream(StreamName=name, ShardCount=4)
+        yield client, name
+        return
+    from stack.producer import ensure_stream, kinesis_client
+
+    request.getfixturevalue("stack")
+    client = kinesis_client()
+    ensure_stream(client, name, 4)
+    yield client, name
+    client.delete_stream(StreamName=name, EnforceConsumerDeletion=True)
