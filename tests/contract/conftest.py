@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+
 from fakes.memory_store import MemoryStateStore
 
 
