@@ -76,6 +76,7 @@ def test_records_go_to_the_shard_whose_hash_range_holds_their_key_s_md5_and_read
         assert [r["SequenceNumber"] for r in records] == [p.sequence_number for p in mine]
         assert [(r["PartitionKey"], r["Data"]) for r in records] == [(p.partition_key, p.data) for p in mine]
         seqs = [int(r["SequenceNumber"]) for r in records]
+        assert {len(r["SequenceNumber"]) for r in records} == {56}
         assert seqs == sorted(seqs) and all(int(shard["SequenceNumberRange"]["StartingSequenceNumber"]) <= s for s in seqs)
         assert pages[-1]["Records"] == [] and pages[-1]["MillisBehindLatest"] == 0 and pages[-1]["NextShardIterator"]
 

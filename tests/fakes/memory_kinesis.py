@@ -22,7 +22,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 MAX_HASH_KEY = 2**128 - 1
-FIRST_SEQUENCE_NUMBER = 49_000_000_000_000_000_000_000_000_000_000_000_000_000_000_000_000_000  # 56 digits, as Kinesis's
+FIRST_SEQUENCE_NUMBER = 49 * 10**54  # 56 digits, as Kinesis's and kinesalite's
 SEQUENCE_STEP = 1_000  # between two sequence numbers the stream hands out (records, shard starts and ends)
 
 
