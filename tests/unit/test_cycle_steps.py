@@ -9,7 +9,7 @@ tests/integration.
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +24,6 @@ from kinesis_replay.batches import commit_batch, plan_batch, verify_batch
 from kinesis_replay.errors import BatchSupersededError, DataLossError, RecoveryError, StateConflictError, VerificationError
 from kinesis_replay.recovery import recover
 from kinesis_replay.state import BatchStatus, Gap, Head
-
-T0 = datetime(2026, 11, 1, 12, tzinfo=UTC)
 
 
 @pytest.fixture
