@@ -57,11 +57,12 @@ TEST_WORKERS ?= 2
 test: install
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=25
 
+# The contract suite's in-memory half is a unit test; its DynamoDB half (marked integration) needs the local stack.
 test-unit: install
-	$(BIN)/python -m pytest tests/unit tests/dags
+	$(BIN)/python -m pytest tests/unit tests/dags tests/contract -m "not integration"
 
 test-integration: install
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal tests/integration
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal tests/integration tests/contract -m integration
 
 SCHEDULES ?= 100
 CHAOS_STEPS ?= 4

@@ -1,8 +1,9 @@
 """A long ledger, read in slices: the page, the backfill's selection and the stuck check never read all of it.
 
-The ledger is written straight into the state table (moto over HTTP) with the store's own restore, as a
-recovery would: thousands of batches, one every five minutes. Every way of reading a part of it must give
-what reading the whole ledger gives, and read a bounded part.
+The ledger is written into the in-memory state store with its restore, as a recovery would: thousands of batches,
+one every five minutes. Every way of reading a part of it must give what reading the whole ledger gives, and read a
+bounded part, counted at the StateStore's methods (what DynamoDB does per method is tests/contract's and
+tests/integration/test_dynamodb_store.py's).
 """
 
 from __future__ import annotations
@@ -13,14 +14,12 @@ from typing import Any
 
 import pytest
 
-from kinesis_replay.adapters.dynamodb_store import DynamoDBStateStore
-from kinesis_replay.core.config import parse_config
-from kinesis_replay.core.ranges import SequenceRange
-from kinesis_replay.core.state import Batch, BatchStatus, BatchSummary, PlanNotes, ReplayResult, ShardResult, ShardState
-from kinesis_replay.steps import backfill, in_flight
-from kinesis_replay.steps.backfill import BackfillError, Selection
-from kinesis_replay.ui import status
-from stack.ledger import write_ledger
+from fakes.memory_store import MemoryStateStore
+from kinesis_replay import backfill, batches, status
+from kinesis_replay.backfill import BackfillError, Selection
+from kinesis_replay.config import parse_config
+from kinesis_replay.ranges import SequenceRange
+from kinesis_replay.state import Batch, BatchStatus, BatchSummary, Head, Manifest, PlanNotes, ShardResult, ShardState
 
 S = 10**55
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -44,9 +43,9 @@ def ledger_batch(batch_id: int) -> Batch:
 
 
 class CountingStore:
-    """The real store, counting the batches each read returns; reading the whole ledger is refused outright."""
+    """The store, counting the batches each read returns; reading the whole ledger is refused outright."""
 
-    def __init__(self, store: DynamoDBStateStore) -> None:
+    def __init__(self, store: MemoryStateStore) -> None:
         self.store, self.read, self.summaries = store, 0, 0
 
     def __getattr__(self, name: str) -> Any:
@@ -67,22 +66,17 @@ class CountingStore:
 
 
 @pytest.fixture(scope="module")
-def long_ledger(stack: object) -> DynamoDBStateStore:
-    import uuid
-
-    import boto3
-
-    store = DynamoDBStateStore(boto3.client("dynamodb"), f"kr-{uuid.uuid4().hex[:8]}")
-    store.ensure_table()
+def long_ledger() -> MemoryStateStore:
+    store = MemoryStateStore()
     for shard in SHARDS:
         store.put_shard_if_absent("orders", ShardState(shard))
         store.advance_checkpoint("orders", shard, None, S + 10 * LEDGER + 9, LEDGER, finished=False)
-    write_ledger(store, "orders", [ledger_batch(i) for i in range(1, LEDGER + 1)])
+    store.restore("orders", Head(next_batch_id=LEDGER + 1), [], [ledger_batch(i) for i in range(1, LEDGER + 1)])
     return store
 
 
 @pytest.fixture(scope="module")
-def whole_ledger(long_ledger: DynamoDBStateStore) -> list[Batch]:
+def whole_ledger(long_ledger: MemoryStateStore) -> list[Batch]:
     """What the old way read each time: every batch."""
     return long_ledger.list_batches("orders")
 
@@ -105,7 +99,7 @@ def pipeline() -> Any:
     ids=["ids", "range", "window", "window at the newest", "window at the oldest"],
 )
 def test_a_selection_reads_a_slice_and_chooses_what_the_whole_ledger_would(
-    long_ledger: DynamoDBStateStore, whole_ledger: list[Batch], selection: Selection
+    long_ledger: MemoryStateStore, whole_ledger: list[Batch], selection: Selection
 ) -> None:
     whole = backfill.select_batches("orders", selection, whole_ledger)
     counting: Any = CountingStore(long_ledger)
@@ -116,7 +110,7 @@ def test_a_selection_reads_a_slice_and_chooses_what_the_whole_ledger_would(
     assert counting.read <= 2 * backfill.WINDOW_SLICE + 64, counting.read
 
 
-def test_refusals_name_the_whole_ledger_from_a_slice(long_ledger: DynamoDBStateStore) -> None:
+def test_refusals_name_the_whole_ledger_from_a_slice(long_ledger: MemoryStateStore) -> None:
     counting: Any = CountingStore(long_ledger)
     refusals = {(500, 3_005): r"no batch 3005 in the ledger \(it holds 1 to 3000\)", (500,): r"not committed: 500 \(FAILED\)"}
     for named, refusal in refusals.items():
@@ -126,7 +120,7 @@ def test_refusals_name_the_whole_ledger_from_a_slice(long_ledger: DynamoDBStateS
     assert counting.read <= 2
 
 
-def test_the_page_and_the_stuck_check_read_a_few_batches(long_ledger: DynamoDBStateStore) -> None:
+def test_the_page_and_the_stuck_check_read_a_few_batches(long_ledger: MemoryStateStore) -> None:
     counting: Any = CountingStore(long_ledger)
     now = T0 + (LEDGER + 1) * EVERY
     view = status.pipeline_view(pipeline(), counting, now)

@@ -1,4 +1,7 @@
-"""The range reader against kinesalite over HTTP: exact inclusive ranges, and the faults it must survive or name."""
+"""The range reader on the in-memory stream: exact inclusive ranges, and the faults it must survive or name.
+
+The stream answers as kinesalite does (tests/contract/test_kinesis_contract.py); the faults are injected around it.
+"""
 
 from __future__ import annotations
 
@@ -9,12 +12,31 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from kinesis_replay.adapters.kinesis_client import ReadStats
-from kinesis_replay.adapters.range_reader import iterate_range
-from kinesis_replay.core.config import ReadConfig
-from kinesis_replay.core.errors import DataLossError, RangeReadError, StreamNotFoundError
-from kinesis_replay.core.ranges import SequenceRange
-from stack.producer import produce, split_shard
+from fakes.memory_kinesis import MemoryKinesis
+from kinesis_replay.config import ReadConfig
+from kinesis_replay.errors import DataLossError, RangeReadError, StreamNotFoundError
+from kinesis_replay.kinesis import ReadStats, iterate_range
+from kinesis_replay.ranges import SequenceRange
+from stack.producer import produce
+
+
+@pytest.fixture
+def kinesis() -> MemoryKinesis:
+    client = MemoryKinesis()
+    client.create_stream(StreamName="orders", ShardCount=4)
+    return client
+
+
+@pytest.fixture
+def stream(kinesis: MemoryKinesis) -> str:
+    return "orders"
+
+
+def split_shard(kinesis: MemoryKinesis, stream: str, shard_id: str) -> None:
+    """Split a shard at the middle of its hash-key range."""
+    shard = next(s for s in kinesis.list_shards(StreamName=stream)["Shards"] if s["ShardId"] == shard_id)
+    low, high = int(shard["HashKeyRange"]["StartingHashKey"]), int(shard["HashKeyRange"]["EndingHashKey"])
+    kinesis.split_shard(StreamName=stream, ShardToSplit=shard_id, NewStartingHashKey=str((low + high) // 2))
 
 
 def shard_sequence_numbers(kinesis: Any, stream: str, count: int = 300) -> tuple[str, list[int]]:

@@ -1,0 +1,71 @@
+"""A backfill's steps on the fakes (an in-memory stream and state store, a directory output): what it may replay,
+and that a replay must hold what the batch's first run held, moving no checkpoint and changing no ledger entry.
+
+The backfill DAG running these steps with Spark is tested in tests/integration/test_operations.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from fakes.replay import replay
+from fakes.world import World
+from kinesis_replay import output
+from kinesis_replay.backfill import check_replayed, choose, committed_batch
+from kinesis_replay.errors import BackfillError, DataLossError, VerificationError
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> World:
+    built = World(tmp_path)
+    for _ in range(3):
+        built.produce(120)
+        assert built.cycle() is not None
+    return built
+
+
+def test_a_backfill_replays_committed_batches_identically_and_moves_nothing(world: World) -> None:
+    ledger, shards, head = world.store.list_batches("orders"), world.store.get_shards("orders"), world.store.get_head("orders")
+    _, chosen = choose(world.pipeline, world.kinesis, world.store, {"from_batch": 1, "to_batch": 2}, now=world.clock())
+    assert [b.batch_id for b in chosen] == [1, 2]
+    for batch in chosen:
+        again = committed_batch(world.pipeline, world.store, batch.batch_id)
+        replay(world.pipeline, world.kinesis, again)
+        checked = check_replayed(world.pipeline, world.store, batch.batch_id, run_id="backfill-1")
+        assert checked.manifest is not None and batch.manifest is not None
+        assert checked.manifest.shards == batch.manifest.shards
+    assert world.store.list_batches("orders") == ledger and world.store.get_head("orders") == head
+    assert world.store.get_shards("orders") == shards
+    assert world.landed() == world.expected()  # every record once, the replayed batches' too
+
+
+def test_a_backfill_that_writes_other_rows_than_the_first_run_is_refused_naming_the_shards(world: World) -> None:
+    batch = world.store.get_batch("orders", 2)
+    shard = batch.ranges[0]
+    shorter = replace(batch, ranges=(replace(shard, end=shard.start), *batch.ranges[1:]))
+    replay(world.pipeline, world.kinesis, shorter)
+    with pytest.raises(
+        VerificationError, match=rf"batch 2: the backfill wrote different rows than the batch's first run for shards {shard.shard_id}"
+    ):
+        check_replayed(world.pipeline, world.store, 2)
+    assert world.store.get_batch("orders", 2) == batch  # the ledger keeps the first run's manifest
+
+
+def test_a_backfill_waits_while_a_regular_batch_is_in_flight(world: World) -> None:
+    world.produce(50)
+    assert world.plan() is not None
+    with pytest.raises(BackfillError, match="pipeline orders: regular batch 4 is in flight; a backfill waits until it is committed"):
+        choose(world.pipeline, world.kinesis, world.store, {"batch_ids": [1]}, now=world.clock())
+
+
+def test_a_backfill_of_ranges_past_the_retention_is_refused_before_reading(world: World) -> None:
+    calls = len(world.kinesis.calls)
+    later = world.clock() + timedelta(hours=25)
+    with pytest.raises(DataLossError, match=r"batch 1, range .*its start arrived 25h00m ago, more than the stream's retention of 24h00m"):
+        choose(world.pipeline, world.kinesis, world.store, {"batch_ids": [1]}, now=later)
+    assert "GetRecords" not in world.kinesis.calls[calls:] and "GetShardIterator" not in world.kinesis.calls[calls:]
+    assert output.read_commit_record(world.pipeline.output, 1) == world.store.get_batch("orders", 1)
