@@ -20,7 +20,7 @@ def store(request: pytest.FixtureRequest) -> Any:
         return MemoryStateStore(f"kr-{uuid.uuid4().hex[:8]}")
     import boto3
 
-    from kinesis_replay.dynamodb_store import DynamoDBStateStore
+    from kinesis_replay.adapters.dynamodb_store import DynamoDBStateStore
 
     request.getfixturevalue("stack")  # the moto server, started once per session
     table = DynamoDBStateStore(boto3.client("dynamodb"), f"kr-{uuid.uuid4().hex[:8]}")
@@ -36,7 +36,7 @@ def missing_store(request: pytest.FixtureRequest) -> Any:
         return MemoryStateStore(table, exists=False)
     import boto3
 
-    from kinesis_replay.dynamodb_store import DynamoDBStateStore
+    from kinesis_replay.adapters.dynamodb_store import DynamoDBStateStore
 
     request.getfixturevalue("stack")
     return DynamoDBStateStore(boto3.client("dynamodb"), table)

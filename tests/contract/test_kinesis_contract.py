@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from kinesis_replay import kinesis as kinesis_api
+from kinesis_replay.adapters import kinesis_client, range_bounds
 from stack.producer import produce
 
 
@@ -56,7 +56,7 @@ def test_a_new_stream_lists_its_open_shards_covering_every_hash_key(stream_clien
     assert ranges[0][0] == 0 and ranges[-1][1] == 2**128 - 1 and all(a[1] + 1 == b[0] for a, b in itertools.pairwise(ranges))
     summary = client.describe_stream_summary(StreamName=stream)["StreamDescriptionSummary"]
     assert summary["RetentionPeriodHours"] == 24 and summary["StreamCreationTimestamp"].tzinfo is not None
-    listed = kinesis_api.list_shards(client, stream)
+    listed = kinesis_client.list_shards(client, stream)
     assert [s.shard_id for s in listed] == [s["ShardId"] for s in shards] and not any(s.is_closed for s in listed)
 
 
@@ -161,11 +161,11 @@ def test_a_split_closes_the_parent_above_its_records_and_its_children_start_abov
     assert [r["SequenceNumber"] for r in records] == [p.sequence_number for p in mine]  # every record once
     assert "NextShardIterator" not in pages[-1] or pages[-1]["NextShardIterator"] is None  # then the shard's end
     assert pages[-1]["Records"] == []
-    listed = {s.shard_id: s for s in kinesis_api.list_shards(client, stream)}
+    listed = {s.shard_id: s for s in kinesis_client.list_shards(client, stream)}
     assert listed[parent["ShardId"]].ending_sequence_number == end and listed["shardId-000000000004"].parent_shard_ids == (
         parent["ShardId"],
     )
-    following = kinesis_api.first_record_after(client, stream, parent["ShardId"], int(mine[-1].sequence_number), None, closed=True)
+    following = range_bounds.first_record_after(client, stream, parent["ShardId"], int(mine[-1].sequence_number), None, closed=True)
     assert following.record is None and following.shard_ended and not following.checkpoint_missing
 
 
@@ -181,7 +181,7 @@ def test_a_merge_closes_both_parents_and_names_them_in_the_child(stream_client: 
     )  # fmt: skip
     ends = [int(shards[p]["SequenceNumberRange"]["EndingSequenceNumber"]) for p in ("shardId-000000000001", "shardId-000000000002")]
     assert int(child["SequenceNumberRange"]["StartingSequenceNumber"]) > max(ends)
-    assert [s.shard_id for s in kinesis_api.list_shards(client, stream) if not s.is_closed] == [
+    assert [s.shard_id for s in kinesis_client.list_shards(client, stream) if not s.is_closed] == [
         "shardId-000000000000", "shardId-000000000003", "shardId-000000000004",
     ]  # fmt: skip
 

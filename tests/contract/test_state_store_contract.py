@@ -14,16 +14,16 @@ from typing import Any
 
 import pytest
 
-from kinesis_replay.errors import StateConflictError, StateCorruptError, StateTableMissingError
-from kinesis_replay.ranges import SequenceRange
-from kinesis_replay.state import (
+from kinesis_replay.core.errors import StateConflictError, StateCorruptError, StateTableMissingError
+from kinesis_replay.core.ranges import SequenceRange
+from kinesis_replay.core.state import (
     Batch,
     BatchStatus,
     Gap,
     Head,
-    Manifest,
     PlanNotes,
     Progress,
+    ReplayResult,
     RunKind,
     ShardResult,
     ShardState,
@@ -35,14 +35,14 @@ NOW = datetime(2026, 11, 22, tzinfo=UTC)
 SHARD0, SHARD1 = "shardId-000000000000", "shardId-000000000001"
 
 
-def planned(pipeline: str = "orders", batch_id: int = 1, previous: int | None = None) -> Batch:
+def planned(pipeline_name: str = "orders", batch_id: int = 1, previous: int | None = None) -> Batch:
     ranges = (SequenceRange(SHARD0, S + 1, S + 50, previous), SequenceRange(SHARD1, S + 2, S + 9, previous))
-    return Batch(pipeline, batch_id, BatchStatus.PLANNED, ranges, "stream", "manual__1", NOW)
+    return Batch(pipeline_name, batch_id, BatchStatus.PLANNED, ranges, "stream", "manual__1", NOW)
 
 
-def manifest_of(batch: Batch, attempt: str | None = None, records: int = 50) -> Manifest:
+def manifest_of(batch: Batch, attempt: str | None = None, records: int = 50) -> ReplayResult:
     shards = tuple(ShardResult(r.shard_id, records, 100 * records, r.start, r.end, "0123456789abcdef") for r in batch.ranges)
-    return Manifest(batch.pipeline, batch.batch_id, shards, 1.0, attempt)
+    return ReplayResult(batch.pipeline_name, batch.batch_id, shards, 1.0, attempt)
 
 
 def wide(batch_id: int = 1, shards: int = 1_000) -> Batch:
@@ -55,7 +55,7 @@ def wide(batch_id: int = 1, shards: int = 1_000) -> Batch:
 
 def to_committing(store: Any, batch: Batch) -> Batch:
     """The planned batch taken through WRITTEN to COMMITTING, as verify and commit take it."""
-    written = batch.with_status(BatchStatus.WRITTEN, manifest=manifest_of(batch), attempts=1)
+    written = batch.with_status(BatchStatus.WRITTEN, result=manifest_of(batch), attempts=1)
     store.update_batch(written, expected=BatchStatus.PLANNED)
     committing = written.with_status(BatchStatus.COMMITTING)
     store.update_batch(committing, expected=BatchStatus.WRITTEN)
@@ -169,7 +169,7 @@ def test_pipelines_do_not_see_each_others_state(store: Any) -> None:
     store.create_batch(planned("orders"), Head())
     store.create_batch(planned("payments"), Head())
     store.put_shard_if_absent("payments", ShardState(SHARD0))
-    assert [b.pipeline for b in store.list_batches("payments")] == ["payments"]
+    assert [b.pipeline_name for b in store.list_batches("payments")] == ["payments"]
     assert store.get_shards("orders") == {} and store.get_head("orders").in_flight == 1
 
 
@@ -294,7 +294,7 @@ def test_only_the_batch_in_flight_can_change_status(store: Any) -> None:
 
 def test_a_status_change_is_conditioned_on_the_stored_status(store: Any) -> None:
     store.create_batch(planned(), Head())
-    written = planned().with_status(BatchStatus.WRITTEN, manifest=manifest_of(planned()), attempts=1)
+    written = planned().with_status(BatchStatus.WRITTEN, result=manifest_of(planned()), attempts=1)
     with pytest.raises(StateConflictError, match="setting batch 1 from FAILED to WRITTEN"):
         store.update_batch(written, expected=BatchStatus.FAILED)
     assert store.get_batch("orders", 1) == planned()
@@ -304,19 +304,19 @@ def test_a_status_change_writes_the_status_manifest_attempts_error_and_gaps_only
     store.create_batch(replace(planned(), notes=PlanNotes(lag_millis={SHARD0: 5})), Head())
     gap = Gap(SHARD0, S, None, "manual__2", "replay")
     changed = replace(
-        planned().with_status(BatchStatus.WRITTEN, manifest=manifest_of(planned()), attempts=2, gaps=(gap,)),
+        planned().with_status(BatchStatus.WRITTEN, result=manifest_of(planned()), attempts=2, gaps=(gap,)),
         run_id="manual__2", stream="another", notes=PlanNotes(), snapshot_id=9, committed_at=NOW,
     )  # fmt: skip
     store.update_batch(changed, expected=BatchStatus.PLANNED)
     stored = store.get_batch("orders", 1)
-    assert (stored.status, stored.manifest, stored.attempts, stored.gaps, stored.error) == (
+    assert (stored.status, stored.result, stored.attempts, stored.gaps, stored.error) == (
         BatchStatus.WRITTEN, manifest_of(planned()), 2, (gap,), None
     )  # fmt: skip
     assert (stored.run_id, stored.stream, stored.notes, stored.snapshot_id, stored.committed_at, stored.ranges) == (
         "manual__1", "stream", PlanNotes(lag_millis={SHARD0: 5}), None, None, planned().ranges
     )  # fmt: skip
-    store.update_batch(replace(stored, manifest=None, gaps=()), expected=BatchStatus.WRITTEN)  # WRITTEN again, without them
-    assert (store.get_batch("orders", 1).manifest, store.get_batch("orders", 1).gaps) == (None, ())
+    store.update_batch(replace(stored, result=None, gaps=()), expected=BatchStatus.WRITTEN)  # WRITTEN again, without them
+    assert (store.get_batch("orders", 1).result, store.get_batch("orders", 1).gaps) == (None, ())
 
 
 def test_failures_are_counted_and_the_last_cause_kept_after_a_later_attempt_succeeds(store: Any) -> None:
@@ -327,8 +327,8 @@ def test_failures_are_counted_and_the_last_cause_kept_after_a_later_attempt_succ
         failed = failed.with_status(BatchStatus.FAILED, attempts=failed.attempts + 1, error=cause)
         store.update_batch(failed, expected=BatchStatus.PLANNED if cause == "first cause" else BatchStatus.FAILED)
     assert store.get_batch("orders", 1).error == "second cause"
-    manifest = Manifest("orders", 1, tuple(ShardResult(r.shard_id, 50, 5_000, S + 1, S + 50, "0123456789abcdef") for r in batch.ranges))
-    store.update_batch(failed.with_status(BatchStatus.WRITTEN, manifest=manifest, attempts=3, error=None), expected=BatchStatus.FAILED)
+    result = ReplayResult("orders", 1, tuple(ShardResult(r.shard_id, 50, 5_000, S + 1, S + 50, "0123456789abcdef") for r in batch.ranges))
+    store.update_batch(failed.with_status(BatchStatus.WRITTEN, result=result, attempts=3, error=None), expected=BatchStatus.FAILED)
 
     (summary,) = store.get_summaries("orders", [1, 2]).values()  # batch 2 does not exist
     assert (summary.batch_id, summary.status, summary.error, summary.failures, summary.last_error, summary.attempts) == (
@@ -352,8 +352,8 @@ def test_completing_a_commit_clears_the_batch_in_flight_in_the_same_write(store:
     store.complete_batch(replace(committing, snapshot_id=7), NOW + timedelta(seconds=1))
     assert store.get_head("orders") == Head(next_batch_id=2, in_flight=None, version=2)
     stored = store.get_batch("orders", 1)
-    assert (stored.status, stored.committed_at, stored.snapshot_id, stored.manifest) == (
-        BatchStatus.COMMITTED, NOW + timedelta(seconds=1), 7, committing.manifest
+    assert (stored.status, stored.committed_at, stored.snapshot_id, stored.result) == (
+        BatchStatus.COMMITTED, NOW + timedelta(seconds=1), 7, committing.result
     )  # fmt: skip
     assert store.get_summaries("orders", [1])[1].committed_at == NOW + timedelta(seconds=1)
     with pytest.raises(StateConflictError, match="pipeline 'orders': completing the commit of batch 1"):
@@ -363,7 +363,7 @@ def test_completing_a_commit_clears_the_batch_in_flight_in_the_same_write(store:
 
 def test_a_commit_is_completed_only_from_committing(store: Any) -> None:
     store.create_batch(planned(), Head())
-    written = planned().with_status(BatchStatus.WRITTEN, manifest=manifest_of(planned()), attempts=1)
+    written = planned().with_status(BatchStatus.WRITTEN, result=manifest_of(planned()), attempts=1)
     store.update_batch(written, expected=BatchStatus.PLANNED)
     with pytest.raises(StateConflictError, match="completing the commit of batch 1"):
         store.complete_batch(written, NOW)
@@ -372,14 +372,14 @@ def test_a_commit_is_completed_only_from_committing(store: Any) -> None:
 
 def test_a_completion_without_a_snapshot_keeps_the_stored_one(store: Any) -> None:
     """A resumed commit's batch may come from before the table step stored the snapshot."""
-    committing = replace(planned(), status=BatchStatus.COMMITTING, manifest=manifest_of(planned()), snapshot_id=5)
+    committing = replace(planned(), status=BatchStatus.COMMITTING, result=manifest_of(planned()), snapshot_id=5)
     store.restore("orders", Head(next_batch_id=2, in_flight=1), [], [committing])
     store.complete_batch(replace(committing, snapshot_id=None), NOW)
     assert store.get_batch("orders", 1).snapshot_id == 5 and store.get_head("orders") == Head(2, None, 2)
 
 
 def test_a_commit_of_a_batch_no_longer_in_flight_is_refused(store: Any) -> None:
-    committing = replace(planned(), status=BatchStatus.COMMITTING, manifest=manifest_of(planned()))
+    committing = replace(planned(), status=BatchStatus.COMMITTING, result=manifest_of(planned()))
     store.restore("orders", Head(next_batch_id=2), [], [committing])  # the head names no batch in flight
     with pytest.raises(StateConflictError, match="completing the commit of batch 1"):
         store.complete_batch(committing, NOW)
@@ -391,30 +391,30 @@ def test_a_commit_of_a_batch_no_longer_in_flight_is_refused(store: Any) -> None:
 
 def committed(batch: Batch, attempt: str) -> Batch:
     """The batch committed with a manifest of ``attempt``, as the ledger holds it after its first run."""
-    manifest = Manifest(
+    result = ReplayResult(
         "orders",
         batch.batch_id,
         tuple(ShardResult(r.shard_id, 50, 5_000, S + 1, S + 50, "0123456789abcdef") for r in batch.ranges),
         1.0,
         attempt,
     )
-    return replace(batch, status=BatchStatus.COMMITTED, committed_at=NOW, manifest=manifest, snapshot_id=1)
+    return replace(batch, status=BatchStatus.COMMITTED, committed_at=NOW, result=result, snapshot_id=1)
 
 
 @pytest.mark.parametrize("make", [planned, wide], ids=["inline", "in-parts"])
 def test_a_backfill_keeps_the_replayed_manifest_with_its_snapshot_in_one_conditional_write(store: Any, make: Any) -> None:
     first = committed(make(), "a")
     store.restore("orders", Head(next_batch_id=2), [], [first])
-    assert first.manifest is not None
-    replayed = replace(first, manifest=replace(first.manifest, attempt="b", seconds=2.0), snapshot_id=2)
+    assert first.result is not None
+    replayed = replace(first, result=replace(first.result, attempt="b", seconds=2.0), snapshot_id=2)
 
     store.set_replayed(replayed, expected=BatchStatus.COMMITTED)
 
     stored = store.get_batch("orders", 1)
-    assert stored == replayed and stored.manifest is not None and (stored.manifest.attempt, stored.snapshot_id) == ("b", 2)
+    assert stored == replayed and stored.result is not None and (stored.result.attempt, stored.snapshot_id) == ("b", 2)
     # Conditioned on the status: a batch that is not COMMITTED keeps its manifest and snapshot.
     with pytest.raises(StateConflictError, match=r"pipeline 'orders': keeping the replayed attempt c and snapshot 3 with batch 1"):
-        store.set_replayed(replace(replayed, manifest=replace(first.manifest, attempt="c"), snapshot_id=3), expected=BatchStatus.WRITTEN)
+        store.set_replayed(replace(replayed, result=replace(first.result, attempt="c"), snapshot_id=3), expected=BatchStatus.WRITTEN)
     assert store.get_batch("orders", 1) == replayed
 
 
@@ -423,7 +423,7 @@ def test_a_replayed_batch_needs_its_manifest_and_snapshot_and_one_not_in_the_led
     with pytest.raises(ValueError, match="a replayed batch needs its manifest and snapshot"):
         store.set_replayed(replace(first, snapshot_id=None), expected=BatchStatus.COMMITTED)
     with pytest.raises(ValueError, match="a replayed batch needs its manifest and snapshot"):
-        store.set_replayed(replace(first, manifest=None), expected=BatchStatus.COMMITTED)
+        store.set_replayed(replace(first, result=None), expected=BatchStatus.COMMITTED)
     with pytest.raises(StateConflictError, match="keeping the replayed attempt a and snapshot 1 with batch 1"):
         store.set_replayed(first, expected=BatchStatus.COMMITTED)
     assert store.list_batches("orders") == []
@@ -433,7 +433,7 @@ def test_a_replay_keeps_the_figures_of_its_manifest(store: Any) -> None:
     first = committed(planned(), "a")
     store.restore("orders", Head(next_batch_id=2), [], [first])
     assert store.get_summaries("orders", [1])[1].figures["records"] == 100
-    store.set_replayed(replace(first, manifest=manifest_of(first, "b", records=7), snapshot_id=2), expected=BatchStatus.COMMITTED)
+    store.set_replayed(replace(first, result=manifest_of(first, "b", records=7), snapshot_id=2), expected=BatchStatus.COMMITTED)
     summary = store.get_summaries("orders", [1])[1]
     assert (summary.figures["records"], summary.figures["bytes"], summary.status, summary.committed_at) == (
         14, 1_400, BatchStatus.COMMITTED, NOW

@@ -1,6 +1,6 @@
 """A StateStore held in memory that refuses what DynamoDBStateStore refuses, the same way.
 
-Every conditional write of kinesis_replay.dynamodb_store is kept with its condition and its error (the class, and the
+Every conditional write of kinesis_replay.adapters.dynamodb_store is kept with its condition and its error (the class, and the
 message's words up to the reasons DynamoDB gives); what it stores reads back as the DynamoDB store's items read back
 (a batch through its JSON, a shard with the time it was written). tests/contract/test_state_store_contract.py runs the
 same tests against both, so this fake cannot drift from the real store. What the contract cannot check is not faked:
@@ -15,10 +15,16 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from kinesis_replay.dynamodb_store import CORRUPT_HINT, PROGRESS_SHARDS, TRANSACTION_ITEMS, DynamoDBStateStore, progress_sk
-from kinesis_replay.errors import KinesisReplayError, ProgressNotStoredError, StateConflictError, StateCorruptError, StateTableMissingError
-from kinesis_replay.ranges import format_sequence_number
-from kinesis_replay.state import Batch, BatchStatus, BatchSummary, Head, Progress, RunKind, ShardState, StartPosition
+from kinesis_replay.adapters.dynamodb_store import CORRUPT_HINT, PROGRESS_SHARDS, TRANSACTION_ITEMS, DynamoDBStateStore, progress_sk
+from kinesis_replay.core.errors import (
+    KinesisReplayError,
+    ProgressNotStoredError,
+    StateConflictError,
+    StateCorruptError,
+    StateTableMissingError,
+)
+from kinesis_replay.core.ranges import format_sequence_number
+from kinesis_replay.core.state import Batch, BatchStatus, BatchSummary, Head, Progress, RunKind, ShardState, StartPosition
 
 FAILED, PASSED = "ConditionalCheckFailed", "None"  # a cancelled transaction's reason for each of its items
 
@@ -79,13 +85,13 @@ class MemoryStateStore:
         self.exists = exists
         self.pipelines: dict[str, _Pipeline] = {}
 
-    def _state(self, pipeline: str, what: str) -> _Pipeline:
+    def _state(self, pipeline_name: str, what: str) -> _Pipeline:
         if not self.exists:
-            raise self.missing(pipeline, what)
-        return self.pipelines.setdefault(pipeline, _Pipeline())
+            raise self.missing(pipeline_name, what)
+        return self.pipelines.setdefault(pipeline_name, _Pipeline())
 
-    def missing(self, pipeline: str, what: str) -> StateTableMissingError:
-        return DynamoDBStateStore.missing(self, pipeline, what)  # type: ignore[arg-type]  # the message uses .table only
+    def missing(self, pipeline_name: str, what: str) -> StateTableMissingError:
+        return DynamoDBStateStore.missing(self, pipeline_name, what)  # type: ignore[arg-type]  # the message uses .table only
 
     # -- table ----------------------------------------------------------------------------------------------------
 
@@ -94,14 +100,14 @@ class MemoryStateStore:
 
     # -- head -----------------------------------------------------------------------------------------------------
 
-    def get_head(self, pipeline: str) -> Head:
-        head = self._state(pipeline, f"reading head of pipeline {pipeline!r}").head
+    def get_head(self, pipeline_name: str) -> Head:
+        head = self._state(pipeline_name, f"reading head of pipeline {pipeline_name!r}").head
         return Head() if head is None else head
 
     # -- shards ---------------------------------------------------------------------------------------------------
 
-    def get_shards(self, pipeline: str) -> dict[str, ShardState]:
-        return dict(self._state(pipeline, f"reading shard#* of pipeline {pipeline!r}").shards)
+    def get_shards(self, pipeline_name: str) -> dict[str, ShardState]:
+        return dict(self._state(pipeline_name, f"reading shard#* of pipeline {pipeline_name!r}").shards)
 
     @staticmethod
     def _stored_shard(shard: ShardState) -> ShardState:
@@ -113,21 +119,21 @@ class MemoryStateStore:
             updated_at=_now(),
         )
 
-    def put_shard_if_absent(self, pipeline: str, shard: ShardState) -> ShardState:
-        state = self._state(pipeline, f"storing shard {shard.shard_id} of pipeline {pipeline!r}")
+    def put_shard_if_absent(self, pipeline_name: str, shard: ShardState) -> ShardState:
+        state = self._state(pipeline_name, f"storing shard {shard.shard_id} of pipeline {pipeline_name!r}")
         if shard.shard_id in state.shards:
             return state.shards[shard.shard_id]
         state.shards[shard.shard_id] = self._stored_shard(shard)
         return shard
 
-    def put_shards_if_absent(self, pipeline: str, shards: Sequence[ShardState]) -> dict[str, ShardState]:
+    def put_shards_if_absent(self, pipeline_name: str, shards: Sequence[ShardState]) -> dict[str, ShardState]:
         stored: dict[str, ShardState] = {}
         for first in range(0, len(shards), TRANSACTION_ITEMS):
             chunk = shards[first : first + TRANSACTION_ITEMS]
-            what = f"storing shards {chunk[0].shard_id} to {chunk[-1].shard_id} of pipeline {pipeline!r}"
-            state = self._state(pipeline, what)
+            what = f"storing shards {chunk[0].shard_id} to {chunk[-1].shard_id} of pipeline {pipeline_name!r}"
+            state = self._state(pipeline_name, what)
             if any(shard.shard_id in state.shards for shard in chunk):  # the transaction fails: one by one instead
-                stored.update((shard.shard_id, self.put_shard_if_absent(pipeline, shard)) for shard in chunk)
+                stored.update((shard.shard_id, self.put_shard_if_absent(pipeline_name, shard)) for shard in chunk)
                 continue
             for shard in chunk:
                 state.shards[shard.shard_id] = self._stored_shard(shard)
@@ -142,9 +148,9 @@ class MemoryStateStore:
             raise NotImplementedError(f"shard {shard_id} was never stored: DynamoDB would write half an item")
         return shard
 
-    def advance_checkpoint(self, pipeline: str, shard_id: str, previous: int | None, new: int, batch_id: int, finished: bool) -> None:
-        what = f"pipeline {pipeline!r}, shard {shard_id}: advancing the checkpoint from {previous} to {new} (batch {batch_id})"
-        state = self._state(pipeline, what)
+    def advance_checkpoint(self, pipeline_name: str, shard_id: str, previous: int | None, new: int, batch_id: int, finished: bool) -> None:
+        what = f"pipeline {pipeline_name!r}, shard {shard_id}: advancing the checkpoint from {previous} to {new} (batch {batch_id})"
+        state = self._state(pipeline_name, what)
         shard = self._existing_shard(state, shard_id, previous)
         if shard is not None and shard.checkpoint == previous:
             state.shards[shard_id] = replace(shard, checkpoint=new, finished=finished, last_batch_id=batch_id, updated_at=_now())
@@ -155,9 +161,9 @@ class MemoryStateStore:
             return  # this batch already moved it: a resumed commit is idempotent
         raise StateConflictError(f"{what}: the stored checkpoint is {checkpoint} (batch {last_batch})")
 
-    def mark_finished(self, pipeline: str, shard_id: str, checkpoint: int | None) -> None:
-        what = f"pipeline {pipeline!r}, shard {shard_id}: marking the drained shard finished at checkpoint {checkpoint}"
-        state = self._state(pipeline, what)
+    def mark_finished(self, pipeline_name: str, shard_id: str, checkpoint: int | None) -> None:
+        what = f"pipeline {pipeline_name!r}, shard {shard_id}: marking the drained shard finished at checkpoint {checkpoint}"
+        state = self._state(pipeline_name, what)
         shard = self._existing_shard(state, shard_id, checkpoint)
         if shard is None or shard.checkpoint != checkpoint:
             raise StateConflictError(f"{what}: the checkpoint moved meanwhile")
@@ -166,8 +172,8 @@ class MemoryStateStore:
     # -- batches --------------------------------------------------------------------------------------------------
 
     def create_batch(self, batch: Batch, head: Head) -> Head:
-        what = f"pipeline {batch.pipeline!r}: planning batch {batch.batch_id}"
-        state = self._state(batch.pipeline, what)
+        what = f"pipeline {batch.pipeline_name!r}: planning batch {batch.batch_id}"
+        state = self._state(batch.pipeline_name, what)
         current = state.head
         if head.version == 0:
             head_ok = current is None
@@ -181,24 +187,24 @@ class MemoryStateStore:
         state.batches[batch.batch_id] = _BatchItem.of(batch)
         return new_head
 
-    def get_batch(self, pipeline: str, batch_id: int) -> Batch:
-        item = self._state(pipeline, f"reading batch {batch_id} of pipeline {pipeline!r}").batches.get(batch_id)
+    def get_batch(self, pipeline_name: str, batch_id: int) -> Batch:
+        item = self._state(pipeline_name, f"reading batch {batch_id} of pipeline {pipeline_name!r}").batches.get(batch_id)
         if item is None:
-            raise StateCorruptError(f"pipeline {pipeline!r}: batch {batch_id} is not in state table {self.table}. {CORRUPT_HINT}")
+            raise StateCorruptError(f"pipeline {pipeline_name!r}: batch {batch_id} is not in state table {self.table}. {CORRUPT_HINT}")
         return _copy(item.batch)
 
-    def list_batches(self, pipeline: str) -> list[Batch]:
-        batches = self._state(pipeline, f"reading batch#* of pipeline {pipeline!r}").batches
+    def list_batches(self, pipeline_name: str) -> list[Batch]:
+        batches = self._state(pipeline_name, f"reading batch#* of pipeline {pipeline_name!r}").batches
         return [_copy(batches[b].batch) for b in sorted(batches)]
 
-    def get_batches(self, pipeline: str, batch_ids: Iterable[int]) -> dict[int, Batch]:
+    def get_batches(self, pipeline_name: str, batch_ids: Iterable[int]) -> dict[int, Batch]:
         ids = sorted(set(batch_ids))
-        batches = self._state(pipeline, f"reading {len(ids)} batches of pipeline {pipeline!r}").batches
+        batches = self._state(pipeline_name, f"reading {len(ids)} batches of pipeline {pipeline_name!r}").batches
         return {b: _copy(batches[b].batch) for b in ids if b in batches}
 
-    def get_summaries(self, pipeline: str, batch_ids: Iterable[int]) -> dict[int, BatchSummary]:
+    def get_summaries(self, pipeline_name: str, batch_ids: Iterable[int]) -> dict[int, BatchSummary]:
         ids = sorted(set(batch_ids))
-        batches = self._state(pipeline, f"reading the figures of {len(ids)} batches of pipeline {pipeline!r}").batches
+        batches = self._state(pipeline_name, f"reading the figures of {len(ids)} batches of pipeline {pipeline_name!r}").batches
         summaries = {}
         for batch_id in (b for b in ids if b in batches):
             item = batches[batch_id]
@@ -210,8 +216,8 @@ class MemoryStateStore:
         return summaries
 
     def update_batch(self, batch: Batch, expected: BatchStatus) -> None:
-        what = f"pipeline {batch.pipeline!r}: setting batch {batch.batch_id} from {expected.value} to {batch.status.value}"
-        state = self._state(batch.pipeline, what)
+        what = f"pipeline {batch.pipeline_name!r}: setting batch {batch.batch_id} from {expected.value} to {batch.status.value}"
+        state = self._state(batch.pipeline_name, what)
         head_ok = state.head is not None and state.head.in_flight == batch.batch_id
         item = state.batches.get(batch.batch_id)
         batch_ok = item is not None and item.batch.status == expected
@@ -219,29 +225,29 @@ class MemoryStateStore:
             raise _conflict(what, [PASSED if head_ok else FAILED, PASSED if batch_ok else FAILED])
         stored = _copy(batch)  # only these fields change: the ranges, times, notes and snapshot stay as stored
         item.batch = replace(
-            item.batch, status=stored.status, manifest=stored.manifest, attempts=stored.attempts, error=stored.error, gaps=stored.gaps
+            item.batch, status=stored.status, result=stored.result, attempts=stored.attempts, error=stored.error, gaps=stored.gaps
         )
         item.figures = json.loads(json.dumps(batch.figures()))
         if batch.status == BatchStatus.FAILED and batch.error is not None:
             item.failures, item.last_error = item.failures + 1, batch.error
 
     def set_replayed(self, batch: Batch, expected: BatchStatus) -> None:
-        if batch.snapshot_id is None or batch.manifest is None:
-            raise ValueError(f"pipeline {batch.pipeline!r}, batch {batch.batch_id}: a replayed batch needs its manifest and snapshot")
+        if batch.snapshot_id is None or batch.result is None:
+            raise ValueError(f"pipeline {batch.pipeline_name!r}, batch {batch.batch_id}: a replayed batch needs its manifest and snapshot")
         what = (
-            f"pipeline {batch.pipeline!r}: keeping the replayed attempt {batch.manifest.attempt} and snapshot {batch.snapshot_id} "
+            f"pipeline {batch.pipeline_name!r}: keeping the replayed attempt {batch.result.attempt} and snapshot {batch.snapshot_id} "
             f"with batch {batch.batch_id}"
         )
-        state = self._state(batch.pipeline, what)
+        state = self._state(batch.pipeline_name, what)
         item = state.batches.get(batch.batch_id)
         if item is None or item.batch.status != expected:
             raise _conflict(what, [FAILED])
-        item.batch = replace(item.batch, manifest=_copy(batch).manifest, snapshot_id=batch.snapshot_id)
+        item.batch = replace(item.batch, result=_copy(batch).result, snapshot_id=batch.snapshot_id)
         item.figures = json.loads(json.dumps(batch.figures()))
 
     def complete_batch(self, batch: Batch, committed_at: datetime) -> None:
-        what = f"pipeline {batch.pipeline!r}: completing the commit of batch {batch.batch_id}"
-        state = self._state(batch.pipeline, what)
+        what = f"pipeline {batch.pipeline_name!r}: completing the commit of batch {batch.batch_id}"
+        state = self._state(batch.pipeline_name, what)
         item = state.batches.get(batch.batch_id)
         batch_ok = item is not None and item.batch.status == BatchStatus.COMMITTING
         head_ok = state.head is not None and state.head.in_flight == batch.batch_id
@@ -254,15 +260,15 @@ class MemoryStateStore:
 
     # -- progress -------------------------------------------------------------------------------------------------
 
-    def put_progress(self, progress: Progress, pipeline: str) -> None:
+    def put_progress(self, progress: Progress, pipeline_name: str) -> None:
         shards = sorted(set(progress.records) | progress.done)
         chunks = [shards[i : i + PROGRESS_SHARDS] for i in range(0, len(shards), PROGRESS_SHARDS)] or [[]]
-        what = f"pipeline {pipeline!r}, {progress.kind.value} batch {progress.batch_id}"
+        what = f"pipeline {pipeline_name!r}, {progress.kind.value} batch {progress.batch_id}"
         failed: list[str] = []
         for n, chunk in enumerate(chunks):
             sk = progress_sk(progress.kind, n)
             try:
-                state = self._state(pipeline, f"{what}: storing the replay's progress (item {n})")
+                state = self._state(pipeline_name, f"{what}: storing the replay's progress (item {n})")
             except KinesisReplayError as exc:
                 shown = f"shards {chunk[0]} to {chunk[-1]}" if chunk else "no shard yet"
                 failed.append(f"{sk} ({shown}): {exc}")
@@ -275,9 +281,9 @@ class MemoryStateStore:
                 f"{what}: {len(failed)} of {len(chunks)} progress items not stored in state table {self.table}: {'; '.join(failed)}"
             )
 
-    def get_progress(self, pipeline: str) -> dict[RunKind, Progress]:
+    def get_progress(self, pipeline_name: str) -> dict[RunKind, Progress]:
         """As DynamoDBStateStore reads its pieces: those of the batch written last, a shard's later counts winning."""
-        state = self._state(pipeline, f"reading progress#* of pipeline {pipeline!r}")
+        state = self._state(pipeline_name, f"reading progress#* of pipeline {pipeline_name!r}")
         latest: dict[RunKind, list[_ProgressPiece]] = {}
         for sk in sorted(state.progress):
             latest.setdefault(RunKind(sk.split("#")[1]), []).append(state.progress[sk])
@@ -296,13 +302,13 @@ class MemoryStateStore:
 
     # -- recovery -------------------------------------------------------------------------------------------------
 
-    def restore(self, pipeline: str, head: Head, shards: Sequence[ShardState], batches: Sequence[Batch]) -> None:
+    def restore(self, pipeline_name: str, head: Head, shards: Sequence[ShardState], batches: Sequence[Batch]) -> None:
         """Every item put (replacing what is there) only while the pipeline has no head; the head last, at version 1."""
         items = len(batches) + len(shards)
-        what = f"pipeline {pipeline!r}: restoring its state (items 1 to {min(items, TRANSACTION_ITEMS - 1)})" if items else (
-            f"pipeline {pipeline!r}: restoring its head"
+        what = f"pipeline {pipeline_name!r}: restoring its state (items 1 to {min(items, TRANSACTION_ITEMS - 1)})" if items else (
+            f"pipeline {pipeline_name!r}: restoring its head"
         )  # fmt: skip
-        state = self._state(pipeline, what)
+        state = self._state(pipeline_name, what)
         if state.head is not None:
             raise _conflict(what, [FAILED])
         for batch in batches:

@@ -12,9 +12,11 @@ import pyarrow.dataset as ds
 from fakes.memory_kinesis import ManualClock, MemoryKinesis
 from fakes.memory_store import MemoryStateStore
 from fakes.replay import directory_pipeline, replay
-from kinesis_replay.batches import commit_batch, plan_batch, verify_batch
-from kinesis_replay.config import PipelineConfig
-from kinesis_replay.state import Batch
+from kinesis_replay.core.config import PipelineConfig
+from kinesis_replay.core.state import Batch
+from kinesis_replay.steps.commit import commit_batch
+from kinesis_replay.steps.plan import plan_batch
+from kinesis_replay.steps.verify import verify_batch
 from stack.producer import produce
 
 T0 = datetime(2026, 11, 1, 12, tzinfo=UTC)

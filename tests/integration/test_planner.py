@@ -14,11 +14,11 @@ from typing import Any
 import boto3
 import pytest
 
-from kinesis_replay import kinesis as kinesis_api
-from kinesis_replay.batches import plan_batch
-from kinesis_replay.config import parse_config
-from kinesis_replay.dynamodb_store import DynamoDBStateStore
-from kinesis_replay.errors import EndpointUnreachableError
+from kinesis_replay.adapters import range_bounds
+from kinesis_replay.adapters.dynamodb_store import DynamoDBStateStore
+from kinesis_replay.core.config import parse_config
+from kinesis_replay.core.errors import EndpointUnreachableError
+from kinesis_replay.steps.plan import plan_batch
 from stack.producer import produce
 
 

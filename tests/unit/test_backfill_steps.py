@@ -14,9 +14,9 @@ import pytest
 
 from fakes.replay import replay
 from fakes.world import World
-from kinesis_replay import output
-from kinesis_replay.backfill import check_replayed, choose, committed_batch
-from kinesis_replay.errors import BackfillError, DataLossError, VerificationError
+from kinesis_replay.adapters import commit_records
+from kinesis_replay.core.errors import BackfillError, DataLossError, VerificationError
+from kinesis_replay.steps.backfill import check_replayed, choose, committed_batch
 
 
 @pytest.fixture
@@ -36,8 +36,8 @@ def test_a_backfill_replays_committed_batches_identically_and_moves_nothing(worl
         again = committed_batch(world.pipeline, world.store, batch.batch_id)
         replay(world.pipeline, world.kinesis, again)
         checked = check_replayed(world.pipeline, world.store, batch.batch_id, run_id="backfill-1")
-        assert checked.manifest is not None and batch.manifest is not None
-        assert checked.manifest.shards == batch.manifest.shards
+        assert checked.result is not None and batch.result is not None
+        assert checked.result.shards == batch.result.shards
     assert world.store.list_batches("orders") == ledger and world.store.get_head("orders") == head
     assert world.store.get_shards("orders") == shards
     assert world.landed() == world.expected()  # every record once, the replayed batches' too
@@ -68,4 +68,4 @@ def test_a_backfill_of_ranges_past_the_retention_is_refused_before_reading(world
     with pytest.raises(DataLossError, match=r"batch 1, range .*its start arrived 25h00m ago, more than the stream's retention of 24h00m"):
         choose(world.pipeline, world.kinesis, world.store, {"batch_ids": [1]}, now=later)
     assert "GetRecords" not in world.kinesis.calls[calls:] and "GetShardIterator" not in world.kinesis.calls[calls:]
-    assert output.read_commit_record(world.pipeline.output, 1) == world.store.get_batch("orders", 1)
+    assert commit_records.read_commit_record(world.pipeline.output, 1) == world.store.get_batch("orders", 1)

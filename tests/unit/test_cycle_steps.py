@@ -19,11 +19,13 @@ import pytest
 from fakes.memory_store import MemoryStateStore
 from fakes.replay import replay
 from fakes.world import World
-from kinesis_replay import output
-from kinesis_replay.batches import commit_batch, plan_batch, verify_batch
-from kinesis_replay.errors import BatchSupersededError, DataLossError, RecoveryError, StateConflictError, VerificationError
-from kinesis_replay.recovery import recover
-from kinesis_replay.state import BatchStatus, Gap, Head
+from kinesis_replay.adapters import commit_records, layout
+from kinesis_replay.core.errors import BatchSupersededError, DataLossError, RecoveryError, StateConflictError, VerificationError
+from kinesis_replay.core.state import BatchStatus, Gap, Head
+from kinesis_replay.steps.commit import commit_batch
+from kinesis_replay.steps.plan import plan_batch
+from kinesis_replay.steps.recovery import recover
+from kinesis_replay.steps.verify import verify_batch
 
 
 @pytest.fixture
@@ -45,7 +47,7 @@ def test_a_cycle_lands_every_record_once_and_moves_each_checkpoint_to_its_range_
     assert world.store.get_batch("orders", 1).status == BatchStatus.COMMITTED
     assert world.store.get_head("orders") == Head(next_batch_id=2, in_flight=None, version=2)
     assert world.checkpoints() == newest_by_shard(world.produced)
-    assert output.read_commit_record(world.pipeline.output, 1).ranges == committed.ranges  # the output's copy of the ledger
+    assert commit_records.read_commit_record(world.pipeline.output, 1).ranges == committed.ranges  # the output's copy of the ledger
     world.produce(200)
     second = world.cycle("run-2")
     first_ends = {r.shard_id: r.end for r in world.store.get_batch("orders", 1).ranges}
@@ -59,7 +61,7 @@ def test_verify_refuses_files_that_do_not_hold_the_manifest_s_rows_and_nothing_m
     batch = world.plan()
     assert batch is not None
     replay(world.pipeline, world.kinesis, batch)
-    part = next(Path(output.batch_path(world.pipeline.output, 1)).glob("*.parquet"))
+    part = next(Path(layout.batch_path(world.pipeline.output, 1)).glob("*.parquet"))
     table = pq.read_table(part)
     pq.write_table(table.slice(1), part)  # a row lost from the files
     with pytest.raises(VerificationError, match=r"pipeline 'orders', batch 1: rows per shard in the batch's files are"):

@@ -15,11 +15,12 @@ from typing import Any
 import pytest
 
 from fakes.memory_store import MemoryStateStore
-from kinesis_replay import backfill, batches, status
-from kinesis_replay.backfill import BackfillError, Selection
-from kinesis_replay.config import parse_config
-from kinesis_replay.ranges import SequenceRange
-from kinesis_replay.state import Batch, BatchStatus, BatchSummary, Head, Manifest, PlanNotes, ShardResult, ShardState
+from kinesis_replay.core.config import parse_config
+from kinesis_replay.core.ranges import SequenceRange
+from kinesis_replay.core.state import Batch, BatchStatus, BatchSummary, Head, PlanNotes, ReplayResult, ShardResult, ShardState
+from kinesis_replay.steps import backfill, in_flight
+from kinesis_replay.steps.backfill import BackfillError, Selection
+from kinesis_replay.ui import status
 
 S = 10**55
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -16,9 +16,9 @@ import pytest
 from fakes.memory_kinesis import ManualClock, MemoryKinesis
 from fakes.memory_store import MemoryStateStore
 from fakes.replay import directory_pipeline
-from kinesis_replay.batches import plan_batch
-from kinesis_replay.errors import ConfigError, DataLossError, ParameterError, StateConflictError, StreamNotFoundError
-from kinesis_replay.state import BatchStatus, Gap, ShardState
+from kinesis_replay.core.errors import ConfigError, DataLossError, ParameterError, StateConflictError, StreamNotFoundError
+from kinesis_replay.core.state import BatchStatus, Gap, ShardState
+from kinesis_replay.steps.plan import plan_batch
 from stack.producer import produce
 
 T0 = datetime(2026, 11, 1, 12, tzinfo=UTC)

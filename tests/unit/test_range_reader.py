@@ -13,10 +13,11 @@ import pytest
 from botocore.exceptions import ClientError
 
 from fakes.memory_kinesis import MemoryKinesis
-from kinesis_replay.config import ReadConfig
-from kinesis_replay.errors import DataLossError, RangeReadError, StreamNotFoundError
-from kinesis_replay.kinesis import ReadStats, iterate_range
-from kinesis_replay.ranges import SequenceRange
+from kinesis_replay.adapters.kinesis_client import ReadStats
+from kinesis_replay.adapters.range_reader import iterate_range
+from kinesis_replay.core.config import ReadConfig
+from kinesis_replay.core.errors import DataLossError, RangeReadError, StreamNotFoundError
+from kinesis_replay.core.ranges import SequenceRange
 from stack.producer import produce
 
 
