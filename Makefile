@@ -79,7 +79,7 @@ docs-config: $(VENV)/.installed
 	PYTHONPATH=plugins $(BIN)/python -m kinesis_replay.core.config --write docs/configuration.md
 
 package: install
-	PYTHONPATH=plugins $(BIN)/python -c "from pathlib import Path; from kinesis_replay.spark_submit import package_library as p; print(p(Path('dist/kinesis_replay.zip')))" 
+	PYTHONPATH=plugins $(BIN)/python -c "from pathlib import Path; from kinesis_replay.launchers.spark_submit import package_library as p; print(p(Path('dist/kinesis_replay.zip')))" 
 
 # Sizes (records per 4-shard stream) and runs per figure, then bench-table; about 18 minutes with these defaults on 2 cores
 # (BENCHMARKS.md: 17.3 minutes for bench/run.py, 0.9 for the table's commits).
