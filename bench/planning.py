@@ -71,6 +71,7 @@ class Result:
     steady_seconds: float  # the next plan, every checkpoint at its shard's newest record: nothing new to plan
     cpu: dict[str, float]  # CPU seconds the median first plan took, by process (PROCESSES)
     planner_cpu: list[float]  # every first plan's: this process's CPU seconds during plan_batch, as runs
+    load: tuple[float, float] = (0.0, 0.0)  # the machine's 1-minute load average before the first plan and after the next
 
     @property
     def planner_ms_a_shard(self) -> list[float]:
@@ -178,6 +179,7 @@ def plan_once(
     raw = boto3.client("kinesis", endpoint_url=proxy.url, region_name=local_stack.REGION, config=config)
     client = kinesis.leave_throttling_to_call(raw)
     runs: list[tuple[float, float, dict[str, float], Any, Any]] = []
+    load = os.getloadavg()[0]  # a shared machine: what else ran beside the plans
     for _ in range(repeats):
         time.sleep(WINDOW)  # a plan of its own: the shards' budgets left by the one before are refilled
         name = f"plan{uuid.uuid4().hex[:6]}"
@@ -199,7 +201,10 @@ def plan_once(
     _commit_without_reading(pipeline, store, planned)
     time.sleep(WINDOW)
     steady, _, _ = _timed_plan(proxy, pipeline, client, store, scenario)  # every checkpoint at its shard's newest record
-    return Result(scenario, seconds, [r[0] for r in runs], len(planned.ranges), *per_shard, steady, cpu, [r[1] for r in runs])
+    return Result(
+        scenario, seconds, [r[0] for r in runs], len(planned.ranges), *per_shard, steady, cpu, [r[1] for r in runs],
+        (load, os.getloadavg()[0]),
+    )  # fmt: skip
 
 
 def _timed_plan(proxy: ProxyProcess, pipeline: Any, client: Any, store: Any, scenario: Scenario) -> tuple[float, float, Any]:
@@ -293,16 +298,18 @@ def render(results: list[Result], age: float, concurrency: int, repeats: int) ->
         "in brackets: the emulators share the cores and collect their garbage when they will), "
         f"over streams whose records were written about {age / 60:.0f} minutes "
         f"before it, through the project's throttling proxy at Kinesis's per-shard limits (a process of its own), shards planned "
-        f"{concurrency} at a time; on {platform.node() or 'this machine'}, {os.cpu_count()} cores, kinesalite and the moto "
-        "server. The time covers ListShards, each shard's calls, its shard item and the batch written to the state table. "
+        f"{concurrency} at a time; on {platform.node() or 'this machine'}, {os.cpu_count()} cores (shared: the table gives the "
+        "load average around each stream's plans), kinesalite and the moto server. The time covers ListShards, each shard's "
+        "calls, its shard item and the batch written to the state table. "
         f"Records are {RECORD_BYTES:,} bytes, put {PER_SHARD_PER_CALL} a shard per PutRecords call. Calls, records and bytes "
         "are each shard's, as the proxy counted them: what planning takes from the shard's read limits. A shard's reads are "
         "its first record after the checkpoint, a probe or two of 5 records, and the rest of its newest record's "
         "millisecond (records put in one call share one, and the plan reads them to the last).",
         "",
         "| stream | shards | data a shard | first plan, seconds (range) | GetShardIterator a shard (max) | GetRecords a shard (max) "
-        "| records read a shard (max) | KiB read a shard (mean / max) | throttled | next plan (nothing new), seconds |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| records read a shard (max) | KiB read a shard (mean / max) | throttled | next plan (nothing new), seconds "
+        "| 1-minute load average, before → after |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         data = f"{r.scenario.bytes_per_shard / 1024 / 1024:.0f} MiB" if r.scenario.kind == "busy" else "1 record"
@@ -310,7 +317,7 @@ def render(results: list[Result], age: float, concurrency: int, repeats: int) ->
             f"| {r.scenario.kind} | {r.scenario.shards:,} | {data} | {r.seconds:.1f} ({min(r.runs):.1f} to {max(r.runs):.1f}) | "
             f"{max(r.get_shard_iterator)} | "
             f"{max(r.get_records)} | {max(r.records_read)} | {statistics.mean(r.bytes_read) / 1024:.1f} / {max(r.bytes_read) / 1024:.1f} "
-            f"| {r.throttled} | {r.steady_seconds:.1f} |"
+            f"| {r.throttled} | {r.steady_seconds:.1f} | {r.load[0]:.1f} → {r.load[1]:.1f} |"
         )
     lines += [
         "",
