@@ -177,7 +177,7 @@ def plan_once(
 
     config = kinesis_client.pooled(kinesis_client.CLIENT_CONFIG, concurrency)
     raw = boto3.client("kinesis", endpoint_url=proxy.url, region_name=local_stack.REGION, config=config)
-    client = kinesis.leave_throttling_to_call(raw)
+    client = kinesis_client.leave_throttling_to_call(raw)
     runs: list[tuple[float, float, dict[str, float], Any, Any]] = []
     load = os.getloadavg()[0]  # a shared machine: what else ran beside the plans
     for _ in range(repeats):
@@ -209,7 +209,7 @@ def plan_once(
 
 def _timed_plan(proxy: ProxyProcess, pipeline: Any, client: Any, store: Any, scenario: Scenario) -> tuple[float, float, Any]:
     """One plan: its wall time, and this process's CPU time during it (every thread's: the planner's own work)."""
-    from kinesis_replay.batches import plan_batch
+    from kinesis_replay.steps.plan import plan_batch
 
     proxy.clear()
     started, cpu_started = time.perf_counter(), time.process_time()

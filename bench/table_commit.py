@@ -128,7 +128,7 @@ class Bench:
         paths = write_files(self.p, batch_id, attempt, self.files)
         catalog = self.pyiceberg_catalog if self.pyiceberg_commit else self.catalog
         t0, cpu0 = time.perf_counter(), time.process_time()
-        iceberg_table.commit_batch(self.p, batch_id, attempt, paths, run_id=f"bench-{batch_id}", catalog=catalog)
+        iceberg_table.commit_snapshot(self.p, batch_id, attempt, paths, run_id=f"bench-{batch_id}", catalog=catalog)
         seconds, self.last_cpu = time.perf_counter() - t0, time.process_time() - cpu0
         if attempt == "a" and not self.pyiceberg_commit:
             self.first_commits.append((batch_id, self.snapshots, seconds))
