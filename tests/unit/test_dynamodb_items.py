@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from kinesis_replay.adapters import dynamodb_items as items
+from kinesis_replay.adapters.dynamodb_store import DynamoDBStateStore
 from kinesis_replay.core.errors import StateCorruptError
 from kinesis_replay.core.ranges import SequenceRange
 from kinesis_replay.core.state import (
@@ -117,11 +118,13 @@ def test_the_head_and_a_summary_read_from_their_items() -> None:
     assert items.head_from_item({"next_batch_id": {"N": "8"}, "version": {"N": "12"}}) == Head(8, None, 12)
     assert items.head_from_item({"next_batch_id": {"N": "8"}, "in_flight": {"N": "7"}, "version": {"N": "12"}}).in_flight == 7
     item, _ = items.batch_item(batch())
-    summary = items.summary_from_item(item, "kr-state")
+    projected = {k: v for k, v in item.items() if k in DynamoDBStateStore.SUMMARY_ATTRIBUTES}  # what get_summaries reads
+    assert "pk" not in projected
+    summary = items.summary_from_item(projected, "orders", "kr-state")
     assert (summary.batch_id, summary.status, summary.attempts, summary.figures) == (42, BatchStatus.WRITTEN, 2, batch().figures())
-    del item["created_at"]
-    with pytest.raises(StateCorruptError, match=r"batch 42 in table kr-state is malformed"):
-        items.summary_from_item(item, "kr-state")
+    del projected["created_at"]
+    with pytest.raises(StateCorruptError, match=r"pipeline 'orders': batch 42 in table kr-state is malformed"):
+        items.summary_from_item(projected, "orders", "kr-state")
 
 
 def test_progress_round_trips_and_the_pieces_written_last_win() -> None:

@@ -211,9 +211,9 @@ def head_from_item(item: dict[str, Any]) -> Head:
     )
 
 
-def summary_from_item(item: dict[str, Any], table: str) -> BatchSummary:
-    """A batch's figures from its item's summary attributes (the store's SUMMARY_ATTRIBUTES projection)."""
-    pipeline_name, batch_id = item["pk"]["S"].removeprefix("pipeline#"), int(item["batch_id"]["N"])
+def summary_from_item(item: dict[str, Any], pipeline_name: str, table: str) -> BatchSummary:
+    """A batch's figures from its item's summary attributes (the store's SUMMARY_ATTRIBUTES projection: no key)."""
+    batch_id = int(item["batch_id"]["N"])
     try:
         return BatchSummary(
             batch_id=batch_id,

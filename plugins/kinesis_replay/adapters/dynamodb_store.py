@@ -344,7 +344,7 @@ class DynamoDBStateStore:
         items = self._get_items(
             pipeline_name, keys, f"reading the figures of {len(keys)} batches of pipeline {pipeline_name!r}", projection
         )
-        return {summary.batch_id: summary for summary in (summary_from_item(item, self.table) for item in items)}
+        return {summary.batch_id: summary for summary in (summary_from_item(item, pipeline_name, self.table) for item in items)}
 
     def put_progress(self, progress: Progress, pipeline_name: str) -> None:
         """Write the progress PROGRESS_SHARDS shards (in shard id order) to an item, under its run kind.
