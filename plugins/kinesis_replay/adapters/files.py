@@ -8,9 +8,9 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from kinesis_replay.adapters.layout import DATA_DIR, data_path, result_path
+from kinesis_replay.adapters.layout import batch_data_path, data_path, result_path
 from kinesis_replay.core.errors import KinesisReplayError, OutputCorruptError, OutputIOError, OutputRefusedError, VerificationError
-from kinesis_replay.core.formats import path_batch_id, s3_uri
+from kinesis_replay.core.formats import s3_uri
 from kinesis_replay.core.records import ROW_COLUMNS
 from kinesis_replay.core.state import ReplayResult
 
@@ -27,7 +27,7 @@ def attempt_paths(output: str, batch_id: int) -> dict[str, str]:
     """The batch's attempt folders under the table's data (attempt -> path), whether or not a snapshot references them."""
     from pyarrow import fs
 
-    folder = f"{output.rstrip('/')}/{DATA_DIR}/batch_id={path_batch_id(batch_id)}"
+    folder = batch_data_path(output, batch_id)
     filesystem, local = filesystem_of(folder)
     if filesystem.get_file_info(local).type != fs.FileType.Directory:
         return {}

@@ -26,7 +26,12 @@ def data_path(output: str, batch_id: int, attempt: str) -> str:
 
     A batch's rows are deterministic; its files are per attempt, and the table's snapshot says which attempt is live.
     """
-    return f"{output.rstrip('/')}/{DATA_DIR}/batch_id={path_batch_id(batch_id)}/attempt={attempt}"
+    return f"{batch_data_path(output, batch_id)}/attempt={attempt}"
+
+
+def batch_data_path(output: str, batch_id: int) -> str:
+    """The folder of a batch's attempts under a table output's data: ``<output>/data/batch_id=<id>``."""
+    return batch_path(f"{output.rstrip('/')}/{DATA_DIR}", batch_id)
 
 
 def quarantine_path(output: str, batch_id: int) -> str:
