@@ -18,11 +18,13 @@ class ScriptedKinesis:
 
     def __init__(self, replies: list[Reply]) -> None:
         self.replies, self.requests = replies, 0
+        self.user_agents: list[str] = []  # each request's User-Agent header
         script = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 self.rfile.read(int(self.headers["Content-Length"]))
+                script.user_agents.append(self.headers.get("User-Agent", ""))
                 status, body = script.replies[min(script.requests, len(script.replies) - 1)]
                 script.requests += 1
                 data = json.dumps(body).encode()

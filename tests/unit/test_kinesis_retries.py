@@ -10,8 +10,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import boto3
+import botocore
 import pytest
+from botocore.config import Config
 
+import kinesis_replay
 from kinesis_replay.adapters import kinesis_client as kinesis
 from kinesis_replay.core.config import ReadConfig
 from kinesis_replay.core.errors import AccessRefusedError, RangeReadError
@@ -80,6 +83,18 @@ def test_a_pipeline_planning_more_shards_at_once_gets_a_connection_for_each_thre
     assert wide.max_pool_connections == 300
     assert wide.retries == kinesis.CLIENT_CONFIG.retries and wide.read_timeout == kinesis.CLIENT_CONFIG.read_timeout
     assert kinesis.pooled(kinesis.CLIENT_CONFIG, 4).max_pool_connections == kinesis.POOL_CONNECTIONS  # never below the default
+
+
+def test_every_call_says_it_is_kinesis_replay_and_keeps_the_airflow_hooks_user_agent_extra(endpoint: Any) -> None:
+    """A fixed User-Agent (botocore's default one is rebuilt from its parts twice a call): the hook's extra still follows it."""
+    served = endpoint([OK])
+    hooked = kinesis.CLIENT_CONFIG.merge(Config(user_agent_extra="Airflow/3.3.0 AmPP/9.0 Caller/kinesis_replay_tasks"))
+    made = boto3.client("kinesis", endpoint_url=served.url, region_name="us-east-1", aws_access_key_id="x",
+                        aws_secret_access_key="x", config=hooked)  # fmt: skip
+    kinesis.call(kinesis.leave_throttling_to_call(made).list_shards, "ListShards", FAST, StreamName="s")
+    [sent] = served.user_agents
+    assert sent.startswith(f"kinesis-replay/{kinesis_replay.__version__} Python/") and f"Botocore/{botocore.__version__}" in sent
+    assert sent.endswith(" Airflow/3.3.0 AmPP/9.0 Caller/kinesis_replay_tasks")
 
 
 def test_a_refused_caller_fails_at_once_naming_what_it_did_and_the_iam_policy(endpoint: Any) -> None:
