@@ -20,9 +20,10 @@ CAP_SECONDS = 6
 def test_a_capped_initial_load_lands_as_several_batches_and_catches_up_at_once(
     kinesis: Any, entry: dict[str, Any], store: DynamoDBStateStore, tmp_path: Path, airflow_db: Path
 ) -> None:
-    # Records arriving over about 24 seconds, four times the cap, in puts of 20 every 0.4 s.
+    # Records arriving over about 18 seconds, three times the cap, in puts of 20 every 0.4 s: at least two capped
+    # batches, then the one that reaches the tip. Where each capped range ends is tests/unit/test_plan_steps.py's.
     produced = []
-    for i in range(60):
+    for i in range(45):
         produced += produce(kinesis, entry["stream"], 20, start_index=20 * i)
         time.sleep(0.4)
     capped = {**entry, "schedule": "@daily", "max_batch": {"span": f"{CAP_SECONDS}s"}}
@@ -43,7 +44,7 @@ def test_a_capped_initial_load_lands_as_several_batches_and_catches_up_at_once(
     assert not queued_runs(dag.dag_id)
 
     ledger = store.list_batches(entry["name"])
-    assert len(ledger) == 1 + len(then) >= 4 and all(b.status.value == "COMMITTED" for b in ledger)
+    assert len(ledger) == 1 + len(then) >= 3 and all(b.status.value == "COMMITTED" for b in ledger)
     for batch in ledger:
         assert batch.result is not None
         results = batch.result.by_shard()

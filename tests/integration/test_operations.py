@@ -18,6 +18,7 @@ import kinesis_replay_tasks as tasks
 from kinesis_replay.adapters.dynamodb_store import DynamoDBStateStore
 from kinesis_replay.core.config import parse_config
 from kinesis_replay.core.formats import path_batch_id
+from kinesis_replay.core.state import BatchStatus
 from stack.harness import (
     SUCCESS,
     age_batch,
@@ -173,17 +174,6 @@ def test_a_backfill_restores_a_lost_partition_of_a_directory_output_and_moves_no
     assert store.get_shards(entry["name"]) == shards and store.get_head(entry["name"]) == head  # nothing moved
 
 
-def test_a_backfill_is_refused_while_a_regular_batch_is_in_flight(
-    kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any], dags: dict[str, Any]
-) -> None:
-    produce(kinesis, entry["stream"], 50)
-    assert run_dag(dags["regular"]).tasks == SUCCESS
-    produce(kinesis, entry["stream"], 50, start_index=50)
-    assert run_dag(dags["regular"].partial_subset(task_ids=["plan"])).tasks == {"plan": "success"}
-    result = run_dag(dags["backfill"], run_conf={"batches": {"batch_ids": [1]}})
-    assert result.tasks["select"] == "failed" and result.tasks["replay"] == "upstream_failed"
-
-
 @pytest.mark.parametrize(
     "conf",
     [
@@ -219,14 +209,18 @@ def test_a_backfill_that_names_no_batch_and_no_restore_fails_at_once_saying_what
     assert store.list_batches(entry["name"]) == [] and not Path(entry["output"]).exists()
 
 
-def test_dry_runs_write_and_read_nothing(
+def test_dry_runs_write_and_read_nothing_and_a_backfill_is_refused_past_retention_or_while_a_batch_is_in_flight(
     kinesis: Any,
+    dynamodb: Any,
     store: DynamoDBStateStore,
     entry: dict[str, Any],
     dags: dict[str, Any],
     caplog: pytest.LogCaptureFixture,
+    capfd: pytest.CaptureFixture[str],
     tmp_path: Path,
 ) -> None:
+    """One committed batch, and what operators may ask of it that must change nothing. The refusals' logic (and their
+    messages) is tests/unit/test_backfill_steps.py's, on the fakes; here, that each reaches Airflow as a failed task."""
     produce(kinesis, entry["stream"], 120)
     dry = run_dag(dags["regular"], run_conf={"dry_run": True})
     assert dry.tasks["plan"] == "skipped" and dry.tasks["replay"] == "skipped"
@@ -240,11 +234,31 @@ def test_dry_runs_write_and_read_nothing(
     fresh = load_dags(tmp_path / "again.yaml", entry)
     assert run_dag(fresh[f"kinesis_replay_{entry['name']}"]).tasks == SUCCESS
     caplog.clear()
-    listing = table_files(entry["output"])
+    listing, ledger = table_files(entry["output"]), store.list_batches(entry["name"])
     dry = run_dag(dags["backfill"], run_conf={"batches": {"batch_ids": [1]}, "dry_run": True})
     assert dry.tasks == {"select": "skipped", "replay": "skipped"}
     assert table_files(entry["output"]) == listing
     assert "would replay batch 1 (COMMITTED)" in caplog.text and "GetRecords calls" in caplog.text
+
+    # A backfill of records past the stream's retention: refused before reading.
+    age_batch(dynamodb, store.table, entry["name"], 1, timedelta(hours=30))  # batch 1's records are past 24h retention
+    capfd.readouterr()
+    backfill = fresh[f"kinesis_replay_backfill_{entry['name']}"]  # not the DAG object the dry run's conf was given to
+    result = run_dag(backfill, run_conf={"batches": {"batch_ids": [1]}})
+    assert result.tasks == {"select": "failed", "replay": "upstream_failed"}
+    logged = "".join(capfd.readouterr())  # the task's error, as Airflow logged it
+    assert "batch 1, range shardId-" in logged and "more than the stream's retention of 24h" in logged
+    assert table_files(entry["output"]) == listing  # untouched
+
+    # A backfill while a regular batch is in flight: refused.
+    produce(kinesis, entry["stream"], 50, start_index=120)
+    assert run_dag(fresh[f"kinesis_replay_{entry['name']}"].partial_subset(task_ids=["plan"])).tasks == {"plan": "success"}
+    capfd.readouterr()
+    result = run_dag(backfill, run_conf={"batches": {"batch_ids": [1]}})
+    assert result.tasks["select"] == "failed" and result.tasks["replay"] == "upstream_failed"
+    assert "regular batch 2 is in flight; a backfill waits until it is committed" in "".join(capfd.readouterr())
+    assert table_files(entry["output"]) == listing
+    assert [(b.batch_id, b.status) for b in store.list_batches(entry["name"])] == [(1, ledger[0].status), (2, BatchStatus.PLANNED)]
 
 
 def test_the_check_fails_when_a_record_waits_too_long(
@@ -256,17 +270,3 @@ def test_the_check_fails_when_a_record_waits_too_long(
     age_batch(dynamodb, store.table, entry["name"], 1, timedelta(minutes=45))  # it waited in flight that long
     assert run_dag(dag.partial_subset(task_ids=["check"], include_upstream=False)).tasks == {"check": "failed"}
     assert run_dag(dag).tasks == SUCCESS  # committed: nothing waits any more
-
-
-def test_a_backfill_refuses_ranges_past_retention_before_reading(
-    kinesis: Any, dynamodb: Any, store: DynamoDBStateStore, entry: dict[str, Any], dags: dict[str, Any], capfd: pytest.CaptureFixture[str]
-) -> None:
-    produce(kinesis, entry["stream"], 30)
-    assert run_dag(dags["regular"]).tasks == SUCCESS
-    listing = table_files(entry["output"])
-    age_batch(dynamodb, store.table, entry["name"], 1, timedelta(hours=30))  # batch 1's records are past 24h retention
-    result = run_dag(dags["backfill"], run_conf={"batches": {"batch_ids": [1]}})
-    assert result.tasks == {"select": "failed", "replay": "upstream_failed"}
-    logged = "".join(capfd.readouterr())  # the task's error, as Airflow logged it
-    assert "batch 1, range shardId-" in logged and "more than the stream's retention of 24h" in logged
-    assert table_files(entry["output"]) == listing  # untouched

@@ -81,74 +81,49 @@ def ledger(store: DynamoDBStateStore, name: str) -> dict[str, Any]:
     }
 
 
-def test_a_second_pipeline_on_an_owned_output_is_refused_before_it_writes(
-    kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any], dag_for: Any
-) -> None:
-    produced = produce(kinesis, entry["stream"], 120)
-    assert run_dag(dag_for(entry)).tasks == SUCCESS
-    other_stream = f"other-{uuid.uuid4().hex[:8]}"
-    ensure_stream(kinesis, other_stream, 2)
-    try:
-        produce(kinesis, other_stream, 80)
-        # The same directory, spelled another way; and with retries, which a refusal must not wait out.
-        intruder = {**entry, "name": entry["name"] + "b", "stream": other_stream, "output": f"file://{entry['output']}/./", "retries": 2}
-        message = refused_plan(dag_for(intruder), intruder)
-        assert f"pipeline {intruder['name']!r} may not write output {entry['output']}" in message
-        assert f"it belongs to pipeline {entry['name']!r} (stream {entry['stream']}" in message
-        assert ledger(store, intruder["name"]) == {"head": store.get_head("none"), "shards": {}, "batches": []}
-        assert batch_dirs(entry["output"]) == ["batch_id=0000000001"]
-        assert check_exactly_once(produced, read_output(entry["output"])).ok  # the owner's batch is whole, and only it
-        owner = read_owner(entry["output"])
-        assert owner is not None and (owner.pipeline_name, owner.stream) == (entry["name"], entry["stream"])
-    finally:
-        kinesis.delete_stream(StreamName=other_stream, EnforceConsumerDeletion=True)
-
-
 def test_a_deleted_state_table_is_refused_then_rebuilt_from_the_output(
     kinesis: Any, dynamodb: Any, store: DynamoDBStateStore, entry: dict[str, Any], dag_for: Any
 ) -> None:
+    """End to end through Airflow and Spark: the refusal, the dry run, the recovery and the batch it plans next. That the
+    next cycles go on exactly once after a recovery is tests/unit/test_cycle_steps.py's (on the fakes)."""
     dag = dag_for(entry)
     produced = produce(kinesis, entry["stream"], 200)
     assert run_dag(dag).tasks == SUCCESS
+    split_shard(kinesis, entry["stream"], "shardId-000000000001")  # batch 2 drains the parent; its children wait
     produced += produce(kinesis, entry["stream"], 100, start_index=200)
     assert run_dag(dag).tasks == SUCCESS
-    split_shard(kinesis, entry["stream"], "shardId-000000000001")  # batch 3 drains the parent; its children wait
-    produced += produce(kinesis, entry["stream"], 100, start_index=300)
-    assert run_dag(dag).tasks == SUCCESS
     before = ledger(store, entry["name"])
-    assert before["shards"]["shardId-000000000001"].finished and [b[0] for b in before["batches"]] == [1, 2, 3]
+    assert before["shards"]["shardId-000000000001"].finished and [b[0] for b in before["batches"]] == [1, 2]
 
     dynamodb.delete_table(TableName=store.table)
     dynamodb.get_waiter("table_not_exists").wait(TableName=store.table)
-    produced += produce(kinesis, entry["stream"], 100, start_index=400)
+    produced += produce(kinesis, entry["stream"], 100, start_index=300)
     refused = run_dag(dag)
     assert refused.tasks["plan"] == "failed" and refused.tasks["commit"] == "upstream_failed", refused
     message = plan_error(entry)
     assert f"pipeline {entry['name']!r}: state table {store.table} holds no state" in message
-    assert f"output {entry['output']} holds 3 committed batches (up to batch 3)" in message
+    assert f"output {entry['output']} holds 2 committed batches (up to batch 2)" in message
     assert '"recover_from_output": true' in message
     assert store.get_head(entry["name"]).version == 0 and store.list_batches(entry["name"]) == []  # nothing planned
-    assert batch_dirs(entry["output"]) == [f"batch_id={path_batch_id(i)}" for i in (1, 2, 3)]
-    assert check_exactly_once(produced[:400], read_output(entry["output"])).ok  # nothing lost, nothing duplicated
+    assert batch_dirs(entry["output"]) == [f"batch_id={path_batch_id(i)}" for i in (1, 2)]
+    assert check_exactly_once(produced[:300], read_output(entry["output"])).ok  # nothing lost, nothing duplicated
 
     # A DAG object of its own for each run with a conf: Airflow 3.3.2 keeps a run's conf on the DAG's Params in-process.
     dry = run_dag(dag_for(entry), run_conf={"recover_from_output": True, "dry_run": True})
     assert dry.skipped and store.get_head(entry["name"]).version == 0 and store.get_shards(entry["name"]) == {}
 
-    assert run_dag(dag_for(entry), run_conf={"recover_from_output": True}).tasks == SUCCESS  # rebuilt, then batch 4
+    assert run_dag(dag_for(entry), run_conf={"recover_from_output": True}).tasks == SUCCESS  # rebuilt, then batch 3
     after = ledger(store, entry["name"])
-    assert [b for b in after["batches"] if b[0] <= 3] == [(i, BatchStatus.COMMITTED, r) for i, _, r in before["batches"]]
+    assert [b for b in after["batches"] if b[0] <= 2] == [(i, BatchStatus.COMMITTED, r) for i, _, r in before["batches"]]
     assert after["shards"]["shardId-000000000001"].finished  # the drained parent stays finished
-    batch4 = {r.shard_id: r for r in store.get_batch(entry["name"], 4).ranges}
+    batch3 = {r.shard_id: r for r in store.get_batch(entry["name"], 3).ranges}
+    assert "shardId-000000000001" not in batch3 and {"shardId-000000000004", "shardId-000000000005"} <= set(batch3)  # its children
     for shard_id, state in before["shards"].items():
-        if shard_id in batch4:
-            assert batch4[shard_id].previous_checkpoint == state.checkpoint  # on exactly from where the lost table stood
-
-    produced += produce(kinesis, entry["stream"], 100, start_index=500)
-    assert run_dag(dag_for(entry)).tasks == SUCCESS  # batch 5
+        if shard_id in batch3:
+            assert batch3[shard_id].previous_checkpoint == state.checkpoint  # on exactly from where the lost table stood
     landed = check_exactly_once(produced, read_output(entry["output"]))
-    assert landed.ok and landed.rows == 600, landed
-    assert batch_dirs(entry["output"]) == [f"batch_id={path_batch_id(i)}" for i in range(1, 6)]
+    assert landed.ok and landed.rows == 400, landed
+    assert batch_dirs(entry["output"]) == [f"batch_id={path_batch_id(i)}" for i in range(1, 4)]
 
 
 def test_a_renamed_state_table_is_refused_and_a_recovery_adopts_it(
@@ -235,11 +210,13 @@ def test_a_directory_pipeline_upgraded_without_output_format_is_refused_until_it
     assert not (root / "metadata").exists() and not (root / "data").exists() and not (root / "_catalog").exists()  # no table
     assert "output_format" not in json.loads(owner_file.read_text())
 
-    assert run_dag(dag_for(directory)).tasks == SUCCESS  # as the message says: batch 2 lands beside batch 1
+    # As the message says: the plan of output_format: directory goes on (batch 2 beside batch 1), recording the format.
+    # That batch's replay and commit are a directory output's like any other (tests/unit/test_guards.py,
+    # test_an_older_owner_record_over_batch_folders_counts_as_a_directory_output, checks the same guards on a local folder).
+    assert run_dag(dag_for(directory).partial_subset(task_ids=["plan"])).tasks == {"plan": "success"}
     assert json.loads(owner_file.read_text())["output_format"] == "directory"  # recorded by that plan
-    assert batch_dirs(root) == ["batch_id=0000000001", "batch_id=0000000002"]
-    landed = check_exactly_once(produced, read_output(root))
-    assert landed.ok and landed.rows == 160, landed
+    assert [(b[0], b[1]) for b in ledger(store, entry["name"])["batches"]] == [(1, BatchStatus.COMMITTED), (2, BatchStatus.PLANNED)]
+    assert batch_dirs(root) == ["batch_id=0000000001"] and check_exactly_once(produced[:100], read_output(root)).ok
     assert f"as its owner record {owner_file} says" in plan_error(upgraded)  # and from now on the record says so
 
 
@@ -312,12 +289,13 @@ def files_under(root: Path) -> dict[str, bytes]:
     return {str(p): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def test_a_root_in_or_around_another_deployments_table_is_refused_and_its_maintenance_removes_only_its_own(
+def test_a_root_owned_by_or_in_or_around_another_pipelines_table_is_refused_and_its_maintenance_removes_only_its_own(
     kinesis: Any, dynamodb: Any, store: DynamoDBStateStore, entry: dict[str, Any], dag_for: Any, tmp_path: Path
 ) -> None:
-    """Once, a pipeline of a second deployment (another config file and state table) was given an output root in a
-    table's data/ folder; it committed its batch, and the table's maintenance then removed all of its output (data,
-    metadata, catalog, commit records, owner record) as 15 orphan files, while its ledger still said committed."""
+    """Another pipeline given an owned root (spelled another way) is refused. Once, a pipeline of a second deployment
+    (another config file and state table) was given an output root in a table's data/ folder; it committed its batch,
+    and the table's maintenance then removed all of its output (data, metadata, catalog, commit records, owner record)
+    as 15 orphan files, while its ledger still said committed."""
     produced = produce(kinesis, entry["stream"], 120)
     assert run_dag(dag_for(entry)).tasks == SUCCESS
     root = Path(entry["output"])
@@ -330,8 +308,14 @@ def test_a_root_in_or_around_another_deployments_table_is_refused_and_its_mainte
     try:
         produce(kinesis, other_stream, 40)
         name = entry["name"] + "b"
+        # The same root, spelled another way (and a pipeline of this deployment's config would be refused alike).
+        intruder = pipeline_entry(name, other_stream, f"file://{root}/./", other_table, retries=2)  # no retry waits out a refusal
+        message = refused_plan(dag_for(intruder), intruder)
+        owned = f"pipeline {name!r} may not write output {root}: it belongs to pipeline {entry['name']!r} (stream {entry['stream']}"
+        assert owned in message
+        assert ledger(other_store, name) == {"head": other_store.get_head("none"), "shards": {}, "batches": []}
         for other, relation in ((root / "data" / "replay", "is inside"), (root.parent, "holds")):
-            intruder = pipeline_entry(name, other_stream, other, other_table, retries=2)  # no retry waits out a refusal
+            intruder = pipeline_entry(name, other_stream, other, other_table, retries=2)
             message = refused_plan(dag_for(intruder), intruder)
             assert f"pipeline {name!r} may not claim output {other}: it {relation} output {root} of pipeline {entry['name']!r}" in message
             assert "an output root outside" in message and "Nothing was written." in message
@@ -340,7 +324,9 @@ def test_a_root_in_or_around_another_deployments_table_is_refused_and_its_mainte
     finally:
         kinesis.delete_stream(StreamName=other_stream, EnforceConsumerDeletion=True)
     assert files_under(root) == files_before and ledger(store, entry["name"]) == before
-    assert check_exactly_once(produced, read_output(entry["output"])).ok
+    assert check_exactly_once(produced, read_output(entry["output"])).ok  # the owner's batch is whole, and only it
+    owner = read_owner(entry["output"])
+    assert owner is not None and (owner.pipeline_name, owner.stream) == (entry["name"], entry["stream"])
 
     # What a release before the check let in: the other pipeline's whole output in the table's data/ folder (here a
     # copy of this pipeline's own, shaped as the table's files are), a note beside it, and a genuine orphan of the
@@ -454,25 +440,20 @@ def test_a_root_whose_owner_record_was_deleted_is_refused_to_another_pipeline_an
         assert not owner_file.exists() and ledger(store, intruder["name"]) == {"head": store.get_head("none"), "shards": {}, "batches": []}
     assert ledger(store, name) == before and check_exactly_once(produced, read_output(root)).ok
 
-    # The pipeline whose records they are: its next run writes its owner record again, and goes on.
-    produced += produce(kinesis, entry["stream"], 50, start_index=100)
-    assert run_dag(dag_for(entry)).tasks == SUCCESS
-    owner = read_owner(entry["output"])
-    assert owner is not None and (owner.pipeline_name, owner.stream, owner.state_table) == (name, entry["stream"], entry["state_table"])
-
+    # That the pipeline whose records they are goes on, its plan writing its owner record again, is
+    # tests/unit/test_guards.py's (test_a_root_whose_owner_record_is_gone_is_another_pipelines_when_its_commit_records_say_so).
     # Its owner record and its state table both lost: the plan advises a recovery, which works as written.
-    owner_file.unlink()
     dynamodb.delete_table(TableName=store.table)
     dynamodb.get_waiter("table_not_exists").wait(TableName=store.table)
-    produced += produce(kinesis, entry["stream"], 50, start_index=150)
+    produced += produce(kinesis, entry["stream"], 100, start_index=100)
     message = refused_plan(dag_for(entry), entry)
-    assert "holds 2 committed batches (up to batch 2)" in message and '"recover_from_output": true' in message
+    assert "holds 1 committed batches (up to batch 1)" in message and '"recover_from_output": true' in message
     assert not owner_file.exists()
     dry = run_dag(dag_for(entry), run_conf={"recover_from_output": True, "dry_run": True})  # the advice's two steps, as written
     assert dry.skipped and store.get_head(name).version == 0 and not owner_file.exists()
-    assert run_dag(dag_for(entry), run_conf={"recover_from_output": True}).tasks == SUCCESS  # rebuilt, then batch 3
+    assert run_dag(dag_for(entry), run_conf={"recover_from_output": True}).tasks == SUCCESS  # rebuilt, then batch 2
     owner = read_owner(entry["output"])
-    assert owner is not None and (owner.pipeline_name, owner.stream) == (name, entry["stream"])
-    assert [(b.batch_id, b.status) for b in store.list_batches(name)] == [(i, BatchStatus.COMMITTED) for i in (1, 2, 3)]
+    assert owner is not None and (owner.pipeline_name, owner.stream, owner.state_table) == (name, entry["stream"], entry["state_table"])
+    assert [(b.batch_id, b.status) for b in store.list_batches(name)] == [(i, BatchStatus.COMMITTED) for i in (1, 2)]
     landed = check_exactly_once(produced, read_output(root))
     assert landed.ok and landed.rows == 200, landed

@@ -242,3 +242,44 @@ def test_gaps_found_at_replay_are_kept_with_the_plan_s(world: World) -> None:
     assert all(isinstance(g, Gap) and g.first_available is not None and g.first_available > starts[g.shard_id] for g in written.gaps)
     commit_batch(world.pipeline, world.store, 1, now=world.clock())
     assert world.store.get_batch("orders", 1).gaps == written.gaps
+
+
+def test_a_batch_whose_ranges_are_wholly_gone_commits_once_acknowledged_and_the_next_plan_says_its_checkpoints_are_gone(
+    world: World,
+) -> None:
+    """The batch waited in flight until retention took every record of its ranges. Once, the acknowledged run failed as
+    every other did: the pipeline could never move. Its checkpoints are then the ranges' ends, themselves trimmed: the
+    next plan says so, and records the gap from there to the first record left once acknowledged."""
+    first = world.produce(60)
+    batch = world.plan("run-1")
+    assert batch is not None
+    planned = {r.shard_id: r for r in batch.ranges}
+    assert set(planned) == {p.shard_id for p in first}  # a range on each shard written to
+    world.clock.advance(hours=1)
+    later = world.produce(80)
+    world.kinesis.trim("orders", before=world.clock() - timedelta(minutes=30))  # every record of batch 1 is gone
+    shards = frozenset(planned)
+    replay(world.pipeline, world.kinesis, batch, accept_gap=shards)
+    with pytest.raises(VerificationError):
+        verify_batch(world.pipeline, world.store, 1, run_id="run-1")  # unacknowledged: refused
+    written = verify_batch(world.pipeline, world.store, 1, acknowledged=shards, run_id="run-2")
+    assert sorted((g.shard_id, g.after, g.first_available, g.detected) for g in written.gaps) == [
+        (s, None, None, "replay") for s in sorted(shards)
+    ]
+    committed = commit_batch(world.pipeline, world.store, 1, now=world.clock.advance(seconds=1), run_id="run-2")
+    assert committed.status == BatchStatus.COMMITTED and committed.result is not None and committed.result.shards == ()
+    assert world.checkpoints() == {s: r.end for s, r in planned.items()}  # the loss is the gap's
+
+    with pytest.raises(DataLossError):
+        world.plan("run-3")  # the checkpoints are trimmed too: records after them may have been lost as well
+    assert [b.batch_id for b in world.store.list_batches("orders")] == [1]
+    second = world.plan("run-4", acknowledged=shards)
+    assert second is not None and second.batch_id == 2
+    first_left = {s: min(int(p.sequence_number) for p in later if p.shard_id == s) for s in shards}
+    assert sorted((g.shard_id, g.after, g.first_available, g.detected) for g in second.gaps) == [
+        (s, planned[s].end, first_left[s], "plan") for s in sorted(shards)
+    ]
+    replay(world.pipeline, world.kinesis, second)
+    verify_batch(world.pipeline, world.store, 2, acknowledged=shards, run_id="run-4")
+    commit_batch(world.pipeline, world.store, 2, now=world.clock.advance(seconds=1), run_id="run-4")
+    assert world.landed() == sorted((p.shard_id, p.sequence_number) for p in later)  # none of batch 1, all after
