@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NotRequired, ParamSpec, TypedDict, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Concatenate, NotRequired, ParamSpec, TypedDict, TypeVar, cast
 
 from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook, BaseSessionFactory
 from airflow.providers.amazon.aws.hooks.kinesis import KinesisHook
@@ -26,9 +26,11 @@ from botocore.credentials import ReadOnlyCredentials, RefreshableCredentials
 from kinesis_replay import airflow_config
 from kinesis_replay.adapters import iceberg_table, layout, table_maintenance
 from kinesis_replay.adapters.dynamodb_store import DynamoDBStateStore
+from kinesis_replay.adapters.files import S3Access, reaching_s3
 from kinesis_replay.adapters.kinesis_client import CLIENT_CONFIG, POOL_CONNECTIONS, leave_throttling_to_call, pooled, stream_retention
 from kinesis_replay.core.config import PipelineConfig
-from kinesis_replay.core.errors import BackfillError, ConfigError, KinesisReplayError
+from kinesis_replay.core.errors import BackfillError, ConfigError, KinesisReplayError, OutputIOError, OutputRefusedError
+from kinesis_replay.core.formats import is_s3
 from kinesis_replay.core.job_spec import JobSpec, KinesisEndpoint
 from kinesis_replay.core.state import Batch, Progress, RunKind
 from kinesis_replay.launchers import credentials, emr_serverless, spark_submit
@@ -117,6 +119,35 @@ def fail_fast(step: Callable[_P, _R]) -> Callable[_P, _R]:
     return run
 
 
+def through_connection(step: Callable[Concatenate[PipelineConfig, _P], _R]) -> Callable[Concatenate[PipelineConfig, _P], _R]:
+    """Run the task with every S3 access of its pipeline going through the pipeline's connection (files.reaching_s3)."""
+
+    @functools.wraps(step)
+    def run(p: PipelineConfig, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with reaching_s3(s3_access(p)):
+            try:
+                return step(p, *args, **kwargs)
+            except (OutputIOError, OutputRefusedError) as exc:
+                if f"pipeline {p.name!r}" in str(exc):
+                    raise
+                raise type(exc)(f"pipeline {p.name!r}: {exc}") from exc
+
+    return run
+
+
+def s3_access(p: PipelineConfig) -> S3Access:
+    """The pipeline's way to S3: its connection's session (credentials, an assumed role), region and S3 endpoint.
+
+    A pipeline that reaches no S3 (a local output with the embedded catalog) gets the default chain, unused.
+    """
+    if not (is_s3(p.output) or (p.table is not None and not p.table.embedded)):
+        return S3Access()
+    hook = S3Hook(aws_conn_id=p.aws_conn_id)
+    return S3Access(
+        hook.get_session(), hook.conn_config.get_service_endpoint_url("s3"), hook.conn_config.region_name, f"connection {p.aws_conn_id}"
+    )
+
+
 def kinesis_hook(p: PipelineConfig) -> KinesisHook:
     return KinesisHook(aws_conn_id=p.aws_conn_id, config=pooled(CLIENT_CONFIG, p.read.plan_concurrency))
 
@@ -139,6 +170,7 @@ def acknowledged(params: dict[str, Any]) -> frozenset[str]:
 
 
 @fail_fast
+@through_connection
 def plan(p: PipelineConfig, run_id: str, params: dict[str, Any]) -> Planned:
     """Resume the batch in flight or plan the next one; skip the run when no shard has anything new.
 
@@ -183,6 +215,7 @@ def dry_run_report(p: PipelineConfig, result: PlanResult) -> str:
 
 
 @fail_fast
+@through_connection
 def replay(p: PipelineConfig, planned: Planned, params: dict[str, Any]) -> None:
     """Run the replay job on the batch's stored ranges; a failure is noted on the batch, which stays in flight."""
     store = state_store(p)
@@ -306,6 +339,7 @@ def stage_emr(p: PipelineConfig, batch: Batch, accept_gaps: frozenset[str] = fro
 
 
 @fail_fast
+@through_connection
 def stage(p: PipelineConfig, planned: Planned, params: dict[str, Any]) -> list[dict[str, Any]]:
     """The EMR Serverless counterpart of replay(): check retention, stage the batch; [] when there is nothing to run."""
     store = state_store(p)
@@ -317,6 +351,7 @@ def stage(p: PipelineConfig, planned: Planned, params: dict[str, Any]) -> list[d
 
 
 @fail_fast
+@through_connection
 def verify(p: PipelineConfig, planned: Planned, params: dict[str, Any], run_id: str) -> None:
     """Check the output and manifest against the plan; a mismatch fails the run and moves nothing."""
     if planned["action"] == FINISH_COMMIT:
@@ -327,6 +362,7 @@ def verify(p: PipelineConfig, planned: Planned, params: dict[str, Any], run_id: 
 
 
 @fail_fast
+@through_connection
 def commit(p: PipelineConfig, planned: Planned, run_id: str = "") -> BatchFigures:
     """Advance every checkpoint of the verified batch, conditionally, then mark it committed."""
     batch = commit_batch(p, state_store(p), planned["batch_id"], run_id=run_id)
@@ -382,6 +418,7 @@ def event_extra(summary: BatchFigures) -> dict[str, Any]:
 
 
 @fail_fast  # its own AirflowFailException passes through; a missing or corrupt state table fails it at once too
+@through_connection
 def check(p: PipelineConfig) -> None:
     """Fail, and so alert through the DAG's callbacks, when a record has waited too long to be committed."""
     found = in_flight.staleness(p, state_store(p))
@@ -393,6 +430,7 @@ def check(p: PipelineConfig) -> None:
 
 
 @fail_fast
+@through_connection
 def select_backfill(p: PipelineConfig, params: dict[str, Any], run_id: str = "") -> list[int]:
     """The committed batches to replay; refuses while a regular batch is in flight or when ranges left retention.
 
@@ -431,6 +469,7 @@ def restore_table(p: PipelineConfig, dry_run: bool, run_id: str) -> list[int]:
 
 
 @fail_fast
+@through_connection
 def backfill_batch(p: PipelineConfig, batch_id: int, run_id: str = "", restore: bool = False) -> BatchFigures:
     """Replay one committed batch into its own paths and check it holds what it held; never touches a checkpoint."""
     submit(p, backfill.committed_batch(p, state_store(p), batch_id, kinesis_client(p) if restore else None), kind=RunKind.BACKFILL)
@@ -438,12 +477,14 @@ def backfill_batch(p: PipelineConfig, batch_id: int, run_id: str = "", restore: 
 
 
 @fail_fast
+@through_connection
 def stage_backfill(p: PipelineConfig, batch_id: int, restore: bool = False) -> dict[str, Any]:
     """Stage one committed batch for an EMR Serverless replay (the backfill DAG's counterpart of stage())."""
     return stage_emr(p, backfill.committed_batch(p, state_store(p), batch_id, kinesis_client(p) if restore else None))
 
 
 @fail_fast
+@through_connection
 def check_backfill(p: PipelineConfig, batch_id: int, run_id: str = "", restore: bool = False) -> BatchFigures:
     """A backfilled batch must hold what its first run held (same shards, counts, checksums); then it replaces the table's
     (or, restoring, joins the table)."""
@@ -454,6 +495,7 @@ def check_backfill(p: PipelineConfig, batch_id: int, run_id: str = "", restore: 
 
 
 @fail_fast
+@through_connection
 def maintain_table(p: PipelineConfig, params: dict[str, Any]) -> MaintenanceFigures:
     """Expire the table's old snapshots and remove its orphan files (table_maintenance has the defaults and why).
 

@@ -33,7 +33,7 @@ def emr_entry(entry: dict[str, Any], stack: local_stack.Stack) -> dict[str, Any]
     emr = boto3.client("emr-serverless")
     application = emr.create_application(name=f"kr-{uuid.uuid4().hex[:8]}", releaseLabel="emr-7.5.0", type="SPARK")
     bucket = f"kr-code-{uuid.uuid4().hex[:8]}"
-    boto3.client("s3").create_bucket(Bucket=bucket)
+    local_stack.s3_client().create_bucket(Bucket=bucket)
     spark = {
         "conf": {"spark.sql.shuffle.partitions": "4", "spark.ui.enabled": "false"},
         "emr_serverless": {
@@ -54,7 +54,7 @@ def job_runs(application_id: str) -> list[dict[str, Any]]:
 
 def s3_object(uri: str) -> bytes:
     bucket, _, key = uri.removeprefix("s3://").partition("/")
-    body: bytes = boto3.client("s3").get_object(Bucket=bucket, Key=key)["Body"].read()
+    body: bytes = local_stack.s3_client().get_object(Bucket=bucket, Key=key)["Body"].read()
     return body
 
 
@@ -72,7 +72,9 @@ def run_as_emr(job_run: dict[str, Any], work: Path) -> None:
     for conf in confs:
         command += ["--conf", conf]
     command += [str(local[driver["entryPoint"]]), *driver["entryPointArguments"]]
-    env = spark_submit.submit_env("local[2]", {})  # the stack's endpoints and keys are in this process's environment
+    # The stack's keys and Kinesis endpoint are in this process's environment. S3's is not (the Airflow side reaches
+    # it through the connection alone); in AWS the job finds S3 by its region, so here it is told where S3 stands.
+    env = spark_submit.submit_env("local[2]", {"AWS_ENDPOINT_URL_S3": local_stack.s3_client().meta.endpoint_url})
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 

@@ -34,6 +34,7 @@ from kinesis_replay.adapters import table_maintenance
 from kinesis_replay.adapters.dynamodb_store import DynamoDBStateStore
 from kinesis_replay.core.formats import path_batch_id
 from kinesis_replay.core.state import BatchStatus
+from stack import local_stack
 from stack.harness import check_exactly_once, load_dags, run_dag
 from stack.local_stack import LOCAL_KEY, REGION
 from stack.producer import produce
@@ -65,7 +66,7 @@ def glue_properties(moto_url: str, warehouse: str) -> dict[str, str]:
 @pytest.fixture
 def bucket(stack: Any) -> str:
     name = f"lake-{uuid.uuid4().hex[:8]}"
-    boto3.client("s3").create_bucket(Bucket=name)
+    local_stack.s3_client().create_bucket(Bucket=name)
     return name
 
 
@@ -111,7 +112,7 @@ def rows_by_batch(table: Table) -> dict[int, int]:
 
 
 def s3_keys(bucket: str) -> set[str]:
-    pages = boto3.client("s3").get_paginator("list_objects_v2").paginate(Bucket=bucket)
+    pages = local_stack.s3_client().get_paginator("list_objects_v2").paginate(Bucket=bucket)
     return {o["Key"] for page in pages for o in page.get("Contents", [])}
 
 
@@ -140,7 +141,7 @@ def test_commits_replays_and_maintenance_through_glue_on_s3(catalog: GlueCatalog
         f"{data}/notes.txt",
     ]  # fmt: skip
     for key in foreign:
-        boto3.client("s3").put_object(Bucket=bucket, Key=key, Body=b"{}")
+        local_stack.s3_client().put_object(Bucket=bucket, Key=key, Body=b"{}")
     history = len(table.metadata.snapshots)
     # A month later (every snapshot and file older than the defaults): only the current snapshot stays.
     report = table_maintenance.expire_and_remove(table, now=datetime.now(UTC) + timedelta(days=30))

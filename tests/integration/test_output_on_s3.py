@@ -2,18 +2,21 @@
 
 The Spark side of an s3a:// output needs hadoop-aws from Maven, out of reach here; the Airflow side, which
 claims the root, writes the commit records and checks them against the state table, goes through pyarrow's
-S3 file system, and that is what this tests.
+S3 file system, and that is what this tests. The S3 endpoint is in the Airflow connection only, never in the
+environment (local_stack.Stack.env has no AWS_ENDPOINT_URL_S3): the library reaches S3 the way a DAG task does.
 """
 
 from __future__ import annotations
 
+import os
 import uuid
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
-import boto3
 import pytest
 
+import kinesis_replay_tasks as tasks
 from kinesis_replay.adapters import commit_records, files, layout, owner
 from kinesis_replay.core.config import PipelineConfig, parse_config
 from kinesis_replay.core.errors import OutputOwnershipError, StateLostError
@@ -21,14 +24,27 @@ from kinesis_replay.core.ranges import SequenceRange
 from kinesis_replay.core.state import Batch, BatchStatus, Head, ReplayResult, ShardResult
 from kinesis_replay.steps import guards
 from kinesis_replay.steps.recovery import plan_recovery
+from stack import local_stack
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture(autouse=True)
+def through_the_connection(stack: Any) -> Iterator[None]:
+    """Every S3 call the library makes here goes where the aws_default connection says, as in a DAG task."""
+    assert not any(k.startswith("AWS_ENDPOINT_URL_S3") or k == "AWS_ENDPOINT_URL" for k in os.environ), "S3's endpoint is the connection's"
+    with files.reaching_s3(tasks.s3_access(pipeline("s3://any/root"))):
+        yield
+
+
+def s3(stack: Any) -> Any:
+    return local_stack.s3_client()  # the test's own (the library's is the connection's)
 
 
 @pytest.fixture
 def bucket(stack: Any) -> str:
     name = f"lake-{uuid.uuid4().hex[:8]}"
-    boto3.client("s3").create_bucket(Bucket=name)
+    s3(stack).create_bucket(Bucket=name)
     return name
 
 
@@ -48,12 +64,12 @@ def committed(p: PipelineConfig, batch_id: int) -> Batch:
     return Batch(p.name, batch_id, BatchStatus.COMMITTED, (rng,), p.stream, "run", NOW, NOW, result)
 
 
-def test_the_owner_record_and_commit_records_guard_an_s3_root(bucket: str) -> None:
+def test_the_owner_record_and_commit_records_guard_an_s3_root(bucket: str, stack: Any) -> None:
     p = pipeline(f"s3://{bucket}/raw/orders/")
     guards.check_before_plan(p, Head())
     guards.claim_output(p, NOW)
     key = "raw/orders/_kinesis_replay_owner.json"
-    assert boto3.client("s3").head_object(Bucket=bucket, Key=key)["ContentLength"] > 0
+    assert s3(stack).head_object(Bucket=bucket, Key=key)["ContentLength"] > 0
 
     intruder = pipeline(f"s3a://{bucket}/raw/./orders", name="payments", stream="payments-stream")
     with pytest.raises(OutputOwnershipError, match=f"may not write output s3a://{bucket}/raw/orders: it belongs to pipeline 'orders'"):
@@ -71,16 +87,16 @@ def test_the_owner_record_and_commit_records_guard_an_s3_root(bucket: str) -> No
     assert rebuilt.head.next_batch_id == 3 and [s.checkpoint for s in rebuilt.shards] == [29]
 
 
-def test_of_two_claims_racing_for_a_new_s3_root_the_first_wins_and_the_second_writes_nothing(bucket: str) -> None:
+def test_of_two_claims_racing_for_a_new_s3_root_the_first_wins_and_the_second_writes_nothing(bucket: str, stack: Any) -> None:
     # Both read "no owner" before either wrote: the conditional PUT alone decides, and the later one changes nothing.
     first, second = pipeline(f"s3://{bucket}/raw/orders"), pipeline(f"s3://{bucket}/raw/orders", name="payments")
     record = layout.owner_path(first.output)
     assert files.put_if_absent_on_s3(record, b'{"pipeline": "orders"}', "orders") is True
     assert files.put_if_absent_on_s3(record, b'{"pipeline": "payments"}', "payments") is False
-    body = boto3.client("s3").get_object(Bucket=bucket, Key="raw/orders/_kinesis_replay_owner.json")["Body"].read()
+    body = s3(stack).get_object(Bucket=bucket, Key="raw/orders/_kinesis_replay_owner.json")["Body"].read()
     assert body == b'{"pipeline": "orders"}'
 
-    boto3.client("s3").delete_object(Bucket=bucket, Key="raw/orders/_kinesis_replay_owner.json")
+    s3(stack).delete_object(Bucket=bucket, Key="raw/orders/_kinesis_replay_owner.json")
     guards.claim_output(first, NOW)
     with pytest.raises(OutputOwnershipError, match="it belongs to pipeline 'orders'"):
         guards.claim_output(second, NOW)
@@ -97,16 +113,16 @@ def test_an_owner_record_in_a_missing_bucket_names_the_path(stack: Any) -> None:
     assert not raised.value.retryable and "Check that the bucket exists" in str(raised.value)
 
 
-def s3_keys(bucket: str) -> list[str]:
-    return sorted(o["Key"] for o in boto3.client("s3").list_objects_v2(Bucket=bucket).get("Contents", []))
+def s3_keys(stack: Any, bucket: str) -> list[str]:
+    return sorted(o["Key"] for o in s3(stack).list_objects_v2(Bucket=bucket).get("Contents", []))
 
 
-def test_an_s3_root_inside_another_root_or_holding_one_is_refused_and_writes_nothing(bucket: str) -> None:
+def test_an_s3_root_inside_another_root_or_holding_one_is_refused_and_writes_nothing(bucket: str, stack: Any) -> None:
     """Another deployment's pipeline (another config file and state table) in the table's data/, or around its root."""
     a = pipeline(f"s3://{bucket}/lake/orders")  # a table's root on S3 needs Glue; the guard is the same for both formats
     guards.claim_output(a, NOW)
     commit_records.write_commit_record(a.output, committed(a, 1))
-    before = s3_keys(bucket)
+    before = s3_keys(stack, bucket)
     other = {"name": "payments", "stream": "payments-stream", "state_table": "kr-state-2"}
 
     inside = pipeline(f"s3a://{bucket}/lake/orders/data/payments", **other)
@@ -122,8 +138,48 @@ def test_an_s3_root_inside_another_root_or_holding_one_is_refused_and_writes_not
     with pytest.raises(OutputOwnershipError, match="Nothing was written"):
         guards.claim_output(around, NOW)
 
-    assert s3_keys(bucket) == before  # no owner record, no folder marker: nothing
+    assert s3_keys(stack, bucket) == before  # no owner record, no folder marker: nothing
     beside = pipeline(f"s3://{bucket}/lake/orders-2", **other)
     guards.claim_output(beside, NOW)  # a root that only starts like the other's name is not inside it
     guards.claim_output(a, NOW)  # the owner's own root goes on as before
-    assert s3_keys(bucket) == sorted([*before, "lake/orders-2/_kinesis_replay_owner.json"])
+    assert s3_keys(stack, bucket) == sorted([*before, "lake/orders-2/_kinesis_replay_owner.json"])
+
+
+def test_a_plan_task_claims_an_s3_root_through_the_connection_alone(
+    bucket: str, stack: Any, kinesis: Any, store: Any, entry: dict[str, Any]
+) -> None:
+    """The task as a new user runs it: the connection's service_config names the S3 endpoint, the environment none."""
+    kinesis.put_record(StreamName=entry["stream"], Data=b'{"n": 1}', PartitionKey="k")
+    p = pipeline(f"s3://{bucket}/raw/orders", stream=entry["stream"], state_table=store.table)
+    with files.reaching_s3(files.S3Access()):  # the default chain, as outside a task: it knows no local endpoint
+        planned = tasks.plan(p, "manual__s3", {})
+    assert planned["batch_id"] == 1 and planned["ranges"] == 1
+    claimed = s3(stack).get_object(Bucket=bucket, Key="raw/orders/_kinesis_replay_owner.json")["Body"].read()
+    assert b'"pipeline": "orders"' in claimed and len(store.get_batch("orders", 1).ranges) == 1
+
+
+def test_an_s3_endpoint_that_does_not_answer_fails_naming_the_pipeline_the_output_and_the_connection(
+    bucket: str, stack: Any, kinesis: Any, store: Any, entry: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+
+    from kinesis_replay.core.errors import OutputIOError
+
+    kinesis.put_record(StreamName=entry["stream"], Data=b'{"n": 1}', PartitionKey="k")
+    own = s3(stack)  # the test's, at the endpoint that answers
+    connection = stack.connection()
+    connection["extra"]["service_config"]["s3"] = {"endpoint_url": f"http://127.0.0.1:{local_stack.free_port()}"}  # nothing listens
+    monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", json.dumps(connection))
+    p = pipeline(f"s3://{bucket}/raw/orders", stream=entry["stream"], state_table=store.table)
+
+    with pytest.raises(OutputIOError) as raised:
+        tasks.plan(p, "manual__s3", {})
+
+    says = str(raised.value)
+    assert says.startswith("pipeline 'orders': ") and f"s3://{bucket}/raw/orders" in says, says
+    assert "through connection aws_default (S3 endpoint http://127.0.0.1:" in says and "service_config.s3.endpoint_url" in says, says
+    assert raised.value.retryable  # an endpoint that is down may come back
+    assert "Contents" not in own.list_objects_v2(Bucket=bucket) and store.get_head("orders").next_batch_id == 1  # nothing written
+    # pyarrow's file system (owner record, commit records, verify's reads) says the same where boto3's client did.
+    with files.reaching_s3(tasks.s3_access(p)), pytest.raises(OutputIOError, match=f"cannot reach s3://{bucket}/raw/orders/_kinesis"):
+        owner.read_owner(p.output)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from kinesis_replay.adapters.files import filesystem_of, is_file, read_json, read_result, write_json
+from kinesis_replay.adapters.files import filesystem_of, is_file, names_the_store, read_json, read_result, write_json
 from kinesis_replay.adapters.layout import COMMITS_DIR, RESULTS_DIR, commit_record_path
 from kinesis_replay.adapters.owner import Owner
 from kinesis_replay.core.errors import KinesisReplayError, OutputCorruptError, VerificationError
@@ -20,6 +20,7 @@ def has_commit_record(output: str, batch_id: int) -> bool:
     return is_file(commit_record_path(output, batch_id))
 
 
+@names_the_store
 def batch_ids_in(folder: str) -> list[int]:
     """The ids of the ``batch_id=<id>.json`` files in a folder, in order (one listing of one folder)."""
     from pyarrow import fs

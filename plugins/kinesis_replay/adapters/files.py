@@ -1,16 +1,26 @@
-"""Reading and writing the output's files through pyarrow's file systems (imported on use): local disk and S3 alike."""
+"""Reading and writing the output's files through pyarrow's file systems (imported on use): local disk and S3 alike.
+
+S3 is reached the way the task's caller says (``reaching_s3``): in a DAG task, through the pipeline's Airflow
+connection, its credentials, region and S3 endpoint (``service_config.s3.endpoint_url``); outside one, through
+boto3's and pyarrow's default chain.
+"""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections import Counter
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any, TypeVar, cast
+from urllib.parse import urlsplit
 
 from kinesis_replay.adapters.layout import batch_data_path, data_path, result_path
 from kinesis_replay.core.errors import KinesisReplayError, OutputCorruptError, OutputIOError, OutputRefusedError, VerificationError
-from kinesis_replay.core.formats import s3_uri
+from kinesis_replay.core.formats import is_s3, s3_uri
 from kinesis_replay.core.records import ROW_COLUMNS
 from kinesis_replay.core.state import ReplayResult
 
@@ -23,6 +33,143 @@ def arrow_row_schema() -> Any:
     return pa.schema([(name, types[kind]) for name, kind in ROW_COLUMNS])
 
 
+@dataclass(frozen=True)
+class S3Access:
+    """How this process reaches S3: a boto3 session's credentials, a region and an endpoint, or the default chain.
+
+    A DAG task builds one from the pipeline's connection (its hook's session, whose assumed role's credentials are
+    refreshed as they expire) and reaches the output through it for the task's length (``reaching_s3``): the owner
+    record, the commit records, verify's reads, maintenance, and the Iceberg catalog's file IO where the catalog's own
+    properties do not say otherwise. ``S3Access()`` is the default chain: boto3's and pyarrow's, environment included.
+    """
+
+    session: Any = None  # a boto3 Session; None: the default chain
+    endpoint_url: str | None = None  # e.g. http://127.0.0.1:5000 for the local stack, a VPC endpoint, MinIO
+    region: str | None = None
+    source: str = "the default credential chain"  # who configured this, for errors: "connection aws_default"
+    _clients: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def client(self) -> Any:
+        """A boto3 S3 client: the session's, made once per access; else the default chain's, made per use, as it was."""
+        if self.session is None:
+            import boto3
+
+            return boto3.client("s3", endpoint_url=self.endpoint_url, region_name=self.region)
+        if "s3" not in self._clients:
+            self._clients["s3"] = self.session.client("s3", endpoint_url=self.endpoint_url, region_name=self.region)
+        return self._clients["s3"]
+
+    def _keys(self) -> Any:
+        """The session's credentials as they are now (refreshed first if they are about to expire); None: none found."""
+        found = self.session.get_credentials() if self.session is not None else None
+        return found.get_frozen_credentials() if found is not None else None
+
+    def filesystem(self, uri: str) -> tuple[Any, str]:
+        """pyarrow's S3 file system for ``uri`` (``s3://bucket/key``) and the path within it, made per use (keys expire).
+
+        Without an endpoint the bucket's own region is asked for, as pyarrow's ``from_uri`` does; the default chain
+        is ``from_uri`` itself.
+        """
+        from pyarrow import fs
+
+        if self.session is None and self.endpoint_url is None and self.region is None:
+            return fs.FileSystem.from_uri(uri)  # type: ignore[no-any-return]
+        path = uri.split("://", 1)[1].rstrip("/")
+        options: dict[str, Any] = {}
+        keys = self._keys()
+        if keys is not None:
+            options.update(access_key=keys.access_key, secret_key=keys.secret_key, session_token=keys.token)
+        if self.endpoint_url:
+            url = urlsplit(self.endpoint_url)
+            options.update(scheme=url.scheme or "https", endpoint_override=url.netloc + url.path.rstrip("/"))
+            if self.region:
+                options["region"] = self.region
+        else:
+            options["region"] = _bucket_region(path.split("/", 1)[0], self.region)
+        return fs.S3FileSystem(**options), path
+
+    def iceberg_properties(self) -> dict[str, str]:
+        """pyiceberg's S3 FileIO properties for the same credentials, region and endpoint (empty for the default chain)."""
+        found: dict[str, str] = {}
+        keys = self._keys()
+        if keys is not None:
+            found.update({"s3.access-key-id": keys.access_key, "s3.secret-access-key": keys.secret_key})
+            if keys.token:
+                found["s3.session-token"] = keys.token
+        if self.region:
+            found["s3.region"] = self.region
+        if self.endpoint_url:
+            found["s3.endpoint"] = self.endpoint_url
+        return found
+
+
+_S3_ACCESS: ContextVar[S3Access] = ContextVar("kinesis_replay_s3_access", default=S3Access())  # noqa: B039 (frozen)
+
+
+@contextmanager
+def reaching_s3(access: S3Access) -> Iterator[S3Access]:
+    """Reach S3 through ``access`` in this block (this thread, and the tasks a contextvars-aware pool runs for it)."""
+    token = _S3_ACCESS.set(access)
+    try:
+        yield access
+    finally:
+        _S3_ACCESS.reset(token)
+
+
+def s3_access() -> S3Access:
+    """How S3 is reached here and now: the block's ``reaching_s3``, else the default chain."""
+    return _S3_ACCESS.get()
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def names_the_store(call: _F) -> _F:
+    """An OSError from S3 (pyarrow's, which names neither the output nor how it was reached) as an OutputIOError
+    naming both. The call's first argument is the path (or a list of paths); local disk's errors pass as they are."""
+
+    @functools.wraps(call)
+    def run(path: str | list[str], *args: Any, **kwargs: Any) -> Any:
+        try:
+            return call(path, *args, **kwargs)
+        except OSError as exc:
+            where = path if isinstance(path, str) else (path[0] if path else "")
+            if not is_s3(where):
+                raise
+            access = s3_access()
+            raise OutputIOError(
+                f"cannot reach {where} through {access.source} (S3 endpoint {access.endpoint_url or 'from the region'}): {exc}. "
+                "Check the connection's S3 endpoint (extra service_config.s3.endpoint_url), its credentials and the bucket; "
+                "the task is retried"
+            ) from exc
+
+    return cast(_F, run)
+
+
+def filesystem_of(path: str) -> tuple[Any, str]:
+    """pyarrow's file system for ``path`` and the path within it: local disk, or S3 through ``s3_access()``."""
+    from pyarrow import fs
+
+    if "://" not in path:
+        return fs.LocalFileSystem(), os.path.abspath(path)
+    uri = s3_uri(path)
+    if uri.startswith("s3://"):
+        return s3_access().filesystem(uri)
+    return fs.FileSystem.from_uri(uri)  # type: ignore[no-any-return]
+
+
+@functools.cache
+def _bucket_region(bucket: str, fallback: str | None) -> str | None:
+    """The bucket's region (one HEAD request, once per bucket and process); the connection's when S3 does not say."""
+    from pyarrow import fs
+
+    try:
+        return str(fs.resolve_s3_region(bucket))
+    except OSError:
+        return fallback
+
+
+@names_the_store
 def attempt_paths(output: str, batch_id: int) -> dict[str, str]:
     """The batch's attempt folders under the table's data (attempt -> path), whether or not a snapshot references them."""
     from pyarrow import fs
@@ -39,20 +186,14 @@ def attempt_paths(output: str, batch_id: int) -> dict[str, str]:
     return found
 
 
+@names_the_store
 def remove_folder(path: str) -> None:
     """Delete a folder and everything under it (on S3, every object under the prefix)."""
     filesystem, local = filesystem_of(path)
     filesystem.delete_dir(local)
 
 
-def filesystem_of(path: str) -> tuple[Any, str]:
-    from pyarrow import fs
-
-    if "://" not in path:
-        return fs.LocalFileSystem(), os.path.abspath(path)
-    return fs.FileSystem.from_uri(s3_uri(path))  # type: ignore[no-any-return]
-
-
+@names_the_store
 def is_file(path: str) -> bool:
     from pyarrow import fs
 
@@ -79,6 +220,7 @@ def read_result(output: str, batch_id: int) -> ReplayResult:
         raise VerificationError(f"batch {batch_id}: unreadable result manifest {path}: {exc!r}") from exc
 
 
+@names_the_store
 def count_rows_by_shard(path: str) -> Counter[str]:
     """Rows per shard in the Parquet files under ``path`` (none if it does not exist), read with pyarrow."""
     import pyarrow.compute as pc
@@ -93,6 +235,7 @@ def count_rows_by_shard(path: str) -> Counter[str]:
     return Counter({row["values"]: row["counts"] for row in pc.value_counts(shard_ids).to_pylist()})
 
 
+@names_the_store
 def parquet_files(path: str) -> list[str]:
     """The Parquet files under a folder (none if it does not exist), as full paths or URIs, in order."""
     from pyarrow import fs
@@ -117,6 +260,7 @@ class ShardRows:
     duplicates: int  # rows whose (sequence number, sub-sequence number) an earlier row of the shard has
 
 
+@names_the_store
 def scan_rows(files: list[str]) -> dict[str, ShardRows]:
     """Rows, row digest and repeated keys per shard, read file by file and batch by batch with pyarrow.
 
@@ -155,6 +299,7 @@ def scan_rows(files: list[str]) -> dict[str, ShardRows]:
     return {shard: ShardRows(rows[shard], digests[shard], repeated[shard]) for shard in sorted(rows)}
 
 
+@names_the_store
 def read_json(path: str) -> Any | None:
     """A small JSON file's content, or None when there is no file at ``path``."""
     if not is_file(path):
@@ -171,6 +316,7 @@ def json_bytes(data: Any) -> bytes:
     return json.dumps(data, indent=2, sort_keys=True).encode()
 
 
+@names_the_store
 def write_json(path: str, data: Any) -> None:
     """Write a small JSON file whole (one PUT on S3; on local disk a temporary file renamed into place)."""
     filesystem, local = filesystem_of(path)
@@ -191,7 +337,19 @@ S3_TRANSIENT_CODES = frozenset({"SlowDown", "RequestTimeout", "InternalError", "
 
 
 def s3_failure(exc: Any, what: str, advice: str) -> KinesisReplayError:
-    """The error for S3's refusal of a call on the output (a botocore ClientError): retried only when S3 is at fault."""
+    """The error for S3's refusal of a call on the output (a botocore ClientError): retried only when S3 is at fault.
+
+    A call that never reached S3 (botocore's transport errors) names the endpoint and how it was reached, and is retried.
+    """
+    from botocore.exceptions import ClientError
+
+    if not isinstance(exc, ClientError):
+        access = s3_access()
+        return OutputIOError(
+            f"{what}. S3 did not answer through {access.source} (S3 endpoint {access.endpoint_url or 'from the region'}). "
+            "Check the connection's S3 endpoint (extra service_config.s3.endpoint_url), its credentials and the bucket; "
+            "the task is retried"
+        )
     status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
     if status >= 500 or exc.response.get("Error", {}).get("Code") in S3_TRANSIENT_CODES:
         return OutputIOError(f"{what}. S3 failed on its side; the task is retried")
@@ -205,14 +363,13 @@ def s3_location(path: str) -> tuple[str, str]:
 
 
 def s3_list(bucket: str, prefix: str, **options: Any) -> dict[str, Any]:
-    """One ListObjectsV2 page (boto3's default client, as for the owner record's conditional write); none for no bucket."""
-    import boto3
-    from botocore.exceptions import ClientError
+    """One ListObjectsV2 page (through ``s3_access()``, as the owner record's conditional write); none for no bucket."""
+    from botocore.exceptions import BotoCoreError, ClientError
 
     try:
-        page = dict(boto3.client("s3").list_objects_v2(Bucket=bucket, Prefix=prefix, **options))
-    except ClientError as exc:
-        if exc.response.get("Error", {}).get("Code") == "NoSuchBucket":
+        page = dict(s3_access().client().list_objects_v2(Bucket=bucket, Prefix=prefix, **options))
+    except (ClientError, BotoCoreError) as exc:
+        if isinstance(exc, ClientError) and exc.response.get("Error", {}).get("Code") == "NoSuchBucket":
             return {}  # nothing is owned there (the claim's write then says the bucket is missing)
         raise s3_failure(
             exc,
@@ -225,17 +382,17 @@ def s3_list(bucket: str, prefix: str, **options: Any) -> dict[str, Any]:
 def put_if_absent_on_s3(path: str, body: bytes, who: str) -> bool:
     """Create the object at ``path`` unless it exists (S3's conditional write); returns whether this call created it.
 
-    The client is boto3's default (the same credential chain and ``AWS_ENDPOINT_URL_S3`` as pyarrow's file system).
+    The client is ``s3_access()``'s, as are pyarrow's file systems for the output's other files.
     """
-    import boto3
-    from botocore.exceptions import ClientError
+    from botocore.exceptions import BotoCoreError, ClientError
 
     bucket, _, key = path.split("://", 1)[1].partition("/")
     try:
-        boto3.client("s3").put_object(Bucket=bucket, Key=key, Body=body, IfNoneMatch="*")
-    except ClientError as exc:
+        s3_access().client().put_object(Bucket=bucket, Key=key, Body=body, IfNoneMatch="*")
+    except (ClientError, BotoCoreError) as exc:
         # 412: the key exists; 409: another conditional write to it is in progress. Either way another claim won.
-        if exc.response.get("Error", {}).get("Code") in ("PreconditionFailed", "ConditionalRequestConflict"):
+        code = exc.response.get("Error", {}).get("Code") if isinstance(exc, ClientError) else None
+        if code in ("PreconditionFailed", "ConditionalRequestConflict"):
             return False
         raise s3_failure(
             exc,

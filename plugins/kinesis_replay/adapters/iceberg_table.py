@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from kinesis_replay.adapters.files import arrow_row_schema
+from kinesis_replay.adapters.files import arrow_row_schema, s3_access
 from kinesis_replay.core.config import CATALOG_TYPES, PipelineConfig, TableConfig
 
 # Re-exported: other modules, the tests and the chaos stack name them as iceberg_table.<name>.
@@ -118,7 +118,8 @@ def load_catalog(pipeline: PipelineConfig, extra: Mapping[str, str] | None = Non
     from pyiceberg.catalog import load_catalog as pyiceberg_load_catalog
 
     table = require_table(pipeline)
-    properties = {**catalog_properties(table, pipeline.output), **(extra or {})}
+    configured = {**catalog_properties(table, pipeline.output), **(extra or {})}
+    properties = {**_file_io_defaults(configured), **configured}
     if table.embedded:
         os.makedirs(f"{pipeline.output.rstrip('/')}/{CATALOG_DIR}", exist_ok=True)
     for attempt in range(3):
@@ -137,6 +138,18 @@ def load_catalog(pipeline: PipelineConfig, extra: Mapping[str, str] | None = Non
                 ) from exc
             time.sleep(0.1)
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+_S3_KEYS = ("s3.access-key-id", "s3.secret-access-key", "s3.session-token")
+
+
+def _file_io_defaults(configured: Mapping[str, str]) -> dict[str, str]:
+    """The S3 access of the caller (``files.s3_access()``: in a DAG task, the pipeline's connection) as FileIO properties,
+    for what the catalog's own properties leave unsaid: credentials all or none, the region and the endpoint each."""
+    found = s3_access().iceberg_properties()
+    if any(key in configured for key in _S3_KEYS):
+        found = {k: v for k, v in found.items() if k not in _S3_KEYS}  # never one key's secret with another's token
+    return {k: v for k, v in found.items() if k not in configured}
 
 
 def catalog_problem(pipeline: PipelineConfig, exc: Exception) -> KinesisReplayError | None:

@@ -6,7 +6,16 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from kinesis_replay.adapters.files import filesystem_of, json_bytes, put_if_absent_on_s3, read_json, s3_list, s3_location, write_json
+from kinesis_replay.adapters.files import (
+    filesystem_of,
+    json_bytes,
+    names_the_store,
+    put_if_absent_on_s3,
+    read_json,
+    s3_list,
+    s3_location,
+    write_json,
+)
 from kinesis_replay.adapters.layout import DATA_DIR, OWNER_FILE, owner_path
 from kinesis_replay.core.errors import KinesisReplayError, OutputCorruptError, OutputIOError
 from kinesis_replay.core.formats import is_s3
@@ -66,6 +75,7 @@ def read_owner(output: str) -> Owner | None:
         raise OutputCorruptError(f"{owner_path(output)}: not an owner record (missing {exc}). {redo}") from exc
 
 
+@names_the_store
 def layout_format(output: str) -> str | None:
     """The format the root's own folders show, for a root whose owner record names none (one listing of the root).
 
@@ -144,6 +154,7 @@ def _other_root(like: str, folder: str) -> OtherRoot:
         return OtherRoot(root, owner_path(root), None, str(exc))
 
 
+@names_the_store
 def owner_records_around(output: str) -> list[OtherRoot]:
     """The output roots that hold this one: an owner record in any of its parent folders, nearest first.
 
@@ -174,6 +185,7 @@ def owner_records_around(output: str) -> list[OtherRoot]:
     return [_other_root(output, p) for p, i in zip(parents, infos, strict=True) if i.type == fs.FileType.File]
 
 
+@names_the_store
 def owner_record_inside(output: str) -> tuple[OtherRoot | None, bool]:
     """The nearest output root below this one (an owner record in a folder under it), breadth first; and whether the
     search saw every folder under the root.
