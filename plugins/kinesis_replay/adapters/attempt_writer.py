@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kinesis_replay.adapters.files import arrow_row_schema, filesystem_of
-from kinesis_replay.core.records import DIGEST_SEPARATOR, DIGEST_TEXT_COLUMNS, PARTITION_COLUMN, format_digest
+from kinesis_replay.core.records import DIGEST_SEPARATOR, PARTITION_COLUMN, format_digest
 from kinesis_replay.core.state import ShardResult
 
 ROW_GROUP_BYTES = 32 * 1024 * 1024  # a shard's buffer is written as a row group once it holds this much payload
@@ -49,6 +49,33 @@ def spark_xxhash64(values: Iterable[str | int | bytes | None]) -> int:
         raw = struct.pack("<q", value) if isinstance(value, int) else value.encode() if isinstance(value, str) else value
         seed = xxhash.xxh64_intdigest(raw, seed=seed)
     return seed - 2**64 if seed >= 2**63 else seed
+
+
+_LONG = struct.Struct("<q").pack
+
+
+def _row_sums(batch: Any, checksum: int, digest: int) -> tuple[int, int]:
+    """``checksum`` and ``digest`` plus the page's rows' spark_xxhash64 and records.row_digest: the two in one loop,
+    the page's one shard id hashed once (it is the first column of both)."""
+    import xxhash
+
+    xx = xxhash.xxh64_intdigest
+    md5 = hashlib.md5
+    shard = batch.column("shard_id")[0].as_py()
+    shard_hash = xx(shard.encode(), seed=_SPARK_HASH_SEED)
+    prefix = (shard + DIGEST_SEPARATOR).encode()
+    columns = (batch.column(name).to_pylist() for name in CHECKSUM_COLUMNS[1:])
+    for sequence, sub, key, data in zip(*columns, strict=True):
+        text = f"{sequence}{DIGEST_SEPARATOR}{sub}{DIGEST_SEPARATOR}"
+        h = xx(_LONG(sub), seed=xx(sequence.encode(), seed=shard_hash))
+        if key is not None:
+            h = xx(key.encode(), seed=h)
+            text += key + DIGEST_SEPARATOR
+        if data is not None:
+            h = xx(data, seed=h)
+        checksum += h - 2**64 if h >= 2**63 else h
+        digest += int.from_bytes(md5(prefix + text.encode() + (data or b"")).digest()[:8], "big")
+    return checksum, digest
 
 
 @dataclass
@@ -84,12 +111,7 @@ class ShardTally:
         arrival = pc.max(batch.column("approximate_arrival_timestamp").cast("int64")).as_py()
         if arrival is not None:
             self.last_arrival_micros = arrival if self.last_arrival_micros is None else max(self.last_arrival_micros, arrival)
-        columns = {name: batch.column(name).to_pylist() for name in CHECKSUM_COLUMNS}
-        for i in range(rows):
-            row = [columns[name][i] for name in CHECKSUM_COLUMNS]
-            self.hash += spark_xxhash64(row)
-            text = DIGEST_SEPARATOR.join(str(v) for v in row[: len(DIGEST_TEXT_COLUMNS)] if v is not None) + DIGEST_SEPARATOR
-            self.digest += int.from_bytes(hashlib.md5(text.encode() + (row[-1] or b"")).digest()[:8], "big")
+        self.hash, self.digest = _row_sums(batch, self.hash, self.digest)
 
     def merge(self, other: ShardTally) -> ShardTally:
         """Both tallies' rows (a shard whose range was read in two parts, by two tasks)."""
