@@ -108,3 +108,17 @@ def test_a_task_that_read_nothing_reports_nothing_and_writes_no_file(tmp_path: P
     writer = AttemptWriter(str(tmp_path / "data"), str(tmp_path / "quarantine"), "part", batch_id=1)
     writer.write(page("shard-a", 0, 0))
     assert writer.close() == TaskReport((), ()) and not (tmp_path / "data").exists()
+
+
+def test_a_task_reading_many_shards_at_once_holds_at_most_its_buffer_cap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(attempt_writer, "TASK_BUFFER_BYTES", 2000)  # about 200 of these records' payload
+    writer = AttemptWriter(str(tmp_path / "data"), str(tmp_path / "quarantine"), "part", batch_id=None)
+    held = []
+    for i in range(5):
+        for shard in range(20):  # twenty ranges read at once, none of them ending
+            writer.write(page(f"shard-{shard:02d}", 10 * i, 10, start=T0 + timedelta(milliseconds=10 * i)))
+            held.append(sum(p for o in writer.outputs.values() for _, p in o.buffered.values()))
+    report = writer.close()
+
+    assert max(held) <= 2000 and sum(f.rows for f in report.files) == 1000
+    assert {t.shard_id: t.records for t in report.shards} == {f"shard-{s:02d}": 50 for s in range(20)}

@@ -6,7 +6,8 @@ range is read front to back). The writer keeps a buffer per shard and writes it 
 full or the shard's range ends: each row group holds one shard's consecutive records, so its statistics bound their
 arrival times and a query by arrival time prunes row groups, with no sort of the task's rows. Rows with a
 ``decode_error`` go to the quarantine's file the same way. Memory stays at a buffer of at most ``ROW_GROUP_BYTES`` per
-shard being read (``read.task_concurrency`` of them), whatever a range's length.
+shard being read, and ``TASK_BUFFER_BYTES`` in all (the largest buffer is written early past it), whatever a range's
+length and however many ranges a task reads.
 
 As it writes, it tallies per shard what the result manifest needs (``ShardTally``): rows and bad rows, bytes, the
 first and last sequence numbers, the row checksum (Spark's ``xxhash64`` of the row, as the job computed it from the
@@ -26,11 +27,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kinesis_replay.adapters.files import arrow_row_schema, filesystem_of
-from kinesis_replay.core.records import DIGEST_SEPARATOR, PARTITION_COLUMN, format_digest
+from kinesis_replay.core.records import DIGEST_SEPARATOR, PARTITION_COLUMN, format_digest, to_rows
 from kinesis_replay.core.state import ShardResult
 
-ROW_GROUP_BYTES = 32 * 1024 * 1024  # a shard's buffer is written as a row group once it holds this much payload
-ROW_GROUP_ROWS = 128 * 1024  # ... or this many rows
+ROW_GROUP_BYTES = 8 * 1024 * 1024  # a shard's buffer is written as a row group once it holds this much payload
+ROW_GROUP_ROWS = 64 * 1024  # ... or this many rows
+TASK_BUFFER_BYTES = 32 * 1024 * 1024  # past this much payload buffered in all, the largest buffer is written at once
 FILE_BYTES = 512 * 1024 * 1024  # a file is closed, and the next one opened, past this much payload
 CHECKSUM_COLUMNS = ("shard_id", "sequence_number", "sub_sequence_number", "partition_key", "data")
 _SPARK_HASH_SEED = 42  # Spark's xxhash64 starts from this seed, and hashes each column with the one before as seed
@@ -180,6 +182,19 @@ def combine(reports: Iterable[TaskReport]) -> tuple[list[WrittenFile], list[Shar
     return sorted(files, key=lambda f: f.path), [tallies[s].result() for s in sorted(tallies) if tallies[s].first is not None]
 
 
+def page_rows(stream: str, shard_id: str, page: list[dict[str, Any]]) -> Any:
+    """One GetRecords page as a pyarrow RecordBatch of the row columns, KPL aggregates deaggregated: no per-row Python
+    objects reach Spark or the writer."""
+    import pyarrow as pa
+
+    rows = to_rows(page)
+    schema = arrow_row_schema()
+    # Two columns are the page's; the others are the Rows' attributes of the same names.
+    page_columns = {"stream_name": [stream] * len(rows), "shard_id": [shard_id] * len(rows)}
+    arrays = [pa.array(page_columns[f.name] if f.name in page_columns else getattr(rows, f.name), f.type) for f in schema]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
 @dataclass
 class _Output:
     """One output's open file (data or quarantine) and the shards' rows waiting to be written to it as row groups."""
@@ -266,6 +281,11 @@ class AttemptWriter:
         output.buffered[shard] = (count + rows.num_rows, payload + int(pc.sum(pc.binary_length(rows.column("data"))).as_py() or 0))
         if output.buffered[shard][0] >= ROW_GROUP_ROWS or output.buffered[shard][1] >= ROW_GROUP_BYTES:
             self._flush(output, shard)
+        while sum(payload for o in self.outputs.values() for _, payload in o.buffered.values()) > TASK_BUFFER_BYTES:
+            fullest, largest = max(
+                ((o, s) for o in self.outputs.values() for s in o.buffered), key=lambda found: found[0].buffered[found[1]][1]
+            )
+            self._flush(fullest, largest)
 
     def _flush(self, output: _Output, shard: str) -> None:
         import pyarrow as pa
