@@ -31,7 +31,7 @@ from kinesis_replay.adapters.kinesis_client import CLIENT_CONFIG, POOL_CONNECTIO
 from kinesis_replay.core.config import PipelineConfig
 from kinesis_replay.core.errors import BackfillError, ConfigError, KinesisReplayError, OutputIOError, OutputRefusedError
 from kinesis_replay.core.formats import is_s3
-from kinesis_replay.core.job_spec import JobSpec, KinesisEndpoint
+from kinesis_replay.core.job_spec import JobSpec, KinesisEndpoint, S3Endpoint
 from kinesis_replay.core.state import Batch, Progress, RunKind
 from kinesis_replay.launchers import credentials, emr_serverless, spark_submit
 from kinesis_replay.steps import backfill, guards, in_flight, maintenance, recovery
@@ -228,11 +228,12 @@ def replay(p: PipelineConfig, planned: Planned, params: dict[str, Any]) -> None:
 
 
 def job_spec(p: PipelineConfig, batch: Batch, accept_gaps: frozenset[str] = frozenset()) -> JobSpec:
-    """The replay job's input: the batch's ranges, the hook's Kinesis endpoint and region, and the stream's retention."""
+    """The replay job's input: the batch's ranges, the hooks' Kinesis and S3 endpoints and regions, and the stream's retention."""
     hook = kinesis_hook(p)
     endpoint = KinesisEndpoint(hook.conn_region_name, hook.conn_config.get_service_endpoint_url("kinesis"))
     retention = stream_retention(kinesis_client(p), p.stream, p.read)
-    return JobSpec.for_batch(p, batch, endpoint, accept_gaps, retention)
+    s3 = s3_access(p)
+    return JobSpec.for_batch(p, batch, endpoint, accept_gaps, retention, S3Endpoint(s3.region, s3.endpoint_url))
 
 
 def submit(p: PipelineConfig, batch: Batch, accept_gaps: frozenset[str] = frozenset(), kind: RunKind = RunKind.REGULAR) -> None:
@@ -325,7 +326,9 @@ def stage_emr(p: PipelineConfig, batch: Batch, accept_gaps: frozenset[str] = fro
         spec_path = work / emr_serverless.SPEC_FILE
         spec = job_spec(p, batch, accept_gaps)
         # The job runs in AWS: never an endpoint that only Airflow can reach.
-        spec_path.write_text(replace(spec, kinesis=replace(spec.kinesis, endpoint_url=None)).to_json())
+        spec_path.write_text(
+            replace(spec, kinesis=replace(spec.kinesis, endpoint_url=None), s3=replace(spec.s3, endpoint_url=None)).to_json()
+        )
         library = spark_submit.package_library(work / emr_serverless.LIBRARY_ZIP)
         for upload in emr_serverless.uploads(emr.code_prefix, p.name, batch.batch_id, SPARK_JOBS, library, spec_path):
             s3.load_file(str(upload.local), key=upload.key, bucket_name=upload.bucket, replace=True)

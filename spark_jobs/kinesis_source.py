@@ -19,15 +19,15 @@ import pyarrow as pa
 from pyspark.accumulators import Accumulator, AccumulatorParam
 from pyspark.sql import DataFrame, SparkSession
 
-from kinesis_replay.adapters.files import arrow_row_schema
+from kinesis_replay.adapters.attempt_writer import AttemptWriter, TaskReport, page_rows
+from kinesis_replay.adapters.files import S3Access, reaching_s3
 from kinesis_replay.core.config import SHARD_WRITE_BYTES_PER_SECOND, ReadConfig
 from kinesis_replay.core.formats import ProgressLine
-from kinesis_replay.core.job_spec import JobSpec, KinesisEndpoint
+from kinesis_replay.core.job_spec import JobSpec, KinesisEndpoint, S3Endpoint
 from kinesis_replay.core.ranges import SequenceRange
-from kinesis_replay.core.records import ROW_COLUMNS, to_rows
+from kinesis_replay.core.records import ROW_COLUMNS
 
 SCHEMA_DDL = ", ".join(f"{name} {kind}" for name, kind in ROW_COLUMNS)
-ARROW_SCHEMA = arrow_row_schema()
 log = logging.getLogger("kinesis_replay.spark")
 
 
@@ -89,34 +89,92 @@ def first_call_accumulator(spark: SparkSession) -> Accumulator[float]:
     return spark.sparkContext.accumulator(math.inf, Earliest())
 
 
+Pages = Callable[[int], Iterator[pa.RecordBatch]]  # a task's pages, by the task's index: each page one shard's rows
+
+
+def range_tasks(
+    spark: SparkSession,
+    spec: JobSpec,
+    first_call: Accumulator[float] | None = None,
+    unconfirmed: Accumulator[list[Unconfirmed]] | None = None,
+) -> tuple[int, Pages]:
+    """Exactly the spec's ranges, dealt to tasks: how many tasks, and what each one reads.
+
+    A shard's reads are bounded by its budget (2 MB/s at Kinesis's limits), not by the core: a task that read
+    its ranges one after another would mostly wait, and a batch of more shards than cores would take as many
+    times the physical limit as it has waves. So the ranges are dealt to ``spark.default.parallelism`` tasks,
+    balanced by their planned size (``task_ranges``), and each task reads up to ``read.task_concurrency`` of them
+    at once, one thread per range, each kept to its own shard's budget (``read_group``).
+    """
+    planned = partitions(spec)
+    groups = task_ranges(spec, spark.sparkContext.defaultParallelism)
+    return len(groups), lambda task: read_group([planned[i] for i in groups[task]], first_call, unconfirmed)
+
+
 def read_ranges(
     spark: SparkSession,
     spec: JobSpec,
     first_call: Accumulator[float] | None = None,
     unconfirmed: Accumulator[list[Unconfirmed]] | None = None,
 ) -> DataFrame:
-    """Exactly the spec's ranges as rows: a Spark task per core, each reading its share of the ranges concurrently.
-
-    A shard's reads are bounded by its budget (2 MB/s at Kinesis's limits), not by the core: a task that read
-    its ranges one after another would mostly wait, and a batch of more shards than cores would take as many
-    times the physical limit as it has waves. So the ranges are dealt to ``spark.default.parallelism`` tasks,
-    balanced by their planned size (``task_ranges``), and each task reads up to ``read.task_concurrency`` of them
-    at once, one thread per range, each kept to its own shard's budget (``read_group``). A task writes what its
-    ranges yield in one pass: a batch has one Parquet file per task (and per output, data and quarantine).
+    """Exactly the spec's ranges as rows (``range_tasks``), for Spark's writer: a JSON payload decoded by Spark.
 
     ``spark.range`` gives each task its group's index, and ``mapInArrow`` turns it into the group's records.
     Not a Python Data Source: Spark would start three Python processes on the driver (to look up static data
     sources, create the source and plan its read) before the first task, seconds of every run's fixed cost.
     """
-    planned = partitions(spec)
-    groups = task_ranges(spec, spark.sparkContext.defaultParallelism)
+    return as_rows(spark, *range_tasks(spark, spec, first_call, unconfirmed))
+
+
+def as_rows(spark: SparkSession, tasks: int, pages: Pages) -> DataFrame:
+    """The tasks' pages as one DataFrame of rows: a task per index, each yielding its pages."""
 
     def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for task in batch.column(0).to_pylist():
-                yield from read_group([planned[i] for i in groups[task]], first_call, unconfirmed)
+                yield from pages(task)
 
-    return spark.range(0, len(groups), 1, len(groups)).mapInArrow(read, SCHEMA_DDL)
+    return spark.range(0, tasks, 1, tasks).mapInArrow(read, SCHEMA_DDL)
+
+
+REPORT_SCHEMA = pa.schema([("report", pa.string())])
+
+
+def job_s3(endpoint: S3Endpoint) -> S3Access:
+    """The job's way to S3 (on the driver and in each task): its own credentials, from boto3's chain (the environment,
+    the profile that assumes the connection's role, the instance or job role), to the connection's S3 endpoint."""
+    import boto3
+
+    return S3Access(boto3.session.Session(), endpoint.endpoint_url, endpoint.region_name, "the replay job's credentials")
+
+
+def write_tasks(
+    spark: SparkSession, tasks: int, pages: Pages, writer: Callable[[int], AttemptWriter], s3: S3Endpoint | None = None
+) -> list[TaskReport]:
+    """Run the tasks, each writing its pages as it reads them (``writer(task)``: an AttemptWriter), and return the
+    reports of the task attempts that succeeded, one each.
+
+    A task attempt that fails deletes what it wrote, as far as it can (``AttemptWriter.abort``); Spark runs the task
+    again, whose files are named for its own attempt. What a failed attempt could not delete is in no report: the
+    driver removes it (``replay_job.remove_unreported``).
+    """
+
+    def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for task in batch.column(0).to_pylist():
+                with reaching_s3(job_s3(s3 or S3Endpoint())):
+                    out = writer(task)
+                    try:
+                        for page in pages(task):
+                            out.write(page)
+                        report = out.close()
+                    except BaseException:
+                        out.abort()
+                        raise
+                yield pa.RecordBatch.from_pylist([{"report": report.to_json()}], schema=REPORT_SCHEMA)
+
+    rows = spark.range(0, tasks, 1, tasks).mapInArrow(write, "report STRING").collect()
+    return [TaskReport.from_json(row["report"]) for row in rows]
 
 
 def range_weights(spec: JobSpec) -> list[float]:
@@ -284,33 +342,41 @@ def kinesis_client(endpoint: KinesisEndpoint, connections: int = 0) -> Any:
     )
 
 
+def sample_tasks(
+    spark: SparkSession,
+    spec: JobSpec,
+    first_call: Accumulator[float] | None = None,
+    unconfirmed: Accumulator[list[Unconfirmed]] | None = None,  # a sample has none: range_tasks' signature
+) -> tuple[int, Pages]:
+    """Made-up records, a shard of them for each of the spec's ranges, through the same path as ``range_tasks`` but
+    without Kinesis.
+
+    For the JVM's warm-up job: its JVM then loads the classes a replay loads (the Python runner, Arrow), which the
+    class-data-sharing archive records.
+    """
+
+    def pages(index: int) -> Iterator[pa.RecordBatch]:
+        if first_call is not None:
+            first_call.add(time.time())
+        now = datetime.now(UTC)
+        page = [
+            {"SequenceNumber": str(10**55 + n), "ApproximateArrivalTimestamp": now, "PartitionKey": str(n),
+             "Data": b'{"n": %d}' % n if n else b"not JSON"}  # one bad record: the quarantine is written too
+            for n in range(10)
+        ]  # fmt: skip
+        yield page_rows(spec.stream, f"shardId-{index:012d}", page)
+
+    return len(spec.ranges), pages
+
+
 def sample_ranges(
     spark: SparkSession,
     spec: JobSpec,
     first_call: Accumulator[float] | None = None,
-    unconfirmed: Accumulator[list[Unconfirmed]] | None = None,  # a sample has none: read_ranges' signature
+    unconfirmed: Accumulator[list[Unconfirmed]] | None = None,
 ) -> DataFrame:
-    """Made-up records, two shards of them, through the same path as ``read_ranges`` but without Kinesis.
-
-    For the JVM's warm-up job: its JVM then loads the classes a replay loads (the Python runner,
-    Arrow, the Parquet writer), which the class-data-sharing archive records.
-    """
-    shards = len(spec.ranges)
-
-    def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            for index in batch.column(0).to_pylist():
-                if first_call is not None:
-                    first_call.add(time.time())
-                now = datetime.now(UTC)
-                page = [
-                    {"SequenceNumber": str(10**55 + n), "ApproximateArrivalTimestamp": now, "PartitionKey": str(n),
-                     "Data": b'{"n": %d}' % n if n else b"not JSON"}  # one bad record: the quarantine is written too
-                    for n in range(10)
-                ]  # fmt: skip
-                yield to_record_batch(spec.stream, f"shardId-{index:012d}", page)
-
-    return spark.range(0, shards, 1, shards).mapInArrow(read, SCHEMA_DDL)
+    """``sample_tasks`` as rows, for Spark's writer (``read_ranges``' counterpart)."""
+    return as_rows(spark, *sample_tasks(spark, spec, first_call, unconfirmed))
 
 
 def read_partition(
@@ -335,7 +401,7 @@ def read_partition(
     pages = iterate_range(client, partition.stream, rng, limits, stats, accept_gap=partition.accept_gap, retention=partition.retention)
     for page in pages:
         records += len(page)
-        newest, batch = page[-1], to_record_batch(partition.stream, rng.shard_id, page)
+        newest, batch = page[-1], page_rows(partition.stream, rng.shard_id, page)
         del page
         yield batch
         del batch
@@ -390,12 +456,3 @@ def position(rng: SequenceRange, record: dict[str, Any], planned_at: datetime | 
         if span > 0:
             where += f", {min(100.0, 100 * (arrival - rng.start_arrival).total_seconds() / span):.0f}% of the range's time span"
     return where + ")"
-
-
-def to_record_batch(stream: str, shard_id: str, page: list[dict[str, Any]]) -> pa.RecordBatch:
-    """One GetRecords page as Arrow columns, KPL aggregates deaggregated: no per-row Python objects reach Spark."""
-    rows = to_rows(page)
-    # Two columns are the page's; the others are the Rows' attributes of the same names.
-    page_columns = {"stream_name": [stream] * len(rows), "shard_id": [shard_id] * len(rows)}
-    arrays = [pa.array(page_columns[f.name] if f.name in page_columns else getattr(rows, f.name), f.type) for f in ARROW_SCHEMA]
-    return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)

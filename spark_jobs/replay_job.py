@@ -8,16 +8,20 @@ The spec is a ``kinesis_replay.core.job_spec.JobSpec`` as JSON: the batch's rang
 the read budget and the payload's format. Credentials come from the environment (or the executors' instance
 role), never from the spec.
 
-The batch is written in one pass to a staging path of its own, then moved into place. Rows that could not be
-decoded go to <output>/_quarantine/batch_id=<id>/, replacing what an earlier run of the batch left there, each with
-why in decode_error (for a JSON payload, the field and the type at fault, worked out for those rows only). The
-batch's rows go:
+Each task writes its rows to Parquet with pyarrow as it reads them, in one pass (``write_as_read``), and reports what
+its files hold; the driver builds the result manifest from those reports. Rows that could not be decoded go to
+<output>/_quarantine/batch_id=<id>/, replacing what an earlier run of the batch left there, each with why in
+decode_error. The batch's rows go:
 
 - for a table output (the default), to a folder of this attempt's own, <output>/data/batch_id=<id>/attempt=<attempt>/,
-  with batch_id as a column and each file sorted by arrival time. Nothing there is visible until the commit step
-  (on the Airflow side) puts the files in the Iceberg table in one snapshot; a rerun never touches the files a
-  snapshot references;
+  with batch_id as a column and each row group one shard's records in arrival order. Nothing there is visible until
+  the commit step (on the Airflow side) puts the files in the Iceberg table in one snapshot; a rerun never touches
+  the files a snapshot references;
 - for a directory output, to <output>/batch_id=<id>/, replacing what an earlier run left there.
+
+A JSON payload with a schema is decoded by Spark's ``from_json`` and written by Spark (``write_batch``): staged, sorted
+by arrival in each task, swapped into place and read back for the manifest, the field and type at fault worked out
+for the quarantined rows only.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ import sys
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -39,6 +43,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from kinesis_replay.adapters.attempt_writer import AttemptWriter, combine, with_unconfirmed
+from kinesis_replay.adapters.files import reaching_s3, read_json, remove_files_except, remove_folder, replace_folder, write_json
 from kinesis_replay.adapters.layout import batch_path, data_path, owner_path, quarantine_path, result_path, staging_path
 from kinesis_replay.core.config import CORRUPT_RECORD_COLUMN as CORRUPT
 from kinesis_replay.core.config import PayloadConfig
@@ -49,7 +55,18 @@ from kinesis_replay.core.payloads import UNEXPLAINED, json_decode_error
 from kinesis_replay.core.ranges import SequenceRange
 from kinesis_replay.core.records import DIGEST_SEPARATOR, DIGEST_TEXT_COLUMNS, PARTITION_COLUMN, format_digest
 from kinesis_replay.core.state import ReplayResult, ShardResult
-from kinesis_source import Unconfirmed, first_call_accumulator, read_ranges, sample_ranges, unconfirmed_accumulator
+from kinesis_source import (
+    Pages,
+    Unconfirmed,
+    first_call_accumulator,
+    job_s3,
+    range_tasks,
+    read_ranges,
+    sample_ranges,
+    sample_tasks,
+    unconfirmed_accumulator,
+    write_tasks,
+)
 
 SEQ_WIDTH = 130  # sequence numbers have at most 129 digits: left-padded, they order as text as they do as numbers
 PART = "kinesis_replay_part"  # the staging partition column: data or quarantine
@@ -191,7 +208,8 @@ def write_batch(spark: SparkSession, rows: DataFrame, spec: JobSpec, attempt: st
     output, batch_id = spec.output, spec.batch_id
     staging = staging_path(output, batch_id)
     fs = HadoopFS(spark, staging)
-    check_owner(fs, spec)
+    text = fs.read_text(owner_path(spec.output))
+    check_owner(spec, None if text is None else json.loads(text))
     fs.delete(staging)  # what a crashed run of this batch left
     part = F.when(F.col("decode_error").isNull(), F.lit("data")).otherwise(F.lit("quarantine"))
     if spec.output_format == "iceberg":
@@ -218,13 +236,11 @@ def write_batch(spark: SparkSession, rows: DataFrame, spec: JobSpec, attempt: st
     fs.delete(staging)
 
 
-def check_owner(fs: HadoopFS, spec: JobSpec) -> None:
+def check_owner(spec: JobSpec, owner: dict[str, Any] | None) -> None:
     """Write nothing into a root whose owner record names another pipeline or stream, or the other layout (a table's
     root holds no batch folders, a directory output's no table files). The Airflow side checks both too."""
-    text = fs.read_text(owner_path(spec.output))
-    if text is None:
+    if owner is None:
         return  # a root the job was pointed at by hand (the warm-up's, a test's)
-    owner = json.loads(text)
     if (owner.get("pipeline"), owner.get("stream")) != (spec.pipeline_name, spec.stream):
         raise OutputOwnershipError(
             f"pipeline {spec.pipeline_name!r}, batch {spec.batch_id}: output {spec.output} belongs to pipeline "
@@ -287,6 +303,55 @@ class HadoopFS:
         self.swap(tmp, path)
 
 
+def spans_by_shard(unconfirmed: Sequence[Unconfirmed]) -> dict[str, set[tuple[int, int | None]]]:
+    """The tasks' unconfirmed spans, by shard (a retried task's failed attempt may have added the same span twice)."""
+    spans: dict[str, set[tuple[int, int | None]]] = {}
+    for shard_id, after, first in unconfirmed:
+        spans.setdefault(shard_id, set()).add((after, first))
+    return spans
+
+
+def decoded_by_spark(spec: JobSpec) -> bool:
+    """A JSON payload with a schema is decoded by Spark's from_json: its rows go through Spark's writer (write_batch).
+    Any other payload is written by the tasks themselves as they read it (write_as_read)."""
+    return reasons_schema(spec.payload, spec.pipeline_name) is not None
+
+
+def write_as_read(spark: SparkSession, spec: JobSpec, attempt: str, tasks: int, pages: Pages) -> list[ShardResult]:
+    """Each task writes its rows to Parquet as it reads them (attempt_writer), in one pass: no sort, no second read.
+
+    A table output's rows go straight to the attempt's own folder, which no snapshot references until the commit. A
+    directory output's, and the quarantine, go to the attempt's staging folder and replace the batch's folder once
+    every task is done. Files in those folders that no successful task attempt reported (a failed attempt's, which it
+    could not delete itself) are removed before anything moves. Returns the manifest's entries, from the reports.
+    """
+    output, batch_id = spec.output, spec.batch_id
+    check_owner(spec, read_json(owner_path(output)))
+    remove_folder(staging_path(output, batch_id), missing_ok=True)  # what a crashed run of this batch left
+    staging = f"{staging_path(output, batch_id)}/attempt={attempt}"
+    table = spec.output_format == "iceberg"
+    data_folder = data_path(output, batch_id, attempt) if table else f"{staging}/data"
+    quarantine_folder = f"{staging}/quarantine"
+    partition = batch_id if table else None
+
+    def writer(task: int) -> AttemptWriter:  # in the task: its files are named for this attempt of it
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        return AttemptWriter(data_folder, quarantine_folder, f"part-{task:05d}-{context.taskAttemptId() if context else 0}", partition)
+
+    written, shards = combine(write_tasks(spark, tasks, pages, writer, spec.s3))
+    reported = [f.path for f in written]
+    unreported = remove_files_except(data_folder, reported) + remove_files_except(quarantine_folder, reported)
+    if unreported:
+        print(f"kinesis-replay: removed {len(unreported)} files no successful task attempt reported: {unreported[:5]}", flush=True)
+    if not table:
+        replace_folder(f"{staging}/data", batch_path(output, batch_id))
+    replace_folder(quarantine_folder, quarantine_path(output, batch_id))
+    remove_folder(staging_path(output, batch_id), missing_ok=True)
+    return shards
+
+
 def row_digest_column() -> Any:
     """records.row_digest as a Spark column: md5 of the joined row, its first 8 bytes as an unsigned number."""
     text = F.concat_ws(DIGEST_SEPARATOR, *(F.col(c).cast("string") for c in DIGEST_TEXT_COLUMNS), F.lit(""))
@@ -311,9 +376,7 @@ def summarize(
         "decode_error",
         "approximate_arrival_timestamp",
     ]
-    spans: dict[str, set[tuple[int, int | None]]] = {}
-    for shard_id, after, first in unconfirmed:
-        spans.setdefault(shard_id, set()).add((after, first))
+    spans = spans_by_shard(unconfirmed)
     # A shard with no row has a span only from a retried task's failed attempt: verify records the whole range as gone.
     if not paths:  # not a row: every range was acknowledged as gone (a loss the ledger records as gaps)
         return ReplayResult(pipeline_name=spec.pipeline_name, batch_id=batch_id, shards=(), seconds=round(seconds, 3), attempt=attempt)
@@ -353,33 +416,47 @@ def summarize(
     return ReplayResult(pipeline_name=spec.pipeline_name, batch_id=batch_id, shards=shards, seconds=round(seconds, 3), attempt=attempt)
 
 
-def run(spec: JobSpec, source: Callable[..., DataFrame] = read_ranges) -> ReplayResult:
+def run(spec: JobSpec, warm_up: bool = False) -> ReplayResult:
+    """Replay the spec's batch (``warm_up``: made-up records, no Kinesis) and write its result manifest."""
     started, started_at = time.monotonic(), time.time()
     phases: dict[str, float] = {}
 
     def lap(name: str) -> None:
         phases[name] = time.monotonic() - started - sum(phases.values())
 
-    spark = build_session(spec)
-    lap("session")
-    try:
-        first_call, unconfirmed = first_call_accumulator(spark), unconfirmed_accumulator(spark)
-        rows = decode_payload(source(spark, spec, first_call, unconfirmed), spec.payload, spec.pipeline_name)
-        attempt = new_attempt() if spec.output_format == "iceberg" else None
-        write_batch(spark, rows, spec, attempt)
-        lap("read_write")
-        # Of that phase, the part from the first Kinesis call on: before it, the tasks start (Python workers, imports).
-        from_first_call = max(0.0, time.time() - first_call.value) if math.isfinite(first_call.value) else 0.0
-        result = summarize(spark, spec, time.monotonic() - started, attempt, unconfirmed.value)
-        lap("summary")
-        path = result_path(spec.output, spec.batch_id)
-        HadoopFS(spark, path).write_text(path, json.dumps(result.to_dict(), indent=2))
-        lap("manifest")
-        # Where a run's time goes (the session's start-up is a fixed cost; reading and writing are one pass).
-        print(f"kinesis-replay: phases: {json.dumps({'started_at': started_at, **phases, 'from_first_call': from_first_call})}", flush=True)
-        return result
-    finally:
-        spark.stop()
+    with reaching_s3(job_s3(spec.s3)):  # the driver's S3 calls: the owner record, folders replaced, the manifest
+        spark = build_session(spec)
+        lap("session")
+        try:
+            first_call, unconfirmed = first_call_accumulator(spark), unconfirmed_accumulator(spark)
+            table = spec.output_format == "iceberg"
+            attempt = new_attempt()
+            if decoded_by_spark(spec):
+                source = sample_ranges if warm_up else read_ranges
+                rows = decode_payload(source(spark, spec, first_call, unconfirmed), spec.payload, spec.pipeline_name)
+                write_batch(spark, rows, spec, attempt if table else None)
+                lap("read_write")
+                result = summarize(spark, spec, time.monotonic() - started, attempt if table else None, unconfirmed.value)
+            else:
+                tasks = sample_tasks if warm_up else range_tasks
+                shards = write_as_read(spark, spec, attempt, *tasks(spark, spec, first_call, unconfirmed))
+                lap("read_write")
+                with_spans = with_unconfirmed(shards, spans_by_shard(unconfirmed.value))
+                result = ReplayResult(
+                    spec.pipeline_name, spec.batch_id, tuple(with_spans), round(time.monotonic() - started, 3), attempt if table else None
+                )
+            # Of the read-and-write phase, the part from the first Kinesis call on: before it, the tasks start (Python
+            # workers, imports).
+            from_first_call = max(0.0, time.time() - first_call.value) if math.isfinite(first_call.value) else 0.0
+            lap("summary")
+            write_json(result_path(spec.output, spec.batch_id), result.to_dict())
+            lap("manifest")
+            # Where a run's time goes (the session's start-up is a fixed cost; reading and writing are one pass).
+            timed = {"started_at": started_at, **phases, "from_first_call": from_first_call}
+            print(f"kinesis-replay: phases: {json.dumps(timed)}", flush=True)
+            return result
+        finally:
+            spark.stop()
 
 
 def _text(exc: BaseException) -> str:
@@ -489,7 +566,7 @@ def _split(line: str) -> tuple[str, str]:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        result = run(warm_up_spec(args.warm_up), source=sample_ranges) if args.warm_up else run(load_spec(args.spec))
+        result = run(warm_up_spec(args.warm_up), warm_up=True) if args.warm_up else run(load_spec(args.spec))
     except KinesisReplayError as exc:
         print(f"kinesis-replay: {exc}", file=sys.stderr)
         return 2

@@ -1,8 +1,8 @@
 """The table through the AWS Glue Data Catalog: pyiceberg's GlueCatalog against the moto server's Glue, over HTTP.
 
-A pipeline configured with the Glue catalog runs end to end through its DAGs (the table's files at its local
-output: Spark's side of an s3a:// output needs hadoop-aws, out of reach here); pyiceberg's own operations run on a
-table whose metadata and files are on the moto server's S3.
+A pipeline configured with the Glue catalog runs end to end through its DAGs, its table's files at a local output
+(on S3: test_s3_end_to_end.py); pyiceberg's own operations run on a table whose metadata and files are on the moto
+server's S3.
 
 Glue keeps only a pointer per table (its ``metadata_location`` parameter) and refuses an update from a stale
 version: that is what makes a commit atomic, and what these tests look at from Glue's side with boto3.

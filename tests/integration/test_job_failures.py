@@ -1,4 +1,5 @@
-"""A replay job that fails in Hadoop: the ledger, the task's exception and the stuck alert give its root cause, not py4j frames."""
+"""A replay job that fails, in Hadoop or in its tasks' own writes: the ledger, the task's exception and the stuck alert give its
+root cause, not py4j frames."""
 
 from __future__ import annotations
 
@@ -29,10 +30,12 @@ def dag_for(tmp_path: Path, airflow_db: Path) -> Any:
 def test_a_hadoop_failure_is_reported_by_its_root_cause_and_the_rerun_lands_the_batch_once(
     kinesis: Any, dynamodb: Any, store: DynamoDBStateStore, entry: dict[str, Any], dag_for: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # Hadoop's file systems write only what Spark decodes (a JSON payload with a schema): the tasks write the rest.
+    entry = {**entry, "payload": {"format": "json", "schema": "user STRING, index BIGINT"}}
     produced = produce(kinesis, entry["stream"], 20)
     output = Path(entry["output"])
     output.mkdir(parents=True, exist_ok=True)
-    blocker = output / "_staging"  # the job writes the batch under <output>/_staging/batch_id=.../ first
+    blocker = output / "_staging"  # Spark's writer writes the batch under <output>/_staging/batch_id=.../ first
     blocker.write_text("a file where the job needs a directory")
     root_cause = f"ParentNotDirectoryException: Parent path is not a directory: file:{blocker}"
 
@@ -79,3 +82,27 @@ def test_a_hadoop_failure_is_reported_by_its_root_cause_and_the_rerun_lands_the_
     assert (failure["status"], failure["failures"], failure["error"]) == ("COMMITTED", 1, batch.error)
     result = check_exactly_once(produced, read_output(output))
     assert result.ok and result.rows == 20, result
+
+
+def test_a_task_that_cannot_write_its_files_fails_the_job_with_the_path_and_the_rerun_lands_the_batch_once(
+    kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any], dag_for: Any
+) -> None:
+    """The tasks write a table's files themselves (pyarrow): a write they cannot make fails the batch with its cause."""
+    produced = produce(kinesis, entry["stream"], 20)
+    output = Path(entry["output"])
+    output.mkdir(parents=True, exist_ok=True)
+    blocker = output / "data"  # a file where the table's data folder goes
+    blocker.write_text("a file where the job needs a directory")
+
+    failed = run_dag(dag_for(entry))
+
+    assert failed.tasks["replay"] == "failed" and failed.tasks["commit"] == "upstream_failed", failed
+    batch = store.get_batch(entry["name"], 1)
+    assert batch.status == BatchStatus.FAILED and batch.error is not None
+    assert str(blocker) in batch.error and "py4j" not in batch.error.lower() and "Traceback" not in batch.error, batch.error
+    assert all(s.checkpoint is None for s in store.get_shards(entry["name"]).values())
+    assert not list(output.rglob("*.parquet")) and not (output / "_manifests").exists()  # nothing written, no manifest
+
+    blocker.unlink()
+    assert run_dag(dag_for(entry)).tasks == SUCCESS
+    assert check_exactly_once(produced, read_output(output)).ok

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import threading
-from collections import Counter
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -21,6 +19,7 @@ from kinesis_replay.core.formats import path_batch_id
 from kinesis_replay.core.state import BatchStatus
 from stack.harness import (
     SUCCESS,
+    TableReader,
     age_batch,
     batch_dirs,
     check_exactly_once,
@@ -69,42 +68,6 @@ def commit_record(output: str, batch_id: int) -> dict[str, Any]:
     return dict(record["batch"])
 
 
-class TableReader(threading.Thread):
-    """A reader of the table that scans it in a loop, as a query engine would, and notes every scan that is not whole."""
-
-    def __init__(self, output: Path, expected: dict[int, int]) -> None:
-        super().__init__(daemon=True)
-        self.output, self.expected = output, expected
-        self.scans, self.seen_snapshots, self.problems = 0, set(), []  # type: ignore[var-annotated]
-        self._halt = threading.Event()
-
-    def run(self) -> None:
-        while not self._halt.wait(0.2):  # a reader polling the table; it shares the two cores with the backfill
-            try:
-                self.scan()
-            except Exception as exc:  # a scan that fails is a reader that could not read the table: note it
-                self.problems.append(f"scan failed: {exc!r}")
-
-    def scan(self) -> None:
-        table = output_table(self.output)
-        snapshot = table.current_snapshot() if table is not None else None
-        if snapshot is None:
-            self.problems.append("no table, or no snapshot")
-            return
-        rows = table.scan(snapshot_id=snapshot.snapshot_id).to_arrow()
-        columns = ("batch_id", "shard_id", "sequence_number", "sub_sequence_number")
-        keys = list(zip(*(rows.column(c).to_pylist() for c in columns), strict=True))
-        found = dict(Counter(k[0] for k in keys))
-        if found != self.expected or len(set(keys)) != len(keys):
-            self.problems.append(f"snapshot {snapshot.snapshot_id}: rows per batch {found}, {len(keys) - len(set(keys))} twice")
-        self.scans += 1
-        self.seen_snapshots.add(snapshot.snapshot_id)
-
-    def stop(self) -> None:
-        self._halt.set()
-        self.join()
-
-
 def test_a_backfill_rewrites_batches_identically_and_readers_never_see_one_missing_partial_or_twice(
     kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any], dags: dict[str, Any]
 ) -> None:
@@ -118,7 +81,7 @@ def test_a_backfill_rewrites_batches_identically_and_readers_never_see_one_missi
     first_attempts = {i: commit_record(entry["output"], i)["manifest"]["attempt"] for i in (1, 2)}
     assert all({first_attempts[i]} == live_attempts(entry["output"], i) for i in (1, 2)), first_attempts
 
-    reader = TableReader(Path(entry["output"]), {1: 200, 2: 100})
+    reader = TableReader(lambda: output_table(entry["output"]), {1: 200, 2: 100})
     reader.start()
     try:
         result = run_dag(dags["backfill"], run_conf={"batches": {"from_batch": 1, "to_batch": 2}})

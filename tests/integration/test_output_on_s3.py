@@ -1,8 +1,8 @@
 """The output's owner record, commit records and guards on S3 (the moto server over HTTP), as on local disk.
 
-The Spark side of an s3a:// output needs hadoop-aws from Maven, out of reach here; the Airflow side, which
-claims the root, writes the commit records and checks them against the state table, goes through pyarrow's
-S3 file system, and that is what this tests. The S3 endpoint is in the Airflow connection only, never in the
+The Airflow side, which claims the root, writes the commit records and checks them against the state table, goes
+through pyarrow's S3 file system and boto3's S3 client, and that is what this tests, case by case (a whole pipeline
+on S3: test_s3_end_to_end.py). The S3 endpoint is in the Airflow connection only, never in the
 environment (local_stack.Stack.env has no AWS_ENDPOINT_URL_S3): the library reaches S3 the way a DAG task does.
 """
 

@@ -446,7 +446,7 @@ class Schedule:
 
     def kill_moment(self, moment: str) -> Any:
         """When to kill: once the job has read (GetRecords served after it started), is writing, or has written."""
-        from kinesis_replay.adapters.layout import RESULTS_DIR, STAGING_DIR
+        from kinesis_replay.adapters.layout import DATA_DIR, RESULTS_DIR, STAGING_DIR
 
         baseline: list[int] = []  # GetRecords served when the job was first seen: the plan's tip search reads too
 
@@ -456,9 +456,9 @@ class Schedule:
                 if not baseline:
                     baseline.append(served)
                 return served > baseline[0]
-            if moment == "write":
-                staging = self.output / STAGING_DIR
-                return staging.exists() and any(staging.rglob("*.parquet*"))
+            if moment == "write":  # a file the job opened: in its staging path, or in its attempt's folder of a table
+                roots = [r for r in (self.output / STAGING_DIR, self.output / DATA_DIR) if r.exists()]
+                return any(p.stat().st_mtime >= (started_at or 0) for root in roots for p in root.rglob("*.parquet*"))
             manifests = self.output / RESULTS_DIR
             return manifests.exists() and any(p.stat().st_mtime >= (started_at or 0) for p in manifests.glob("*.json"))
 

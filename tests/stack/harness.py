@@ -5,8 +5,9 @@ from __future__ import annotations
 import copy
 import os
 import runpy
+import threading
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -268,3 +269,39 @@ def check_exactly_once(produced: Iterable[Any], table: Any) -> ExactlyOnce:
         unexpected=sum(1 for k in counts if k not in expected),
         payload_mismatches=sum(1 for k, v in expected.items() if k in data and data[k] != v),
     )
+
+
+class TableReader(threading.Thread):
+    """A reader of the table that scans it in a loop, as a query engine would, and notes every scan that is not whole."""
+
+    def __init__(self, load: Callable[[], Any], expected: dict[int, int]) -> None:
+        super().__init__(daemon=True)
+        self.load, self.expected = load, expected  # load: the table as a reader loads it (through its catalog), or None
+        self.scans, self.seen_snapshots, self.problems = 0, set(), []  # type: ignore[var-annotated]
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        while not self._halt.wait(0.2):  # a reader polling the table; it shares the two cores with the backfill
+            try:
+                self.scan()
+            except Exception as exc:  # a scan that fails is a reader that could not read the table: note it
+                self.problems.append(f"scan failed: {exc!r}")
+
+    def scan(self) -> None:
+        table = self.load()
+        snapshot = table.current_snapshot() if table is not None else None
+        if snapshot is None:
+            self.problems.append("no table, or no snapshot")
+            return
+        rows = table.scan(snapshot_id=snapshot.snapshot_id).to_arrow()
+        columns = ("batch_id", "shard_id", "sequence_number", "sub_sequence_number")
+        keys = list(zip(*(rows.column(c).to_pylist() for c in columns), strict=True))
+        found = dict(Counter(k[0] for k in keys))
+        if found != self.expected or len(set(keys)) != len(keys):
+            self.problems.append(f"snapshot {snapshot.snapshot_id}: rows per batch {found}, {len(keys) - len(set(keys))} twice")
+        self.scans += 1
+        self.seen_snapshots.add(snapshot.snapshot_id)
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join()

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from kinesis_replay.core.config import PayloadConfig, ReadConfig, parse_config
-from kinesis_replay.core.job_spec import VERSION, JobSpec, JobSpecError, KinesisEndpoint
+from kinesis_replay.core.job_spec import VERSION, JobSpec, JobSpecError, KinesisEndpoint, S3Endpoint
 from kinesis_replay.core.ranges import SequenceRange
 from kinesis_replay.core.state import Batch, BatchStatus
 
@@ -32,7 +32,10 @@ BATCH = Batch(
 
 
 def spec() -> JobSpec:
-    return JobSpec.for_batch(PIPELINE, BATCH, KinesisEndpoint("eu-west-1", "http://127.0.0.1:4567"), frozenset({"shardId-000000000000"}))
+    kinesis = KinesisEndpoint("eu-west-1", "http://127.0.0.1:4567")
+    return JobSpec.for_batch(
+        PIPELINE, BATCH, kinesis, frozenset({"shardId-000000000000"}), s3=S3Endpoint("eu-west-1", "http://127.0.0.1:5000")
+    )
 
 
 def test_a_batch_spec_carries_the_ranges_and_the_pipelines_reading_rules_and_nothing_of_the_state_table() -> None:
@@ -43,7 +46,8 @@ def test_a_batch_spec_carries_the_ranges_and_the_pipelines_reading_rules_and_not
     assert s.payload == PayloadConfig("json", "n INT")
     assert s.version == VERSION
     assert set(s.to_dict()) == {"version", "pipeline", "stream", "batch_id", "output", "ranges", "accept_gaps", "planned_at",
-                                "kinesis", "read", "payload", "output_format", "estimated_bytes", "retention_seconds"}  # fmt: skip
+                                "kinesis", "s3", "read", "payload", "output_format", "estimated_bytes", "retention_seconds"}  # fmt: skip
+    assert s.to_dict()["s3"] == {"region_name": "eu-west-1", "endpoint_url": "http://127.0.0.1:5000"}  # the job's writes go there
 
 
 def test_the_json_round_trip_is_exact() -> None:
@@ -51,7 +55,7 @@ def test_the_json_round_trip_is_exact() -> None:
     assert JobSpec.from_json(s.to_json()) == s
     bare = JobSpec("p", "stream", 1, "/lake/p", (SequenceRange("s0", 1, 2),))
     assert JobSpec.from_json(bare.to_json()) == bare
-    assert bare.read == ReadConfig() and bare.kinesis == KinesisEndpoint() and bare.retention is None
+    assert bare.read == ReadConfig() and bare.kinesis == KinesisEndpoint() and bare.s3 == S3Endpoint() and bare.retention is None
     kept = JobSpec.for_batch(PIPELINE, BATCH, KinesisEndpoint(), retention=timedelta(hours=168))
     assert JobSpec.from_json(kept.to_json()) == kept and kept.to_dict()["retention_seconds"] == 168 * 3600
 

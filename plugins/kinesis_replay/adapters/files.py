@@ -11,7 +11,7 @@ import functools
 import json
 import os
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -187,10 +187,59 @@ def attempt_paths(output: str, batch_id: int) -> dict[str, str]:
 
 
 @names_the_store
-def remove_folder(path: str) -> None:
-    """Delete a folder and everything under it (on S3, every object under the prefix)."""
+def remove_folder(path: str, missing_ok: bool = False) -> None:
+    """Delete a folder and everything under it (on S3, every object under the prefix); ``missing_ok``: none is fine."""
+    from pyarrow import fs
+
     filesystem, local = filesystem_of(path)
+    if missing_ok and filesystem.get_file_info(local).type == fs.FileType.NotFound:
+        return
     filesystem.delete_dir(local)
+
+
+@names_the_store
+def replace_folder(source: str, target: str) -> None:
+    """Put the files under ``source`` at ``target``, in place of what ``target`` held; with no ``source``, remove ``target``.
+
+    On local disk the folder is renamed; on S3, which has no rename, each object is copied (S3's CopyObject, no bytes
+    through this process) and the source removed after. Either way ``target`` is missing from the delete to the move: a
+    reader of a directory output may find the batch absent for that moment, never half of it twice.
+    """
+    from pyarrow import fs
+
+    filesystem, src = filesystem_of(source)
+    _, dst = filesystem_of(target)
+    if filesystem.get_file_info(dst).type == fs.FileType.Directory:
+        filesystem.delete_dir(dst)
+    if filesystem.get_file_info(src).type != fs.FileType.Directory:
+        return
+    filesystem.create_dir(dst.rsplit("/", 1)[0], recursive=True)
+    if "://" not in source:
+        filesystem.move(src, dst)
+        return
+    for info in filesystem.get_file_info(fs.FileSelector(src, recursive=True)):
+        if info.type == fs.FileType.File:
+            filesystem.copy_file(info.path, dst + info.path[len(src) :])
+    filesystem.delete_dir(src)
+
+
+@names_the_store
+def remove_files_except(folder: str, keep: Iterable[str]) -> list[str]:
+    """Delete every file under ``folder`` that ``keep`` does not name (paths or URIs); returns what was deleted."""
+    from pyarrow import fs
+
+    filesystem, local = filesystem_of(folder)
+    if filesystem.get_file_info(local).type != fs.FileType.Directory:
+        return []
+    kept = {filesystem_of(path)[1] for path in keep}
+    gone = [
+        i.path
+        for i in filesystem.get_file_info(fs.FileSelector(local, recursive=True))
+        if i.type == fs.FileType.File and i.path not in kept
+    ]
+    for path in gone:
+        filesystem.delete_file(path)
+    return gone
 
 
 @names_the_store

@@ -25,13 +25,23 @@ from kinesis_replay.core.state import Batch
 
 # Raise it with any change of the JSON a job could misread; from_json refuses every other version.
 # 2: output_format (a table output is written per attempt, with batch_id in the files), estimated_bytes;
-# 3: retention_seconds (a job of version 2 would read a range near the retention without checking its pages)
-VERSION = 3
+# 3: retention_seconds (a job of version 2 would read a range near the retention without checking its pages);
+# 4: s3 (the connection's S3 endpoint and region, which the job's own writes go through since its tasks write the files)
+VERSION = 4
 
 
 @dataclass(frozen=True)
 class KinesisEndpoint:
     """Where the job's Kinesis client connects: the region, and an endpoint URL only for a local or proxied stack."""
+
+    region_name: str | None = None
+    endpoint_url: str | None = None
+
+
+@dataclass(frozen=True)
+class S3Endpoint:
+    """Where the job's S3 calls (its writes, the owner record, the manifest) go: the pipeline connection's region and
+    S3 endpoint (``service_config.s3.endpoint_url``), which the Airflow side's S3 calls use too. None: S3's own."""
 
     region_name: str | None = None
     endpoint_url: str | None = None
@@ -49,6 +59,7 @@ class JobSpec:
     accept_gaps: frozenset[str] = frozenset()  # shards whose missing range start an operator acknowledged
     planned_at: datetime | None = None  # no record of an open range arrived after this
     kinesis: KinesisEndpoint = field(default_factory=KinesisEndpoint)
+    s3: S3Endpoint = field(default_factory=S3Endpoint)
     read: ReadConfig = field(default_factory=ReadConfig)
     payload: PayloadConfig = field(default_factory=PayloadConfig)
     output_format: str = "iceberg"  # or "directory": config.OUTPUT_FORMATS
@@ -72,6 +83,7 @@ class JobSpec:
         kinesis: KinesisEndpoint,
         accept_gaps: frozenset[str] = frozenset(),
         retention: timedelta | None = None,
+        s3: S3Endpoint | None = None,
     ) -> JobSpec:
         """The spec of one of ``pipeline``'s stored batches."""
         return cls(
@@ -83,6 +95,7 @@ class JobSpec:
             accept_gaps=frozenset(accept_gaps),
             planned_at=batch.created_at,
             kinesis=kinesis,
+            s3=s3 or S3Endpoint(),
             read=pipeline.read,
             payload=pipeline.payload,
             output_format=pipeline.output_format,
@@ -101,6 +114,7 @@ class JobSpec:
             "accept_gaps": sorted(self.accept_gaps),
             "planned_at": None if self.planned_at is None else self.planned_at.isoformat(),
             "kinesis": asdict(self.kinesis),
+            "s3": asdict(self.s3),
             "read": asdict(self.read),
             "payload": asdict(self.payload),
             "output_format": self.output_format,
@@ -139,6 +153,7 @@ class JobSpec:
                 accept_gaps=frozenset(str(s) for s in data.get("accept_gaps", ())),
                 planned_at=None if planned_at is None else datetime.fromisoformat(planned_at),
                 kinesis=_known(KinesisEndpoint, data.get("kinesis", {}), source, "kinesis"),
+                s3=_known(S3Endpoint, data.get("s3", {}), source, "s3"),
                 read=_known(ReadConfig, data.get("read", {}), source, "read"),
                 payload=_known(PayloadConfig, data.get("payload", {}), source, "payload"),
                 output_format=_output_format(data.get("output_format", "iceberg"), source),

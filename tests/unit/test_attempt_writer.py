@@ -1,0 +1,124 @@
+"""A replay task's writer: its files hold exactly the rows it was given, bounded row groups of one shard each, and its
+report says what they hold, as the result manifest states it."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from fakes.pages import T0, page
+from kinesis_replay.adapters import attempt_writer
+from kinesis_replay.adapters.attempt_writer import AttemptWriter, TaskReport, combine, spark_xxhash64
+from kinesis_replay.adapters.files import arrow_row_schema, scan_rows
+from kinesis_replay.core.records import format_digest, row_digest
+
+
+def expected(batches: list[pa.RecordBatch]) -> dict[str, tuple[int, int, int, int, int, str, str]]:
+    """Per shard, from the rows one by one: records, bad, bytes, first, last, checksum and digest."""
+    found: dict[str, list[int]] = {}
+    for batch in batches:
+        for row in batch.to_pylist():
+            f = found.setdefault(row["shard_id"], [0, 0, 0, 2**600, -1, 0, 0])
+            f[1 if row["decode_error"] else 0] += 1
+            f[2] += len(row["data"])
+            f[3], f[4] = min(f[3], int(row["sequence_number"])), max(f[4], int(row["sequence_number"]))
+            values = [row[c] for c in attempt_writer.CHECKSUM_COLUMNS]
+            f[5] += spark_xxhash64(values)
+            f[6] += row_digest([str(v) for v in values[:4]], row["data"])
+    return {s: (*f[:5], f"{f[5] % 2**64:016x}", format_digest(f[6])) for s, f in found.items()}  # type: ignore[misc]
+
+
+def test_sparks_xxhash64_of_a_row_chains_each_columns_hash_as_the_next_seed() -> None:
+    # Values from Spark 4's own F.xxhash64("shard_id", "sequence_number", "sub_sequence_number", "partition_key", "data").
+    assert spark_xxhash64(["shardId-000000000001", "49590338271490256608559692538361571095921575989136588898", 0, "pk-1", b"hello"]) == (
+        8201749678454312936
+    )
+    assert spark_xxhash64(["s", "1", -5, "p\u00e9", None]) == 7977661003695380297  # a null is skipped
+    assert spark_xxhash64(["s", "1", 2**40, None, bytes(range(256))]) == 2486050359900097406
+
+
+def test_the_files_hold_every_row_once_and_the_report_says_what_they_hold(tmp_path: Path) -> None:
+    writer = AttemptWriter(str(tmp_path / "data"), str(tmp_path / "quarantine"), "part-00001-7", batch_id=42)
+    pages = [
+        page("shard-a", 0, 30, bad={3, 4}),
+        page("shard-b", 100, 20),
+        page("shard-a", 30, 10, start=T0 + timedelta(milliseconds=30)),
+        page("shard-b", 120, 5, bad={0}),
+    ]
+    for p in pages:
+        writer.write(p)
+    report = TaskReport.from_json(writer.close().to_json())  # as it crosses from the task to the driver
+
+    files, results = combine([report])
+    data = [f for f in files if f.kind == "data"]
+    bad = [f for f in files if f.kind == "quarantine"]
+    assert sum(f.rows for f in data) == 62 and sum(f.rows for f in bad) == 3
+    got = {r.shard_id: (r.records, r.bad_records, r.bytes, r.first_sequence_number, r.last_sequence_number, r.checksum, r.digest)
+           for r in results}  # fmt: skip
+    assert got == expected(pages)
+    # Verify's own reading of the files agrees with the report, row for row.
+    scanned = scan_rows([f.path for f in files])
+    assert {s: (r.rows, format_digest(r.digest), r.duplicates) for s, r in scanned.items()} == {
+        r.shard_id: (r.records + r.bad_records, r.digest, 0) for r in results
+    }
+    table = pq.read_table(data[0].path)
+    assert table.schema.names == [*arrow_row_schema().names, "batch_id"] and set(table.column("batch_id").to_pylist()) == {42}
+    assert "batch_id" not in pq.read_schema(bad[0].path).names  # the quarantine is no part of the table
+    assert results[0].last_arrival == T0 + timedelta(milliseconds=39)
+
+
+def test_each_row_group_holds_one_shards_consecutive_rows_so_its_statistics_bound_their_arrival(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(attempt_writer, "ROW_GROUP_ROWS", 25)
+    writer = AttemptWriter(str(tmp_path / "data"), str(tmp_path / "quarantine"), "part", batch_id=None)
+    # Two shards read at once: their pages interleave, each shard's in arrival order, the two shards' times overlapping.
+    for i in range(7):
+        writer.write(page("shard-a", 10 * i, 10, start=T0 + timedelta(milliseconds=10 * i)))
+        writer.write(page("shard-b", 10 * i, 10, start=T0 + timedelta(milliseconds=10 * i + 5)))
+    writer.end_of_shard("shard-a")
+    (written,) = [f for f in writer.close().files if f.kind == "data"]
+
+    meta = pq.ParquetFile(written.path).metadata
+    groups = [meta.row_group(i) for i in range(meta.num_row_groups)]
+    arrival = arrow_row_schema().get_field_index("approximate_arrival_timestamp")
+    shard = arrow_row_schema().get_field_index("shard_id")
+    # Written when a buffer reaches 25 rows (30, at 10 a page), and the rest when the range ends (a) or the task does (b).
+    assert [g.num_rows for g in groups] == [30, 30, 30, 30, 10, 10]
+    for g in groups:
+        shards = g.column(shard).statistics
+        assert shards.min == shards.max, "a row group holds one shard's rows"
+        times = g.column(arrival).statistics
+        assert times.has_min_max and (times.max - times.min) < timedelta(milliseconds=30)
+
+
+def test_an_aborted_attempt_leaves_no_file(tmp_path: Path) -> None:
+    writer = AttemptWriter(str(tmp_path / "data"), str(tmp_path / "quarantine"), "part", batch_id=1)
+    writer.write(page("shard-a", 0, 10, bad={1}))
+    writer.end_of_shard("shard-a")
+    writer.abort()
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
+
+
+def test_a_task_that_read_nothing_reports_nothing_and_writes_no_file(tmp_path: Path) -> None:
+    writer = AttemptWriter(str(tmp_path / "data"), str(tmp_path / "quarantine"), "part", batch_id=1)
+    writer.write(page("shard-a", 0, 0))
+    assert writer.close() == TaskReport((), ()) and not (tmp_path / "data").exists()
+
+
+def test_a_task_reading_many_shards_at_once_holds_at_most_its_buffer_cap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(attempt_writer, "TASK_BUFFER_BYTES", 2000)  # about 200 of these records' payload
+    writer = AttemptWriter(str(tmp_path / "data"), str(tmp_path / "quarantine"), "part", batch_id=None)
+    held = []
+    for i in range(5):
+        for shard in range(20):  # twenty ranges read at once, none of them ending
+            writer.write(page(f"shard-{shard:02d}", 10 * i, 10, start=T0 + timedelta(milliseconds=10 * i)))
+            held.append(sum(p for o in writer.outputs.values() for _, p in o.buffered.values()))
+    report = writer.close()
+
+    assert max(held) <= 2000 and sum(f.rows for f in report.files) == 1000
+    assert {t.shard_id: t.records for t in report.shards} == {f"shard-{s:02d}": 50 for s in range(20)}
