@@ -244,7 +244,7 @@ def end_to_end(w: Write, f: Figures) -> None:
     S = f.by_size
     w("### 2 and 3. End to end: the naive exporter (boto3 + pyarrow, one process) and the replay job (spark-submit to result manifest)\n")
     w(
-        "Both timed from process start to exit, start-up included. CPU: the process and every descendant it reaped (wait4); the emulator's apart.\n"
+        "Both timed from process start to exit, start-up included. CPU: the process and every descendant it reaped (wait4), or the sampled processes' sum where that is more; the emulator's apart.\n"
     )
     w(
         "| records | naive s | naive records/s | replay job s | replay job records/s | naive ÷ replay | CPU s per M records: naive | replay job | emulator (naive / replay) |"
