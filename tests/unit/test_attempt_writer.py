@@ -12,9 +12,26 @@ import pytest
 
 from fakes.pages import T0, page
 from kinesis_replay.adapters import attempt_writer
-from kinesis_replay.adapters.attempt_writer import AttemptWriter, TaskReport, combine, spark_xxhash64
+from kinesis_replay.adapters.attempt_writer import AttemptWriter, TaskReport, combine
 from kinesis_replay.adapters.files import arrow_row_schema, scan_rows
+from kinesis_replay.core.errors import OutputIOError
 from kinesis_replay.core.records import format_digest, row_digest
+
+
+def spark_xxhash64(values: list[str | int | bytes | None]) -> int:
+    """The test's own reading of Spark SQL's xxhash64(col, ...) of a row, written plainly, value by value: XXH64 of each
+    value that is not null (a string's UTF-8, a BIGINT's 8 little-endian bytes, a binary's bytes), each seeded with
+    the hash so far, from 42; a signed 64-bit number."""
+    import struct
+
+    import xxhash
+
+    seed = 42
+    for value in values:
+        if value is not None:
+            raw = struct.pack("<q", value) if isinstance(value, int) else value.encode() if isinstance(value, str) else value
+            seed = xxhash.xxh64_intdigest(raw, seed=seed)
+    return seed - 2**64 if seed >= 2**63 else seed
 
 
 def expected(batches: list[pa.RecordBatch]) -> dict[str, tuple[int, int, int, int, int, str, str]]:
@@ -32,7 +49,7 @@ def expected(batches: list[pa.RecordBatch]) -> dict[str, tuple[int, int, int, in
     return {s: (*f[:5], f"{f[5] % 2**64:016x}", format_digest(f[6])) for s, f in found.items()}  # type: ignore[misc]
 
 
-def test_sparks_xxhash64_of_a_row_chains_each_columns_hash_as_the_next_seed() -> None:
+def test_the_tests_reading_of_sparks_xxhash64_gives_sparks_own_values() -> None:
     # Values from Spark 4's own F.xxhash64("shard_id", "sequence_number", "sub_sequence_number", "partition_key", "data").
     assert spark_xxhash64(["shardId-000000000001", "49590338271490256608559692538361571095921575989136588898", 0, "pk-1", b"hello"]) == (
         8201749678454312936
@@ -80,14 +97,13 @@ def test_each_row_group_holds_one_shards_consecutive_rows_so_its_statistics_boun
     for i in range(7):
         writer.write(page("shard-a", 10 * i, 10, start=T0 + timedelta(milliseconds=10 * i)))
         writer.write(page("shard-b", 10 * i, 10, start=T0 + timedelta(milliseconds=10 * i + 5)))
-    writer.end_of_shard("shard-a")
     (written,) = [f for f in writer.close().files if f.kind == "data"]
 
     meta = pq.ParquetFile(written.path).metadata
     groups = [meta.row_group(i) for i in range(meta.num_row_groups)]
     arrival = arrow_row_schema().get_field_index("approximate_arrival_timestamp")
     shard = arrow_row_schema().get_field_index("shard_id")
-    # Written when a buffer reaches 25 rows (30, at 10 a page), and the rest when the range ends (a) or the task does (b).
+    # Written when a buffer reaches 25 rows (30, at 10 a page), and what is left of each shard when the task ends.
     assert [g.num_rows for g in groups] == [30, 30, 30, 30, 10, 10]
     for g in groups:
         shards = g.column(shard).statistics
@@ -96,10 +112,11 @@ def test_each_row_group_holds_one_shards_consecutive_rows_so_its_statistics_boun
         assert times.has_min_max and (times.max - times.min) < timedelta(milliseconds=30)
 
 
-def test_an_aborted_attempt_leaves_no_file(tmp_path: Path) -> None:
+def test_an_aborted_attempt_leaves_no_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(attempt_writer, "ROW_GROUP_ROWS", 5)  # the rows are written as they come: open files to delete
     writer = AttemptWriter(str(tmp_path / "data"), str(tmp_path / "quarantine"), "part", batch_id=1)
-    writer.write(page("shard-a", 0, 10, bad={1}))
-    writer.end_of_shard("shard-a")
+    writer.write(page("shard-a", 0, 10, bad=set(range(5))))
+    assert len([p for p in tmp_path.rglob("*.parquet")]) == 2  # the data's file and the quarantine's
     writer.abort()
     assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
 
@@ -122,3 +139,13 @@ def test_a_task_reading_many_shards_at_once_holds_at_most_its_buffer_cap(tmp_pat
 
     assert max(held) <= 2000 and sum(f.rows for f in report.files) == 1000
     assert {t.shard_id: t.records for t in report.shards} == {f"shard-{s:02d}": 50 for s in range(20)}
+
+
+def test_a_shard_two_task_attempts_report_is_refused_rather_than_put_in_the_batch_twice(tmp_path: Path) -> None:
+    reports = []
+    for attempt in (1, 2):
+        writer = AttemptWriter(str(tmp_path / "data"), str(tmp_path / "quarantine"), f"part-t{attempt}", batch_id=1)
+        writer.write(page("shard-a", 0, 10))
+        reports.append(writer.close())
+    with pytest.raises(OutputIOError, match="shard shard-a: two task attempts report its rows"):
+        combine(reports)

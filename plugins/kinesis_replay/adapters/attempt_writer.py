@@ -2,12 +2,12 @@
 
 One writer per task attempt, writing with pyarrow through the output's file system (local disk, or S3 through
 ``files.s3_access()``). Rows come a page at a time, each page one shard's, and a shard's pages in arrival order (a
-range is read front to back). The writer keeps a buffer per shard and writes it as a row group of its own when it is
-full or the shard's range ends: each row group holds one shard's consecutive records, so its statistics bound their
-arrival times and a query by arrival time prunes row groups, with no sort of the task's rows. Rows with a
-``decode_error`` go to the quarantine's file the same way. Memory stays at a buffer of at most ``ROW_GROUP_BYTES`` per
-shard being read, and ``TASK_BUFFER_BYTES`` in all (the largest buffer is written early past it), whatever a range's
-length and however many ranges a task reads.
+range is read front to back). The writer keeps a buffer per shard and writes it as a row group of its own when it
+is full, when the task's buffers hold too much in all, or when the task ends: each row group holds one shard's
+consecutive records, so its statistics bound their arrival times and a query by arrival time prunes row groups,
+with no sort of the task's rows. Rows with a ``decode_error`` go to the quarantine's file the same way. Memory stays
+at a buffer of at most ``ROW_GROUP_BYTES`` per shard being read, and ``TASK_BUFFER_BYTES`` in all (the largest
+buffer is written early past it), whatever a range's length and however many ranges a task reads.
 
 As it writes, it tallies per shard what the result manifest needs (``ShardTally``): rows and bad rows, bytes, the
 first and last sequence numbers, the row checksum (Spark's ``xxhash64`` of the row, as the job computed it from the
@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kinesis_replay.adapters.files import arrow_row_schema, filesystem_of
+from kinesis_replay.core.errors import OutputIOError
 from kinesis_replay.core.records import DIGEST_SEPARATOR, PARTITION_COLUMN, format_digest, to_rows
 from kinesis_replay.core.state import ShardResult
 
@@ -35,30 +36,19 @@ ROW_GROUP_ROWS = 64 * 1024  # ... or this many rows
 TASK_BUFFER_BYTES = 32 * 1024 * 1024  # past this much payload buffered in all, the largest buffer is written at once
 FILE_BYTES = 512 * 1024 * 1024  # a file is closed, and the next one opened, past this much payload
 CHECKSUM_COLUMNS = ("shard_id", "sequence_number", "sub_sequence_number", "partition_key", "data")
-_SPARK_HASH_SEED = 42  # Spark's xxhash64 starts from this seed, and hashes each column with the one before as seed
+_SPARK_HASH_SEED = 42  # Spark's xxhash64 starts from this seed, and hashes each column with the hash so far as seed
 DATA, QUARANTINE = "data", "quarantine"
-
-
-def spark_xxhash64(values: Iterable[str | int | bytes | None]) -> int:
-    """Spark SQL's ``xxhash64(col, ...)`` of one row, as a signed 64-bit number: XXH64 of each value that is not null
-    (a string's UTF-8 bytes, a BIGINT's 8 little-endian bytes, a binary's bytes), seeded with the hash so far."""
-    import xxhash
-
-    seed = _SPARK_HASH_SEED
-    for value in values:
-        if value is None:
-            continue
-        raw = struct.pack("<q", value) if isinstance(value, int) else value.encode() if isinstance(value, str) else value
-        seed = xxhash.xxh64_intdigest(raw, seed=seed)
-    return seed - 2**64 if seed >= 2**63 else seed
 
 
 _LONG = struct.Struct("<q").pack
 
 
 def _row_sums(batch: Any, checksum: int, digest: int) -> tuple[int, int]:
-    """``checksum`` and ``digest`` plus the page's rows' spark_xxhash64 and records.row_digest: the two in one loop,
-    the page's one shard id hashed once (it is the first column of both)."""
+    """``checksum`` and ``digest`` plus the page's rows' checksums and digests, in one loop.
+
+    The checksum is Spark SQL's ``xxhash64(CHECKSUM_COLUMNS)``: XXH64 of each value that is not null (a string's UTF-8
+    bytes, a BIGINT's 8 little-endian bytes, a binary's bytes), seeded with the hash so far from 42, as a signed 64-bit
+    number. The digest is records.row_digest. The page's one shard id, the first column of both, is hashed once."""
     import xxhash
 
     xx = xxhash.xxh64_intdigest
@@ -90,22 +80,23 @@ class ShardTally:
     bytes: int = 0
     first: int | None = None
     last: int | None = None
-    hash: int = 0  # the sum of the rows' spark_xxhash64 (signed), reduced modulo 2**64 in the manifest
+    hash: int = 0  # the sum of the rows' checksums (Spark's signed xxhash64), reduced modulo 2**64 in the manifest
     digest: int = 0  # the sum of the rows' records.row_digest
     last_arrival_micros: int | None = None
 
-    def add(self, batch: Any, bad: bool) -> None:
-        """Count a page of this shard's rows (a pyarrow RecordBatch of the row columns)."""
+    def add(self, batch: Any, bad: bool) -> int:
+        """Count a page of this shard's rows (a pyarrow RecordBatch of the row columns); returns its payload bytes."""
         import pyarrow.compute as pc
 
         rows = batch.num_rows
         if rows == 0:
-            return
+            return 0
         if bad:
             self.bad_records += rows
         else:
             self.records += rows
-        self.bytes += int(pc.sum(pc.binary_length(batch.column("data"))).as_py() or 0)
+        payload = int(pc.sum(pc.binary_length(batch.column("data"))).as_py() or 0)
+        self.bytes += payload
         numbers = [int(s) for s in batch.column("sequence_number").to_pylist()]
         low, high = min(numbers), max(numbers)
         self.first = low if self.first is None else min(self.first, low)
@@ -114,17 +105,7 @@ class ShardTally:
         if arrival is not None:
             self.last_arrival_micros = arrival if self.last_arrival_micros is None else max(self.last_arrival_micros, arrival)
         self.hash, self.digest = _row_sums(batch, self.hash, self.digest)
-
-    def merge(self, other: ShardTally) -> ShardTally:
-        """Both tallies' rows (a shard whose range was read in two parts, by two tasks)."""
-        firsts = [n for n in (self.first, other.first) if n is not None]
-        lasts = [n for n in (self.last, other.last) if n is not None]
-        arrivals = [n for n in (self.last_arrival_micros, other.last_arrival_micros) if n is not None]
-        return ShardTally(
-            self.shard_id, self.records + other.records, self.bad_records + other.bad_records, self.bytes + other.bytes,
-            min(firsts, default=None), max(lasts, default=None), self.hash + other.hash, self.digest + other.digest,
-            max(arrivals, default=None),
-        )  # fmt: skip
+        return payload
 
     def result(self) -> ShardResult:
         """The manifest's entry for the shard (``unconfirmed`` spans are the driver's to add)."""
@@ -172,13 +153,18 @@ class TaskReport:
 
 
 def combine(reports: Iterable[TaskReport]) -> tuple[list[WrittenFile], list[ShardResult]]:
-    """The files and the per-shard manifest entries of a job's successful task attempts, shards in order."""
+    """The files and the per-shard manifest entries of a job's successful task attempts, shards in order.
+
+    A shard's range is read by one task: a shard in two reports would put its rows in the batch twice, and is refused.
+    """
     files: list[WrittenFile] = []
     tallies: dict[str, ShardTally] = {}
     for report in reports:
         files += report.files
         for tally in report.shards:
-            tallies[tally.shard_id] = tallies[tally.shard_id].merge(tally) if tally.shard_id in tallies else tally
+            if tally.shard_id in tallies:
+                raise OutputIOError(f"shard {tally.shard_id}: two task attempts report its rows; nothing is put in place, the job fails")
+            tallies[tally.shard_id] = tally
     return sorted(files, key=lambda f: f.path), [tallies[s].result() for s in sorted(tallies) if tallies[s].first is not None]
 
 
@@ -240,13 +226,7 @@ class AttemptWriter:
         bad = pc.is_valid(batch.column("decode_error"))
         for kind, rows in ((DATA, batch.filter(pc.invert(bad))), (QUARANTINE, batch.filter(bad))):
             if rows.num_rows:
-                tally.add(rows, kind == QUARANTINE)
-                self._buffer(self.outputs[kind], shard, rows)
-
-    def end_of_shard(self, shard: str) -> None:
-        """The shard's range is read: write what is buffered of it."""
-        for output in self.outputs.values():
-            self._flush(output, shard)
+                self._buffer(self.outputs[kind], shard, rows, tally.add(rows, kind == QUARANTINE))
 
     def close(self) -> TaskReport:
         """Write every buffer, close the files, and say what they hold."""
@@ -260,25 +240,23 @@ class AttemptWriter:
     def abort(self) -> None:
         """Close what is open and delete every file this attempt wrote (best effort: the driver removes the rest)."""
         for output in self.outputs.values():
-            path = output.path
+            open_path = output.path
             self._close_file(output, quietly=True)
-            for done in [*output.written, *([WrittenFile(path, output.kind, 0)] if path else [])]:
+            for path in [f.path for f in output.written] + ([open_path] if open_path else []):
                 try:
-                    filesystem, local = filesystem_of(done.path)
+                    filesystem, local = filesystem_of(path)
                     filesystem.delete_file(local)
                 except OSError:
                     pass
 
-    def _buffer(self, output: _Output, shard: str, rows: Any) -> None:
-        import pyarrow.compute as pc
-
+    def _buffer(self, output: _Output, shard: str, rows: Any, payload_bytes: int) -> None:
         if self.batch_id is not None and output.kind == DATA:
             import pyarrow as pa
 
             rows = rows.append_column(PARTITION_COLUMN, pa.array([self.batch_id] * rows.num_rows, pa.int64()))
         output.buffers.setdefault(shard, []).append(rows.cast(output.schema) if rows.schema != output.schema else rows)
         count, payload = output.buffered.get(shard, (0, 0))
-        output.buffered[shard] = (count + rows.num_rows, payload + int(pc.sum(pc.binary_length(rows.column("data"))).as_py() or 0))
+        output.buffered[shard] = (count + rows.num_rows, payload + payload_bytes)
         if output.buffered[shard][0] >= ROW_GROUP_ROWS or output.buffered[shard][1] >= ROW_GROUP_BYTES:
             self._flush(output, shard)
         while sum(payload for o in self.outputs.values() for _, payload in o.buffered.values()) > TASK_BUFFER_BYTES:

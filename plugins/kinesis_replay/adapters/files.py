@@ -231,7 +231,9 @@ def remove_files_except(folder: str, keep: Iterable[str]) -> list[str]:
     filesystem, local = filesystem_of(folder)
     if filesystem.get_file_info(local).type != fs.FileType.Directory:
         return []
-    kept = {filesystem_of(path)[1] for path in keep}
+    # The paths within the folder's file system: local ones made absolute, a URI's without its scheme (a file system
+    # per kept path would cost an S3 file system, and its credentials, for each of a 1,000-shard batch's files).
+    kept = {os.path.abspath(path) if "://" not in path else s3_uri(path).split("://", 1)[1].rstrip("/") for path in keep}
     gone = [
         i.path
         for i in filesystem.get_file_info(fs.FileSelector(local, recursive=True))
