@@ -111,23 +111,13 @@ def range_tasks(
     return len(groups), lambda task: read_group([planned[i] for i in groups[task]], first_call, unconfirmed)
 
 
-def read_ranges(
-    spark: SparkSession,
-    spec: JobSpec,
-    first_call: Accumulator[float] | None = None,
-    unconfirmed: Accumulator[list[Unconfirmed]] | None = None,
-) -> DataFrame:
-    """Exactly the spec's ranges as rows (``range_tasks``), for Spark's writer: a JSON payload decoded by Spark.
-
-    ``spark.range`` gives each task its group's index, and ``mapInArrow`` turns it into the group's records.
-    Not a Python Data Source: Spark would start three Python processes on the driver (to look up static data
-    sources, create the source and plan its read) before the first task, seconds of every run's fixed cost.
-    """
-    return as_rows(spark, *range_tasks(spark, spec, first_call, unconfirmed))
-
-
 def as_rows(spark: SparkSession, tasks: int, pages: Pages) -> DataFrame:
-    """The tasks' pages as one DataFrame of rows: a task per index, each yielding its pages."""
+    """The tasks' pages as one DataFrame of rows, for Spark's writer (a JSON payload Spark decodes): a task per index.
+
+    ``spark.range`` gives each task its index, and ``mapInArrow`` turns it into the task's records. Not a Python Data
+    Source: Spark would start three Python processes on the driver (to look up static data sources, create the source
+    and plan its read) before the first task, seconds of every run's fixed cost.
+    """
 
     def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
@@ -367,16 +357,6 @@ def sample_tasks(
         yield page_rows(spec.stream, f"shardId-{index:012d}", page)
 
     return len(spec.ranges), pages
-
-
-def sample_ranges(
-    spark: SparkSession,
-    spec: JobSpec,
-    first_call: Accumulator[float] | None = None,
-    unconfirmed: Accumulator[list[Unconfirmed]] | None = None,
-) -> DataFrame:
-    """``sample_tasks`` as rows, for Spark's writer (``read_ranges``' counterpart)."""
-    return as_rows(spark, *sample_tasks(spark, spec, first_call, unconfirmed))
 
 
 def read_partition(

@@ -58,11 +58,10 @@ from kinesis_replay.core.state import ReplayResult, ShardResult
 from kinesis_source import (
     Pages,
     Unconfirmed,
+    as_rows,
     first_call_accumulator,
     job_s3,
     range_tasks,
-    read_ranges,
-    sample_ranges,
     sample_tasks,
     unconfirmed_accumulator,
     write_tasks,
@@ -432,8 +431,8 @@ def run(spec: JobSpec, warm_up: bool = False) -> ReplayResult:
             table = spec.output_format == "iceberg"
             attempt = new_attempt()
             if decoded_by_spark(spec):
-                source = sample_ranges if warm_up else read_ranges
-                rows = decode_payload(source(spark, spec, first_call, unconfirmed), spec.payload, spec.pipeline_name)
+                source = sample_tasks if warm_up else range_tasks
+                rows = decode_payload(as_rows(spark, *source(spark, spec, first_call, unconfirmed)), spec.payload, spec.pipeline_name)
                 write_batch(spark, rows, spec, attempt if table else None)
                 lap("read_write")
                 result = summarize(spark, spec, time.monotonic() - started, attempt if table else None, unconfirmed.value)
