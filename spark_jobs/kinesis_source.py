@@ -17,7 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark.accumulators import Accumulator, AccumulatorParam
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 
 from kinesis_replay.adapters.attempt_writer import AttemptWriter, TaskReport, page_rows
 from kinesis_replay.adapters.files import S3Access, reaching_s3
@@ -25,9 +25,7 @@ from kinesis_replay.core.config import SHARD_WRITE_BYTES_PER_SECOND, ReadConfig
 from kinesis_replay.core.formats import ProgressLine
 from kinesis_replay.core.job_spec import JobSpec, KinesisEndpoint, S3Endpoint
 from kinesis_replay.core.ranges import SequenceRange
-from kinesis_replay.core.records import ROW_COLUMNS
 
-SCHEMA_DDL = ", ".join(f"{name} {kind}" for name, kind in ROW_COLUMNS)
 log = logging.getLogger("kinesis_replay.spark")
 
 
@@ -111,22 +109,6 @@ def range_tasks(
     return len(groups), lambda task: read_group([planned[i] for i in groups[task]], first_call, unconfirmed)
 
 
-def as_rows(spark: SparkSession, tasks: int, pages: Pages) -> DataFrame:
-    """The tasks' pages as one DataFrame of rows, for Spark's writer (a JSON payload Spark decodes): a task per index.
-
-    ``spark.range`` gives each task its index, and ``mapInArrow`` turns it into the task's records. Not a Python Data
-    Source: Spark would start three Python processes on the driver (to look up static data sources, create the source
-    and plan its read) before the first task, seconds of every run's fixed cost.
-    """
-
-    def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            for task in batch.column(0).to_pylist():
-                yield from pages(task)
-
-    return spark.range(0, tasks, 1, tasks).mapInArrow(read, SCHEMA_DDL)
-
-
 REPORT_SCHEMA = pa.schema([("report", pa.string())])
 
 
@@ -146,7 +128,11 @@ def write_tasks(
 
     A task attempt that fails deletes what it wrote, as far as it can (``AttemptWriter.abort``); Spark runs the task
     again, whose files are named for its own attempt. What a failed attempt could not delete is in no report: the
-    driver removes it (``replay_job.remove_unreported``).
+    driver removes it (``replay_job.write_as_read``).
+
+    ``spark.range`` gives each task its index, and ``mapInArrow`` runs it. Not a Python Data Source: Spark would start
+    three Python processes on the driver (to look up static data sources, create the source and plan its read) before
+    the first task, seconds of every run's fixed cost.
     """
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

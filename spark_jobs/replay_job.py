@@ -19,9 +19,10 @@ decode_error. The batch's rows go:
   the files a snapshot references;
 - for a directory output, to <output>/batch_id=<id>/, replacing what an earlier run left there.
 
-A JSON payload with a schema is decoded by Spark's ``from_json`` and written by Spark (``write_batch``): staged, sorted
-by arrival in each task, swapped into place and read back for the manifest, the field and type at fault worked out
-for the quarantined rows only.
+A JSON payload with a schema is decoded in the same pass, by the task, into the schema's columns
+(``adapters.json_columns``, as Spark's ``from_json`` decoded it before); a payload that does not decode is
+quarantined with the field and the type at fault. The driver makes no file-system call through Spark's JVM: what it
+reads and writes (the owner record, folders replaced, the manifest) goes through pyarrow.
 """
 
 from __future__ import annotations
@@ -39,26 +40,20 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
+from pyspark.sql import SparkSession
 
 from kinesis_replay.adapters.attempt_writer import AttemptWriter, combine, with_unconfirmed
 from kinesis_replay.adapters.files import reaching_s3, read_json, remove_files_except, remove_folder, replace_folder, write_json
+from kinesis_replay.adapters.json_columns import JsonColumns
 from kinesis_replay.adapters.layout import batch_path, data_path, owner_path, quarantine_path, result_path, staging_path
-from kinesis_replay.core.config import CORRUPT_RECORD_COLUMN as CORRUPT
 from kinesis_replay.core.config import PayloadConfig
-from kinesis_replay.core.ddl import DdlType, parse_ddl_schema
-from kinesis_replay.core.errors import ConfigError, JobSpecError, KinesisReplayError, OutputIOError, OutputOwnershipError
+from kinesis_replay.core.errors import JobSpecError, KinesisReplayError, OutputOwnershipError
 from kinesis_replay.core.job_spec import JobSpec
-from kinesis_replay.core.payloads import UNEXPLAINED, json_decode_error
 from kinesis_replay.core.ranges import SequenceRange
-from kinesis_replay.core.records import DIGEST_SEPARATOR, DIGEST_TEXT_COLUMNS, PARTITION_COLUMN, format_digest
 from kinesis_replay.core.state import ReplayResult, ShardResult
 from kinesis_source import (
     Pages,
     Unconfirmed,
-    as_rows,
     first_call_accumulator,
     job_s3,
     range_tasks,
@@ -66,10 +61,6 @@ from kinesis_source import (
     unconfirmed_accumulator,
     write_tasks,
 )
-
-SEQ_WIDTH = 130  # sequence numbers have at most 129 digits: left-padded, they order as text as they do as numbers
-PART = "kinesis_replay_part"  # the staging partition column: data or quarantine
-QUARANTINE_STAGED = "quarantine_rewritten"  # beside the staged partitions: a table output's quarantine without the partition column
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -108,131 +99,13 @@ def load_spec(path: str) -> JobSpec:
 
 
 def build_session(spec: JobSpec) -> SparkSession:
-    spark = (
-        SparkSession.builder.appName(f"kinesis-replay {spec.pipeline_name} batch {spec.batch_id}")
-        # No _SUCCESS markers: nothing is written outside the batch's own paths.
-        .config("spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        # Standard Parquet timestamps (UTC-adjusted micros), not Spark's legacy INT96, so any reader agrees.
-        .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
-        # Write each task's rows as they are read, a file open per output (data, quarantine), rather than sort
-        # them by output first: the sort held the whole batch (spilling it to local disk) until every range was
-        # read, and only then wrote it, a second pass after the read.
-        .config("spark.sql.optimizer.plannedWrite.enabled", "false")
-        .config("spark.sql.maxConcurrentOutputFileWriters", "2")
-        .getOrCreate()
-    )
-    return spark
-
-
-def decode_payload(rows: DataFrame, payload: PayloadConfig, pipeline_name: str) -> DataFrame:
-    """For JSON payloads, add the schema's columns; a payload that does not parse gets a decode_error.
-
-    Its decode_error is UNEXPLAINED here: the reason, which names the field at fault, is worked out by
-    ``explain_decode_errors`` for the quarantined rows only, after the batch's one pass.
-    """
-    if payload.format != "json" or payload.schema is None:
-        return rows
-    from pyspark.errors import ParseException
-
-    reasons_schema(payload, pipeline_name)  # a schema the reasons cannot follow fails here, before any read
-    text = F.col("data").cast("string")
-    try:
-        schema = StructType.fromDDL(payload.schema)
-        if not isinstance(schema, StructType):
-            raise ConfigError(f"pipeline {pipeline_name}: payload.schema must name columns (name TYPE, ...), got {payload.schema!r}")
-        fields = schema.fieldNames()
-        parsed = F.from_json(
-            text,
-            f"{payload.schema}, {CORRUPT} STRING",
-            {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT},
-        )
-    except ParseException as exc:
-        raise ConfigError(f"pipeline {pipeline_name}: payload.schema is not a Spark DDL schema: {exc}") from exc
-    undecoded = (
-        ~F.is_valid_utf8(text)
-        # from_json answers a blank payload with no struct at all, and no corrupt record either.
-        | F.col("_parsed").isNull()
-        | F.col("_parsed")[CORRUPT].isNotNull()
-    )
-    error = F.when(F.col("decode_error").isNotNull(), F.col("decode_error")).when(undecoded, F.lit(UNEXPLAINED))
-    return (
-        rows.withColumn("_parsed", parsed)
-        .withColumn("decode_error", error)
-        .select(*rows.columns, *(F.col("_parsed")[name].alias(name) for name in fields))
-    )
-
-
-def reasons_schema(payload: PayloadConfig, pipeline_name: str) -> DdlType | None:
-    """payload.schema as json_decode_error reads it; None when payloads are not decoded."""
-    if payload.format != "json" or payload.schema is None:
-        return None
-    try:
-        return parse_ddl_schema(payload.schema)
-    except ValueError as exc:
-        raise ConfigError(f"pipeline {pipeline_name}: payload.schema is not a Spark DDL schema: {exc}") from exc
-
-
-def explain_decode_errors(rows: DataFrame, payload: PayloadConfig, pipeline_name: str) -> DataFrame:
-    """Quarantined rows with each JSON payload's reason in decode_error: the field and type at fault, or why it is not
-    a JSON object at all (payloads.json_decode_error).
-
-    Run on the quarantine's few rows after the batch's pass, never in it: a Python UDF in the pass would send every
-    row of the batch through a Python worker. A reason it cannot find leaves UNEXPLAINED; other reasons (a broken KPL
-    aggregate) are kept.
-    """
-    schema = reasons_schema(payload, pipeline_name)
-    if schema is None:
-        return rows
-    explain = F.udf(lambda data: json_decode_error(schema, data), "string")
-    pending = F.col("decode_error") == F.lit(UNEXPLAINED)
-    reason = F.coalesce(explain(F.when(pending, F.col("data"))), F.lit(UNEXPLAINED))
-    return rows.withColumn("decode_error", F.when(pending, reason).otherwise(F.col("decode_error")))
+    # Spark places the tasks and retries them; it writes nothing: the tasks write their own files (attempt_writer).
+    return SparkSession.builder.appName(f"kinesis-replay {spec.pipeline_name} batch {spec.batch_id}").getOrCreate()
 
 
 def new_attempt() -> str:
     """This run's attempt id: when it started, and a random part (two runs may start in one second)."""
     return f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"
-
-
-def rows_path(spec: JobSpec, attempt: str | None) -> str:
-    """Where the batch's decoded rows go: the attempt's table folder, or the batch's directory."""
-    if spec.output_format == "iceberg" and attempt is not None:
-        return data_path(spec.output, spec.batch_id, attempt)
-    return batch_path(spec.output, spec.batch_id)
-
-
-def write_batch(spark: SparkSession, rows: DataFrame, spec: JobSpec, attempt: str | None = None) -> None:
-    """Write the batch in one pass to its staging path, then move data and quarantine into place."""
-    output, batch_id = spec.output, spec.batch_id
-    staging = staging_path(output, batch_id)
-    fs = HadoopFS(spark, staging)
-    text = fs.read_text(owner_path(spec.output))
-    check_owner(spec, None if text is None else json.loads(text))
-    fs.delete(staging)  # what a crashed run of this batch left
-    part = F.when(F.col("decode_error").isNull(), F.lit("data")).otherwise(F.lit("quarantine"))
-    if spec.output_format == "iceberg":
-        # The table's partition column is in the files (Iceberg reads a file's partition from its statistics), and
-        # each file is sorted by arrival, so its column metrics bound its arrival times for a query's pruning.
-        rows = rows.withColumn(PARTITION_COLUMN, F.lit(batch_id).cast("bigint")).sortWithinPartitions(
-            "approximate_arrival_timestamp", "sequence_number", "sub_sequence_number"
-        )
-    rows.withColumn(PART, part).write.partitionBy(PART).parquet(staging)
-    fs.swap(f"{staging}/{PART}=data", rows_path(spec, attempt))
-    quarantined, quarantine = f"{staging}/{PART}=quarantine", quarantine_path(output, batch_id)
-    decoded = reasons_schema(spec.payload, spec.pipeline_name) is not None
-    if (spec.output_format == "iceberg" or decoded) and fs.exists(quarantined):
-        # The quarantine is no part of the table: its files keep batch_id in their folder's name only, as a directory
-        # output's do (a column of that name too would clash with the folder's in a reader). And a JSON payload's
-        # reason is worked out here, for these rows only. Few rows, read from disk, written beside them in the staging
-        # folder and swapped into place like the rows: a run cut short leaves the batch's quarantine as it was (a
-        # backfill's committed batch keeps its rows), never deleted and not yet rewritten.
-        rewritten = f"{staging}/{QUARANTINE_STAGED}"
-        bad = spark.read.parquet(quarantined).drop(PARTITION_COLUMN)  # a directory output's have no such column
-        explain_decode_errors(bad, spec.payload, spec.pipeline_name).write.parquet(rewritten)
-        quarantined = rewritten
-    fs.swap(quarantined, quarantine)
-    fs.delete(staging)
 
 
 def check_owner(spec: JobSpec, owner: dict[str, Any] | None) -> None:
@@ -253,55 +126,6 @@ def check_owner(spec: JobSpec, owner: dict[str, Any] | None) -> None:
         )
 
 
-class HadoopFS:
-    """The few Hadoop FileSystem calls the swap needs; the same code for local paths, HDFS and s3a."""
-
-    def __init__(self, spark: SparkSession, path: str) -> None:
-        jvm, context = spark._jvm, spark._jsc
-        if jvm is None or context is None:
-            raise ConfigError("the replay job needs a classic Spark session with a JVM (not Spark Connect)")
-        self.jvm: Any = jvm
-        self.fs = self.jvm.org.apache.hadoop.fs.Path(path).getFileSystem(context.hadoopConfiguration())
-
-    def _path(self, path: str) -> Any:
-        return self.jvm.org.apache.hadoop.fs.Path(path)
-
-    def exists(self, path: str) -> bool:
-        return bool(self.fs.exists(self._path(path)))
-
-    def delete(self, path: str) -> None:
-        if self.exists(path):
-            self.fs.delete(self._path(path), True)
-
-    def swap(self, source: str, target: str) -> None:
-        """Replace ``target`` with ``source``; with no ``source``, just remove ``target``."""
-        self.delete(target)
-        if self.exists(source):
-            self.fs.mkdirs(self._path(target).getParent())
-            if not self.fs.rename(self._path(source), self._path(target)):
-                raise OutputIOError(f"could not move {source} to {target}")
-
-    def read_text(self, path: str) -> str | None:
-        """A small file's text, or None when there is none."""
-        if not self.exists(path):
-            return None
-        stream = self.fs.open(self._path(path))
-        try:
-            return bytes(self.jvm.org.apache.commons.io.IOUtils.toByteArray(stream)).decode()
-        finally:
-            stream.close()
-
-    def write_text(self, path: str, text: str) -> None:
-        """Write a small file whole: to a temporary name first, then swapped into place."""
-        tmp = f"{path}.tmp"
-        stream = self.fs.create(self._path(tmp), True)
-        try:
-            stream.write(bytearray(text.encode()))
-        finally:
-            stream.close()
-        self.swap(tmp, path)
-
-
 def spans_by_shard(unconfirmed: Sequence[Unconfirmed]) -> dict[str, set[tuple[int, int | None]]]:
     """The tasks' unconfirmed spans, by shard (a retried task's failed attempt may have added the same span twice)."""
     spans: dict[str, set[tuple[int, int | None]]] = {}
@@ -310,14 +134,9 @@ def spans_by_shard(unconfirmed: Sequence[Unconfirmed]) -> dict[str, set[tuple[in
     return spans
 
 
-def decoded_by_spark(spec: JobSpec) -> bool:
-    """A JSON payload with a schema is decoded by Spark's from_json: its rows go through Spark's writer (write_batch).
-    Any other payload is written by the tasks themselves as they read it (write_as_read)."""
-    return reasons_schema(spec.payload, spec.pipeline_name) is not None
-
-
 def write_as_read(spark: SparkSession, spec: JobSpec, attempt: str, tasks: int, pages: Pages) -> list[ShardResult]:
-    """Each task writes its rows to Parquet as it reads them (attempt_writer), in one pass: no sort, no second read.
+    """Each task writes its rows to Parquet as it reads them (attempt_writer), in one pass: no sort, no second read; a
+    JSON payload with a schema is decoded on the way (json_columns).
 
     A table output's rows go straight to the attempt's own folder, which no snapshot references until the commit. A
     directory output's, and the quarantine, go to the attempt's staging folder and replace the batch's folder once
@@ -325,6 +144,9 @@ def write_as_read(spark: SparkSession, spec: JobSpec, attempt: str, tasks: int, 
     could not delete itself) are removed before anything moves. Returns the manifest's entries, from the reports.
     """
     output, batch_id = spec.output, spec.batch_id
+    payload = spec.payload
+    # Checked here, on the driver, before any read: a schema no payload decodes into fails the job, not every task.
+    columns = JsonColumns(payload.schema, spec.pipeline_name) if payload.format == "json" and payload.schema else None
     check_owner(spec, read_json(owner_path(output)))
     remove_folder(staging_path(output, batch_id), missing_ok=True)  # what a crashed run of this batch left
     staging = f"{staging_path(output, batch_id)}/attempt={attempt}"
@@ -337,7 +159,8 @@ def write_as_read(spark: SparkSession, spec: JobSpec, attempt: str, tasks: int, 
         from pyspark import TaskContext
 
         context = TaskContext.get()
-        return AttemptWriter(data_folder, quarantine_folder, f"part-{task:05d}-{context.taskAttemptId() if context else 0}", partition)
+        name = f"part-{task:05d}-{context.taskAttemptId() if context else 0}"
+        return AttemptWriter(data_folder, quarantine_folder, name, partition, columns)
 
     written, shards = combine(write_tasks(spark, tasks, pages, writer, spec.s3))
     reported = [f.path for f in written]
@@ -349,70 +172,6 @@ def write_as_read(spark: SparkSession, spec: JobSpec, attempt: str, tasks: int, 
     replace_folder(quarantine_folder, quarantine_path(output, batch_id))
     remove_folder(staging_path(output, batch_id), missing_ok=True)
     return shards
-
-
-def row_digest_column() -> Any:
-    """records.row_digest as a Spark column: md5 of the joined row, its first 8 bytes as an unsigned number."""
-    text = F.concat_ws(DIGEST_SEPARATOR, *(F.col(c).cast("string") for c in DIGEST_TEXT_COLUMNS), F.lit(""))
-    joined = F.concat(text.cast("binary"), F.coalesce(F.col("data"), F.lit(bytearray())))
-    return F.conv(F.substring(F.md5(joined), 1, 16), 16, 10).cast("decimal(20,0)")
-
-
-def summarize(
-    spark: SparkSession, spec: JobSpec, seconds: float, attempt: str | None = None, unconfirmed: Sequence[Unconfirmed] = ()
-) -> ReplayResult:
-    """Per-shard rows, bad rows, bytes, first and last sequence numbers and row checksums, read back from the files;
-    with each shard's ``unconfirmed`` spans (records that may have been trimmed unread, an acknowledged loss)."""
-    output, batch_id = spec.output, spec.batch_id
-    fs = HadoopFS(spark, output)
-    paths = [p for p in (rows_path(spec, attempt), quarantine_path(output, batch_id)) if fs.exists(p)]
-    columns = [
-        "shard_id",
-        "sequence_number",
-        "sub_sequence_number",
-        "partition_key",
-        "data",
-        "decode_error",
-        "approximate_arrival_timestamp",
-    ]
-    spans = spans_by_shard(unconfirmed)
-    # A shard with no row has a span only from a retried task's failed attempt: verify records the whole range as gone.
-    if not paths:  # not a row: every range was acknowledged as gone (a loss the ledger records as gaps)
-        return ReplayResult(pipeline_name=spec.pipeline_name, batch_id=batch_id, shards=(), seconds=round(seconds, 3), attempt=attempt)
-    written = spark.read.parquet(*paths).select(*columns)  # the quarantine's files have no batch_id column
-    seq = F.lpad("sequence_number", SEQ_WIDTH, "0")
-    row_hash = F.xxhash64("shard_id", "sequence_number", "sub_sequence_number", "partition_key", "data")
-    rows = (
-        written.groupBy("shard_id")
-        .agg(
-            F.count_if(F.col("decode_error").isNull()).alias("records"),
-            F.count_if(F.col("decode_error").isNotNull()).alias("bad"),
-            F.sum(F.length("data")).alias("bytes"),
-            F.min(seq).alias("first"),
-            F.max(seq).alias("last"),
-            F.sum(row_hash.cast("decimal(38,0)")).alias("hash"),  # decimal: no overflow below 10^19 rows
-            F.sum(row_digest_column().cast("decimal(38,0)")).alias("digest"),
-            # As microseconds: collect() would turn a timestamp into the driver's local time.
-            F.max(F.unix_micros("approximate_arrival_timestamp")).alias("last_arrival"),
-        )
-        .collect()
-    )
-    shards = tuple(
-        ShardResult(
-            shard_id=r["shard_id"],
-            records=int(r["records"]),
-            bytes=int(r["bytes"] or 0),
-            first_sequence_number=int(r["first"]),
-            last_sequence_number=int(r["last"]),
-            checksum=f"{int(r['hash']) % 2**64:016x}",
-            bad_records=int(r["bad"]),
-            last_arrival=datetime.fromtimestamp(r["last_arrival"] / 1e6, UTC) if r["last_arrival"] is not None else None,
-            digest=format_digest(int(r["digest"])),
-            unconfirmed=tuple(sorted(spans.get(r["shard_id"], ()), key=lambda span: span[0])),
-        )
-        for r in sorted(rows, key=lambda r: r["shard_id"])
-    )
-    return ReplayResult(pipeline_name=spec.pipeline_name, batch_id=batch_id, shards=shards, seconds=round(seconds, 3), attempt=attempt)
 
 
 def run(spec: JobSpec, warm_up: bool = False) -> ReplayResult:
@@ -430,20 +189,13 @@ def run(spec: JobSpec, warm_up: bool = False) -> ReplayResult:
             first_call, unconfirmed = first_call_accumulator(spark), unconfirmed_accumulator(spark)
             table = spec.output_format == "iceberg"
             attempt = new_attempt()
-            if decoded_by_spark(spec):
-                source = sample_tasks if warm_up else range_tasks
-                rows = decode_payload(as_rows(spark, *source(spark, spec, first_call, unconfirmed)), spec.payload, spec.pipeline_name)
-                write_batch(spark, rows, spec, attempt if table else None)
-                lap("read_write")
-                result = summarize(spark, spec, time.monotonic() - started, attempt if table else None, unconfirmed.value)
-            else:
-                tasks = sample_tasks if warm_up else range_tasks
-                shards = write_as_read(spark, spec, attempt, *tasks(spark, spec, first_call, unconfirmed))
-                lap("read_write")
-                with_spans = with_unconfirmed(shards, spans_by_shard(unconfirmed.value))
-                result = ReplayResult(
-                    spec.pipeline_name, spec.batch_id, tuple(with_spans), round(time.monotonic() - started, 3), attempt if table else None
-                )
+            tasks = sample_tasks if warm_up else range_tasks
+            shards = write_as_read(spark, spec, attempt, *tasks(spark, spec, first_call, unconfirmed))
+            lap("read_write")
+            with_spans = with_unconfirmed(shards, spans_by_shard(unconfirmed.value))
+            result = ReplayResult(
+                spec.pipeline_name, spec.batch_id, tuple(with_spans), round(time.monotonic() - started, 3), attempt if table else None
+            )
             # Of the read-and-write phase, the part from the first Kinesis call on: before it, the tasks start (Python
             # workers, imports).
             from_first_call = max(0.0, time.time() - first_call.value) if math.isfinite(first_call.value) else 0.0

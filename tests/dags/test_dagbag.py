@@ -124,8 +124,8 @@ GOOD = {"kinesis_replay_good", "kinesis_replay_backfill_good", "kinesis_replay_m
         ({"output": "lake/bad"}, "pipelines[1] (bad).output: 'lake/bad' is relative"),
         ({"output": "/"}, "pipelines[1] (bad).output: '/' is the file system root"),
         ({"payload": {"format": "json", "schema": "user STRING, amount"}}, "pipelines[1] (bad).payload.schema"),
-        # Spark's own column for an undecodable payload: the job would add it a second time.
-        ({"payload": {"format": "json", "schema": "_corrupt_record STRING"}}, "names column(s) _corrupt_record"),
+        # A type no JSON payload decodes into: refused by name, before any batch is planned.
+        ({"payload": {"format": "json", "schema": "v VARIANT"}}, 'payload.schema: has types no JSON payload is decoded into: column "v"'),
         ({"stream": "s" * 129}, "pipelines[1] (bad).stream: must be a Kinesis stream name (1 to 128"),
         ({"stream": "arn:aws:kinesis:us-east-1:123456789012:stream/orders"}, "pipelines[1] (bad).stream: must be a Kinesis stream name"),
         # Once a raw OverflowError of the config reader, which stopped every pipeline's DAGs.

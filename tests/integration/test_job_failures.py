@@ -1,8 +1,9 @@
-"""A replay job that fails, in Hadoop or in its tasks' own writes: the ledger, the task's exception and the stuck alert give its
-root cause, not py4j frames."""
+"""A replay job that fails, on its driver or in its tasks' own writes: the ledger, the task's exception and the stuck alert
+give its root cause, not py4j frames."""
 
 from __future__ import annotations
 
+import shutil
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 import kinesis_replay_tasks as tasks
 from kinesis_replay.adapters.dynamodb_store import DynamoDBStateStore
+from kinesis_replay.adapters.layout import commit_record_path, result_path
 from kinesis_replay.core.config import parse_config
 from kinesis_replay.core.state import BatchStatus
 from kinesis_replay.ui import status
@@ -27,17 +29,15 @@ def dag_for(tmp_path: Path, airflow_db: Path) -> Any:
     return build
 
 
-def test_a_hadoop_failure_is_reported_by_its_root_cause_and_the_rerun_lands_the_batch_once(
+def test_a_failure_on_the_driver_is_reported_by_its_root_cause_and_the_rerun_lands_the_batch_once(
     kinesis: Any, dynamodb: Any, store: DynamoDBStateStore, entry: dict[str, Any], dag_for: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Hadoop's file systems write only what Spark decodes (a JSON payload with a schema): the tasks write the rest.
-    entry = {**entry, "payload": {"format": "json", "schema": "user STRING, index BIGINT"}}
+    entry = {**entry, "payload": {"format": "json", "schema": "user STRING, index BIGINT"}}  # decoded by the tasks
     produced = produce(kinesis, entry["stream"], 20)
     output = Path(entry["output"])
-    output.mkdir(parents=True, exist_ok=True)
-    blocker = output / "_staging"  # Spark's writer writes the batch under <output>/_staging/batch_id=.../ first
-    blocker.write_text("a file where the job needs a directory")
-    root_cause = f"ParentNotDirectoryException: Parent path is not a directory: file:{blocker}"
+    blocker = Path(result_path(str(output), 1))  # the driver writes the batch's manifest there, last
+    (blocker / "kept").mkdir(parents=True)  # a folder, not empty, where the job needs a file
+    root_cause = "IsADirectoryError: [Errno 21] Is a directory: "
 
     raised: list[BaseException] = []  # what the replay task raised, as Airflow got it
     real_replay = tasks.replay
@@ -55,12 +55,13 @@ def test_a_hadoop_failure_is_reported_by_its_root_cause_and_the_rerun_lands_the_
     assert failed.tasks["replay"] == "failed" and failed.tasks["commit"] == "upstream_failed", failed
 
     (exc,) = raised
-    assert str(exc).endswith(f"spark-submit exited with 2: kinesis-replay: replay failed: {root_cause}"), str(exc)
+    assert f"spark-submit exited with 2: kinesis-replay: replay failed: {root_cause}" in str(exc), str(exc)
+    assert str(exc).endswith(f"'{blocker}'"), str(exc)
     batch = store.get_batch(entry["name"], 1)
     assert batch.status == BatchStatus.FAILED and batch.error == str(exc)
     assert root_cause in batch.error and "py4j" not in batch.error.lower() and "at org.apache" not in batch.error
     assert all(s.checkpoint is None for s in store.get_shards(entry["name"]).values())
-    assert not list(output.rglob("batch_id=*"))  # neither the batch, its quarantine, nor its manifest
+    assert not blocker.is_file() and not Path(commit_record_path(str(output), 1)).exists()  # no manifest, no commit
 
     # The status page lists the failure with its cause, and the batch in flight with each of its ranges.
     pipeline = parse_config({"pipelines": [entry]})[0]
@@ -75,7 +76,7 @@ def test_a_hadoop_failure_is_reported_by_its_root_cause_and_the_rerun_lands_the_
         tasks.check(pipeline)
     assert str(alert.value).endswith(f"last error: {batch.error}") and "py4j" not in str(alert.value).lower()
 
-    blocker.unlink()
+    shutil.rmtree(blocker)
     assert run_dag(dag).tasks == SUCCESS
     assert store.get_batch(entry["name"], 1).status == BatchStatus.COMMITTED
     (failure,) = status.pipeline_view(pipeline, store, datetime.now(UTC)).failures  # still listed, with its cause

@@ -191,6 +191,23 @@ def test_a_json_schema_may_not_reuse_record_columns() -> None:
         parse_config(config(payload={"format": "json", "schema": "shard_id STRING, `data` BINARY, amount DOUBLE"}))
 
 
+@pytest.mark.parametrize(
+    ("schema", "named"),
+    [
+        ("v VARIANT", 'column "v": VARIANT'),
+        ("code CHAR(3)", 'column "code": CHAR(3)'),
+        ("at TIME", 'column "at": TIME'),
+        ("n INT, s STRUCT<d: INTERVAL DAY>", 'column "s.d": INTERVAL DAY'),
+        ("m MAP<INT, STRING>", "a MAP's keys must be STRING"),
+        ("a ARRAY<VOID>", 'column "a.element": VOID'),
+    ],
+)
+def test_a_json_schema_with_a_type_no_payload_decodes_into_is_refused_by_name(schema: str, named: str) -> None:
+    with pytest.raises(ConfigError, match=r"payload\.schema: has types no JSON payload is decoded into") as refused:
+        parse_config(config(payload={"format": "json", "schema": schema}))
+    assert named in str(refused.value) and "declare STRING" in str(refused.value)
+
+
 @pytest.mark.parametrize("share", [-0.1, 1.5, "5%", True])
 def test_the_bad_record_threshold_is_a_share(share: object) -> None:
     with pytest.raises(ConfigError, match=r"payload\.max_bad_share: must be a number from 0 to 1"):
@@ -314,8 +331,8 @@ def test_an_invalid_pipeline_is_reported_alone_and_the_others_stay_valid() -> No
     [
         "user STRING, amount DOUBLE",
         "a INT NOT NULL COMMENT 'x, y', b: STRUCT<c: INT, d ARRAY<MAP<STRING, DECIMAL(10,2)>>>",
-        "`odd, name` STRING, ts TIMESTAMP_NTZ, v VARCHAR(10), n DECIMAL, i INTERVAL DAY TO SECOND",
-        "s STRING COLLATE UTF8_LCASE, t TIME(6), y INTERVAL YEAR, b BYTE, l LONG, r REAL, v VARIANT",
+        "`odd, name` STRING, ts TIMESTAMP_NTZ, n DECIMAL, d DATE, t TIMESTAMP_LTZ",
+        "s STRING COLLATE UTF8_LCASE, b BYTE, l LONG, r REAL, y BINARY, m MAP<STRING, ARRAY<SHORT>>",
     ],
 )
 def test_a_spark_ddl_schema_is_accepted(schema: str) -> None:

@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kinesis_replay.adapters.files import arrow_row_schema, filesystem_of
+from kinesis_replay.adapters.json_columns import JsonColumns
 from kinesis_replay.core.errors import OutputIOError
 from kinesis_replay.core.records import DIGEST_SEPARATOR, PARTITION_COLUMN, format_digest, to_rows
 from kinesis_replay.core.state import ShardResult
@@ -202,25 +203,35 @@ class AttemptWriter:
 
     ``batch_id``: the table's partition column, written into each data file (Iceberg reads a file's partition from its
     statistics); None for a directory output, whose batch is in its folder's name. A quarantine file never has it.
+    ``columns``: a JSON payload's decoder (payload.schema's columns follow the row columns, in data and quarantine
+    files both); None when payloads are kept as they are.
     """
 
-    def __init__(self, data_folder: str, quarantine_folder: str, name: str, batch_id: int | None) -> None:
+    def __init__(
+        self, data_folder: str, quarantine_folder: str, name: str, batch_id: int | None, columns: JsonColumns | None = None
+    ) -> None:
         import pyarrow as pa
 
         self.name = name
         self.batch_id = batch_id
+        self.columns = columns
         rows = arrow_row_schema()
+        if columns is not None:
+            rows = pa.schema([*rows, *columns.fields])
         with_batch = rows.append(pa.field(PARTITION_COLUMN, pa.int64())) if batch_id is not None else rows
         self.outputs = {DATA: _Output(data_folder, DATA, with_batch), QUARANTINE: _Output(quarantine_folder, QUARANTINE, rows)}
         self.tallies: dict[str, ShardTally] = {}
         self.files = 0
 
     def write(self, batch: Any) -> None:
-        """One page of one shard's rows (the row columns, in order); bad rows (a decode_error) go to the quarantine."""
+        """One page of one shard's rows (the row columns, in order); bad rows (a decode_error, or a JSON payload that does
+        not decode) go to the quarantine."""
         import pyarrow.compute as pc
 
         if batch.num_rows == 0:
             return
+        if self.columns is not None:
+            batch = self.columns.decode(batch)
         shard = batch.column("shard_id")[0].as_py()
         tally = self.tallies.setdefault(shard, ShardTally(shard))
         bad = pc.is_valid(batch.column("decode_error"))

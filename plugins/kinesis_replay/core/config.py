@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any, NoReturn, cast, get_args, get_type_hints
 
 from kinesis_replay.core.airflow_names import AIRFLOW_DEFAULT_POOL, dag_ids
-from kinesis_replay.core.ddl import ddl_column_names
+from kinesis_replay.core.ddl import parse_ddl_schema
 from kinesis_replay.core.errors import ConfigError
+from kinesis_replay.core.payloads import undecoded_columns
 from kinesis_replay.core.records import PARTITION_COLUMN, ROW_COLUMNS
 from kinesis_replay.core.roots import normalize_output, output_key, outputs_overlap, split_s3_uri
 
@@ -137,7 +138,6 @@ def parse_duration(text: str) -> timedelta:
 PAYLOAD_FORMATS = ("raw", "json")
 # Columns every row carries; a JSON schema may not reuse their names.
 RECORD_COLUMNS = (*(name for name, _ in ROW_COLUMNS), PARTITION_COLUMN)
-CORRUPT_RECORD_COLUMN = "_corrupt_record"  # the replay job's from_json puts an undecodable payload's text there
 
 
 @dataclass(frozen=True)
@@ -718,12 +718,16 @@ def _parse_payload(p: _Reader) -> PayloadConfig:
         p.fail("is only allowed with format json", "schema")
     if schema is not None:
         try:
-            names = [name.lower() for name in ddl_column_names(schema)]
+            struct = parse_ddl_schema(schema)
         except ValueError as exc:
             p.fail(f"is not a Spark DDL schema ({exc}), such as 'user STRING, amount DOUBLE, tags ARRAY<STRING>'", "schema")
-        clashes = sorted(set(names) & {*RECORD_COLUMNS, CORRUPT_RECORD_COLUMN})
+        clashes = sorted({name.lower() for name, _ in struct.children} & set(RECORD_COLUMNS))
         if clashes:
             p.fail(f"names column(s) {', '.join(clashes)}, which every row already carries", "schema")
+        refused = undecoded_columns(struct)
+        if refused:
+            listed = "; ".join(refused)
+            p.fail(f"has types no JSON payload is decoded into: {listed}; declare STRING to keep such a value's JSON text", "schema")
     share = p.get("max_bad_share")
     if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1:
         p.fail(f"must be a number from 0 to 1, got {share!r}", "max_bad_share")

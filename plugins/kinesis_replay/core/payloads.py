@@ -1,9 +1,13 @@
-"""Why a JSON payload does not decode into payload.schema's columns, in one line that names the field and the type.
+"""A JSON payload decoded into payload.schema's columns, or why it does not decode, in one line that names the field and
+the type.
 
-Pure Python (no Spark, no pyarrow), so that it can be tested alone and used by any decoder. It follows what the
-replay job's decoder (Spark's ``from_json``, which reads with Jackson) accepts: a field of the schema whose value is
-missing or null is null, a field the schema does not name is dropped, names match case and all, and only the first
-JSON value of a payload is read (what follows it is ignored).
+Pure Python (no Spark, no pyarrow), so that it can be tested alone; the replay's tasks call it for each record
+(``decode_json``). It decodes as the replay job did before its tasks wrote their own files, with Spark's ``from_json``
+(which reads with Jackson), so that a pipeline's table gets the same values, and the same records are quarantined,
+whichever release replayed a batch: a field of the schema whose value is missing or null is null, a field the schema
+does not name is dropped, names match case and all, a name twice keeps its last value, only the first JSON value of a
+payload is read (what follows it is ignored), and each type reads what Spark's reads (``tests/integration/
+test_json_decoding_against_spark.py`` checks the two side by side).
 """
 
 from __future__ import annotations
@@ -12,8 +16,11 @@ import base64
 import binascii
 import calendar
 import json
+import math
 import re
+import zoneinfo
 from collections.abc import Callable
+from datetime import UTC, datetime
 from decimal import ROUND_HALF_UP, Context, Decimal, InvalidOperation
 from typing import Any
 
@@ -33,9 +40,11 @@ _FLOAT_WORDS = frozenset({"NaN", "Infinity", "+Infinity", "-Infinity", "+INF", "
 _DECIMAL_TEXT = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")  # java.math.BigDecimal's, once "," are removed
 # Spark's lenient date and timestamp strings (DateTimeUtils.stringToDate/stringToTimestamp), as far as shape goes.
 _DATE = r"(?P<sign>[+-]?)(?P<year>\d{4,7})(?:-(?P<month>\d{1,2})(?:-(?P<day>\d{1,2}))?)?"
-_TIME = r"(?P<hour>\d{1,2})(?::(?P<minute>\d{1,2})(?::(?P<second>\d{1,2})(?:\.\d{0,9})?)?)?"
-_ZONE = r"(?:Z|[+-]\d{1,2}(?::?\d{2}){0,2}|(?:UTC|GMT|UT)(?:[+-]\d{1,2}(?::?\d{2}){0,2})?|[A-Za-z]+(?:/[A-Za-z0-9_+-]+)+)"
-_CLOCK = r"(?P<hour>\d{1,2}):(?P<minute>\d{1,2})(?::(?P<second>\d{1,2})(?:\.\d{1,9})?)?"  # a time of day alone
+_TIME = r"(?P<hour>\d{1,2})(?::(?P<minute>\d{1,2})(?::(?P<second>\d{1,2})(?:\.(?P<fraction>\d{0,9}))?)?)?"
+# A zone: Z, an offset, UTC/GMT/UT with or without one, or a region (Europe/Paris, Japan, EST): whether Java knows
+# the region is for the decoder (_zone_offset) to say.
+_ZONE = r"(?:Z|[+-]\d{1,2}(?::?\d{2}){0,2}|(?:UTC|GMT|UT)(?:[+-]\d{1,2}(?::?\d{2}){0,2})?|[A-Za-z][A-Za-z0-9_+-]*(?:/[A-Za-z0-9_+-]+)*)"
+_CLOCK = r"(?P<hour>\d{1,2}):(?P<minute>\d{1,2})(?::(?P<second>\d{1,2})(?:\.(?P<fraction>\d{1,9}))?)?"  # a time of day alone
 _DATE_TEXT = re.compile(rf"{_DATE}(?:[ T].*)?", re.DOTALL)
 _TIMESTAMP_TEXT = re.compile(rf"{_DATE}(?:[ T](?:{_TIME})?)? ?(?P<zone>{_ZONE})?")
 _CLOCK_TEXT = re.compile(rf"T?{_CLOCK} ?(?P<zone>{_ZONE})?")  # a timestamp of today
@@ -71,32 +80,45 @@ def _integer(text: str) -> int:
 _DECODER = json.JSONDecoder(parse_float=_Fraction, parse_int=_integer, parse_constant=_Fraction, object_pairs_hook=_Object)
 
 
-def json_decode_error(schema: DdlType, data: bytes | bytearray | None) -> str | None:
-    """Why ``data`` does not decode into ``schema`` (a struct, from ``config.parse_ddl_schema``); None when it does.
+Decoded = dict[str, Any]  # a payload's columns by name: None, or what pyarrow takes for the column's type (decoded_type)
 
+
+def decode_json(schema: DdlType, data: bytes | bytearray | None) -> tuple[Decoded | None, str | None]:
+    """``data`` decoded into ``schema``'s columns (a struct, from ``ddl.parse_ddl_schema``), or None and why not.
+
+    The values are what pyarrow takes for each column's type: a date as days since 1970-01-01 and a timestamp as
+    microseconds since its start (Spark's own numbers, whose years go past Python's 9999), a DECIMAL as a Decimal
+    rounded to its scale, a MAP as its (key, value) pairs in the payload's order, a STRUCT as a dict. The reason is one line:
     ``field "amount": expected BIGINT, got string "abc"``, ``field "user.id": expected INT, got 1.5``, ``not valid
-    JSON: ...``, ``not UTF-8: ...``, ``not a JSON object (got array)``, ``blank payload``. The first field at fault, in
-    the payload's order.
+    JSON: ...``, ``not UTF-8: ...``, ``not a JSON object (got array)``, ``blank payload``: the first field at fault, in
+    the payload's order. A payload of None (no record has one) decodes to no columns.
     """
     if data is None:
-        return None
+        return {}, None
     try:
         text = bytes(data).decode("utf-8")
     except UnicodeDecodeError as exc:
-        return f"not UTF-8: byte 0x{exc.object[exc.start]:02x} at offset {exc.start} ({exc.reason})"
+        return None, f"not UTF-8: byte 0x{exc.object[exc.start]:02x} at offset {exc.start} ({exc.reason})"
     start = len(text) - len(text.lstrip(_WHITESPACE))
     if start == len(text):
-        return "blank payload"
+        return None, "blank payload"
     try:
         value = _parse(text, start)
         if not isinstance(value, _Object):
-            return f"not a JSON object (got {_kind(value)})"
+            return None, f"not a JSON object (got {_kind(value)})"
         reason = _check_struct(schema, value, "")
+        if reason is None:
+            return _struct_value(schema, value, ""), None
     except RecursionError:
-        return "not valid JSON: nested too deeply"
+        return None, "not valid JSON: nested too deeply"
     except ValueError as exc:  # json.JSONDecodeError, or a number too long
-        return f"not valid JSON: {exc}"
-    return None if reason is None else _line(reason)
+        reason = f"not valid JSON: {exc}"
+    return None, _line(reason)
+
+
+def json_decode_error(schema: DdlType, data: bytes | bytearray | None) -> str | None:
+    """Why ``data`` does not decode into ``schema``; None when it does (``decode_json``'s reason)."""
+    return decode_json(schema, data)[1]
 
 
 def _parse(text: str, start: int) -> Any:
@@ -191,16 +213,15 @@ def _check_simple(t: DdlType, value: Any) -> tuple[bool, bool]:
             return False, False
         fits = _fits(number, *t.params)
         return fits, not fits
+    if t.kind in ("timestamp", "timestamp_ntz"):
+        micros = _timestamp(value, zoned=t.kind == "timestamp")
+        return isinstance(micros, int), micros is _OUT_OF_RANGE
     accepts = _ACCEPTS.get(t.kind)
     return accepts is None or accepts(value), False  # a type this module does not know is never blamed
 
 
 def _is_float(value: Any) -> bool:
     return type(value) is int or isinstance(value, _Fraction) or (isinstance(value, str) and value in _FLOAT_WORDS)
-
-
-def _is_timestamp_value(value: Any) -> bool:
-    return type(value) is int or (isinstance(value, str) and _is_timestamp(value, zoned=True))  # a number: seconds
 
 
 def _is_time_value(value: Any) -> bool:
@@ -232,14 +253,6 @@ def _is_date(text: str) -> bool:
     return match is not None and _is_day(match)
 
 
-def _is_timestamp(text: str, zoned: bool) -> bool:
-    dated = _TIMESTAMP_TEXT.fullmatch(text.strip())
-    match = dated or _CLOCK_TEXT.fullmatch(text.strip())
-    if match is None or (match["zone"] and not zoned):
-        return False
-    return (dated is None or _is_day(dated)) and _is_time(match)
-
-
 def _is_day(match: re.Match[str]) -> bool:
     year = int(match["year"]) * (-1 if match["sign"] == "-" else 1)
     month, day = int(match["month"] or 1), int(match["day"] or 1)
@@ -259,8 +272,6 @@ _ACCEPTS: dict[str, Callable[[Any], bool]] = {
     "boolean": lambda value: isinstance(value, bool),
     "binary": lambda value: isinstance(value, str) and _is_base64(value),
     "date": lambda value: isinstance(value, str) and _is_date(value),
-    "timestamp": _is_timestamp_value,
-    "timestamp_ntz": lambda value: isinstance(value, str) and _is_timestamp(value, zoned=False),
     "time": _is_time_value,
 }
 
@@ -288,3 +299,273 @@ def _show(value: Any) -> str:
 
 def _line(reason: str) -> str:
     return reason if len(reason) <= REASON_CHARS else reason[: REASON_CHARS - 3] + "..."
+
+
+# --- Values: what each type holds once read, as Spark's from_json reads it -------------------------------------------
+
+# Types a payload's columns cannot have, and why: none of them ever decoded (Spark refuses them in from_json's schema,
+# or a MAP's keys other than strings), or the replay has no writer for their values (VARIANT's binary encoding,
+# INTERVAL's text forms, VOID's column of nulls). Declared STRING, a field keeps its value as JSON text.
+NOT_DECODED = {
+    "char": "Spark's from_json never read CHAR or VARCHAR",
+    "varchar": "Spark's from_json never read CHAR or VARCHAR",
+    "time": "Spark 4.3 does not support TIME",
+    "variant": "the replay does not write VARIANT's binary encoding",
+    "void": "a VOID column holds nothing",
+}
+_INT64 = (-(2**63), 2**63 - 1)
+_MICROS_A_DAY = 86_400 * 10**6
+_SHORT = {"\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r", '"': '\\"', "\\": "\\\\"}  # Jackson's short escapes
+# java.time.ZoneId.SHORT_IDS, which Spark's zone lookup reads first: a three-letter zone as Java means it.
+_SHORT_IDS = {
+    "ACT": "Australia/Darwin", "AET": "Australia/Sydney", "AGT": "America/Argentina/Buenos_Aires", "ART": "Africa/Cairo",
+    "AST": "America/Anchorage", "BET": "America/Sao_Paulo", "BST": "Asia/Dhaka", "CAT": "Africa/Harare",
+    "CNT": "America/St_Johns", "CST": "America/Chicago", "CTT": "Asia/Shanghai", "EAT": "Africa/Addis_Ababa",
+    "ECT": "Europe/Paris", "IET": "America/Indiana/Indianapolis", "IST": "Asia/Kolkata", "JST": "Asia/Tokyo",
+    "MIT": "Pacific/Apia", "NET": "Asia/Yerevan", "NST": "Pacific/Auckland", "PLT": "Asia/Karachi",
+    "PNT": "America/Phoenix", "PRT": "America/Puerto_Rico", "PST": "America/Los_Angeles", "SST": "Pacific/Guadalcanal",
+    "VST": "Asia/Ho_Chi_Minh", "EST": "-05:00", "MST": "-07:00", "HST": "-10:00",
+}  # fmt: skip
+_OFFSET = re.compile(r"([+-])(\d{1,2})(?::?(\d{2}))?(?::?(\d{2}))?")
+
+
+def undecoded_columns(schema: DdlType, path: str = "") -> list[str]:
+    """Where ``schema`` has a type the decoder does not read, as ``column "x": VARIANT (why)``; empty when none."""
+    found: list[str] = []
+    for name, t in schema.children:
+        where = f"{path}.{ddl_name(name)}" if path else ddl_name(name)
+        if t.kind in NOT_DECODED or t.kind.startswith("interval"):
+            why = NOT_DECODED.get(t.kind, "the replay does not read INTERVAL's text forms")
+            found.append(f'column "{where}": {t} ({why})')
+        elif t.kind == "map" and t.children[0][1].kind != "string":
+            found.append(f"column \"{where}\": {t} (a JSON object's keys are strings: a MAP's keys must be STRING)")
+        elif t.kind in ("struct", "array", "map"):
+            found += undecoded_columns(DdlType("struct", (), t.children if t.kind == "struct" else t.children[-1:]), where)
+    return found
+
+
+def _struct_value(struct: DdlType, obj: _Object, path: str) -> Decoded:
+    types = dict(struct.children)
+    values: Decoded = dict.fromkeys(types)
+    for key, value in obj.pairs:
+        kind = types.get(key)
+        if kind is not None:  # a name twice: the last value stays, as in Spark's row
+            values[key] = _value(kind, value, f"{path}.{ddl_name(key)}" if path else ddl_name(key))
+    return values
+
+
+def _value(t: DdlType, value: Any, path: str) -> Any:
+    """``value`` (already checked as a ``t``: ``_check``) as the column holds it."""
+    if value is None:
+        return None
+    if t.kind in ("struct", "array", "map"):
+        return _nested_value(t, value, path)
+    if t.kind in _INTEGERS:
+        return value - 256 if t.kind == "tinyint" and value > 127 else value  # Jackson's unsigned byte, stored wrapped
+    return _VALUES[t.kind](t, value, path)  # payload.schema has no other type (undecoded_columns)
+
+
+def _nested_value(t: DdlType, value: Any, path: str) -> Any:
+    if t.kind == "struct":
+        return _struct_value(t, value, path)
+    if t.kind == "array":
+        element = t.children[0][1]
+        return [_value(element, v, f"{path}[{i}]") for i, v in enumerate(value)]
+    item = t.children[1][1]
+    # Every pair, a key twice kept twice: Spark's from_json builds the map so, and its Parquet writer writes it so.
+    return [(_java_text(key), _value(item, v, f"{path}[{key}]")) for key, v in value.pairs]
+
+
+def _decimal(t: DdlType, value: Any, path: str) -> Decimal:
+    number = Decimal(value) if type(value) is int else value.value if isinstance(value, _Fraction) else Decimal(value.replace(",", ""))
+    return number.quantize(Decimal(1).scaleb(-t.params[1]), rounding=ROUND_HALF_UP, context=Context(prec=max(t.params[0], 1)))
+
+
+def _date(t: DdlType, value: Any, path: str) -> int:
+    match = _DATE_TEXT.fullmatch(value.strip())
+    assert match is not None  # _check read it
+    return _days(match)
+
+
+# Each simple type's value, from a JSON value _check accepted: (type, value, path) -> what the column holds.
+_VALUES: dict[str, Callable[[DdlType, Any, str], Any]] = {
+    "decimal": _decimal,
+    "float": lambda t, value, path: _float(value),  # a FLOAT is the double rounded once more (pyarrow), as Jackson's is
+    "double": lambda t, value, path: _float(value),
+    "boolean": lambda t, value, path: value,
+    "string": lambda t, value, path: _java_text(value) if isinstance(value, str) else _json_text(value),
+    "binary": lambda t, value, path: base64.b64decode(re.sub(f"[{_WHITESPACE}]", "", value), validate=True),
+    "date": _date,
+    "timestamp": lambda t, value, path: _timestamp(value, zoned=True),
+    "timestamp_ntz": lambda t, value, path: _timestamp(value, zoned=False),
+}
+
+
+def _float(value: Any) -> float:
+    if isinstance(value, str):
+        return float(value)  # NaN, Infinity, +INF and the like: Python reads every spelling Jackson takes
+    if isinstance(value, _Fraction):
+        return float(value.text)
+    try:
+        return float(value)
+    except OverflowError:  # a whole number past a double's range: Jackson's double is infinite
+        return math.inf if value > 0 else -math.inf
+
+
+def _days(match: re.Match[str]) -> int:
+    """Days since 1970-01-01 of the match's proleptic Gregorian date (a year may have up to 7 digits and a sign)."""
+    year = int(match["year"]) * (-1 if match["sign"] == "-" else 1)
+    month, day = int(match["month"] or 1), int(match["day"] or 1)
+    year -= month <= 2  # days from civil (H. Hinnant): a year that starts in March puts the leap day last
+    era = year // 400
+    of_era = year - era * 400
+    of_year = (153 * (month + (-3 if month > 2 else 9)) + 2) // 5 + day - 1
+    return era * 146_097 + of_era * 365 + of_era // 4 - of_era // 100 + of_year - 719_468
+
+
+_OUT_OF_RANGE = "out of range"  # a timestamp Spark reads, past what its 64 bits of microseconds hold
+
+
+def _timestamp(value: Any, zoned: bool) -> int | str | None:
+    """A TIMESTAMP's (``zoned``) or TIMESTAMP_NTZ's microseconds since 1970-01-01 (UTC for TIMESTAMP), as Spark reads
+    ``value``; None when it reads none, ``_OUT_OF_RANGE`` when the instant is past a long's microseconds."""
+    if type(value) is int:  # seconds (a TIMESTAMP's only), multiplied as Spark multiplies a long: wrapped past 64 bits
+        if not zoned:
+            return None
+        if not _INT64[0] <= value <= _INT64[1]:
+            return _OUT_OF_RANGE
+        return ((value * 10**6 - _INT64[0]) % 2**64) + _INT64[0]
+    if not isinstance(value, str):
+        return None
+    text = value.strip()
+    dated = _TIMESTAMP_TEXT.fullmatch(text)
+    match = dated or _CLOCK_TEXT.fullmatch(text)
+    if match is None or (match["zone"] and not zoned) or (dated is None and not zoned):  # NTZ: no zone, no time alone
+        return None
+    if not ((dated is None or _is_day(dated)) and _is_time(match)):
+        return None
+    if dated is not None and dated["hour"] is None and text[max(dated.end(g) for g in ("year", "month", "day") if dated[g]) :]:
+        return None  # a date and a "T", a zone or more, but no time: Spark reads no timestamp there
+    zone = _zone(match["zone"]) if match["zone"] else 0
+    if zone is None:
+        return None
+    fraction = (match["fraction"] or "")[:6].ljust(6, "0")
+    clock = (int(match["hour"] or 0) * 60 + int(match["minute"] or 0)) * 60 + int(match["second"] or 0)
+    if dated is not None:
+        days = _days(dated)
+    else:  # a time of day alone is today's, in its zone (Spark's reading, which a rerun on another day changes)
+        days = (datetime.now(zone if isinstance(zone, zoneinfo.ZoneInfo) else UTC).date() - datetime(1970, 1, 1).date()).days
+    offset = zone if isinstance(zone, int) else _region_offset(zone, days, clock)
+    micros = (days * 86_400 + clock - offset) * 10**6 + int(fraction)
+    return micros if _INT64[0] <= micros <= _INT64[1] else _OUT_OF_RANGE
+
+
+def _zone(text: str) -> int | zoneinfo.ZoneInfo | None:
+    """A zone as seconds east of UTC, or a region, as Java's ZoneId.of (with SHORT_IDS) reads it; None if it does not."""
+    if text == "Z":
+        return 0
+    for prefix in ("UTC", "GMT", "UT"):
+        if text.startswith(prefix):
+            rest = text[len(prefix) :]
+            return 0 if not rest else _offset(rest)
+    text = _SHORT_IDS.get(text, text)
+    if text[0] in "+-":
+        return _offset(text)
+    try:
+        return zoneinfo.ZoneInfo(text)
+    except (ValueError, zoneinfo.ZoneInfoNotFoundError):
+        return None
+
+
+def _offset(text: str) -> int | None:
+    match = _OFFSET.fullmatch(text)
+    if match is None:
+        return None
+    hours, minutes, seconds = (int(g or 0) for g in match.groups()[1:])
+    total = hours * 3600 + minutes * 60 + seconds
+    if minutes > 59 or seconds > 59 or total > 18 * 3600:  # java.time.ZoneOffset's limits
+        return None
+    return -total if match[1] == "-" else total
+
+
+def _region_offset(zone: zoneinfo.ZoneInfo, days: int, clock: int) -> int:
+    """The region's offset at that local time: in a gap the one before it, in an overlap the earlier (Java's choice).
+
+    Python's dates stop at year 9999: a date past them takes the offset of the same day in the last 400-year cycle they
+    hold (the rules repeat no later than that, and no zone's table names such years).
+    """
+    day = datetime(1970, 1, 1).toordinal() + days
+    while day < 1:
+        day += 146_097
+    while day > datetime(9999, 12, 31).toordinal():
+        day -= 146_097
+    moment = datetime.fromordinal(day).replace(hour=clock // 3600, minute=clock // 60 % 60, second=clock % 60, tzinfo=zone)
+    offset = moment.utcoffset()
+    return 0 if offset is None else int(offset.total_seconds())
+
+
+def _json_text(value: Any) -> str:
+    """A value that is not a string, as a STRING column holds it: the JSON text Jackson writes for it (compact, a
+    fraction as Java prints a double, NaN and Infinity quoted)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, _Fraction):
+        return _java_double(float(value.text))
+    if isinstance(value, str):
+        return _jackson_string(value)
+    if isinstance(value, list):
+        return "[" + ",".join(_json_text(v) for v in value) + "]"
+    return "{" + ",".join(f"{_jackson_string(k)}:{_json_text(v)}" for k, v in value.pairs) + "}"
+
+
+def _java_double(x: float) -> str:
+    """``x`` as Java's Double.toString prints it (Jackson's double), quoted when it is not a number JSON has."""
+    if math.isnan(x):
+        return '"NaN"'
+    if math.isinf(x):
+        return '"Infinity"' if x > 0 else '"-Infinity"'
+    if x == 0:
+        return "-0.0" if math.copysign(1.0, x) < 0 else "0.0"
+    number = Decimal(repr(abs(x)))  # the shortest digits that read back as x
+    digits = "".join(map(str, number.as_tuple().digits)).rstrip("0") or "0"
+    exponent = number.adjusted()
+    sign = "-" if x < 0 else ""
+    if 1e-3 <= abs(x) < 1e7:
+        point = exponent + 1
+        if point <= 0:
+            return f"{sign}0.{'0' * -point}{digits}"
+        if point >= len(digits):
+            return f"{sign}{digits}{'0' * (point - len(digits))}.0"
+        return f"{sign}{digits[:point]}.{digits[point:]}"
+    return f"{sign}{digits[0]}.{digits[1:] or '0'}E{exponent}"
+
+
+def _jackson_string(text: str) -> str:
+    """A string in JSON as Jackson writes it: short escapes, other control characters and every character past the
+    Basic Multilingual Plane as \\u escapes (upper-case hex, surrogate pairs), the rest as it is."""
+    out = ['"']
+    for c in text:
+        code = ord(c)
+        if c in _SHORT:
+            out.append(_SHORT[c])
+        elif code < 0x20 or 0xD800 <= code <= 0xDFFF:
+            out.append(f"\\u{code:04X}")
+        elif code > 0xFFFF:
+            high, low = divmod(code - 0x10000, 0x400)
+            out.append(f"\\u{0xD800 + high:04X}\\u{0xDC00 + low:04X}")
+        else:
+            out.append(c)
+    out.append('"')
+    return "".join(out)
+
+
+def _java_text(text: str) -> str:
+    """A decoded string as Java keeps it in UTF-8: a surrogate left alone by its pair (a lone \\ud83d) becomes "?"."""
+    if not any(0xD800 <= ord(c) <= 0xDFFF for c in text):
+        return text
+    paired = text.encode("utf-16", "surrogatepass").decode("utf-16", "surrogatepass")  # a valid pair: its character
+    return "".join("?" if 0xD800 <= ord(c) <= 0xDFFF else c for c in paired)
