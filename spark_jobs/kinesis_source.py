@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import heapq
+import json
 import logging
 import math
 import queue
@@ -11,12 +12,11 @@ import statistics
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pyarrow as pa
-from pyspark.accumulators import Accumulator, AccumulatorParam
 from pyspark.sql import SparkSession
 
 from kinesis_replay.adapters.attempt_writer import AttemptWriter, TaskReport, page_rows
@@ -56,46 +56,43 @@ def partitions(spec: JobSpec) -> list[RangePartition]:
 Unconfirmed = tuple[str, int, int | None]
 
 
-class Spans(AccumulatorParam[list[Unconfirmed]]):
-    """Collects every task's unconfirmed spans. A retried task may add its failed attempt's too: a gap may then
-    overstate what was lost, never hide it."""
+class Spans:
+    """A task attempt's unconfirmed spans, added from its own thread (``read_group`` carries its readers' there)."""
 
-    def zero(self, value: list[Unconfirmed]) -> list[Unconfirmed]:
-        return []
+    def __init__(self) -> None:
+        self.value: list[Unconfirmed] = []
 
-    def addInPlace(self, value1: list[Unconfirmed], value2: list[Unconfirmed]) -> list[Unconfirmed]:  # PySpark's name
-        return value1 + value2
-
-
-def unconfirmed_accumulator(spark: SparkSession) -> Accumulator[list[Unconfirmed]]:
-    """Tasks add the spans their ranges could not confirm; the driver puts them in the manifest."""
-    return spark.sparkContext.accumulator([], Spans())
+    def add(self, spans: list[Unconfirmed]) -> None:
+        self.value += spans
 
 
-class Earliest(AccumulatorParam[float]):
-    """Merges wall-clock times into the earliest: when the first of a job's tasks made its first Kinesis call."""
+class Earliest:
+    """The earliest of the wall-clock times added: when a task attempt made its first Kinesis call."""
 
-    def zero(self, value: float) -> float:
-        return math.inf
+    def __init__(self) -> None:
+        self.value = math.inf
 
-    def addInPlace(self, value1: float, value2: float) -> float:  # PySpark's name
-        return min(value1, value2)
-
-
-def first_call_accumulator(spark: SparkSession) -> Accumulator[float]:
-    """Tasks add the time of their first call; the driver reads the earliest once the job is done."""
-    return spark.sparkContext.accumulator(math.inf, Earliest())
+    def add(self, at: float) -> None:
+        self.value = min(self.value, at)
 
 
-Pages = Callable[[int], Iterator[pa.RecordBatch]]  # a task's pages, by the task's index: each page one shard's rows
+@dataclass
+class TaskNotes:
+    """What a task attempt notes as it reads, besides its rows: they travel in its report to the driver.
+
+    Not Spark accumulators: those live on the SparkContext, which the job then needs; a report is the job's own, and
+    only a successful attempt's reaches the driver (a retried task's first attempt adds nothing).
+    """
+
+    first_call: Earliest = field(default_factory=Earliest)
+    unconfirmed: Spans = field(default_factory=Spans)
 
 
-def range_tasks(
-    spark: SparkSession,
-    spec: JobSpec,
-    first_call: Accumulator[float] | None = None,
-    unconfirmed: Accumulator[list[Unconfirmed]] | None = None,
-) -> tuple[int, Pages]:
+# A task's pages, by the task's index, its notes taken as it reads: each page one shard's rows.
+Pages = Callable[[int, TaskNotes], Iterator[pa.RecordBatch]]
+
+
+def range_tasks(spark: SparkSession, spec: JobSpec) -> tuple[int, Pages]:
     """Exactly the spec's ranges, dealt to tasks: how many tasks, and what each one reads.
 
     A shard's reads are bounded by its budget (2 MB/s at Kinesis's limits), not by the core: a task that read
@@ -105,8 +102,24 @@ def range_tasks(
     at once, one thread per range, each kept to its own shard's budget (``read_group``).
     """
     planned = partitions(spec)
-    groups = task_ranges(spec, spark.sparkContext.defaultParallelism)
-    return len(groups), lambda task: read_group([planned[i] for i in groups[task]], first_call, unconfirmed)
+    groups = task_ranges(spec, task_slots(spark))
+    return len(groups), lambda task, notes: read_group([planned[i] for i in groups[task]], notes.first_call, notes.unconfirmed)
+
+
+def task_slots(spark: SparkSession) -> int:
+    """How many tasks run at once: ``spark.default.parallelism``, which Spark sets to the cores of a local master or
+    of a cluster's executors (and a user may set). A Spark Connect session has no SparkContext to ask: there it is
+    the setting, and without one the number of ranges (a task each)."""
+    context = getattr(spark, "sparkContext", None) if not is_remote(spark) else None
+    if context is not None:
+        return int(context.defaultParallelism)
+    configured = spark.conf.get("spark.default.parallelism", None)
+    return int(configured) if configured else 1_000_000
+
+
+def is_remote(spark: SparkSession) -> bool:
+    """Whether ``spark`` is a Spark Connect session (a client of a server elsewhere) rather than a classic one."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
 REPORT_SCHEMA = pa.schema([("report", pa.string())])
@@ -120,11 +133,20 @@ def job_s3(endpoint: S3Endpoint) -> S3Access:
     return S3Access(boto3.session.Session(), endpoint.endpoint_url, endpoint.region_name, "the replay job's credentials")
 
 
+@dataclass(frozen=True)
+class TasksDone:
+    """What the tasks that succeeded reported: their files and tallies, their earliest Kinesis call, their spans."""
+
+    reports: list[TaskReport]
+    first_call: float  # math.inf when no task called Kinesis
+    unconfirmed: list[Unconfirmed]
+
+
 def write_tasks(
     spark: SparkSession, tasks: int, pages: Pages, writer: Callable[[int], AttemptWriter], s3: S3Endpoint | None = None
-) -> list[TaskReport]:
-    """Run the tasks, each writing its pages as it reads them (``writer(task)``: an AttemptWriter), and return the
-    reports of the task attempts that succeeded, one each.
+) -> TasksDone:
+    """Run the tasks, each writing its pages as it reads them (``writer(task)``: an AttemptWriter), and return what
+    the task attempts that succeeded reported, one each.
 
     A task attempt that fails deletes what it wrote, as far as it can (``AttemptWriter.abort``); Spark runs the task
     again, whose files are named for its own attempt. What a failed attempt could not delete is in no report: the
@@ -138,19 +160,27 @@ def write_tasks(
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for task in batch.column(0).to_pylist():
+                notes = TaskNotes()
                 with reaching_s3(job_s3(s3 or S3Endpoint())):
                     out = writer(task)
                     try:
-                        for page in pages(task):
+                        for page in pages(task, notes):
                             out.write(page)
                         report = out.close()
                     except BaseException:
                         out.abort()
                         raise
-                yield pa.RecordBatch.from_pylist([{"report": report.to_json()}], schema=REPORT_SCHEMA)
+                first_call = notes.first_call.value if math.isfinite(notes.first_call.value) else None
+                said = {"written": report.to_json(), "first_call": first_call, "unconfirmed": notes.unconfirmed.value}
+                yield pa.RecordBatch.from_pylist([{"report": json.dumps(said)}], schema=REPORT_SCHEMA)
 
-    rows = spark.range(0, tasks, 1, tasks).mapInArrow(write, "report STRING").collect()
-    return [TaskReport.from_json(row["report"]) for row in rows]
+    said = [json.loads(row["report"]) for row in spark.range(0, tasks, 1, tasks).mapInArrow(write, "report STRING").collect()]
+    calls = [s["first_call"] for s in said if s["first_call"] is not None]
+    return TasksDone(
+        [TaskReport.from_json(s["written"]) for s in said],
+        min(calls, default=math.inf),
+        [(shard, after, first) for s in said for shard, after, first in s["unconfirmed"]],
+    )
 
 
 def range_weights(spec: JobSpec) -> list[float]:
@@ -203,7 +233,7 @@ class _Failed:
 
 
 class _Unconfirmed:
-    """A reader thread's unconfirmed span, carried to the task's thread, which adds it to the accumulator."""
+    """A reader thread's unconfirmed span, carried to the task's thread, which adds it to the task's notes."""
 
     def __init__(self, span: Unconfirmed) -> None:
         self.span = span
@@ -214,9 +244,7 @@ _PUT_SECONDS = 0.5  # how often a reader waiting for room in the queue checks wh
 
 
 def read_group(
-    group: list[RangePartition],
-    first_call: Accumulator[float] | None = None,
-    unconfirmed: Accumulator[list[Unconfirmed]] | None = None,
+    group: list[RangePartition], first_call: Earliest | None = None, unconfirmed: Spans | None = None
 ) -> Iterator[pa.RecordBatch]:
     """In the task: read the group's ranges concurrently, up to ``read.task_concurrency`` at a time; yield their pages.
 
@@ -231,7 +259,7 @@ def read_group(
         yield from read_partition(group[0], first_call, noted)
         return
     if first_call is not None:
-        first_call.add(time.time())  # the readers start now; accumulators are added to from the task's thread only
+        first_call.add(time.time())  # the readers start now; notes are added to from the task's thread only
     readers = _Readers(group, noted)
     try:
         yield from readers.pages()
@@ -288,7 +316,7 @@ class _Readers:
         return False
 
     def _note(self, span: Unconfirmed) -> None:
-        """From a reader thread: the span goes to the task's thread, which adds it to the accumulator."""
+        """From a reader thread: the span goes to the task's thread, which adds it to the task's notes."""
         self._put(_Unconfirmed(span))
 
     def _read(self) -> None:
@@ -318,12 +346,7 @@ def kinesis_client(endpoint: KinesisEndpoint, connections: int = 0) -> Any:
     )
 
 
-def sample_tasks(
-    spark: SparkSession,
-    spec: JobSpec,
-    first_call: Accumulator[float] | None = None,
-    unconfirmed: Accumulator[list[Unconfirmed]] | None = None,  # a sample has none: range_tasks' signature
-) -> tuple[int, Pages]:
+def sample_tasks(spark: SparkSession, spec: JobSpec) -> tuple[int, Pages]:
     """Made-up records, a shard of them for each of the spec's ranges, through the same path as ``range_tasks`` but
     without Kinesis.
 
@@ -331,9 +354,8 @@ def sample_tasks(
     class-data-sharing archive records.
     """
 
-    def pages(index: int) -> Iterator[pa.RecordBatch]:
-        if first_call is not None:
-            first_call.add(time.time())
+    def pages(index: int, notes: TaskNotes) -> Iterator[pa.RecordBatch]:
+        notes.first_call.add(time.time())
         now = datetime.now(UTC)
         page = [
             {"SequenceNumber": str(10**55 + n), "ApproximateArrivalTimestamp": now, "PartitionKey": str(n),
@@ -346,7 +368,7 @@ def sample_tasks(
 
 
 def read_partition(
-    partition: RangePartition, first_call: Accumulator[float] | None = None, noted: Callable[[Unconfirmed], None] | None = None
+    partition: RangePartition, first_call: Earliest | None = None, noted: Callable[[Unconfirmed], None] | None = None
 ) -> Iterator[pa.RecordBatch]:
     """In the task: read the range page by page with the worker's client, yield each page as an Arrow batch.
 

@@ -53,12 +53,11 @@ from kinesis_replay.core.ranges import SequenceRange
 from kinesis_replay.core.state import ReplayResult, ShardResult
 from kinesis_source import (
     Pages,
+    TasksDone,
     Unconfirmed,
-    first_call_accumulator,
     job_s3,
     range_tasks,
     sample_tasks,
-    unconfirmed_accumulator,
     write_tasks,
 )
 
@@ -127,21 +126,22 @@ def check_owner(spec: JobSpec, owner: dict[str, Any] | None) -> None:
 
 
 def spans_by_shard(unconfirmed: Sequence[Unconfirmed]) -> dict[str, set[tuple[int, int | None]]]:
-    """The tasks' unconfirmed spans, by shard (a retried task's failed attempt may have added the same span twice)."""
+    """The tasks' unconfirmed spans, by shard (a range's span once, however many times its read noted it)."""
     spans: dict[str, set[tuple[int, int | None]]] = {}
     for shard_id, after, first in unconfirmed:
         spans.setdefault(shard_id, set()).add((after, first))
     return spans
 
 
-def write_as_read(spark: SparkSession, spec: JobSpec, attempt: str, tasks: int, pages: Pages) -> list[ShardResult]:
+def write_as_read(spark: SparkSession, spec: JobSpec, attempt: str, tasks: int, pages: Pages) -> tuple[list[ShardResult], TasksDone]:
     """Each task writes its rows to Parquet as it reads them (attempt_writer), in one pass: no sort, no second read; a
     JSON payload with a schema is decoded on the way (json_columns).
 
     A table output's rows go straight to the attempt's own folder, which no snapshot references until the commit. A
     directory output's, and the quarantine, go to the attempt's staging folder and replace the batch's folder once
     every task is done. Files in those folders that no successful task attempt reported (a failed attempt's, which it
-    could not delete itself) are removed before anything moves. Returns the manifest's entries, from the reports.
+    could not delete itself) are removed before anything moves. Returns the manifest's entries, from the reports, and
+    the reports.
     """
     output, batch_id = spec.output, spec.batch_id
     payload = spec.payload
@@ -162,7 +162,8 @@ def write_as_read(spark: SparkSession, spec: JobSpec, attempt: str, tasks: int, 
         name = f"part-{task:05d}-{context.taskAttemptId() if context else 0}"
         return AttemptWriter(data_folder, quarantine_folder, name, partition, columns)
 
-    written, shards = combine(write_tasks(spark, tasks, pages, writer, spec.s3))
+    done = write_tasks(spark, tasks, pages, writer, spec.s3)
+    written, shards = combine(done.reports)
     reported = [f.path for f in written]
     unreported = remove_files_except(data_folder, reported) + remove_files_except(quarantine_folder, reported)
     if unreported:
@@ -171,7 +172,7 @@ def write_as_read(spark: SparkSession, spec: JobSpec, attempt: str, tasks: int, 
         replace_folder(f"{staging}/data", batch_path(output, batch_id))
     replace_folder(quarantine_folder, quarantine_path(output, batch_id))
     remove_folder(staging_path(output, batch_id), missing_ok=True)
-    return shards
+    return shards, done
 
 
 def run(spec: JobSpec, warm_up: bool = False) -> ReplayResult:
@@ -186,19 +187,18 @@ def run(spec: JobSpec, warm_up: bool = False) -> ReplayResult:
         spark = build_session(spec)
         lap("session")
         try:
-            first_call, unconfirmed = first_call_accumulator(spark), unconfirmed_accumulator(spark)
             table = spec.output_format == "iceberg"
             attempt = new_attempt()
             tasks = sample_tasks if warm_up else range_tasks
-            shards = write_as_read(spark, spec, attempt, *tasks(spark, spec, first_call, unconfirmed))
+            shards, done = write_as_read(spark, spec, attempt, *tasks(spark, spec))
             lap("read_write")
-            with_spans = with_unconfirmed(shards, spans_by_shard(unconfirmed.value))
+            with_spans = with_unconfirmed(shards, spans_by_shard(done.unconfirmed))
             result = ReplayResult(
                 spec.pipeline_name, spec.batch_id, tuple(with_spans), round(time.monotonic() - started, 3), attempt if table else None
             )
             # Of the read-and-write phase, the part from the first Kinesis call on: before it, the tasks start (Python
             # workers, imports).
-            from_first_call = max(0.0, time.time() - first_call.value) if math.isfinite(first_call.value) else 0.0
+            from_first_call = max(0.0, time.time() - done.first_call) if math.isfinite(done.first_call) else 0.0
             lap("summary")
             write_json(result_path(spec.output, spec.batch_id), result.to_dict())
             lap("manifest")

@@ -124,8 +124,8 @@ def test_a_task_reads_no_more_ranges_at_once_than_read_task_concurrency(monkeypa
     assert most <= 2
 
 
-def test_spans_a_reader_thread_could_not_confirm_reach_the_accumulator_from_the_tasks_own_thread(monkeypatch: pytest.MonkeyPatch) -> None:
-    """PySpark sends a task's accumulator updates from the task's thread: a reader thread's must be carried there."""
+def test_spans_a_reader_thread_could_not_confirm_reach_the_tasks_notes_from_the_tasks_own_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A task's notes are added to from its own thread only: a reader thread's span is carried there."""
     group = partitions(spec([60] * 3))
 
     def read_partition(partition: RangePartition, first_call: Any = None, noted: Any = None) -> Iterator[pa.RecordBatch]:
