@@ -14,7 +14,7 @@ help:
 	@echo "make demo     run the DAG for several cycles on a local stack and check every record landed exactly once"
 	@echo "make up       the local stack, a producer and Airflow with the DAGs scheduled (make down stops them)"
 	@echo "make test     run the whole test suite (unit, DAG and integration)"
-	@echo "make chaos    SCHEDULES=N random fault schedules (default 100); writes BENCHMARKS.md's reliability table"
+	@echo "make chaos    SCHEDULES=N random fault schedules (default 100; CHAOS_OUTPUT=s3 writes to S3); writes BENCHMARKS.md's reliability table"
 	@echo "make lint     ruff + mypy"
 	@echo "make docs-config  rewrite docs/configuration.md's table of keys from their declarations in config.py"
 	@echo "make package  build dist/kinesis_replay.zip, the library for spark-submit --py-files"
@@ -64,10 +64,12 @@ test-unit: install
 test-integration: install
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal tests/integration tests/contract -m integration
 
+# CHAOS_OUTPUT=s3: each schedule's output is s3://<bucket>/<prefix> on the moto server, its table in moto's Glue.
 SCHEDULES ?= 100
 CHAOS_STEPS ?= 4
+CHAOS_OUTPUT ?= local
 chaos: install
-	$(BIN)/python $(STACK)/chaos.py --schedules $(SCHEDULES) --steps $(CHAOS_STEPS)
+	$(BIN)/python $(STACK)/chaos.py --schedules $(SCHEDULES) --steps $(CHAOS_STEPS) --output $(CHAOS_OUTPUT)
 
 lint: install
 	$(BIN)/ruff check dags plugins spark_jobs tests bench

@@ -10,6 +10,7 @@ import boto3
 import pytest
 
 from kinesis_replay.adapters.dynamodb_store import DynamoDBStateStore
+from stack import local_stack
 from stack.harness import pipeline_entry
 
 
@@ -41,3 +42,11 @@ def store(dynamodb: Any, state_table: str) -> DynamoDBStateStore:
 def entry(tmp_path: Path, stream: str, state_table: str) -> dict[str, Any]:
     """A pipelines-config entry reading this test's stream into this test's output."""
     return pipeline_entry(f"p{uuid.uuid4().hex[:8]}", stream, tmp_path / "out", state_table)
+
+
+@pytest.fixture
+def bucket(stack: object) -> str:
+    """A bucket of this test's own on the moto server, made with the test's own S3 client."""
+    name = f"lake-{uuid.uuid4().hex[:8]}"
+    local_stack.s3_client().create_bucket(Bucket=name)
+    return name

@@ -64,13 +64,6 @@ def glue_properties(moto_url: str, warehouse: str) -> dict[str, str]:
 
 
 @pytest.fixture
-def bucket(stack: Any) -> str:
-    name = f"lake-{uuid.uuid4().hex[:8]}"
-    local_stack.s3_client().create_bucket(Bucket=name)
-    return name
-
-
-@pytest.fixture
 def glue(stack: Any) -> Any:
     """Glue as AWS users see it (the stack points only Kinesis, DynamoDB, S3 and EMR Serverless clients at moto)."""
     return boto3.client("glue", endpoint_url=stack.moto_url)

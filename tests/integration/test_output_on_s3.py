@@ -9,7 +9,6 @@ environment (local_stack.Stack.env has no AWS_ENDPOINT_URL_S3): the library reac
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -39,13 +38,6 @@ def through_the_connection(stack: Any) -> Iterator[None]:
 
 def s3(stack: Any) -> Any:
     return local_stack.s3_client()  # the test's own (the library's is the connection's)
-
-
-@pytest.fixture
-def bucket(stack: Any) -> str:
-    name = f"lake-{uuid.uuid4().hex[:8]}"
-    s3(stack).create_bucket(Bucket=name)
-    return name
 
 
 def pipeline(output_root: str, **changes: object) -> PipelineConfig:

@@ -30,13 +30,6 @@ from stack.producer import produce
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def bucket(stack: Any) -> str:
-    name = f"lake-{uuid.uuid4().hex[:8]}"
-    local_stack.s3_client().create_bucket(Bucket=name)
-    return name
-
-
 def s3_keys(bucket: str, prefix: str) -> list[str]:
     pages = local_stack.s3_client().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
     return sorted(o["Key"] for page in pages for o in page.get("Contents", []))

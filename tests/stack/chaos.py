@@ -12,8 +12,13 @@ throttled. Every step drives the real DAGs with dag.test() and the real spark-su
 After the steps, clean cycles drain the stream, and the checker compares the output with what
 Kinesis acknowledged. The same seed gives the same schedule.
 
+The output is a local folder with the embedded catalog, or (``--output s3``) ``s3://<bucket>/<prefix>`` on the
+moto server with the table in moto's Glue: the replay job's tasks then write their files to S3, and the Airflow side
+reaches S3 through the connection alone, as in test_s3_end_to_end.py.
+
     python tests/stack/chaos.py --schedules 100          # random seeds; make chaos SCHEDULES=100
     python tests/stack/chaos.py --seed 1234              # one schedule again
+    python tests/stack/chaos.py --seed 1234 --output s3  # ... writing to S3; make chaos CHAOS_OUTPUT=s3
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ import threading
 import time
 import traceback
 import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,6 +65,7 @@ STEP_WEIGHTS = (3, 2, 6, 1, 1, 1, 3, 1, 2, 2)
 LOSSES = ("deleted", "renamed")  # how a lose_state step loses the table
 TABLE_FAULTS = ("rollback", "drop", "lose_metadata")  # what a table step does to the Iceberg table, with Iceberg's own tools
 DRAIN_CYCLES = 4  # clean cycles after the steps; a drained stream makes the last one idle
+OUTPUTS = ("local", "s3")  # where a schedule's pipeline writes: a local folder, or S3 (moto) with the Glue catalog
 
 
 @dataclass(frozen=True)
@@ -123,6 +131,7 @@ class Outcome:
     duplicated: int = 0
     violations: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    output: str = "local"  # one of OUTPUTS
 
     @property
     def ok(self) -> bool:
@@ -136,29 +145,128 @@ class Outcome:
         return cls(**{**data, "steps": [Step(**step) for step in data["steps"]]})
 
     def report(self) -> str:
-        lines = [f"seed {self.seed}: {'ok' if self.ok else 'FAILED'} in {self.seconds:.0f}s, {self.records} records"]
+        on = "" if self.output == "local" else f" (output on {self.output})"
+        lines = [f"seed {self.seed}{on}: {'ok' if self.ok else 'FAILED'} in {self.seconds:.0f}s, {self.records} records"]
         lines += [f"  {line}" for line in self.history]
         lines += [f"  VIOLATION: {v}" for v in self.violations]
         if not self.ok:
-            lines.append(f"  reproduce: python tests/stack/chaos.py --seed {self.seed} --steps {len(self.steps) - 1} (same --spark-steps)")
+            again = f"python tests/stack/chaos.py --seed {self.seed} --steps {len(self.steps) - 1}"
+            lines.append(f"  reproduce: {again}{'' if self.output == 'local' else f' --output {self.output}'} (same --spark-steps)")
         return "\n".join(lines)
 
 
-class Schedule:
-    """One schedule's pipeline on the running local stack: its stream, state table, output and proxies."""
+@dataclass(frozen=True)
+class OutputView:
+    """A schedule's output as the checker and the operator's steps see it: with pyarrow, pyiceberg and boto3, not project code.
 
-    def __init__(self, seed: int, steps: list[Step], stack: Any, work: Path) -> None:
+    ``root`` is the output root within ``filesystem``: an absolute path on local disk, ``bucket/prefix`` on S3.
+    ``load_table`` loads the pipeline's Iceberg table as a reader of its own would (None: no table yet). ``s3`` is the
+    checker's own S3 client, for what pyarrow's file system does not show: object ETags and uploads in progress.
+    """
+
+    uri: str  # the output as the pipeline's config names it
+    filesystem: Any
+    root: str
+    load_table: Callable[[], Any | None]
+    s3: Any = None
+
+    @classmethod
+    def local(cls, output: Path) -> OutputView:
+        from pyarrow import fs
+
+        from stack.harness import output_table
+
+        return cls(str(output), fs.LocalFileSystem(), str(output), lambda: output_table(output))
+
+    @classmethod
+    def on_s3(cls, moto_url: str, bucket: str, prefix: str, namespace: str, table: str) -> OutputView:
+        import boto3
+        from pyarrow import fs
+
+        from stack.harness import glue_table
+        from stack.local_stack import LOCAL_KEY, REGION
+
+        endpoint = moto_url.split("://", 1)[1]
+        filesystem = fs.S3FileSystem(access_key=LOCAL_KEY, secret_key=LOCAL_KEY, scheme="http", endpoint_override=endpoint, region=REGION)
+        client = boto3.client("s3", endpoint_url=moto_url, region_name=REGION, aws_access_key_id=LOCAL_KEY, aws_secret_access_key=LOCAL_KEY)
+        return cls(f"s3://{bucket}/{prefix}", filesystem, f"{bucket}/{prefix}", lambda: glue_table(moto_url, namespace, table), client)
+
+    def path(self, *parts: str) -> str:
+        return "/".join([self.root, *parts])
+
+    def is_dir(self, path: str) -> bool:
+        from pyarrow import fs
+
+        return bool(self.filesystem.get_file_info(path).type == fs.FileType.Directory)
+
+    def is_file(self, path: str) -> bool:
+        from pyarrow import fs
+
+        return bool(self.filesystem.get_file_info(path).type == fs.FileType.File)
+
+    def read_text(self, path: str) -> str:
+        with self.filesystem.open_input_stream(path) as stream:
+            return bytes(stream.read()).decode()
+
+    def files(self) -> list[tuple[str, ...]]:
+        """Every file under the root, as path parts below it (on S3 the objects, folder markers left out)."""
+        from pyarrow import fs
+
+        if not self.is_dir(self.root):
+            return []
+        infos = self.filesystem.get_file_info(fs.FileSelector(self.root, recursive=True))
+        return [tuple(i.path[len(self.root) + 1 :].split("/")) for i in infos if i.type == fs.FileType.File]
+
+    def relative(self, uri: str) -> tuple[str, ...]:
+        """A file the table references (``file:///...`` or ``s3://bucket/...``), as path parts below the root."""
+        path = uri.split("://", 1)[1] if "://" in uri else uri
+        if self.s3 is None:
+            path = "/" + path.lstrip("/")  # file:///x and file:/x alike
+        if not path.startswith(self.root + "/"):
+            return ("..", path)
+        return tuple(path[len(self.root) + 1 :].split("/"))
+
+    def written(self, folders: tuple[str, ...], suffix: str) -> set[tuple[str, ...]]:
+        """The files under ``folders`` named ``*<suffix>``, each with what changes when it is written again: a local file's
+        modification time; an S3 object's ETag, and a multipart upload in progress (a file pyarrow has opened and not
+        yet closed: S3 shows the object only once it is whole)."""
+        if self.s3 is None:
+            found: set[tuple[str, ...]] = set()
+            for folder in folders:
+                root = Path(self.path(folder))
+                if root.exists():
+                    found |= {(str(f), str(f.stat().st_mtime_ns)) for f in root.rglob(f"*{suffix}*")}
+            return found
+        bucket, prefix = self.root.split("/", 1)
+        found = set()
+        for folder in folders:
+            under = f"{prefix}/{folder}/"
+            for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=under):
+                found |= {(o["Key"], o["ETag"]) for o in page.get("Contents", []) if suffix in o["Key"].rsplit("/", 1)[1]}
+            uploads = self.s3.list_multipart_uploads(Bucket=bucket, Prefix=under).get("Uploads", [])
+            found |= {(u["Key"], u["UploadId"]) for u in uploads if suffix in u["Key"].rsplit("/", 1)[1]}
+        return found
+
+
+class Schedule:
+    """One schedule's pipeline on the running local stack: its stream, state table, output and proxies.
+
+    ``output``: ``local``, a folder under ``work`` with the embedded catalog; or ``s3``, a bucket of its own on the moto
+    server, the table in a Glue database of its own (an S3 output needs a catalog outside it).
+    """
+
+    def __init__(self, seed: int, steps: list[Step], stack: Any, work: Path, output: str = "local") -> None:
         import boto3
 
         from kinesis_replay.adapters.dynamodb_store import DynamoDBStateStore
         from stack.faults import StateTableProxy
-        from stack.harness import TEST_SPARK_CONF, pipeline_entry
+        from stack.harness import TEST_SPARK_CONF, glue_table_config, pipeline_entry
         from stack.kinesis_proxy import KinesisProxy, ProxyLimits
         from stack.producer import ensure_stream, kinesis_client
 
         self.seed, self.steps, self.stack, self.work = seed, steps, stack, work
         self.rng = random.Random(seed ^ 0x5EED)
-        self.outcome = Outcome(seed, steps)
+        self.outcome = Outcome(seed, steps, output=output)
         self.name = f"chaos{seed % 10**8:08d}{uuid.uuid4().hex[:4]}"
         self.kinesis = kinesis_client(stack.kinesis_url)
         ensure_stream(self.kinesis, self.name, SHARDS)
@@ -168,8 +276,15 @@ class Schedule:
         self.unlimited = ProxyLimits(get_records_per_second=1000, bytes_per_second=1e12, get_shard_iterator_per_second=1000)
         self.kinesis_proxy = KinesisProxy(stack.kinesis_url, self.unlimited).start()
         self.state_proxy = StateTableProxy(stack.moto_url).start()
-        self.output = work / "out"
-        self.entry = pipeline_entry(self.name, self.name, self.output, f"kr-{self.name}")
+        if output == "s3":
+            bucket, namespace = f"chaos-{uuid.uuid4().hex[:10]}", f"chaos_{uuid.uuid4().hex[:8]}"
+            self.view = OutputView.on_s3(stack.moto_url, bucket, f"raw/{self.name}", namespace, self.name)
+            self.view.s3.create_bucket(Bucket=bucket)
+        else:
+            self.view = OutputView.local(work / "out")
+        self.entry = pipeline_entry(self.name, self.name, self.view.uri, f"kr-{self.name}")
+        if output == "s3":
+            self.entry["table"] = glue_table_config(stack.moto_url, namespace)
         # Spark's start-up is most of a cycle: one local core, no UI and a JVM for short jobs keep it cheap.
         self.entry["spark"] = {"master": "local[1]", "conf": {**TEST_SPARK_CONF, "spark.sql.shuffle.partitions": "1"}}
         self.produced: list[Any] = []
@@ -194,6 +309,19 @@ class Schedule:
         os.environ["AIRFLOW_CONN_AWS_DEFAULT"] = json.dumps(self.connection())
         config = self.work / ("pipelines.yaml" if entry is None else f"{entry['name']}.yaml")
         return load_dags(config, entry or self.entry)
+
+    @contextmanager
+    def reaching_s3(self) -> Iterator[None]:
+        """Project code the harness calls itself (the commit records, the guards' view of the table) reaches S3 as a DAG
+        task does: through the pipeline's connection (the environment names no S3 endpoint)."""
+        import kinesis_replay_tasks as tasks
+        from kinesis_replay.adapters import files
+        from kinesis_replay.core.config import parse_config
+
+        os.environ["AIRFLOW_CONN_AWS_DEFAULT"] = json.dumps(self.connection())
+        (pipeline,) = parse_config({"pipelines": [self.entry]})
+        with files.reaching_s3(tasks.s3_access(pipeline)):
+            yield
 
     def log(self, line: str) -> None:
         self.outcome.history.append(line)
@@ -325,7 +453,8 @@ class Schedule:
         else:
             self.dynamodb.delete_table(TableName=self.store.table)
             self.dynamodb.get_waiter("table_not_exists").wait(TableName=self.store.table)
-        committed = committed_batch_ids(str(self.output))
+        with self.reaching_s3():
+            committed = committed_batch_ids(self.view.uri)
         result = run_dag(self.dags()[dag_ids(self.name)[0]])
         self.log(f"{step}: {result.state} {compact(result.tasks)}")
         if not committed:
@@ -345,10 +474,10 @@ class Schedule:
         from kinesis_replay.core.config import parse_config
         from kinesis_replay.core.holdings import compare
         from kinesis_replay.steps import guards
-        from stack.harness import output_table, run_dag
+        from stack.harness import run_dag
 
         try:
-            table = output_table(self.output)
+            table = self.view.load_table()
         except FileNotFoundError:  # its metadata is gone already (a restore that did not run)
             table = None
         if table is None or table.current_snapshot() is None:
@@ -366,11 +495,12 @@ class Schedule:
             table.catalog.drop_table(table.name())
             what = "from its catalog"
         else:
-            shutil.rmtree(self.output / "metadata")
+            self.view.filesystem.delete_dir(self.view.path("metadata"))
             what = "metadata/ deleted"
         (p,) = parse_config({"pipelines": [self.entry]})
         try:
-            state = iceberg_table.table_state(iceberg_table.load_table(p))
+            with self.reaching_s3():
+                state = iceberg_table.table_state(iceberg_table.load_table(p))
         except iceberg_table.TableMetadataLostError:
             state = iceberg_table.table_state(None)
         lacking = compare(state, guards.ledger_of(self.store.get_head(self.name)))
@@ -392,7 +522,8 @@ class Schedule:
         stream = f"{self.name}-x"
         ensure_stream(self.kinesis, stream, 1)
         produce(self.kinesis, stream, 20)
-        intruder = {**self.entry, "name": f"{self.name}x", "stream": stream, "output": f"file://{self.output}/./"}
+        spelled = f"file://{self.view.uri}/./" if self.view.s3 is None else f"s3a://{self.view.root}/./"
+        intruder = {**self.entry, "name": f"{self.name}x", "stream": stream, "output": spelled}
         try:
             result = run_dag(self.dags(intruder)[dag_ids(intruder["name"])[0]])
         finally:
@@ -418,7 +549,7 @@ class Schedule:
             self.state_proxy.arm(StateFault("unreachable", 1, marker=TABLE_COMMITTED))
         elif fault.startswith("state_"):
             self.state_proxy.arm(StateFault(fault.removeprefix("state_"), step.n))
-        committer = TableCommitter(self.output) if fault == "concurrent_table_commits" else None
+        committer = TableCommitter(self.view.load_table) if fault == "concurrent_table_commits" else None
         if committer is not None:
             committer.start()
         if fault == "throttle":
@@ -426,7 +557,10 @@ class Schedule:
 
             self.kinesis_proxy.limits = ProxyLimits(get_records_per_second=2, bytes_per_second=20_000, get_shard_iterator_per_second=2)
         if fault.startswith("kill_spark_"):
-            killer = SparkKiller(self.name, self.kill_moment(fault.removeprefix("kill_spark_")))
+            moment = fault.removeprefix("kill_spark_")
+            # A look at S3 is a few requests to the moto server, which serves the job too: ten looks a second, not fifty.
+            interval = 0.1 if self.view.s3 is not None and moment != "read" else 0.02
+            killer = SparkKiller(self.name, self.kill_moment(moment), interval=interval)
             killer.start()
         try:
             result = run_dag(dag)
@@ -445,22 +579,27 @@ class Schedule:
         self.log(f"{step}: {result.state} {compact(result.tasks)}{what}")
 
     def kill_moment(self, moment: str) -> Any:
-        """When to kill: once the job has read (GetRecords served after it started), is writing, or has written."""
+        """When to kill: once the job has read (GetRecords served after it started), is writing, or has written.
+
+        Each moment compares with what it first saw once the job was running (the plan's tip search reads too, and an
+        earlier attempt's files and manifest are still there). Writing: a Parquet file the job opened, in its staging
+        path or in its attempt's folder of a table (on S3, an upload begun or an object written). Written: its result
+        manifest, new or written again.
+        """
         from kinesis_replay.adapters.layout import DATA_DIR, RESULTS_DIR, STAGING_DIR
 
-        baseline: list[int] = []  # GetRecords served when the job was first seen: the plan's tip search reads too
+        baseline: list[Any] = []
 
         def ready(started_at: float | None) -> bool:
             if moment == "read":
-                served = sum(c.get_records for c in self.kinesis_proxy.counters.values())
-                if not baseline:
-                    baseline.append(served)
-                return served > baseline[0]
-            if moment == "write":  # a file the job opened: in its staging path, or in its attempt's folder of a table
-                roots = [r for r in (self.output / STAGING_DIR, self.output / DATA_DIR) if r.exists()]
-                return any(p.stat().st_mtime >= (started_at or 0) for root in roots for p in root.rglob("*.parquet*"))
-            manifests = self.output / RESULTS_DIR
-            return manifests.exists() and any(p.stat().st_mtime >= (started_at or 0) for p in manifests.glob("*.json"))
+                seen: Any = sum(c.get_records for c in self.kinesis_proxy.counters.values())
+            elif moment == "write":
+                seen = self.view.written((STAGING_DIR, DATA_DIR), ".parquet")
+            else:
+                seen = self.view.written((RESULTS_DIR,), ".json")
+            if not baseline:
+                baseline.append(seen)
+            return bool(seen > baseline[0]) if moment == "read" else bool(seen - baseline[0])
 
         return ready
 
@@ -505,16 +644,18 @@ class Schedule:
 
     def check(self) -> None:
         """The output (read with pyarrow by the shared harness) against what Kinesis acknowledged, then state and files."""
-        from stack.harness import check_exactly_once, check_table_history, read_output
+        from stack.harness import check_exactly_once, read_output, table_history, table_rows
 
-        result = check_exactly_once(self.produced, read_output(self.output))
+        table = self.view.load_table()
+        rows = read_output(self.view.uri) if self.view.s3 is None else table_rows(table)  # an S3 output is always a table
+        result = check_exactly_once(self.produced, rows)
         self.outcome.records, self.outcome.lost, self.outcome.duplicated = result.expected, result.lost, result.duplicated
         if not result.ok:
             self.outcome.violations.append(f"not exactly once: {result}")
-        self.outcome.violations += check_table_history(self.output)
+        self.outcome.violations += table_history(table)
         committed = self.committed()
         self.outcome.violations += (
-            self.check_state() + self.check_commit_records() + check_results(self.output, committed) + check_files(self.output, committed)
+            self.check_state() + self.check_commit_records() + check_results(self.view, committed) + check_files(self.view, committed)
         )
 
     def committed(self) -> list[int]:
@@ -528,11 +669,13 @@ class Schedule:
         from kinesis_replay.core.state import BatchStatus
 
         ledger = {b.batch_id: b for b in self.store.list_batches(self.name) if b.status == BatchStatus.COMMITTED}
-        recorded = committed_batch_ids(str(self.output))
+        with self.reaching_s3():
+            recorded = committed_batch_ids(self.view.uri)
         problems = [f"batch {i} is committed in the ledger but has no commit record" for i in sorted(set(ledger) - set(recorded))]
         problems += [f"batch {i} has a commit record but is not committed in the ledger" for i in sorted(set(recorded) - set(ledger))]
         for batch_id in sorted(set(ledger) & set(recorded)):
-            record = read_commit_record(str(self.output), batch_id)
+            with self.reaching_s3():
+                record = read_commit_record(self.view.uri, batch_id)
             if (record.ranges, record.result) != (ledger[batch_id].ranges, ledger[batch_id].result):
                 problems.append(f"batch {batch_id}: its commit record's ranges or manifest differ from the ledger's")
         return problems
@@ -567,15 +710,13 @@ class TableCommitter(threading.Thread):
     retry against the new metadata, adding its files once.
     """
 
-    def __init__(self, output: Path) -> None:
+    def __init__(self, load_table: Callable[[], Any | None]) -> None:
         super().__init__(daemon=True)
-        self.output, self.commits, self._halt = output, 0, threading.Event()
+        self.load_table, self.commits, self._halt = load_table, 0, threading.Event()
 
     def run(self) -> None:
-        from stack.harness import output_table
-
         while not self._halt.is_set():
-            table = output_table(self.output)
+            table = self.load_table()
             if table is not None:
                 try:
                     with table.transaction() as tx:
@@ -597,7 +738,7 @@ def compact(tasks: dict[str, str]) -> str:
     return "[" + " ".join(f"{task}={state}" for task, state in tasks.items()) + "]"
 
 
-def check_results(output: Path, committed: list[int]) -> list[str]:
+def check_results(output: Path | OutputView, committed: list[int]) -> list[str]:
     """Each committed batch's manifest, as its commit record in the output keeps it (check_commit_records ties that to
     the ledger's), agrees with the files of the attempt it names (read with pyarrow), shard by shard; and the batch
     has a result manifest, which the replay job wrote and verify read.
@@ -608,21 +749,22 @@ def check_results(output: Path, committed: list[int]) -> list[str]:
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
+    view = output if isinstance(output, OutputView) else OutputView.local(output)
     problems = []
     for batch_id in committed:
-        manifest_file = output / "_manifests" / f"batch_id={path_batch_id(batch_id)}.json"
-        record_file = output / "_commits" / f"batch_id={path_batch_id(batch_id)}.json"
-        if not manifest_file.exists():
+        manifest_file = view.path("_manifests", f"batch_id={path_batch_id(batch_id)}.json")
+        record_file = view.path("_commits", f"batch_id={path_batch_id(batch_id)}.json")
+        if not view.is_file(manifest_file):
             problems.append(f"batch {batch_id}: no manifest at {manifest_file}")
             continue
-        if not record_file.exists():
+        if not view.is_file(record_file):
             problems.append(f"batch {batch_id}: no commit record at {record_file}")
             continue
-        result = json.loads(record_file.read_text())["batch"]["manifest"]
-        data_dir = output / f"batch_id={path_batch_id(batch_id)}"
+        result = json.loads(view.read_text(record_file))["batch"]["manifest"]
+        data_dir = view.path(f"batch_id={path_batch_id(batch_id)}")
         if result.get("attempt"):  # a table output: the files of the attempt the commit record names
-            data_dir = output / "data" / f"batch_id={path_batch_id(batch_id)}" / f"attempt={result['attempt']}"
-        table = pq.read_table(data_dir) if data_dir.exists() else None
+            data_dir = view.path("data", f"batch_id={path_batch_id(batch_id)}", f"attempt={result['attempt']}")
+        table = pq.read_table(data_dir, filesystem=view.filesystem) if view.is_dir(data_dir) else None
         for shard in result["shards"]:
             if table is None:
                 problems.append(f"batch {batch_id}: its commit record lists shard {shard['shard_id']}, but {data_dir} is missing")
@@ -639,38 +781,35 @@ def check_results(output: Path, committed: list[int]) -> list[str]:
     return problems
 
 
-def check_files(output: Path, committed: list[int]) -> list[str]:
+def check_files(output: Path | OutputView, committed: list[int]) -> list[str]:
     """No file outside a committed batch's paths (after the drain nothing is in flight) but the owner record.
 
     A table output's metadata and catalog are its own; its data files lie under committed batches' folders
     (a backfill's superseded attempts too, until snapshot expiry), and the table references no other.
     """
     from kinesis_replay.adapters.layout import COMMITS_DIR, OWNER_FILE
-    from stack.harness import output_table
 
+    view = output if isinstance(output, OutputView) else OutputView.local(output)
     allowed = {f"batch_id={path_batch_id(b)}" for b in committed}
     problems = []
-    if not output.exists():
+    if not view.is_dir(view.root):
         return problems
-    table = output_table(output)
+    table = view.load_table()
     if table is not None and table.current_snapshot() is not None:
         for task in table.scan().plan_files():
-            parts = Path(task.file.file_path.removeprefix("file://")).relative_to(output).parts
+            parts = view.relative(task.file.file_path)
             if parts[0] != "data" or parts[1] not in allowed:
                 problems.append(f"the table references {task.file.file_path}, outside every committed batch's files")
-    for path in output.rglob("*"):
-        if path.is_dir():
-            continue
-        parts = path.relative_to(output).parts
+    for parts in view.files():
         if parts[0] in allowed or (parts[0] in ("_quarantine", "data") and parts[1] in allowed):
             continue
         if parts[0] in ("metadata", "_catalog"):
             continue
-        if parts[0] in ("_manifests", COMMITS_DIR) and path.name.lstrip(".").removesuffix(".crc").removesuffix(".json") in allowed:
+        if parts[0] in ("_manifests", COMMITS_DIR) and parts[-1].lstrip(".").removesuffix(".crc").removesuffix(".json") in allowed:
             continue
         if parts == (OWNER_FILE,):
             continue
-        problems.append(f"{path.relative_to(output)} lies outside every committed batch's paths")
+        problems.append(f"{'/'.join(parts)} lies outside every committed batch's paths")
     return problems
 
 
@@ -698,19 +837,20 @@ class Totals:
         return f"schedules: {self.schedules}, records: {self.records}, lost: {self.lost}, duplicated: {self.duplicated}"
 
 
-def run_one(seed: int, steps: int, spark_steps: int, stack: Any, work: Path) -> Outcome:
+def run_one(seed: int, steps: int, spark_steps: int, stack: Any, work: Path, output: str = "local") -> Outcome:
     """One schedule in this process; AIRFLOW_HOME must hold a migrated Airflow database."""
     directory = work / f"seed-{seed}"
     directory.mkdir(parents=True, exist_ok=True)
-    return Schedule(seed, generate(seed, steps, spark_steps), stack, directory).run()
+    return Schedule(seed, generate(seed, steps, spark_steps), stack, directory, output).run()
 
 
 def run_schedules(
-    seeds: list[int], steps: int, spark_steps: int, stack: Any, work: Path, workers: int, echo: Any = print
+    seeds: list[int], steps: int, spark_steps: int, stack: Any, work: Path, workers: int, echo: Any = print, output: str = "local"
 ) -> tuple[Totals, list[Outcome]]:
     """Run the schedules in ``workers`` processes at once, each with an Airflow database of its own, on one local stack.
 
-    Each schedule has a stream, state table and output of its own, so they share nothing but the endpoints.
+    Each schedule has a stream, state table and output of its own (``output``: one of OUTPUTS), so they share nothing
+    but the endpoints.
     """
     template = Path(os.environ["AIRFLOW_HOME"]) / "airflow.db"
     env = {**os.environ, **stack.env()}
@@ -726,7 +866,7 @@ def run_schedules(
                 home.mkdir(parents=True, exist_ok=True)
                 shutil.copy(template, home / "airflow.db")
                 command = [sys.executable, str(Path(__file__)), "--worker", "--seed", str(seed), "--work", str(work)]
-                command += ["--steps", str(steps), "--spark-steps", str(spark_steps)]
+                command += ["--steps", str(steps), "--spark-steps", str(spark_steps), "--output", output]
                 with (work / f"seed-{seed}" / "worker.log").open("wb") as log:
                     proc = subprocess.Popen(command, env={**env, "AIRFLOW_HOME": str(home)}, stdout=log, stderr=subprocess.STDOUT)
                 running[seed] = (proc, work / f"seed-{seed}" / "outcome.json")
@@ -740,7 +880,7 @@ def run_schedules(
                 else:
                     tail = (work / f"seed-{seed}" / "worker.log").read_text(errors="replace")[-4000:]
                     crashed = f"the worker exited with {proc.returncode}:\n{tail}"
-                    outcome = Outcome(seed, generate(seed, steps, spark_steps), violations=[crashed])
+                    outcome = Outcome(seed, generate(seed, steps, spark_steps), violations=[crashed], output=output)
                 totals.add(outcome)
                 outcomes.append(outcome)
                 echo(outcome.report())
@@ -824,6 +964,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=4, help="random steps per schedule, before the drain")
     parser.add_argument("--spark-steps", type=int, default=2, help="at most this many steps run a Spark job, besides the drain")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 2, help="schedules run at once")
+    parser.add_argument(
+        "--output", choices=OUTPUTS, default="local", help="where the pipeline writes: a local folder, or S3 (moto) with the Glue catalog"
+    )
     parser.add_argument("--benchmarks", type=Path, default=ROOT / "BENCHMARKS.md", help="where to write the reliability table")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # one schedule, on the stack in the environment
     parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
@@ -834,7 +977,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         stack = local_stack.Stack(os.environ["AWS_ENDPOINT_URL_KINESIS"], os.environ["AWS_ENDPOINT_URL_DYNAMODB"])
         (seed,) = args.seed
-        outcome = run_one(seed, args.steps, args.spark_steps, stack, args.work)
+        outcome = run_one(seed, args.steps, args.spark_steps, stack, args.work, args.output)
         (args.work / f"seed-{seed}" / "outcome.json").write_text(json.dumps(outcome.to_dict()))
         return 0
 
@@ -842,18 +985,24 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="kinesis-replay-chaos-"))
     setup_airflow_home(work / "airflow")
     stack = local_stack.start(work / "stack", local_stack.free_port(), local_stack.free_port())
-    print(f"{len(seeds)} schedules of {args.steps} steps, {args.workers} at once; logs in {work}", flush=True)
+    print(f"{len(seeds)} schedules of {args.steps} steps, output {args.output}, {args.workers} at once; logs in {work}", flush=True)
     try:
-        totals, _ = run_schedules(seeds, args.steps, args.spark_steps, stack, work, args.workers, echo=lambda line: print(line, flush=True))
+        totals, _ = run_schedules(
+            seeds, args.steps, args.spark_steps, stack, work, args.workers, echo=lambda line: print(line, flush=True), output=args.output
+        )
     finally:
         local_stack.stop(work / "stack")
     print(totals.summary())
     if not args.seed:
-        write_reliability(args.benchmarks, totals, seeds, args.steps, f"make chaos SCHEDULES={args.schedules} CHAOS_STEPS={args.steps}")
+        command = f"make chaos SCHEDULES={args.schedules} CHAOS_STEPS={args.steps}"
+        if args.output != "local":
+            command += f" CHAOS_OUTPUT={args.output}"
+        write_reliability(args.benchmarks, totals, seeds, args.steps, command)
         print(f"wrote the reliability table to {args.benchmarks}")
     if totals.failed:
         print(
             f"failed seeds: {', '.join(map(str, totals.failed))}; rerun one with: python tests/stack/chaos.py --seed N --steps {args.steps}"
+            + (f" --output {args.output}" if args.output != "local" else "")
         )
     return 1 if totals.failed else 0
 

@@ -137,12 +137,13 @@ def spark_jobs(pipeline_name: str) -> list[int]:
 class SparkKiller(threading.Thread):
     """Wait for a replay job of the pipeline to start, then SIGKILL its process group once ``ready()`` says so.
 
-    The group holds the JVM and its Python workers (spark_submit.run starts it in a session of its own).
+    The group holds the JVM and its Python workers (spark_submit.run starts it in a session of its own). ``interval``:
+    how often ``ready()`` is asked, once the job runs.
     """
 
-    def __init__(self, pipeline_name: str, ready: Any, timeout: float = 300) -> None:
+    def __init__(self, pipeline_name: str, ready: Any, timeout: float = 300, interval: float = 0.02) -> None:
         super().__init__(daemon=True)
-        self.pipeline_name, self.ready, self.timeout = pipeline_name, ready, timeout
+        self.pipeline_name, self.ready, self.timeout, self.interval = pipeline_name, ready, timeout, interval
         self.fired: str | None = None
         self.started_at: float | None = None
         self._cancelled = threading.Event()
@@ -167,4 +168,4 @@ class SparkKiller(threading.Thread):
                 except ProcessLookupError:
                     pass
                 return
-            time.sleep(0.02)
+            time.sleep(0.02 if pid is None else self.interval)

@@ -14,6 +14,8 @@ from typing import Any
 
 import yaml
 
+from stack.local_stack import LOCAL_KEY, REGION
+
 ROOT = Path(__file__).resolve().parents[2]
 DAG_FILE = ROOT / "dags" / "kinesis_replay_dags.py"
 # The job's own defaults for local masters apply (no web UI, C1 only, and the class-data-sharing archive).
@@ -173,16 +175,41 @@ def read_output(output: Path | str, quarantine: bool = False, snapshot_id: int |
     import pyarrow as pa
     import pyarrow.dataset as ds
 
-    empty = pa.table({c: [] for c in EMPTY_COLUMNS})
     if not quarantine and is_table_output(output):
-        table = output_table(output)
-        if table is None or table.current_snapshot() is None:
-            return empty
-        return table.scan(snapshot_id=snapshot_id).to_arrow()
+        return table_rows(output_table(output), snapshot_id)
     root = Path(output) / "_quarantine" if quarantine else Path(output)
     if not root.exists():
-        return empty
+        return pa.table({c: [] for c in EMPTY_COLUMNS})
     return ds.dataset(str(root), format="parquet", partitioning="hive").to_table()
+
+
+def table_rows(table: Any | None, snapshot_id: int | None = None) -> Any:
+    """The rows of a table's current snapshot (or of ``snapshot_id``), read with pyiceberg; none without a table or snapshot."""
+    import pyarrow as pa
+
+    if table is None or table.current_snapshot() is None:
+        return pa.table({c: [] for c in EMPTY_COLUMNS})
+    return table.scan(snapshot_id=snapshot_id).to_arrow()
+
+
+def glue_table_config(moto_url: str, namespace: str) -> dict[str, Any]:
+    """A pipeline's ``table`` entry for the Glue catalog on the moto server: the catalog an ``s3://`` output needs."""
+    properties = {"type": "glue", "glue.endpoint": moto_url, "glue.region": REGION}
+    return {"catalog": "glue", "namespace": namespace, "catalog_properties": properties}
+
+
+def glue_table(moto_url: str, namespace: str, name: str) -> Any | None:
+    """The table as a reader of its own loads it (not project code): Glue for the table, S3's endpoint and keys for its
+    files, as a user's query engine is set up. None while Glue has no such table."""
+    from pyiceberg.catalog.glue import GlueCatalog
+    from pyiceberg.exceptions import NoSuchTableError
+
+    s3 = {"s3.endpoint": moto_url, "s3.region": REGION, "s3.access-key-id": LOCAL_KEY, "s3.secret-access-key": LOCAL_KEY}
+    catalog = GlueCatalog("reader", **{"glue.endpoint": moto_url, "glue.region": REGION}, **s3)
+    try:
+        return catalog.load_table(f"{namespace}.{name}")
+    except NoSuchTableError:
+        return None
 
 
 def batch_dirs(output: Path | str) -> list[str]:
@@ -200,12 +227,16 @@ def batch_dirs(output: Path | str) -> list[str]:
 
 
 def check_table_history(output: Path | str) -> list[str]:
+    """Every snapshot in the table's history holds each batch wholly or not at all, and never twice (``table_history``)."""
+    return table_history(output_table(output))
+
+
+def table_history(table: Any | None) -> list[str]:
     """Every snapshot in the table's history holds each batch wholly or not at all, and never twice.
 
     Wholly: a batch's rows in any snapshot are the rows it holds now (a batch's rows are deterministic, whichever
     attempt wrote them). Never twice: no (shard, sequence number, sub-sequence number) repeats in a snapshot.
     """
-    table = output_table(output)
     if table is None or table.current_snapshot() is None:
         return []
     current = _keys_by_batch(table.scan().to_arrow())
