@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STACK := tests/stack
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help install browser demo up down test test-unit test-integration chaos bench bench-table bench-paced bench-ledger bench-planning lint typecheck docs-config package stack-up stack-down clean
+.PHONY: help install browser demo up down test test-unit test-integration chaos bench bench-table bench-paced bench-ledger bench-planning bench-connect lint typecheck docs-config package stack-up stack-down clean
 
 help:
 	@echo "make demo     run the DAG for several cycles on a local stack and check every record landed exactly once"
@@ -23,6 +23,7 @@ help:
 	@echo "make bench-paced  the same ways through a proxy at Kinesis's per-shard read limits, against the physical limit (PACED=...)"
 	@echo "make bench-ledger  time the page, the backfill selection and the stuck check on a ledger of 100,000 batches"
 	@echo "make bench-planning  time a plan at 4, 100 and 1,000 shards through a proxy at Kinesis's limits"
+	@echo "make bench-connect  a one-record batch under spark-submit and as a client of a warm Spark Connect server"
 
 install: $(VENV)/.installed $(STACK)/node_modules/.installed browser
 
@@ -102,6 +103,12 @@ bench-table: install
 PACED ?= 8:60:4 32:20:16
 bench-paced: install
 	$(BIN)/python bench/paced.py --scenarios $(PACED)
+
+# The replay job's fixed cost (a one-record batch) under spark-submit and as a client of a warm Spark Connect server,
+# interleaved; a few minutes on 2 cores.
+CONNECT_RUNS ?= 5
+bench-connect: install
+	$(BIN)/python bench/connect.py --runs $(CONNECT_RUNS)
 
 # Reading a ledger of a year at a five-minute schedule, as the page, the backfill and the stuck check read it;
 # about 5 minutes on 2 cores, most of them writing the ledger and reading it whole once, for comparison.

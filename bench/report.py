@@ -3,7 +3,8 @@
 Each command writes a section: `make bench` the bench section (bench/run.py, through ``write``) and the
 table-commit section (bench/table_commit.py, also `make bench-table`), `make chaos` the reliability section
 (tests/stack/chaos.py), `make bench-ledger` the ledger section (bench/ledger.py), `make bench-planning` the planning
-section (bench/planning.py) and `make bench-paced` the paced section (bench/paced.py), all but the first through
+section (bench/planning.py), `make bench-paced` the paced section (bench/paced.py) and `make bench-connect` the
+Spark Connect section (bench/connect.py), all but the first through
 ``write_section``. Every other line is written by hand, so
 each write replaces one section and keeps every other byte of the file as it was.
 """
@@ -58,6 +59,7 @@ LEDGER = Section("<!-- ledger:start -->", "<!-- ledger:end -->")
 PLANNING = Section("<!-- planning:start -->", "<!-- planning:end -->")
 TABLE_COMMIT = Section("<!-- table-commit:start -->", "<!-- table-commit:end -->")
 PACED = Section("<!-- paced:start -->", "<!-- paced:end -->")
+CONNECT = Section("<!-- connect:start -->", "<!-- connect:end -->")
 RELIABILITY_PLACEHOLDER = "## Reliability (make chaos)\n\nNot measured yet: `make chaos` writes this table."
 
 

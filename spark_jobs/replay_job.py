@@ -4,6 +4,10 @@ A plain spark-submit program that knows nothing of Airflow or of the state table
 
     spark-submit --py-files kinesis_replay.zip,kinesis_source.py replay_job.py --spec batch.json
 
+or, as a client of a Spark Connect server whose Python workers have the job's packages (docs/deployment.md):
+
+    python replay_job.py --remote sc://host:15002 --artifacts kinesis_replay.zip,kinesis_source.py --spec batch.json
+
 The spec is a ``kinesis_replay.core.job_spec.JobSpec`` as JSON: the batch's ranges, its output, the Kinesis endpoint,
 the read budget and the payload's format. Credentials come from the environment (or the executors' instance
 role), never from the spec.
@@ -55,6 +59,7 @@ from kinesis_source import (
     Pages,
     TasksDone,
     Unconfirmed,
+    is_remote,
     job_s3,
     range_tasks,
     sample_tasks,
@@ -67,6 +72,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--spec", help="path or s3:// URI of the batch spec (JSON)")
     what.add_argument("--warm-up", metavar="DIR", help="replay made-up records into DIR, without Kinesis: the JVM's warm-up run")
+    parser.add_argument(
+        "--remote",
+        metavar="URL",
+        help="run as a client of a Spark Connect server (sc://host:15002) instead of under spark-submit; SPARK_REMOTE says the same",
+    )
+    parser.add_argument(
+        "--artifacts",
+        default="",
+        metavar="PATHS",
+        help="with --remote: the code the server's Python workers import, comma-separated (the library's zip, kinesis_source.py), "
+        "as spark-submit's --py-files carries it",
+    )
     return parser.parse_args(argv)
 
 
@@ -97,9 +114,18 @@ def load_spec(path: str) -> JobSpec:
     return JobSpec.from_json(text, f"batch spec {path}")
 
 
-def build_session(spec: JobSpec) -> SparkSession:
-    # Spark places the tasks and retries them; it writes nothing: the tasks write their own files (attempt_writer).
-    return SparkSession.builder.appName(f"kinesis-replay {spec.pipeline_name} batch {spec.batch_id}").getOrCreate()
+def build_session(spec: JobSpec, remote: str | None = None, artifacts: Sequence[str] = ()) -> SparkSession:
+    """A classic session under spark-submit, or with ``remote`` (or SPARK_REMOTE) a Spark Connect session, to which the
+    job's code is added for the server's Python workers (``artifacts``).
+
+    Spark places the tasks and retries them; it writes nothing, and the driver calls nothing through its JVM: the tasks
+    write their own files (attempt_writer), and report what they did in their rows (write_tasks).
+    """
+    builder = SparkSession.builder.appName(f"kinesis-replay {spec.pipeline_name} batch {spec.batch_id}")
+    spark = (builder.remote(remote) if remote else builder).getOrCreate()
+    if is_remote(spark) and artifacts:
+        spark.addArtifacts(*artifacts, pyfile=True)
+    return spark
 
 
 def new_attempt() -> str:
@@ -175,8 +201,9 @@ def write_as_read(spark: SparkSession, spec: JobSpec, attempt: str, tasks: int, 
     return shards, done
 
 
-def run(spec: JobSpec, warm_up: bool = False) -> ReplayResult:
-    """Replay the spec's batch (``warm_up``: made-up records, no Kinesis) and write its result manifest."""
+def run(spec: JobSpec, warm_up: bool = False, remote: str | None = None, artifacts: Sequence[str] = ()) -> ReplayResult:
+    """Replay the spec's batch (``warm_up``: made-up records, no Kinesis) and write its result manifest; ``remote``: as
+    a client of that Spark Connect server (``build_session``)."""
     started, started_at = time.monotonic(), time.time()
     phases: dict[str, float] = {}
 
@@ -184,7 +211,7 @@ def run(spec: JobSpec, warm_up: bool = False) -> ReplayResult:
         phases[name] = time.monotonic() - started - sum(phases.values())
 
     with reaching_s3(job_s3(spec.s3)):  # the driver's S3 calls: the owner record, folders replaced, the manifest
-        spark = build_session(spec)
+        spark = build_session(spec, remote, artifacts)
         lap("session")
         try:
             table = spec.output_format == "iceberg"
@@ -316,8 +343,10 @@ def _split(line: str) -> tuple[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    artifacts = [a for a in args.artifacts.split(",") if a]
     try:
-        result = run(warm_up_spec(args.warm_up), warm_up=True) if args.warm_up else run(load_spec(args.spec))
+        spec = warm_up_spec(args.warm_up) if args.warm_up else load_spec(args.spec)
+        result = run(spec, warm_up=bool(args.warm_up), remote=args.remote, artifacts=artifacts)
     except KinesisReplayError as exc:
         print(f"kinesis-replay: {exc}", file=sys.stderr)
         return 2

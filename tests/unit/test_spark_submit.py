@@ -288,7 +288,7 @@ def test_the_root_cause_is_one_bounded_line() -> None:
 def test_a_failed_job_logs_its_traceback_and_prints_its_root_cause_as_the_reason(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    def fail(spec: object) -> None:
+    def fail(spec: object, **how: object) -> None:
         raise Py4JJavaError("An error occurred while calling o31.parquet.\n", hadoop_failure())
 
     monkeypatch.setattr(replay_job, "load_spec", lambda path: {})
@@ -306,7 +306,7 @@ def test_a_domain_error_inside_a_task_failure_wins_over_the_root_cause(
     domain = f"{RangeReadError.__module__}.RangeReadError: stream s, range shardId-000000000000 [1 .. 9]: could not read until the end"
     worker = f'Traceback (most recent call last):\n  File "kinesis_source.py", line 9, in read\n{domain}'
 
-    def fail(spec: object) -> None:
+    def fail(spec: object, **how: object) -> None:
         raise Py4JJavaError(
             "x",
             Throwable("org.apache.spark.SparkException", "Job aborted", Throwable("org.apache.spark.api.python.PythonException", worker)),
