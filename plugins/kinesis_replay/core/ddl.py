@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -45,6 +46,7 @@ class DdlType:
         return self.kind.upper() + (f"({','.join(map(str, self.params))})" if self.params else "")
 
 
+@functools.lru_cache(maxsize=4096)  # the JSON decoder names each field of each record's path with it
 def ddl_name(name: str) -> str:
     """A column name as DDL writes it: in backticks unless it is a plain identifier."""
     return name if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) else "`" + name.replace("`", "``") + "`"

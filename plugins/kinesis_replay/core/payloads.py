@@ -326,6 +326,7 @@ _SHORT_IDS = {
     "PNT": "America/Phoenix", "PRT": "America/Puerto_Rico", "PST": "America/Los_Angeles", "SST": "Pacific/Guadalcanal",
     "VST": "Asia/Ho_Chi_Minh", "EST": "-05:00", "MST": "-07:00", "HST": "-10:00",
 }  # fmt: skip
+_SURROGATE = re.compile("[\ud800-\udfff]")  # a half of a UTF-16 pair, which only a \\u escape can leave alone
 _OFFSET = re.compile(r"([+-])(\d{1,2})(?::?(\d{2}))?(?::?(\d{2}))?")
 
 
@@ -565,7 +566,7 @@ def _jackson_string(text: str) -> str:
 
 def _java_text(text: str) -> str:
     """A decoded string as Java keeps it in UTF-8: a surrogate left alone by its pair (a lone \\ud83d) becomes "?"."""
-    if not any(0xD800 <= ord(c) <= 0xDFFF for c in text):
+    if _SURROGATE.search(text) is None:  # nearly always: a string decoded from UTF-8 holds none
         return text
     paired = text.encode("utf-16", "surrogatepass").decode("utf-16", "surrogatepass")  # a valid pair: its character
     return "".join("?" if 0xD800 <= ord(c) <= 0xDFFF else c for c in paired)
