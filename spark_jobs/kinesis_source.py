@@ -9,6 +9,7 @@ import logging
 import math
 import queue
 import statistics
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -109,12 +110,11 @@ def range_tasks(spark: SparkSession, spec: JobSpec) -> tuple[int, Pages]:
 def task_slots(spark: SparkSession) -> int:
     """How many tasks run at once: ``spark.default.parallelism``, which Spark sets to the cores of a local master or
     of a cluster's executors (and a user may set). A Spark Connect session has no SparkContext to ask: there it is
-    the setting, and without one the number of ranges (a task each)."""
-    context = getattr(spark, "sparkContext", None) if not is_remote(spark) else None
-    if context is not None:
-        return int(context.defaultParallelism)
+    the setting, and without one no cap: task_ranges then deals a task to each range."""
+    if not is_remote(spark):
+        return int(spark.sparkContext.defaultParallelism)
     configured = spark.conf.get("spark.default.parallelism", None)
-    return int(configured) if configured else 1_000_000
+    return int(configured) if configured else sys.maxsize
 
 
 def is_remote(spark: SparkSession) -> bool:

@@ -7,7 +7,7 @@ Pure Python (no Spark, no pyarrow), so that it can be tested alone; the replay's
 whichever release replayed a batch: a field of the schema whose value is missing or null is null, a field the schema
 does not name is dropped, names match case and all, a name twice keeps its last value, only the first JSON value of a
 payload is read (what follows it is ignored), and each type reads what Spark's reads (``tests/integration/
-test_json_decoding_against_spark.py`` checks the two side by side).
+test_tasks_against_spark.py`` checks the two side by side).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ _DECIMAL_TEXT = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")  # java
 _DATE = r"(?P<sign>[+-]?)(?P<year>\d{4,7})(?:-(?P<month>\d{1,2})(?:-(?P<day>\d{1,2}))?)?"
 _TIME = r"(?P<hour>\d{1,2})(?::(?P<minute>\d{1,2})(?::(?P<second>\d{1,2})(?:\.(?P<fraction>\d{0,9}))?)?)?"
 # A zone: Z, an offset, UTC/GMT/UT with or without one, or a region (Europe/Paris, Japan, EST): whether Java knows
-# the region is for the decoder (_zone_offset) to say.
+# the region is for ``_zone`` to say.
 _ZONE = r"(?:Z|[+-]\d{1,2}(?::?\d{2}){0,2}|(?:UTC|GMT|UT)(?:[+-]\d{1,2}(?::?\d{2}){0,2})?|[A-Za-z][A-Za-z0-9_+-]*(?:/[A-Za-z0-9_+-]+)*)"
 _CLOCK = r"(?P<hour>\d{1,2}):(?P<minute>\d{1,2})(?::(?P<second>\d{1,2})(?:\.(?P<fraction>\d{1,9}))?)?"  # a time of day alone
 _DATE_TEXT = re.compile(rf"{_DATE}(?:[ T].*)?", re.DOTALL)
@@ -80,7 +80,7 @@ def _integer(text: str) -> int:
 _DECODER = json.JSONDecoder(parse_float=_Fraction, parse_int=_integer, parse_constant=_Fraction, object_pairs_hook=_Object)
 
 
-Decoded = dict[str, Any]  # a payload's columns by name: None, or what pyarrow takes for the column's type (decoded_type)
+Decoded = dict[str, Any]  # a payload's columns by name: None, or what pyarrow takes for the column's type (json_columns)
 
 
 def decode_json(schema: DdlType, data: bytes | bytearray | None) -> tuple[Decoded | None, str | None]:
@@ -108,7 +108,7 @@ def decode_json(schema: DdlType, data: bytes | bytearray | None) -> tuple[Decode
             return None, f"not a JSON object (got {_kind(value)})"
         reason = _check_struct(schema, value, "")
         if reason is None:
-            return _struct_value(schema, value, ""), None
+            return _struct_value(schema, value), None
     except RecursionError:
         return None, "not valid JSON: nested too deeply"
     except ValueError as exc:  # json.JSONDecodeError, or a number too long
@@ -314,7 +314,6 @@ NOT_DECODED = {
     "void": "a VOID column holds nothing",
 }
 _INT64 = (-(2**63), 2**63 - 1)
-_MICROS_A_DAY = 86_400 * 10**6
 _SHORT = {"\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r", '"': '\\"', "\\": "\\\\"}  # Jackson's short escapes
 # java.time.ZoneId.SHORT_IDS, which Spark's zone lookup reads first: a three-letter zone as Java means it.
 _SHORT_IDS = {
@@ -345,60 +344,54 @@ def undecoded_columns(schema: DdlType, path: str = "") -> list[str]:
     return found
 
 
-def _struct_value(struct: DdlType, obj: _Object, path: str) -> Decoded:
+def _struct_value(struct: DdlType, obj: _Object) -> Decoded:
     types = dict(struct.children)
     values: Decoded = dict.fromkeys(types)
     for key, value in obj.pairs:
         kind = types.get(key)
         if kind is not None:  # a name twice: the last value stays, as in Spark's row
-            values[key] = _value(kind, value, f"{path}.{ddl_name(key)}" if path else ddl_name(key))
+            values[key] = _value(kind, value)
     return values
 
 
-def _value(t: DdlType, value: Any, path: str) -> Any:
-    """``value`` (already checked as a ``t``: ``_check``) as the column holds it."""
+def _value(t: DdlType, value: Any) -> Any:
+    """``value`` (already checked as a ``t``: ``_check``, which names the field at fault) as the column holds it."""
     if value is None:
         return None
-    if t.kind in ("struct", "array", "map"):
-        return _nested_value(t, value, path)
+    if t.kind == "struct":
+        return _struct_value(t, value)
+    if t.kind == "array":
+        return [_value(t.children[0][1], v) for v in value]
+    if t.kind == "map":
+        # Every pair, a key twice kept twice: Spark's from_json builds the map so, and its Parquet writer writes it so.
+        return [(_java_text(key), _value(t.children[1][1], v)) for key, v in value.pairs]
     if t.kind in _INTEGERS:
         return value - 256 if t.kind == "tinyint" and value > 127 else value  # Jackson's unsigned byte, stored wrapped
-    return _VALUES[t.kind](t, value, path)  # payload.schema has no other type (undecoded_columns)
+    return _VALUES[t.kind](t, value)  # payload.schema has no other type (undecoded_columns)
 
 
-def _nested_value(t: DdlType, value: Any, path: str) -> Any:
-    if t.kind == "struct":
-        return _struct_value(t, value, path)
-    if t.kind == "array":
-        element = t.children[0][1]
-        return [_value(element, v, f"{path}[{i}]") for i, v in enumerate(value)]
-    item = t.children[1][1]
-    # Every pair, a key twice kept twice: Spark's from_json builds the map so, and its Parquet writer writes it so.
-    return [(_java_text(key), _value(item, v, f"{path}[{key}]")) for key, v in value.pairs]
-
-
-def _decimal(t: DdlType, value: Any, path: str) -> Decimal:
+def _decimal(t: DdlType, value: Any) -> Decimal:
     number = Decimal(value) if type(value) is int else value.value if isinstance(value, _Fraction) else Decimal(value.replace(",", ""))
     return number.quantize(Decimal(1).scaleb(-t.params[1]), rounding=ROUND_HALF_UP, context=Context(prec=max(t.params[0], 1)))
 
 
-def _date(t: DdlType, value: Any, path: str) -> int:
+def _date(t: DdlType, value: Any) -> int:
     match = _DATE_TEXT.fullmatch(value.strip())
     assert match is not None  # _check read it
     return _days(match)
 
 
-# Each simple type's value, from a JSON value _check accepted: (type, value, path) -> what the column holds.
-_VALUES: dict[str, Callable[[DdlType, Any, str], Any]] = {
+# Each simple type's value, from a JSON value _check accepted: (type, value) -> what the column holds.
+_VALUES: dict[str, Callable[[DdlType, Any], Any]] = {
     "decimal": _decimal,
-    "float": lambda t, value, path: _float(value),  # a FLOAT is the double rounded once more (pyarrow), as Jackson's is
-    "double": lambda t, value, path: _float(value),
-    "boolean": lambda t, value, path: value,
-    "string": lambda t, value, path: _java_text(value) if isinstance(value, str) else _json_text(value),
-    "binary": lambda t, value, path: base64.b64decode(re.sub(f"[{_WHITESPACE}]", "", value), validate=True),
+    "float": lambda t, value: _float(value),  # a FLOAT is the double rounded once more (pyarrow), as Jackson's is
+    "double": lambda t, value: _float(value),
+    "boolean": lambda t, value: value,
+    "string": lambda t, value: _java_text(value) if isinstance(value, str) else _json_text(value),
+    "binary": lambda t, value: base64.b64decode(re.sub(f"[{_WHITESPACE}]", "", value), validate=True),
     "date": _date,
-    "timestamp": lambda t, value, path: _timestamp(value, zoned=True),
-    "timestamp_ntz": lambda t, value, path: _timestamp(value, zoned=False),
+    "timestamp": lambda t, value: _timestamp(value, zoned=True),
+    "timestamp_ntz": lambda t, value: _timestamp(value, zoned=False),
 }
 
 
