@@ -164,6 +164,25 @@ def test_a_commit_from_a_stale_table_is_retried_on_glues_new_version_and_loses_n
     assert summaries == ["1", "2"], "each batch in one snapshot of its own, in the order Glue accepted them"
 
 
+def test_glue_refuses_an_update_from_a_stale_version_and_keeps_the_newer_pointer(table: Table, glue: Any) -> None:
+    """What the catalog's optimistic locking rests on, from Glue's side: an UpdateTable naming a version that is no longer
+    the table's current one is refused (moto's own Glue ignores VersionId; the stack's moto server refuses as AWS does)."""
+    from botocore.exceptions import ClientError
+
+    database, name = table.name()
+    before = glue.get_table(DatabaseName=database, Name=name)["Table"]
+    commit(table, 1, "a")  # another writer's commit: Glue's version moves on
+    newer = glue_pointer(glue, table)
+    stale_input = {"Name": name, "TableType": before["TableType"], "Parameters": before["Parameters"]}
+
+    with pytest.raises(ClientError) as refused:
+        glue.update_table(DatabaseName=database, TableInput=stale_input, VersionId=before["VersionId"])
+
+    assert refused.value.response["Error"]["Code"] == "ConcurrentModificationException"
+    assert glue_pointer(glue, table) == newer != before["Parameters"]["metadata_location"], "the newer commit stands"
+    assert rows_by_batch(table.catalog.load_table(table.name())) == {1: 3}
+
+
 @pytest.fixture
 def glue_calls(monkeypatch: pytest.MonkeyPatch) -> set[str]:
     """The Glue actions that any boto3 client in this process calls, as IAM names them (glue:GetTable)."""

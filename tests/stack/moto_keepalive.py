@@ -21,6 +21,12 @@ before it compares one: a Query of the 4 shard# items of a pipeline whose partit
 items under the prefix; moto's own query then sorts, pages and projects them as before. The items are the same; a
 page that ends the prefix may come without the LastEvaluatedKey moto adds when any other item of the partition follows.
 
+And its Glue UpdateTable ignores the VersionId it is given, so an update from a stale version of a table replaces a
+newer one: two writers that read the table at once both succeed, and the first one's commit is lost (a chaos
+schedule's batch vanished from its table this way, under a competing writer's property changes). Glue refuses such an
+update with ConcurrentModificationException, and the optimistic locking of pyiceberg's (and Iceberg's Java) Glue
+catalog rests on that. Here too: an UpdateTable whose VersionId is not the table's current one is refused so.
+
     python tests/stack/moto_keepalive.py -H 127.0.0.1 -p 5000
 """
 
@@ -33,6 +39,8 @@ import threading
 from typing import Any
 
 import moto.dynamodb.models as dynamodb_models
+import moto.glue.responses as glue_responses
+from moto.glue.exceptions import GlueClientError
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler
 from moto.server import main
 
@@ -101,6 +109,23 @@ def _query_reading_the_prefix_only(self: Any, *args: Any, **kwargs: Any) -> Any:
 
 
 dynamodb_models.Table.query = _query_reading_the_prefix_only  # type: ignore[method-assign]
+
+_update_table = glue_responses.GlueResponse.update_table
+
+
+def _update_table_at_its_version(self: Any) -> Any:
+    version = self.parameters.get("VersionId")
+    if version is not None:  # one request at a time (above): nothing moves between this look and the update
+        name = self.parameters.get("TableInput", {}).get("Name")
+        current = self.glue_backend.get_table(self.parameters.get("DatabaseName"), name).as_dict()["VersionId"]
+        if str(version) != str(current):
+            raise GlueClientError(
+                "ConcurrentModificationException", f"Table {name} was updated: version {version} is not its current {current}"
+            )
+    return _update_table(self)
+
+
+glue_responses.GlueResponse.update_table = _update_table_at_its_version  # type: ignore[method-assign]
 
 if __name__ == "__main__":
     sys.exit(main())
