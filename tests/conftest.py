@@ -83,10 +83,23 @@ def stream(stack: object) -> Iterator[str]:
         client.delete_stream(StreamName=name, EnforceConsumerDeletion=True)
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--compose", action="store_true", help="collect tests/compose: docker-compose.yml's stack under a Docker engine")
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """tests/compose starts the Docker stack (about 15 minutes cold): `make test-compose` runs it, `make test` does not."""
+    if collection_path == ROOT / "tests" / "compose" and not config.getoption("--compose"):
+        return True
+    return None
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "integration" in item.path.parts:
             item.add_marker(pytest.mark.integration)
+        if "compose" in item.path.parts:
+            item.add_marker(pytest.mark.compose)
 
 
 # The fault-schedule tests (tests/integration/test_chaos.py) each record their totals as a user property; the
