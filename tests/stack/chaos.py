@@ -927,7 +927,9 @@ def reliability_table(old: str, totals: Totals, seeds: list[int], steps: int, co
             "",
             "Randomized fault schedules (`tests/stack/chaos.py`): every run of `make chaos` adds a row, on "
             f"{platform.node() or 'this machine'}, {os.cpu_count()} cores. The run of 2026-11-22 16:51 predates the operator "
-            "steps (lose_state, share_output), and every run before 2026-11-23 07:10 the cap step (max_batch).",
+            "steps (lose_state, share_output), and every run before 2026-11-23 07:10 the cap step (max_batch). The rows of "
+            "`make test-compose` are its container-kill schedules on docker-compose.yml's stack (tests/compose/test_stack_faults.py): "
+            "rounds of a cycle with one or two containers killed, then clean cycles.",
             "",
             "| run (UTC) | command | schedules | steps each | records | lost | duplicated | failed schedules | time |",
             "|---|---|---:|---|---:|---:|---:|---|---:|",
