@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from stack.compose_stack import DEMO, Compose, StackClient, env_from_example
-from stack.harness import ExactlyOnce
+from stack.harness import ExactlyOnce, check_exactly_once
 from stack.producer import Produced
 
 DAG, BACKFILL = f"kinesis_replay_{DEMO['name']}", f"kinesis_replay_backfill_{DEMO['name']}"
@@ -36,23 +36,17 @@ def wait_until(condition: Callable[[], Any], what: str, timeout: float = 600, ev
 
 def exactly_once(client: StackClient) -> tuple[ExactlyOnce, dict[str, Any]]:
     """The stream's records against the table's rows, and the lake as read."""
-    from collections import Counter
+    import pyarrow as pa
 
-    stream = client.stream_records()
     lake = client.lake()
-    expected = {(r.shard_id, r.sequence_number, r.sub_sequence_number): r.data for r in stream}
-    keys = [(s, q, u) for s, q, u, _, _ in lake["rows"]]
-    data = {(s, q, u): base64.b64decode(d) for s, q, u, _, d in lake["rows"]}
-    counts = Counter(keys)
-    result = ExactlyOnce(
-        expected=len(expected),
-        rows=len(keys),
-        lost=sum(1 for k in expected if k not in counts),
-        duplicated=sum(c - 1 for c in counts.values() if c > 1),
-        unexpected=sum(1 for k in counts if k not in expected),
-        payload_mismatches=sum(1 for k, v in expected.items() if k in data and data[k] != v),
+    shard, sequence, sub, _, data = zip(*lake["rows"], strict=True) if lake["rows"] else ((),) * 5
+    rows = pa.table(
+        {"shard_id": shard, "sequence_number": sequence, "sub_sequence_number": sub, "data": [base64.b64decode(d) for d in data]},
+        schema=pa.schema(
+            [("shard_id", pa.string()), ("sequence_number", pa.string()), ("sub_sequence_number", pa.int64()), ("data", pa.binary())]
+        ),
     )
-    return result, lake
+    return check_exactly_once(client.stream_records(), rows), lake
 
 
 def all_landed(client: StackClient, stream: list[Produced] | None = None) -> bool:

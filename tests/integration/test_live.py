@@ -18,8 +18,6 @@ import re
 import subprocess
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +31,7 @@ from test_ui import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS
 from kinesis_replay.adapters.dynamodb_store import DynamoDBStateStore
 from kinesis_replay.core.state import BatchStatus, RunKind
 from stack import up
-from stack.harness import check_exactly_once, read_output
+from stack.harness import check_exactly_once, read_output, request_json
 from stack.local_stack import free_port
 from stack.producer import Produced, produce
 
@@ -52,18 +50,7 @@ class Airflow:
         return (self.home / f"{name}.log").read_text(errors="replace")
 
     def request(self, path: str, data: dict[str, Any] | None = None, method: str | None = None) -> tuple[int, Any]:
-        body = json.dumps(data).encode() if data is not None else None
-        headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {self.token}"} if self.token else {})}
-        req = urllib.request.Request(f"{self.base}{path}", data=body, method=method, headers=headers)
-        try:
-            with urllib.request.urlopen(req, timeout=30) as response:
-                status, raw = response.status, response.read()
-        except urllib.error.HTTPError as error:
-            status, raw = error.code, error.read()
-        try:
-            return status, json.loads(raw)
-        except ValueError:
-            return status, raw.decode(errors="replace")
+        return request_json(f"{self.base}{path}", data, method, self.token)
 
     def runs(self, dag_id: str) -> list[dict[str, Any]]:
         status, body = self.request(f"/api/v2/dags/{dag_id}/dagRuns?order_by=logical_date")

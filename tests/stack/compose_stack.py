@@ -313,26 +313,14 @@ class StackClient:
         return str(json.loads(out)["admin"])
 
     def request(self, path: str, data: dict[str, Any] | None = None, method: str | None = None, auth: bool = True) -> tuple[int, Any]:
-        import urllib.error
-        import urllib.request
-
         if auth and not self._token:
             status, body = self.request("/auth/token", {"username": "admin", "password": self.password()}, auth=False)
             if status not in (200, 201):
                 raise RuntimeError(f"no token from the api-server: {status} {body}")
             self._token = body["access_token"]
-        headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {self._token}"} if auth else {})}
-        body = json.dumps(data).encode() if data is not None else None
-        req = urllib.request.Request(PUBLISHED["airflow"] + path, data=body, method=method, headers=headers)
-        try:
-            with urllib.request.urlopen(req, timeout=30) as response:
-                status, raw = response.status, response.read()
-        except urllib.error.HTTPError as e:
-            status, raw = e.code, e.read()
-        try:
-            return status, json.loads(raw)
-        except ValueError:
-            return status, raw.decode(errors="replace")
+        from stack.harness import request_json
+
+        return request_json(PUBLISHED["airflow"] + path, data, method, self._token if auth else "")
 
     def trigger(self, dag_id: str, conf: dict[str, Any] | None = None) -> str:
         status, body = self.request(f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf or {}})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import os
 import runpy
 import threading
@@ -336,3 +337,23 @@ class TableReader(threading.Thread):
     def stop(self) -> None:
         self._halt.set()
         self.join()
+
+
+def request_json(url: str, data: dict[str, Any] | None = None, method: str | None = None, token: str = "") -> tuple[int, Any]:
+    """An HTTP request with a JSON body (and a bearer token), as Airflow's REST API takes one: the status and the body,
+    parsed as JSON where it is JSON. An HTTP error is an answer too, not an exception."""
+    import urllib.error
+    import urllib.request
+
+    body = json.dumps(data).encode() if data is not None else None
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})}
+    req = urllib.request.Request(url, data=body, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as response:
+            status, raw = response.status, response.read()
+    except urllib.error.HTTPError as error:
+        status, raw = error.code, error.read()
+    try:
+        return status, json.loads(raw)
+    except ValueError:
+        return status, raw.decode(errors="replace")
