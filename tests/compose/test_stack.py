@@ -15,12 +15,16 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from stack.compose_stack import DEMO, Compose, StackClient, env_from_example
 from stack.harness import ExactlyOnce, check_exactly_once
 from stack.producer import Produced
 
 DAG, BACKFILL = f"kinesis_replay_{DEMO['name']}", f"kinesis_replay_backfill_{DEMO['name']}"
 DEMO_RECORDS = 1000  # what demo-producer puts at each start (docker-compose.yml)
+# pyproject's 600 s is too short: the first test's set-up starts the stack, building every image on a cold machine.
+pytestmark = pytest.mark.timeout(2700)
 
 
 def wait_until(condition: Callable[[], Any], what: str, timeout: float = 600, every: float = 5) -> Any:

@@ -42,6 +42,7 @@ KILLABLE = (
 SEEDS = tuple(int(s) for s in os.environ.get("COMPOSE_SEEDS", "11,29,47").split(","))
 ROUNDS = 3
 RECORDS_PER_ROUND = 200
+pytestmark = pytest.mark.timeout(2700)  # pyproject's 600 s is too short: a schedule waits out the stack's restarts and recoveries
 
 
 def kill(compose: Compose, service: str, how: str) -> None:
