@@ -929,7 +929,8 @@ def reliability_table(old: str, totals: Totals, seeds: list[int], steps: int, co
             f"{platform.node() or 'this machine'}, {os.cpu_count()} cores. The run of 2026-11-22 16:51 predates the operator "
             "steps (lose_state, share_output), and every run before 2026-11-23 07:10 the cap step (max_batch). The rows of "
             "`make test-compose` are its container-kill schedules on docker-compose.yml's stack (tests/compose/test_stack_faults.py): "
-            "rounds of a cycle with one or two containers killed, then clean cycles.",
+            "rounds of a cycle with one or two containers killed, then clean cycles; the schedules of a run share the stack's "
+            "one stream, and each checks all of it, so their records count earlier schedules' again.",
             "",
             "| run (UTC) | command | schedules | steps each | records | lost | duplicated | failed schedules | time |",
             "|---|---|---:|---|---:|---:|---:|---|---:|",
