@@ -43,14 +43,19 @@ BASE_IMAGES = {
     "postgres:16-bookworm": "postgres.Dockerfile",
 }
 BOOKWORM = "kinesis-replay-standin/bookworm:minbase"
+STANDIN_LABEL = "org.kinesis-replay.standin"  # on each stand-in: a digest of what it was built from
+EXTRA_CA = Path("/usr/local/share/ca-certificates")  # where Debian keeps the authorities a machine adds to its own
 DEBIAN_MIRROR = os.environ.get("DEBIAN_MIRROR", "http://deb.debian.org/debian")
 PROJECT = "kinesis-replay-test"  # the Compose project of the tests: never a user's own stack
-# Every long-running service, and the one-shot ones, with what "up" means for each.
+# The services that keep running (up: running and healthy), and the one-shot ones (done: exited 0).
 LONG_RUNNING = (
     "postgres", "airflow-apiserver", "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer",
     "kinesalite", "moto", "spark-master", "spark-worker",
 )  # fmt: skip
 ONE_SHOT = ("check-secrets", "airflow-init", "demo-producer")
+# The ports docker-compose.yml publishes on 127.0.0.1, and the demo pipeline of tests/stack/pipelines.compose.yaml.
+PUBLISHED = {"airflow": "http://127.0.0.1:8080", "kinesis": "http://127.0.0.1:4567", "moto": "http://127.0.0.1:5000"}
+DEMO = {"name": "demo", "stream": "demo", "output": "/data/lake/demo", "state_table": "kinesis-replay-state"}
 
 
 def log(message: str) -> None:
@@ -121,10 +126,6 @@ def ensure_base_images(pull_timeout: float = 30) -> dict[str, str]:
         )
         how[name] = "stand-in"
     return how
-
-
-STANDIN_LABEL = "org.kinesis-replay.standin"
-EXTRA_CA = Path("/usr/local/share/ca-certificates")  # where Debian keeps the authorities a machine adds to its own
 
 
 def standin_context() -> Path:
@@ -293,10 +294,6 @@ class Compose:
         """The names of the project's containers that run, by Docker's own listing rather than Compose's."""
         out = run(["docker", "ps", "--filter", f"label=com.docker.compose.project={self.project}", "--format", "{{.Names}}"], capture=True)
         return [n for n in out.stdout.split() if n]
-
-
-PUBLISHED = {"airflow": "http://127.0.0.1:8080", "kinesis": "http://127.0.0.1:4567", "moto": "http://127.0.0.1:5000"}
-DEMO = {"name": "demo", "stream": "demo", "output": "/data/lake/demo", "state_table": "kinesis-replay-state"}  # pipelines.compose.yaml
 
 
 class StackClient:
