@@ -88,7 +88,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
-    """tests/compose starts the Docker stack (about 15 minutes cold): `make test-compose` runs it, `make test` does not."""
+    """tests/compose starts the Docker stack (21 minutes cold with one schedule): `make test-compose` runs it, `make test` does not."""
     if collection_path == ROOT / "tests" / "compose" and not config.getoption("--compose"):
         return True
     return None

@@ -11,31 +11,17 @@ test_stack_faults.py.
 from __future__ import annotations
 
 import base64
-import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from stack.compose_stack import DEMO, Compose, StackClient, env_from_example
-from stack.harness import ExactlyOnce, check_exactly_once
-from stack.producer import Produced
+from stack.harness import ExactlyOnce, check_exactly_once, request_json
 
 DAG, BACKFILL = f"kinesis_replay_{DEMO['name']}", f"kinesis_replay_backfill_{DEMO['name']}"
 DEMO_RECORDS = 1000  # what demo-producer puts at each start (docker-compose.yml)
 # pyproject's 600 s is too short: the first test's set-up starts the stack, building every image on a cold machine.
 pytestmark = pytest.mark.timeout(2700)
-
-
-def wait_until(condition: Callable[[], Any], what: str, timeout: float = 600, every: float = 5) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout:.0f} s: {what}")
-        time.sleep(every)
 
 
 def exactly_once(client: StackClient) -> tuple[ExactlyOnce, dict[str, Any]]:
@@ -53,23 +39,22 @@ def exactly_once(client: StackClient) -> tuple[ExactlyOnce, dict[str, Any]]:
     return check_exactly_once(client.stream_records(), rows), lake
 
 
-def all_landed(client: StackClient, stream: list[Produced] | None = None) -> bool:
+def all_landed(client: StackClient) -> bool:
     """Every record the stream holds is at or below its shard's checkpoint, and no batch is in flight."""
     store = client.store()
     head, shards = store.get_head(DEMO["name"]), store.get_shards(DEMO["name"])
     upto = {sid: s.checkpoint or 0 for sid, s in shards.items()}
-    records = stream if stream is not None else client.stream_records()
-    return head.in_flight is None and all(int(r.sequence_number) <= upto.get(r.shard_id, 0) for r in records)
+    return head.in_flight is None and all(int(r.sequence_number) <= upto.get(r.shard_id, 0) for r in client.stream_records())
 
 
-def cycle(client: StackClient, conf: dict[str, Any] | None = None, timeout: float = 900) -> tuple[str, dict[str, str]]:
-    """One run of the demo DAG, triggered over REST; its end state and its tasks' states."""
+def cycle(client: StackClient, conf: dict[str, Any] | None = None, timeout: float = 900) -> tuple[str, dict[str, str], str]:
+    """One run of the demo DAG, triggered over REST; its end state, its tasks' states and its id."""
     run_id = client.trigger(DAG, conf)
     state = client.wait_run(DAG, run_id, timeout)
-    return state, client.task_states(DAG, run_id)
+    return state, client.task_states(DAG, run_id), run_id
 
 
-def drain(client: StackClient, cycles: int = 6) -> list[tuple[str, dict[str, str]]]:
+def drain(client: StackClient, cycles: int = 6) -> list[tuple[str, dict[str, str], str]]:
     """Cycles until the stream has landed (a run can find its batch already taken by a scheduled run: it then fails
     at plan, naming the run in flight, and the next one goes on)."""
     runs = []
@@ -93,6 +78,8 @@ def test_the_stack_lands_the_demo_stream_exactly_once_and_answers_its_users(comp
     assert len(client.stream_records()) == DEMO_RECORDS
 
     # The demo DAG runs on its schedule (unpaused at creation) and when triggered: either way, batches land.
+    status, dag = client.request(f"/api/v2/dags/{DAG}")
+    assert status == 200 and dag["is_paused"] is False and dag["timetable_summary"] == "*/5 * * * *", dag
     drain(client)
     store = client.store()
     head = store.get_head(DEMO["name"])
@@ -102,12 +89,8 @@ def test_the_stack_lands_the_demo_stream_exactly_once_and_answers_its_users(comp
     assert lake["history"] == [], lake["history"]
 
     # The Spark cluster did the reading: the master lists the jobs' applications as finished.
-    import json
-    import urllib.request
-
-    with urllib.request.urlopen("http://127.0.0.1:8081/json/", timeout=10) as response:
-        master = json.loads(response.read())
-    assert master["status"] == "ALIVE" and len(master["workers"]) == 1 and master["completedapps"], master
+    status, master = request_json("http://127.0.0.1:8081/json/")
+    assert status == 200 and master["status"] == "ALIVE" and len(master["workers"]) == 1 and master["completedapps"], master
 
     # The status page, through the api-server, to a logged-in user (and to no one else).
     status, page = client.request("/kinesis-replay/")
@@ -160,21 +143,20 @@ def test_a_stack_brought_down_and_up_again_goes_on_through_the_documented_recove
     assert compose.running() == []
     compose("up", "-d", timeout=1800)
     compose.wait_healthy()
-    client._token = ""  # the api-server signs with the same secret, but a user logs in again
     assert not client.state_table_exists() or client.store().get_head(DEMO["name"]).version == 0
     assert len(client.stream_records()) == 2 * DEMO_RECORDS  # the stream kept its records; demo-producer put more
 
-    state, tasks = cycle(client)
+    state, tasks, run_id = cycle(client)
     assert (state, tasks.get("plan")) == ("failed", "failed"), tasks
-    runs = client.request(f"/api/v2/dags/{DAG}/dagRuns?order_by=-start_date&limit=1")[1]["dag_runs"]
-    log = client.task_log(DAG, runs[0]["dag_run_id"], "plan")
+    log = client.task_log(DAG, run_id, "plan")
     assert "holds no state for the pipeline" in log and "recover_from_output" in log, log[-3000:]
     result, _ = exactly_once(client)
     assert result.rows == DEMO_RECORDS and result.duplicated == 0  # nothing was written by the refused run
 
-    state, tasks = cycle(client, {"recover_from_output": True, "dry_run": True})
+    state, tasks, _ = cycle(client, {"recover_from_output": True, "dry_run": True})
+    assert state == "success", tasks
     assert client.store().get_head(DEMO["name"]).version == 0, "a dry run writes no state"
-    state, tasks = cycle(client, {"recover_from_output": True})
+    state, tasks, _ = cycle(client, {"recover_from_output": True})
     assert state == "success", tasks
     after = client.store().get_head(DEMO["name"])
     assert after.next_batch_id >= before.next_batch_id + 1, (before, after)

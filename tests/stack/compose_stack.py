@@ -197,7 +197,9 @@ def ensure_bookworm() -> None:
     if image_exists(BOOKWORM):
         return
     if shutil.which("debootstrap") is None:
-        run(["apt-get", "install", "-y", "-qq", "debootstrap"], env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        run(["apt-get", "update", "-qq"], env=env)
+        run(["apt-get", "install", "-y", "-qq", "debootstrap"], env=env)
     rootfs = WORK / "bookworm-rootfs"
     shutil.rmtree(rootfs, ignore_errors=True)
     log(f"debootstrap bookworm from {DEBIAN_MIRROR}")
@@ -266,8 +268,8 @@ class Compose:
         return {c["Service"]: (c["State"], c.get("Health", ""), int(c.get("ExitCode", 0))) for c in self.containers()}
 
     def wait_healthy(self, timeout: float = 900, services: Sequence[str] = LONG_RUNNING) -> dict[str, tuple[str, str, int]]:
-        """Until every long-running service is running and healthy, and every one-shot one exited 0; a one-shot one that
-        failed, or a service that exited, fails at once with its logs."""
+        """Until every long-running service is running and healthy (one that exited may yet be restarted), and no
+        one-shot one failed: that fails at once, with its logs."""
         deadline = time.monotonic() + timeout
         while True:
             states = self.states()
@@ -310,14 +312,24 @@ class StackClient:
         return str(json.loads(out)["admin"])
 
     def request(self, path: str, data: dict[str, Any] | None = None, method: str | None = None, auth: bool = True) -> tuple[int, Any]:
-        if auth and not self._token:
-            status, body = self.request("/auth/token", {"username": "admin", "password": self.password()}, auth=False)
-            if status not in (200, 201):
-                raise RuntimeError(f"no token from the api-server: {status} {body}")
-            self._token = body["access_token"]
+        """A REST call as the admin user (``auth``), logging in first, and again once when the api-server no longer
+        takes the token (it was restarted, or the token expired); or anonymously."""
         from stack.harness import request_json
 
-        return request_json(PUBLISHED["airflow"] + path, data, method, self._token if auth else "")
+        url = PUBLISHED["airflow"] + path
+        if not auth:
+            return request_json(url, data, method)
+        status, body = request_json(url, data, method, self._token) if self._token else (401, None)
+        if status == 401:
+            self._token = self._log_in()
+            status, body = request_json(url, data, method, self._token)
+        return status, body
+
+    def _log_in(self) -> str:
+        status, body = self.request("/auth/token", {"username": "admin", "password": self.password()}, auth=False)
+        if status not in (200, 201):
+            raise RuntimeError(f"no token from the api-server: {status} {body}")
+        return str(body["access_token"])
 
     def trigger(self, dag_id: str, conf: dict[str, Any] | None = None) -> str:
         status, body = self.request(f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf or {}})
