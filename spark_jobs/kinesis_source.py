@@ -413,17 +413,78 @@ def read_partition(
 
 
 def utc_botocore_session() -> Any:
-    """A botocore session whose responses carry timestamps in UTC.
+    """A botocore session whose responses carry timestamps in UTC, and whose GetRecords pages are parsed in one loop.
 
     botocore's default parser gives every timestamp the local zone (dateutil's tzlocal), whose
     conversion cost more CPU than anything else per record in a profile of this reader (each
     record's ApproximateArrivalTimestamp). The instant is the same; only its zone differs.
+
+    Its JSON parser then walks each record's shape member by member, a handful of calls per field: a third of
+    a reader's CPU per record in a profile. ``records_parser`` gives the same records for less (``GetRecordsParser``).
     """
+    from botocore import parsers
     from botocore.session import get_session
 
+    base: Any = parsers.ResponseParserFactory  # its internals, which botocore's type stubs leave out
+
+    class Factory(base):  # type: ignore[misc]
+        def create_parser(self, protocol_name: str) -> Any:
+            if protocol_name == "json":
+                return records_parser()(**self._defaults)
+            return super().create_parser(protocol_name)
+
     session = get_session()
-    session.get_component("response_parser_factory").set_parser_defaults(timestamp_parser=utc_timestamp)
+    factory = Factory()
+    factory.set_parser_defaults(timestamp_parser=utc_timestamp)
+    session.register_component("response_parser_factory", factory)
     return session
+
+
+@functools.cache
+def records_parser() -> type:
+    """botocore's parser of the json protocol (Kinesis's), with GetRecords' records built in one loop.
+
+    Each record is the dict botocore's own walk over its shape gives (the same members, types and values: a test
+    compares the two on every member and on records that lack some); a record without one of the four members every
+    Kinesis record carries takes botocore's own walk. The rest of the page (the next iterator, the child shards) and
+    every other call are botocore's.
+    """
+    from binascii import a2b_base64
+
+    from botocore import parsers
+
+    base: Any = parsers.JSONParser  # its internals, which botocore's type stubs leave out
+
+    class GetRecordsParser(base):  # type: ignore[misc]
+        def _handle_json_body(self, raw_body: bytes, shape: Any) -> Any:
+            if shape is None or shape.name != "GetRecordsOutput":
+                return super()._handle_json_body(raw_body, shape)
+            body = self._parse_body_as_json(raw_body)
+            records = body.pop("Records", None)
+            parsed = self._parse_shape(shape, body)
+            if records is not None:
+                parsed["Records"] = self._records(shape.members["Records"].member, records)
+            return parsed
+
+        def _records(self, shape: Any, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            parsed, timestamp, from_epoch = [], self._timestamp_parser, datetime.fromtimestamp
+            for r in records:
+                sequence, arrival = r.get("SequenceNumber"), r.get("ApproximateArrivalTimestamp")
+                data, key = r.get("Data"), r.get("PartitionKey")
+                if sequence is None or arrival is None or data is None or key is None:
+                    parsed.append(self._parse_shape(shape, r))
+                    continue
+                record = {
+                    "SequenceNumber": sequence,
+                    "ApproximateArrivalTimestamp": from_epoch(arrival, UTC) if arrival.__class__ is float else timestamp(arrival),
+                    "Data": a2b_base64(data), "PartitionKey": key,
+                }  # fmt: skip
+                if (encryption := r.get("EncryptionType")) is not None:
+                    record["EncryptionType"] = encryption
+                parsed.append(record)
+            return parsed
+
+    return GetRecordsParser
 
 
 def utc_timestamp(value: Any) -> Any:

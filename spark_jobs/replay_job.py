@@ -44,6 +44,10 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+# First, before pyspark: it drops Spark's zips of pyspark and py4j from the path where the same version is installed.
+import kinesis_replay.launchers.installed_pyspark  # noqa: F401
+
+# isort: split
 from pyspark.sql import SparkSession
 
 from kinesis_replay.adapters.attempt_writer import AttemptWriter, combine, with_unconfirmed

@@ -149,3 +149,15 @@ def test_a_shard_two_task_attempts_report_is_refused_rather_than_put_in_the_batc
         reports.append(writer.close())
     with pytest.raises(OutputIOError, match="shard shard-a: two task attempts report its rows"):
         combine(reports)
+
+
+def test_first_and_last_are_the_numbers_least_and_greatest_where_their_text_would_sort_otherwise(tmp_path: Path) -> None:
+    """A shard's sequence numbers are as long as each other, and pyarrow finds the least and greatest text; a page whose
+    numbers differ in length (9 and 10 here, where "10" sorts first as text) is compared as numbers."""
+    writer = AttemptWriter(str(tmp_path / "data"), str(tmp_path / "quarantine"), "part", batch_id=1)
+    mixed = page("shard-a", 0, 12).set_column(2, "sequence_number", pa.array([str(n) for n in range(8, 20)]))
+    writer.write(mixed)
+    writer.write(page("shard-b", 100, 5))
+    _, results = combine([writer.close()])
+    bounds = [(r.first_sequence_number, r.last_sequence_number) for r in results]
+    assert bounds == [(8, 19), (49_000_000_000_000_000_100, 49_000_000_000_000_000_104)]

@@ -31,8 +31,33 @@ def test_the_library_zip_holds_the_package_this_process_runs(tmp_path: Path) -> 
     zipped = spark_submit.package_library(tmp_path / "lib.zip")
     names = zipfile.ZipFile(zipped).namelist()
     package = Path(spark_submit.__file__).resolve().parents[1]
-    assert sorted(names) == sorted(f"kinesis_replay/{p.relative_to(package)}" for p in package.rglob("*.py"))  # every layer
+    sources = [n for n in names if n.endswith(".py")]
+    assert sorted(sources) == sorted(f"kinesis_replay/{p.relative_to(package)}" for p in package.rglob("*.py"))  # every layer
     assert {"kinesis_replay/__init__.py", "kinesis_replay/adapters/range_reader.py", "kinesis_replay/core/job_spec.py"} <= set(names)
+    assert {n.removesuffix("c") for n in names if n.endswith(".pyc")} <= set(sources)
+
+
+def test_the_library_zip_carries_bytecode_that_zipimport_uses_while_its_source_is_the_same(tmp_path: Path) -> None:
+    """Every module's bytecode is in the zip, and a Python importing from the zip runs it without compiling; bytecode
+    whose source beside it differs is not run: the source is."""
+    import subprocess
+
+    zipped = spark_submit.package_library(tmp_path / "lib.zip")
+    names = set(zipfile.ZipFile(zipped).namelist())
+    assert {n + "c" for n in names if n.endswith(".py")} <= names
+    # Code compiled from the zip's source would name the zip in its file name; the zip's bytecode names the module's path.
+    probe = "import kinesis_replay.launchers.spark_submit as m; print(m.package_library.__code__.co_filename)"
+    env = {"PYTHONPATH": str(zipped)}
+    loaded = subprocess.run([sys.executable, "-B", "-c", probe], env=env, capture_output=True, text=True, check=True)
+    assert loaded.stdout.strip() == "kinesis_replay/launchers/spark_submit.py"
+
+    stale = tmp_path / "stale.zip"
+    with zipfile.ZipFile(stale, "w") as zf:
+        zf.writestr("mod.py", "X = 2\n")
+        zf.writestr("mod.pyc", spark_submit.bytecode(b"X = 1\n", "mod.py"))  # compiled from another source
+    probe = subprocess.run([sys.executable, "-B", "-c", "import mod; print(mod.X)"], env={"PYTHONPATH": str(stale)},
+                           capture_output=True, text=True)  # fmt: skip
+    assert probe.stdout.strip() == "2"
 
 
 def test_the_command_carries_master_conf_py_files_and_spec(tmp_path: Path) -> None:

@@ -71,6 +71,12 @@ class Rows:
 
 def to_rows(page: list[dict[str, Any]]) -> Rows:
     """Rows of a GetRecords page, user records of an aggregate in sub-sequence order."""
+    payloads = [record["Data"] for record in page]
+    if not any(p.startswith(KPL_MAGIC) for p in payloads):  # no aggregate: a row per record, a column at a time
+        return Rows(
+            [r["SequenceNumber"] for r in page], [0] * len(page), [r["PartitionKey"] for r in page],
+            [r["ApproximateArrivalTimestamp"] for r in page], payloads, [None] * len(page),
+        )  # fmt: skip
     rows = Rows()
     for record in page:
         data: bytes = record["Data"]
