@@ -27,8 +27,9 @@ def cpu_seconds(pid: int) -> float:
 
 
 def is_python_worker(cmdline: Sequence[str]) -> bool:
-    """Spark's Python workers: the pyspark.daemon and the workers it forks (they keep its command line)."""
-    return any("pyspark.daemon" in part or "pyspark/daemon.py" in part or "pyspark.worker" in part for part in cmdline)
+    """Spark's Python workers: the daemon (pyspark's, or the job's python_daemon) and the workers it forks (they keep its
+    command line)."""
+    return any(part in ("pyspark.daemon", "pyspark.worker", "python_daemon") or part.endswith("pyspark/daemon.py") for part in cmdline)
 
 
 @dataclass(eq=False)  # a Thread must stay hashable

@@ -176,22 +176,31 @@ def targets_speed(w: Write, f: Figures) -> None:
     w("|---|---|---|---|")
     r1 = rw.median / ceiling.median
     w(
-        f"| replay job read-and-write ≥ 0.8 × parallel bare read, {int(largest):,} records (both from the first call on) | {rw.median:,.0f} vs {ceiling.median:,.0f} records/s | {r1:.2f} | {verdict(r1 >= 0.8)} |"
+        f"| replay job read-and-write ≥ 0.9 × parallel bare read, {int(largest):,} records (both from the first call on) | {rw.median:,.0f} vs {ceiling.median:,.0f} records/s | {r1:.2f} | {verdict(r1 >= 0.9)} |"
     )
     r2 = naive_e2e.median / replay_e2e.median
     w(
-        f"| replay job end to end ≥ 1.3 × naive exporter, {int(largest):,} records | {replay_e2e.median:.1f}s vs {naive_e2e.median:.1f}s | {r2:.2f} | {verdict(r2 >= 1.3)} |"
+        f"| replay job end to end ≥ 1.0 × naive exporter, {int(largest):,} records | {replay_e2e.median:.1f}s vs {naive_e2e.median:.1f}s | {r2:.2f} | {verdict(r2 >= 1.0)} |"
     )
     r3 = cpu_replay.median / f.cpu_naive.median
     w(
-        f"| CPU-seconds per million records ≤ naive's (emulator's apart) | {cpu_replay.median:.1f} vs {f.cpu_naive.median:.1f} | {r3:.2f} | {verdict(r3 <= 1.0)} |"
+        f"| CPU-seconds per million records ≤ naive's, {int(largest):,} records, start-up included (emulator's apart) | {cpu_replay.median:.1f} vs {f.cpu_naive.median:.1f} | {r3:.2f} | {verdict(r3 <= 1.0)} |"
     )
+    if "single" in f.results:
+        fixed = median(f.one, lambda r: r["cpu"])
+        marginal = spread(L["replay_job"], lambda r: (r["cpu"] - fixed) / n_large * 1e6).median
+        # The naive exporter's start-up (interpreter, imports, client) is CPU-bound: its wall time before the loop.
+        naive_marginal = spread(L["naive"], lambda r: (r["cpu"] - (r["seconds"] - r["loop_seconds"])) / n_large * 1e6).median
+        w(
+            f"| (not the target, beside it) the same beyond each one's start-up (the job's: {fixed:.1f} CPU-seconds on one record) "
+            f"| {marginal:.1f} vs {naive_marginal:.1f} | {marginal / naive_marginal:.2f} | |"
+        )
     cross = (
         "never (the replay job is slower per record)" if math.isinf(crossover) else f"about {max(crossover, 0):,.0f} records (model below)"
     )
     first = faster_from(f)
     measured = f"faster from {int(first):,} records measured" if first else "slower at every size measured"
-    w(f"| crossover ≤ 100,000 records | {cross}; {measured} | | {verdict(crossover <= 100_000)} |")
+    w(f"| (no target: whatever it comes to) crossover | {cross}; {measured} | | |")
 
 
 def targets_scale(w: Write, f: Figures) -> None:
@@ -217,6 +226,13 @@ def targets_scale(w: Write, f: Figures) -> None:
     w(
         f"| peak Python worker memory at {int(largest):,} ≤ 1.2 × at {int(smallest):,} records | {mem_large.median:.0f} vs {mem_small.median:.0f} MiB | {r5:.2f} | {verdict(r5 <= 1.2)} |"
     )
+    middle = sorted(f.sizes)[len(f.sizes) // 2] if len(f.sizes) > 2 else None
+    if middle is not None:
+        mem_middle = spread(f.by_size[middle]["runs"]["replay_job"], lambda r: r["worker_peak"] / MIB)
+        w(
+            f"| (not the target, beside it) the same at {int(largest):,} against {int(middle):,} records, the first size whose ranges fill the "
+            f"writer's buffers | {mem_large.median:.0f} vs {mem_middle.median:.0f} MiB | {mem_large.median / mem_middle.median:.2f} | |"
+        )
     w("")
 
 
@@ -244,7 +260,7 @@ def end_to_end(w: Write, f: Figures) -> None:
     S = f.by_size
     w("### 2 and 3. End to end: the naive exporter (boto3 + pyarrow, one process) and the replay job (spark-submit to result manifest)\n")
     w(
-        "Both timed from process start to exit, start-up included. CPU: the process and every descendant it reaped (wait4), or the sampled processes' sum where that is more; the emulator's apart.\n"
+        "Both timed from process start to exit, start-up included. CPU: every process each one started, counted by a cgroup of its own (cpuacct), the Python workers that the JVM kills unreaped included; the emulator's apart.\n"
     )
     w(
         "| records | naive s | naive records/s | replay job s | replay job records/s | naive ÷ replay | CPU s per M records: naive | replay job | emulator (naive / replay) |"
@@ -303,7 +319,9 @@ def phases(w: Write, f: Figures) -> None:
 
 def cpu_by_process(w: Write, f: Figures) -> None:
     """The replay job's CPU split between the JVM and the Python processes, at every size and on one record."""
-    w("The replay job's CPU by process (sampled every 50 ms, so a process's last moments are missed; the total is wait4's):\n")
+    w(
+        "The replay job's CPU by process (the JVM's and the Python driver's as sampled every 50 ms; the Python workers' the rest of the cgroup's total, as the samples miss a worker's last moments):\n"
+    )
     w("| records | JVM (driver and tasks) | Python workers | Python driver | total |")
     w("|---|---|---|---|---|")
     for block in f.blocks:
@@ -341,7 +359,7 @@ def planning_and_memory(w: Write, f: Figures) -> None:
     w("### Planning and memory\n")
     w("Planning: a dry run of the planner on the whole stream (4 shards, no checkpoints), just after a tail of 10 records per shard "
       "arrived, as on a live stream: it reads each shard's first record and finds its newest with a few `AT_TIMESTAMP` probes of 5 records.  ")  # fmt: skip
-    w("Memory: the spark-submit process tree sampled every 50 ms; a Python worker is `pyspark.daemon` or a worker it forked. "
+    w("Memory: the spark-submit process tree sampled every 50 ms; a Python worker is Spark's Python daemon (`pyspark.daemon`, or the job's `python_daemon`) or a worker it forked. "
       "The target figure is the largest single worker (one task reads one shard range); RSS, so forked workers' shared pages count in each.\n")  # fmt: skip
     w(
         "| records | planning s | emulator CPU s while planning | planner's own CPU s | Kinesis calls (records read) | largest Python worker MiB | all Python workers MiB | whole job tree MiB |"
