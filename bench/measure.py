@@ -108,6 +108,7 @@ class Finished:
     workers_peak: int
     tree_peak: int
     cpu_by_kind: dict[str, float] = field(default_factory=dict)
+    cpu_counted_by: str = "wait4"  # or "cgroup" (run_tracked)
 
 
 def children_cpu() -> float:
@@ -178,7 +179,7 @@ def run_tracked(command: list[str], env: Mapping[str, str], stdin: str | None = 
         # larger of the two is the job's CPU (the samples miss each one's last 50 ms).
         cpu = max(reaped, sum(by_kind.values()))
     peaks = (sampler.worker_peak, sampler.workers_peak, sampler.tree_peak)
-    return Finished(proc.returncode, output, seconds, cpu, *peaks, by_kind)
+    return Finished(proc.returncode, output, seconds, cpu, *peaks, by_kind, "cgroup" if group is not None else "wait4")
 
 
 @dataclass(frozen=True)

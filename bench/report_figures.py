@@ -106,6 +106,11 @@ class Figures:
         """Each size's results, then the single record's if it was measured: the rows of the per-size tables."""
         return [self.by_size[s] for s in self.sizes] + ([self.results["single"]] if "single" in self.results else [])
 
+    @property
+    def cpu_by_cgroup(self) -> bool:
+        """Whether every replay job's CPU was counted by a cgroup (bench/measure.py), not by wait4 and samples."""
+        return all(r.get("cpu_counted_by") == "cgroup" for b in self.blocks for r in b["runs"]["replay_job"])
+
     @cached_property
     def read_write(self) -> Spread:
         return spread(self.large_runs["replay_job"], lambda r: self.n_large / steady(r))
@@ -226,12 +231,12 @@ def targets_scale(w: Write, f: Figures) -> None:
     w(
         f"| peak Python worker memory at {int(largest):,} ≤ 1.2 × at {int(smallest):,} records | {mem_large.median:.0f} vs {mem_small.median:.0f} MiB | {r5:.2f} | {verdict(r5 <= 1.2)} |"
     )
-    middle = sorted(f.sizes)[len(f.sizes) // 2] if len(f.sizes) > 2 else None
-    if middle is not None:
+    if len(f.sizes) > 2:  # how it grows from the next size up, beside the target
+        middle = f.sizes[1]
         mem_middle = spread(f.by_size[middle]["runs"]["replay_job"], lambda r: r["worker_peak"] / MIB)
         w(
-            f"| (not the target, beside it) the same at {int(largest):,} against {int(middle):,} records, the first size whose ranges fill the "
-            f"writer's buffers | {mem_large.median:.0f} vs {mem_middle.median:.0f} MiB | {mem_large.median / mem_middle.median:.2f} | |"
+            f"| (not the target, beside it) the same at {int(largest):,} against {int(middle):,} records "
+            f"| {mem_large.median:.0f} vs {mem_middle.median:.0f} MiB | {mem_large.median / mem_middle.median:.2f} | |"
         )
     w("")
 
@@ -259,9 +264,12 @@ def end_to_end(w: Write, f: Figures) -> None:
     """The naive exporter against the replay job, process start to exit, at every size."""
     S = f.by_size
     w("### 2 and 3. End to end: the naive exporter (boto3 + pyarrow, one process) and the replay job (spark-submit to result manifest)\n")
-    w(
-        "Both timed from process start to exit, start-up included. CPU: every process each one started, counted by a cgroup of its own (cpuacct), the Python workers that the JVM kills unreaped included; the emulator's apart.\n"
+    counted = (
+        "every process each one started, counted by a cgroup of its own (cpuacct), the Python workers that the JVM kills unreaped included"
+        if f.cpu_by_cgroup
+        else "the process and every descendant it reaped (wait4), or the sampled processes' sum where that is more"
     )
+    w(f"Both timed from process start to exit, start-up included. CPU: {counted}; the emulator's apart.\n")
     w(
         "| records | naive s | naive records/s | replay job s | replay job records/s | naive ÷ replay | CPU s per M records: naive | replay job | emulator (naive / replay) |"
     )
@@ -319,9 +327,12 @@ def phases(w: Write, f: Figures) -> None:
 
 def cpu_by_process(w: Write, f: Figures) -> None:
     """The replay job's CPU split between the JVM and the Python processes, at every size and on one record."""
-    w(
-        "The replay job's CPU by process (the JVM's and the Python driver's as sampled every 50 ms; the Python workers' the rest of the cgroup's total, as the samples miss a worker's last moments):\n"
+    workers = (
+        "the Python workers' the rest of the cgroup's total, as the samples miss a worker's last moments"
+        if f.cpu_by_cgroup
+        else "a process's last moments are missed; the total is wait4's, or the samples' where that is more"
     )
+    w(f"The replay job's CPU by process (as sampled every 50 ms; {workers}):\n")
     w("| records | JVM (driver and tasks) | Python workers | Python driver | total |")
     w("|---|---|---|---|---|")
     for block in f.blocks:

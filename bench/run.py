@@ -237,7 +237,7 @@ class Bench:
         return {
             "seconds": done.seconds, "cpu": done.cpu, "emulator_cpu": emulator,
             "worker_peak": done.worker_peak, "workers_peak": done.workers_peak, "tree_peak": done.tree_peak,
-            **{f"cpu_{kind}": seconds for kind, seconds in done.cpu_by_kind.items()},
+            **{f"cpu_{kind}": seconds for kind, seconds in done.cpu_by_kind.items()}, "cpu_counted_by": done.cpu_counted_by,
             "launch": phases.pop("started_at") - submitted, **phases,
         }  # fmt: skip
 

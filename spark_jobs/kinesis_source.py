@@ -123,10 +123,6 @@ def is_remote(spark: SparkSession) -> bool:
 
 
 REPORT_SCHEMA = pa.schema([("report", pa.string())])
-# Arrow's allocations in a task go through the C library's malloc, which hands freed pages back as a task writes page
-# after page; pyarrow's default allocator (mimalloc) keeps them. The largest Python worker of a job of 40,000 records:
-# 247 MiB with mimalloc, 216 MiB with the system's (BENCHMARKS.md, the memory target); the CPU was the same.
-TASK_MEMORY_POOL = pa.system_memory_pool
 
 
 def job_s3(endpoint: S3Endpoint) -> S3Access:
@@ -162,7 +158,10 @@ def write_tasks(
     """
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        pa.set_memory_pool(TASK_MEMORY_POOL())
+        # Arrow's allocations through the C library's malloc, which hands freed pages back as the task writes page after
+        # page; pyarrow's default (mimalloc) keeps them: the largest worker of a 40,000-record job held 247 MiB with it,
+        # 216 MiB with malloc, for the same CPU (BENCHMARKS.md, the memory target).
+        pa.set_memory_pool(pa.system_memory_pool())
         for batch in batches:
             for task in batch.column(0).to_pylist():
                 notes = TaskNotes()

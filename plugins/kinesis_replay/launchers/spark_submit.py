@@ -47,8 +47,10 @@ def package_library(dest: Path) -> Path:
         for path in sorted(PACKAGE_DIR.rglob("*.py")):
             name = (Path("kinesis_replay") / path.relative_to(PACKAGE_DIR)).as_posix()
             source = path.read_bytes()
-            zf.write(path, name)
-            zf.writestr(name.removesuffix(".py") + ".pyc", bytecode(source, name))
+            info = zipfile.ZipInfo.from_file(path, name)
+            zf.writestr(info, source, compress_type=zipfile.ZIP_DEFLATED)
+            compiled = zipfile.ZipInfo(name.removesuffix(".py") + ".pyc", info.date_time)  # the same zip for the same sources
+            zf.writestr(compiled, bytecode(source, name), compress_type=zipfile.ZIP_DEFLATED)
     tmp.replace(dest)
     return dest
 
