@@ -1,4 +1,4 @@
-"""The Spark side of reading closed ranges: a task per core reads its share of the shard ranges concurrently, with mapInArrow."""
+"""The Spark side of reading closed ranges: a task per core reads its share of the shard ranges concurrently, and writes them."""
 
 from __future__ import annotations
 
@@ -133,6 +133,56 @@ def job_s3(endpoint: S3Endpoint) -> S3Access:
     return S3Access(boto3.session.Session(), endpoint.endpoint_url, endpoint.region_name, "the replay job's credentials")
 
 
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)
+LARGE_BLOCK_BYTES = 1024 * 1024
+
+
+def return_large_blocks() -> None:
+    """Have glibc's malloc give a task's large blocks back to the system when they are freed.
+
+    A page's blocks are megabytes: its response, its JSON text, its Arrow buffers. glibc serves a block above the
+    mmap threshold from a mapping of its own and unmaps it when freed, but raises the threshold to each such block
+    freed (up to 32 MiB): from the first pages on, the readers' threads keep pages' worth of freed heap each. With
+    the threshold fixed at ``LARGE_BLOCK_BYTES``, the largest worker of a 40,000-record job peaked at 168 MiB instead
+    of 182, for the same CPU (BENCHMARKS.md, the memory target). Elsewhere than glibc, nothing changes.
+    """
+    import ctypes
+    import ctypes.util
+
+    try:
+        mallopt = ctypes.CDLL(ctypes.util.find_library("c")).mallopt
+    except (OSError, AttributeError, TypeError):
+        return
+    mallopt(_M_MMAP_THRESHOLD, LARGE_BLOCK_BYTES)
+    mallopt(_M_TRIM_THRESHOLD, 2 * LARGE_BLOCK_BYTES)
+
+
+class _NoPandas:
+    """A path finder that has no pandas (arrow_without_pandas)."""
+
+    @staticmethod
+    def find_spec(name: str, path: Any = None, target: Any = None) -> None:
+        if name == "pandas":
+            raise ImportError("pandas is not looked for by the replay task's pyarrow (kinesis_source.arrow_without_pandas)")
+
+
+def arrow_without_pandas() -> None:
+    """Keep pyarrow from importing pandas in this process only to rule it out.
+
+    The first time pyarrow turns a Python list into an array, it imports pandas, when installed, to ask whether the list
+    is a pandas object: 0.4 CPU-seconds in each Python worker, and a task's lists never are. Here pyarrow's first try
+    finds no pandas, so its conversions never ask again. What needs pandas through pyarrow (``to_pandas``, a list of
+    strings without a type) still gets it: pyarrow imports it again there. Nothing to do where pandas is imported.
+    """
+    if "pandas" in sys.modules:
+        return
+    sys.meta_path.insert(0, _NoPandas)
+    try:
+        pa.array([], pa.null())
+    finally:
+        sys.meta_path.remove(_NoPandas)
+
+
 @dataclass(frozen=True)
 class TasksDone:
     """What the tasks that succeeded reported: their files and tallies, their earliest Kinesis call, their spans."""
@@ -152,33 +202,44 @@ def write_tasks(
     again, whose files are named for its own attempt. What a failed attempt could not delete is in no report: the
     driver removes it (``replay_job.write_as_read``).
 
-    ``spark.range`` gives each task its index, and ``mapInArrow`` runs it. Not a Python Data Source: Spark would start
-    three Python processes on the driver (to look up static data sources, create the source and plan its read) before
-    the first task, seconds of every run's fixed cost.
+    A classic session runs the tasks as an RDD of their indexes, each task's report one string: nothing crosses into
+    Spark SQL, so neither the driver nor a worker imports pandas (``mapInArrow``'s check of its version) and the JVM
+    plans no query. A Spark Connect session has no RDDs: there ``spark.range`` gives each task its index and
+    ``mapInArrow`` runs it. Not a Python Data Source: Spark would start three Python processes on the driver (to look
+    up static data sources, create the source and plan its read) before the first task, seconds of every run's
+    fixed cost.
     """
 
-    def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def run_task(task: int) -> str:
         # Arrow's allocations through the C library's malloc, which hands freed pages back as the task writes page after
         # page; pyarrow's default (mimalloc) keeps them: the largest worker of a 40,000-record job held 247 MiB with it,
         # 216 MiB with malloc, for the same CPU (BENCHMARKS.md, the memory target).
         pa.set_memory_pool(pa.system_memory_pool())
+        arrow_without_pandas()
+        return_large_blocks()
+        notes = TaskNotes()
+        with reaching_s3(job_s3(s3 or S3Endpoint())):
+            out = writer(task)
+            try:
+                for page in pages(task, notes):
+                    out.write(page)
+                report = out.close()
+            except BaseException:
+                out.abort()
+                raise
+        first_call = notes.first_call.value if math.isfinite(notes.first_call.value) else None
+        return json.dumps({"written": report.to_json(), "first_call": first_call, "unconfirmed": notes.unconfirmed.value})
+
+    def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for task in batch.column(0).to_pylist():
-                notes = TaskNotes()
-                with reaching_s3(job_s3(s3 or S3Endpoint())):
-                    out = writer(task)
-                    try:
-                        for page in pages(task, notes):
-                            out.write(page)
-                        report = out.close()
-                    except BaseException:
-                        out.abort()
-                        raise
-                first_call = notes.first_call.value if math.isfinite(notes.first_call.value) else None
-                said = {"written": report.to_json(), "first_call": first_call, "unconfirmed": notes.unconfirmed.value}
-                yield pa.RecordBatch.from_pylist([{"report": json.dumps(said)}], schema=REPORT_SCHEMA)
+                yield pa.RecordBatch.from_pylist([{"report": run_task(task)}], schema=REPORT_SCHEMA)
 
-    said = [json.loads(row["report"]) for row in spark.range(0, tasks, 1, tasks).mapInArrow(write, "report STRING").collect()]
+    if is_remote(spark):
+        reports = [row["report"] for row in spark.range(0, tasks, 1, tasks).mapInArrow(write, "report STRING").collect()]
+    else:
+        reports = spark.sparkContext.parallelize(range(tasks), tasks).map(run_task).collect()
+    said = [json.loads(r) for r in reports]
     calls = [s["first_call"] for s in said if s["first_call"] is not None]
     return TasksDone(
         [TaskReport.from_json(s["written"]) for s in said],

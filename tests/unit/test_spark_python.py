@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import subprocess
 import sys
 import zipfile
@@ -132,3 +133,48 @@ def test_the_daemon_and_the_driver_import_pyspark_from_the_installed_package_wit
         assert out == [str(SITE / "__init__.py"), str(Path(py4j.__file__))], first
     plain = subprocess.run([sys.executable, "-c", "import pyspark; print(pyspark.__file__)"], env=env, capture_output=True, text=True)
     assert plain.stdout.strip() == f"{spark_zips()[0]}/pyspark/__init__.py"  # without them, the zip's
+
+
+def test_a_task_turns_pages_into_arrow_without_importing_pandas_and_pandas_still_works_after() -> None:
+    """pyarrow imports pandas (0.4 CPU-seconds) the first time it turns a list into an array, to rule out a pandas
+    object: a task rules it out first. Without that, the same page imports pandas (the check can fail)."""
+    probe = (
+        "import sys\n"
+        "from datetime import datetime, timezone\n"
+        "import kinesis_source\n"
+        "from kinesis_replay.adapters.attempt_writer import page_rows\n"
+        "if sys.argv[1] == 'task':\n"
+        "    kinesis_source.arrow_without_pandas()\n"
+        "record = {'SequenceNumber': '1', 'ApproximateArrivalTimestamp': datetime.now(timezone.utc), 'Data': b'x', 'PartitionKey': 'k'}\n"
+        "batch = page_rows('stream', 'shardId-000000000000', [record] * 3)\n"
+        "print('pandas' in sys.modules, batch.num_rows, type(batch.to_pandas()).__name__)\n"
+    )
+    env = {"PYTHONPATH": os.pathsep.join(sys.path)}
+    runs = {way: subprocess.run([sys.executable, "-c", probe, way], env=env, capture_output=True, text=True, check=True).stdout.split()
+            for way in ("task", "plain")}  # fmt: skip
+    assert runs == {"task": ["False", "3", "DataFrame"], "plain": ["True", "3", "DataFrame"]}
+
+
+def test_a_tasks_large_blocks_go_back_to_the_system_once_freed_where_glibc_would_keep_them() -> None:
+    """After a large block is freed, glibc serves the next ones from its heap and keeps them when freed below a block
+    still in use; a task's setting has them mapped and unmapped. Without it, the same steps keep the block (the
+    check can fail)."""
+    probe = (
+        "import sys\n"
+        "import kinesis_source\n"
+        "def resident():\n"
+        "    return int(open('/proc/self/statm').read().split()[1]) * 4096\n"
+        "if sys.argv[1] == 'task':\n"
+        "    kinesis_source.return_large_blocks()\n"
+        "first = b'x' * (16 << 20)\n"
+        "del first\n"
+        "block = b'y' * (4 << 20)\n"
+        "pinned = b'z' * 4096\n"
+        "before = resident()\n"
+        "del block\n"
+        "print((before - resident()) >> 20)\n"
+    )
+    env = {"PYTHONPATH": os.pathsep.join(sys.path)}
+    returned = {way: int(subprocess.run([sys.executable, "-c", probe, way], env=env, capture_output=True, text=True, check=True).stdout)
+                for way in ("task", "plain")}  # fmt: skip
+    assert returned["task"] >= 3 and returned["plain"] == 0, returned
