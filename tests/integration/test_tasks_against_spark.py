@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ import pytest
 from fakes.pages import T0, page
 from fakes.payload_cases import DECODABLE, SCHEMA, UNDECODABLE, VALUES
 from kinesis_replay.adapters.attempt_writer import AttemptWriter, combine
-from kinesis_replay.adapters.files import arrow_row_schema
+from kinesis_replay.adapters.files import arrow_row_schema, scan_rows
 from kinesis_replay.adapters.json_columns import JsonColumns
 from kinesis_replay.adapters.layout import data_path, quarantine_path
 from kinesis_replay.core.records import DIGEST_SEPARATOR, DIGEST_TEXT_COLUMNS, format_digest
@@ -51,7 +52,8 @@ def spark() -> Iterator[Any]:
 
 
 def spark_summary(spark: Any, paths: list[str]) -> list[ShardResult]:
-    """The manifest's entries as the replay job computed them with Spark, from the files, before its tasks reported them."""
+    """The manifest's entries as the replay job computed them with Spark, from the files, before its tasks reported them
+    (the row digest with md5, as results written then name it)."""
     from pyspark.sql import functions as F
 
     written = spark.read.parquet(*paths)
@@ -83,7 +85,7 @@ def spark_summary(spark: Any, paths: list[str]) -> list[ShardResult]:
             checksum=f"{int(r['hash']) % 2**64:016x}",
             bad_records=int(r["bad"]),
             last_arrival=datetime.fromtimestamp(r["last_arrival"] / 1e6, UTC),
-            digest=format_digest(int(r["digest"])),
+            digest=format_digest(int(r["digest"]), "md5"),
         )
         for r in sorted(rows, key=lambda r: r["shard_id"])
     ]
@@ -104,7 +106,16 @@ def test_the_writers_report_states_what_spark_computes_from_the_same_files(spark
         reports.append(writer.close())
     _, reported = combine(reports)
 
-    assert spark_summary(spark, [data_path(output, batch_id, attempt), quarantine_path(output, batch_id)]) == reported
+    folders = [data_path(output, batch_id, attempt), quarantine_path(output, batch_id)]
+    by_spark = spark_summary(spark, folders)
+    assert [replace(r, digest=None) for r in by_spark] == [replace(r, digest=None) for r in reported]
+    # The digests: the report's XXH3 is verify's reading of the files, and verify's md5 reading is what the job computed
+    # with Spark then, so that results written before the hash changed still verify.
+    files = [str(f) for folder in folders for f in sorted(Path(folder).rglob("*.parquet"))]
+    for hash_name, expected in (("xxh3", reported), ("md5", by_spark)):
+        scanned = scan_rows(files, hash_name)
+        assert [format_digest(scanned[r.shard_id].digest, hash_name) for r in expected] == [r.digest for r in expected], hash_name
+    assert all(r.digest and r.digest.startswith("xxh3:") for r in reported)
     assert [(r.records, r.bad_records) for r in reported] == [(397, 3), (203, 2)]
 
 

@@ -161,3 +161,22 @@ def test_first_and_last_are_the_numbers_least_and_greatest_where_their_text_woul
     _, results = combine([writer.close()])
     bounds = [(r.first_sequence_number, r.last_sequence_number) for r in results]
     assert bounds == [(8, 19), (49_000_000_000_000_000_100, 49_000_000_000_000_000_104)]
+
+
+def test_a_binary_columns_values_are_read_in_place_as_to_pylist_gives_them() -> None:
+    column = pa.array([b"ab", b"", b"\x00\xff", b"xyz", b"", b"last"], pa.binary())
+    for values in (column, column.slice(1, 4), column.slice(5), pa.array([b"", b""], pa.binary()), column.cast(pa.large_binary())):
+        assert [bytes(v) for v in attempt_writer._binary_values(values)] == values.to_pylist()
+    with_null = pa.array([b"a", None, b"c"], pa.binary())
+    assert list(attempt_writer._binary_values(with_null.slice(1))) == [None, b"c"]
+
+
+def test_no_dictionary_is_tried_for_the_columns_whose_values_never_repeat(tmp_path: Path) -> None:
+    writer = AttemptWriter(str(tmp_path / "data"), str(tmp_path / "quarantine"), "part", batch_id=7)
+    writer.write(page("shard-a", 0, 50))
+    (written,) = writer.close().files
+    chunks = pq.ParquetFile(written.path).metadata.row_group(0)
+    encodings = {chunks.column(i).path_in_schema: chunks.column(i).encodings for i in range(chunks.num_columns)}
+    dictionary = {name for name, used in encodings.items() if any("DICTIONARY" in e for e in used)}
+    assert dictionary.isdisjoint(attempt_writer.UNIQUE_COLUMNS)
+    assert {"stream_name", "shard_id", "batch_id"} <= dictionary  # one value a page: a dictionary of one

@@ -11,7 +11,7 @@ import pytest
 from kinesis_replay.adapters import layout
 from kinesis_replay.core.config import PipelineConfig, parse_config
 from kinesis_replay.core.errors import VerificationError
-from kinesis_replay.core.records import format_digest, row_digest
+from kinesis_replay.core.records import DIGEST_HASH, digest_hash, format_digest, row_digest
 from kinesis_replay.core.state import ReplayResult, ShardResult
 from kinesis_replay.steps.verify import check_files
 
@@ -32,13 +32,13 @@ def write(root: Path, rows: list[Row]) -> None:
     pq.write_table(table.set_column(2, "sub_sequence_number", table.column(2).cast(pa.int64())), folder / "part-0.parquet")
 
 
-def result(rows: list[Row]) -> ReplayResult:
+def result(rows: list[Row], hash_name: str = DIGEST_HASH) -> ReplayResult:
     shards = []
     for shard in sorted({r[0] for r in rows}):
         mine = [r for r in rows if r[0] == shard]
-        digest = sum(row_digest([r[0], r[1], str(r[2]), r[3]], r[4]) for r in mine)
+        digest = format_digest(sum(row_digest([r[0], r[1], str(r[2]), r[3]], r[4], hash_name) for r in mine), hash_name)
         seqs = [int(r[1]) for r in mine]
-        shards.append(ShardResult(shard, len(mine), sum(len(r[4]) for r in mine), min(seqs), max(seqs), "x", digest=format_digest(digest)))
+        shards.append(ShardResult(shard, len(mine), sum(len(r[4]) for r in mine), min(seqs), max(seqs), "x", digest=digest))
     return ReplayResult("orders", 1, tuple(shards), attempt="a")
 
 
@@ -56,10 +56,31 @@ def test_a_row_repeated_in_place_of_another_is_found_by_its_key(tmp_path: Path) 
         check_files(pipeline(tmp_path), 1, result(ROWS))
 
 
-def test_a_changed_payload_is_found_by_the_row_digest(tmp_path: Path) -> None:
+@pytest.mark.parametrize("hash_name", ["xxh3", "md5"])
+def test_a_changed_payload_is_found_by_the_row_digest(tmp_path: Path, hash_name: str) -> None:
     write(tmp_path, [*ROWS[:3], ("s1", "20", 0, "k", b"changed")])
-    with pytest.raises(VerificationError, match=r"batch 1, shard s1: the row digest of the files is [0-9a-f]{16}, the manifest says"):
-        check_files(pipeline(tmp_path), 1, result(ROWS))
+    changed = r"batch 1, shard s1: the row digest of the files is (xxh3:)?[0-9a-f]{16}, the manifest says"
+    with pytest.raises(VerificationError, match=changed):
+        check_files(pipeline(tmp_path), 1, result(ROWS, hash_name))
+
+
+def test_a_manifest_of_a_release_before_the_hash_changed_verifies_with_md5(tmp_path: Path) -> None:
+    """Results written before 2026-11-27 hold md5's first 8 bytes as 16 hex digits alone; verify reads that as md5."""
+    write(tmp_path, ROWS)
+    old = result(ROWS, "md5")
+    assert all(s.digest and len(s.digest) == 16 and digest_hash(s.digest) == "md5" for s in old.shards)
+    check_files(pipeline(tmp_path), 1, old)
+    assert all(s.digest and digest_hash(s.digest) == "xxh3" for s in result(ROWS).shards)
+
+
+def test_an_md5_row_digest_is_the_one_earlier_releases_wrote() -> None:
+    # md5 of "s0\n10\n0\nk\n" + b"a", its first 8 bytes: the term the Spark job and the writer computed before XXH3.
+    import hashlib
+
+    assert row_digest(["s0", "10", "0", "k"], b"a", "md5") == int.from_bytes(hashlib.md5(b"s0\n10\n0\nk\na").digest()[:8], "big")
+    assert format_digest(2**64 + 5, "md5") == "0000000000000005" and format_digest(5) == "xxh3:0000000000000005"
+    with pytest.raises(ValueError, match="row digest 'sha1:00': its hash 'sha1' is not one of xxh3, md5"):
+        digest_hash("sha1:00")
 
 
 def test_a_manifest_without_an_attempt_is_refused_for_a_table_output(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ builds the manifest from the reports of the attempts that succeeded, and nothing
 
 from __future__ import annotations
 
-import hashlib
+import itertools
 import json
 import struct
 from collections.abc import Iterable
@@ -32,9 +32,12 @@ from kinesis_replay.core.errors import OutputIOError
 from kinesis_replay.core.records import DIGEST_SEPARATOR, PARTITION_COLUMN, format_digest, to_rows
 from kinesis_replay.core.state import ShardResult
 
-ROW_GROUP_BYTES = 8 * 1024 * 1024  # a shard's buffer is written as a row group once it holds this much payload
+ROW_GROUP_BYTES = 4 * 1024 * 1024  # a shard's buffer is written as a row group once it holds this much payload
 ROW_GROUP_ROWS = 64 * 1024  # ... or this many rows
 TASK_BUFFER_BYTES = 32 * 1024 * 1024  # past this much payload buffered in all, the largest buffer is written at once
+# Columns whose values (nearly) never repeat: no dictionary is tried for them. Parquet's writer would build one for each
+# row group's first values, find it too large, and write them plain after all, at a cost in memory and CPU.
+UNIQUE_COLUMNS = ("sequence_number", "approximate_arrival_timestamp", "data")
 FILE_BYTES = 512 * 1024 * 1024  # a file is closed, and the next one opened, past this much payload
 CHECKSUM_COLUMNS = ("shard_id", "sequence_number", "sub_sequence_number", "partition_key", "data")
 _SPARK_HASH_SEED = 42  # Spark's xxhash64 starts from this seed, and hashes each column with the hash so far as seed
@@ -44,34 +47,50 @@ DATA, QUARANTINE = "data", "quarantine"
 _LONG = struct.Struct("<q").pack
 
 
+def _binary_values(column: Any) -> Iterable[Any]:
+    """A binary column's values as views of its buffer, None for a null: no copy of each value, as ``to_pylist`` makes."""
+    if column.null_count:
+        copied: list[Any] = column.to_pylist()
+        return copied
+    _, offsets, values = column.buffers()
+    if values is None:  # no value has a byte
+        return [b""] * len(column)
+    import pyarrow as pa
+
+    wide = pa.types.is_large_binary(column.type)  # 64-bit offsets, else 32
+    at = (memoryview(offsets).cast("q") if wide else memoryview(offsets).cast("i"))[column.offset : column.offset + len(column) + 1]
+    view = memoryview(values)
+    return (view[start:end] for start, end in itertools.pairwise(at))
+
+
 def _row_sums(batch: Any, checksum: int, digest: int) -> tuple[int, int]:
     """``checksum`` and ``digest`` plus the page's rows' checksums and digests, in one loop.
 
     The checksum is Spark SQL's ``xxhash64(CHECKSUM_COLUMNS)``: XXH64 of each value that is not null (a string's UTF-8
     bytes, a BIGINT's 8 little-endian bytes, a binary's bytes), seeded with the hash so far from 42, as a signed 64-bit
-    number. The digest is records.row_digest. The page's one shard id, the first column of both, is hashed once. Most
-    of the loop's time is the md5 of each row's payload."""
+    number. The digest is records.row_digest (XXH3 of the joined row). The page's one shard id, the first column of
+    both, is hashed once."""
     import xxhash
 
-    xx, md5, from_bytes = xxhash.xxh64_intdigest, hashlib.md5, int.from_bytes
+    xx, xx3 = xxhash.xxh64_intdigest, xxhash.xxh3_64_intdigest
     shard = batch.column("shard_id")[0].as_py()
     shard_hash = xx(shard.encode(), seed=_SPARK_HASH_SEED)
     prefix, separator = (shard + DIGEST_SEPARATOR).encode(), DIGEST_SEPARATOR.encode()
-    columns = (batch.column(name).to_pylist() for name in CHECKSUM_COLUMNS[1:])
-    for sequence, sub, key, data in zip(*columns, strict=True):
+    columns = [batch.column(name).to_pylist() for name in CHECKSUM_COLUMNS[1:-1]]
+    for sequence, sub, key, data in zip(*columns, _binary_values(batch.column("data")), strict=True):
         number = sequence.encode()
         h = xx(_LONG(sub), seed=xx(number, seed=shard_hash))
         if key is not None:
             encoded = key.encode()
             h = xx(encoded, seed=h)
-            row = md5(b"".join((prefix, number, separator, str(sub).encode(), separator, encoded, separator)))
+            row = [prefix, number, separator, str(sub).encode(), separator, encoded, separator]
         else:
-            row = md5(b"".join((prefix, number, separator, str(sub).encode(), separator)))
+            row = [prefix, number, separator, str(sub).encode(), separator]
         if data is not None:
             h = xx(data, seed=h)
-            row.update(data)
+            row.append(data)
         checksum += h - 2**64 if h >= 2**63 else h
-        digest += from_bytes(row.digest()[:8], "big")
+        digest += xx3(b"".join(row))
     return checksum, digest
 
 
@@ -319,7 +338,8 @@ class AttemptWriter:
         filesystem, local = filesystem_of(output.path)
         filesystem.create_dir(local.rsplit("/", 1)[0], recursive=True)
         # Standard Parquet timestamps (UTC-adjusted microseconds), as the Spark writer's TIMESTAMP_MICROS were.
-        output.writer = pq.ParquetWriter(local, output.schema, filesystem=filesystem, compression="snappy")
+        dictionary = [name for name in output.schema.names if name not in UNIQUE_COLUMNS]
+        output.writer = pq.ParquetWriter(local, output.schema, filesystem=filesystem, compression="snappy", use_dictionary=dictionary)
 
     def _close_file(self, output: _Output, quietly: bool = False) -> None:
         if output.writer is None:

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 from kinesis_replay.adapters.layout import batch_data_path, data_path, result_path
 from kinesis_replay.core.errors import KinesisReplayError, OutputCorruptError, OutputIOError, OutputRefusedError, VerificationError
 from kinesis_replay.core.formats import is_s3, s3_uri
-from kinesis_replay.core.records import ROW_COLUMNS
+from kinesis_replay.core.records import DIGEST_HASH, ROW_COLUMNS
 from kinesis_replay.core.state import ReplayResult
 
 
@@ -312,19 +312,19 @@ class ShardRows:
 
 
 @names_the_store
-def scan_rows(files: list[str]) -> dict[str, ShardRows]:
-    """Rows, row digest and repeated keys per shard, read file by file and batch by batch with pyarrow.
+def scan_rows(files: list[str], digest_hash: str = DIGEST_HASH) -> dict[str, ShardRows]:
+    """Rows, row digest (with the named hash: records.row_hash) and repeated keys per shard, read file by file and batch
+    by batch with pyarrow.
 
     Memory stays bounded by a record batch, plus the shards' keys (no payload) for the uniqueness check.
     """
-    import hashlib
-
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from kinesis_replay.core.records import DIGEST_SEPARATOR, DIGEST_TEXT_COLUMNS
+    from kinesis_replay.core.records import DIGEST_SEPARATOR, DIGEST_TEXT_COLUMNS, row_hash
 
+    term = row_hash(digest_hash)
     digests: Counter[str] = Counter()
     keys: list[Any] = []
     columns = [*DIGEST_TEXT_COLUMNS, "data"]
@@ -337,7 +337,7 @@ def scan_rows(files: list[str]) -> dict[str, ShardRows]:
                 data = pc.fill_null(pc.cast(batch.column("data"), pa.binary()), b"")
                 rows = pc.binary_join_element_wise(pc.cast(joined, pa.binary()), data, b"")
                 for shard, value in zip(batch.column("shard_id").to_pylist(), rows.to_pylist(), strict=True):
-                    digests[shard] += int.from_bytes(hashlib.md5(value).digest()[:8], "big")
+                    digests[shard] += term(value)
                 keys.append(pa.table({c: batch.column(c) for c in DIGEST_TEXT_COLUMNS[:3]}))
     if not keys:
         return {}

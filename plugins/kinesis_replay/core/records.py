@@ -23,23 +23,51 @@ ROW_COLUMNS: tuple[tuple[str, str], ...] = (
 # The column a reader of the output gets from each batch's directory name (batch_id=<id>).
 PARTITION_COLUMN = "batch_id"
 
-# The row digest, which the replay job computes with Spark and verify recomputes from the files with pyarrow:
-# md5 of the row's identity and payload (the text columns joined by a newline, a null left out, then a newline and
-# the data), its first 8 bytes as an unsigned integer, summed over a shard's rows modulo 2**64.
+# The row digest, which each replay task computes as it writes and verify recomputes from the files with pyarrow:
+# a 64-bit hash of the row's identity and payload (the text columns joined by a newline, a null left out, then a
+# newline and the data), summed over a shard's rows modulo 2**64, and written as the hash's name, a colon and 16
+# hex digits ("xxh3:00ab..."). The hash is XXH3's 64 bits; results written before 2026-11-27 used md5's first 8 bytes
+# and wrote the 16 digits alone. A digest is always checked with the hash it names (``digest_hash``), so a batch
+# replayed by an older release verifies and compares as it did.
 DIGEST_TEXT_COLUMNS = ("shard_id", "sequence_number", "sub_sequence_number", "partition_key")
 DIGEST_SEPARATOR = "\n"
+DIGEST_HASH = "xxh3"
+DIGEST_HASHES = ("xxh3", "md5")
 
 
-def row_digest(text_parts: list[str | None], data: bytes | None) -> int:
-    """One row's digest term (see DIGEST_TEXT_COLUMNS): the first 8 bytes of the md5 of the joined row."""
-    import hashlib
+def row_hash(hash_name: str = DIGEST_HASH) -> Any:
+    """The function from a joined row's bytes to its 64-bit digest term, for the hash of that name."""
+    if hash_name == "xxh3":
+        import xxhash
 
+        return xxhash.xxh3_64_intdigest
+    if hash_name == "md5":
+        import hashlib
+
+        md5 = hashlib.md5
+        return lambda joined: int.from_bytes(md5(joined).digest()[:8], "big")
+    raise ValueError(f"row digest hash {hash_name!r}: not one of {', '.join(DIGEST_HASHES)}")
+
+
+def row_digest(text_parts: list[str | None], data: bytes | None, hash_name: str = DIGEST_HASH) -> int:
+    """One row's digest term (see DIGEST_TEXT_COLUMNS)."""
     joined = DIGEST_SEPARATOR.join(p for p in text_parts if p is not None) + DIGEST_SEPARATOR
-    return int.from_bytes(hashlib.md5(joined.encode() + (data or b"")).digest()[:8], "big")
+    return int(row_hash(hash_name)(joined.encode() + (data or b"")))
 
 
-def format_digest(total: int) -> str:
-    return f"{total % 2**64:016x}"
+def format_digest(total: int, hash_name: str = DIGEST_HASH) -> str:
+    digits = f"{total % 2**64:016x}"
+    return digits if hash_name == "md5" else f"{hash_name}:{digits}"
+
+
+def digest_hash(digest: str) -> str:
+    """The hash a written digest names: md5 for the 16 digits alone (results written before 2026-11-27)."""
+    name, colon, _ = digest.rpartition(":")
+    if not colon:
+        return "md5"
+    if name not in DIGEST_HASHES:
+        raise ValueError(f"row digest {digest!r}: its hash {name!r} is not one of {', '.join(DIGEST_HASHES)}")
+    return name
 
 
 # The KPL's aggregated-record header (aws_kinesis_agg.MAGIC); checked here to skip the library for plain records.

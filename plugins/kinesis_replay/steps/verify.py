@@ -12,7 +12,7 @@ from kinesis_replay.core.errors import (
     VerificationError,
 )
 from kinesis_replay.core.ranges import SequenceRange
-from kinesis_replay.core.records import format_digest
+from kinesis_replay.core.records import DIGEST_HASH, digest_hash, format_digest
 from kinesis_replay.core.state import Batch, BatchStatus, Gap, ReplayResult, ShardResult, StateStore
 from kinesis_replay.steps.in_flight import committed_meanwhile, superseded
 
@@ -90,7 +90,7 @@ def check_files(pipeline: PipelineConfig, batch_id: int, result: ReplayResult) -
     """The batch's files hold exactly the rows the manifest describes, shard by shard, before anything is committed.
 
     Per shard: the rows (and bad rows in the quarantine) the manifest counts, each (sequence number, sub-sequence
-    number) once, and the manifest's row digest recomputed from the files with pyarrow (records.row_digest).
+    number) once, and the manifest's row digest recomputed from the files with pyarrow (records.row_digest), with the hash it names.
     """
     where = f"pipeline {pipeline.name!r}, batch {batch_id}"
     quarantine = layout.quarantine_path(pipeline.output, batch_id)
@@ -98,12 +98,17 @@ def check_files(pipeline: PipelineConfig, batch_id: int, result: ReplayResult) -
     if pipeline.table is not None:
         # What would make the table commit fail every time fails here, while the batch can still be replayed.
         iceberg_table.check_files_fit(pipeline, batch_id, result.attempt or "", data_files)
+    hashes = {digest_hash(s.digest) for s in result.shards if s.digest is not None}
+    if len(hashes) > 1:
+        named = ", ".join(sorted(hashes))
+        raise VerificationError(f"{where}: the manifest's row digests name more than one hash ({named}); one job run writes one")
+    hash_name = hashes.pop() if hashes else DIGEST_HASH
     scanned = {}
     for files, expected, place in (
         (data_files, {s.shard_id: s.records for s in result.shards if s.records}, "the batch's files"),
         (parquet_files(quarantine), {s.shard_id: s.bad_records for s in result.shards if s.bad_records}, quarantine),
     ):
-        rows = scan_rows(files)
+        rows = scan_rows(files, hash_name)
         found = {shard: r.rows for shard, r in rows.items()}
         if found != expected:
             raise VerificationError(
@@ -120,9 +125,9 @@ def check_files(pipeline: PipelineConfig, batch_id: int, result: ReplayResult) -
         if shard.digest is None:
             continue  # a manifest of a release before row digests: its counts and bounds were checked
         total = sum(rows[shard.shard_id].digest for rows in scanned.values() if shard.shard_id in rows)
-        if format_digest(total) != shard.digest:
+        if format_digest(total, hash_name) != shard.digest:
             raise VerificationError(
-                f"{where}, shard {shard.shard_id}: the row digest of the files is {format_digest(total)}, the manifest says "
+                f"{where}, shard {shard.shard_id}: the row digest of the files is {format_digest(total, hash_name)}, the manifest says "
                 f"{shard.digest}: the files do not hold the rows the replay job wrote"
             )
     total = result.records + result.bad_records
