@@ -90,8 +90,9 @@ class ShardResult:
     checksum: str
     bad_records: int = 0
     last_arrival: datetime | None = None  # when the shard's last record in the batch arrived
-    # The row digest (records.row_digest summed over the shard's rows): unlike ``checksum`` (Spark's xxhash64, which
-    # backfills compare), verify recomputes it from the files with pyarrow. None in manifests of older releases.
+    # The row digest (records.row_digest summed over the shard's rows, "xxh3:<16 hex>", or md5's 16 digits alone in
+    # results written before 2026-11-27): unlike ``checksum`` (Spark's xxhash64), verify recomputes it from the files
+    # with pyarrow, with the hash it names. None in manifests of older releases still.
     digest: str | None = None
     # (the last record read, the first record after it; None: the closed shard's end) where the last record read was
     # gone once the next page was read, near the retention, so records between may have been trimmed unread: an
