@@ -143,8 +143,9 @@ def return_large_blocks() -> None:
     A page's blocks are megabytes: its response, its JSON text, its Arrow buffers. glibc serves a block above the
     mmap threshold from a mapping of its own and unmaps it when freed, but raises the threshold to each such block
     freed (up to 32 MiB): from the first pages on, the readers' threads keep pages' worth of freed heap each. With
-    the threshold fixed at ``LARGE_BLOCK_BYTES``, the largest worker of a 40,000-record job peaked at 168 MiB instead
-    of 182, for the same CPU (BENCHMARKS.md, the memory target). Elsewhere than glibc, nothing changes.
+    the threshold fixed at ``LARGE_BLOCK_BYTES`` (and the heap's top given back once twice that is free), the
+    largest worker of a 400,000-record job peaked at 173 MiB instead of 192, medians of 3, for 0.3 CPU-seconds more
+    (BENCHMARKS.md, the memory target). Elsewhere than glibc, nothing changes.
     """
     import ctypes
     import ctypes.util
