@@ -137,6 +137,7 @@ _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (mal
 LARGE_BLOCK_BYTES = 1024 * 1024
 
 
+@functools.cache  # once a process
 def return_large_blocks() -> None:
     """Have glibc's malloc give a task's large blocks back to the system when they are freed.
 
@@ -167,6 +168,7 @@ class _NoPandas:
             raise ImportError("pandas is not looked for by the replay task's pyarrow (kinesis_source.arrow_without_pandas)")
 
 
+@functools.cache  # once a process
 def arrow_without_pandas() -> None:
     """Keep pyarrow from importing pandas in this process only to rule it out.
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -79,8 +80,18 @@ def test_an_md5_row_digest_is_the_one_earlier_releases_wrote() -> None:
 
     assert row_digest(["s0", "10", "0", "k"], b"a", "md5") == int.from_bytes(hashlib.md5(b"s0\n10\n0\nk\na").digest()[:8], "big")
     assert format_digest(2**64 + 5, "md5") == "0000000000000005" and format_digest(5) == "xxh3:0000000000000005"
-    with pytest.raises(ValueError, match="row digest 'sha1:00': its hash 'sha1' is not one of xxh3, md5"):
-        digest_hash("sha1:00")
+
+
+def test_a_digest_of_an_unknown_hash_or_of_two_hashes_in_one_manifest_is_refused_naming_the_shard(tmp_path: Path) -> None:
+    write(tmp_path, ROWS)
+    made = result(ROWS)
+    unknown = replace(made, shards=(replace(made.shards[0], digest="sha1:0123456789abcdef"), *made.shards[1:]))
+    with pytest.raises(VerificationError, match=r"batch 1, shard s0: row digest 'sha1:0123456789abcdef' names the hash 'sha1', which"):
+        check_files(pipeline(tmp_path), 1, unknown)
+    mixed = replace(made, shards=(result(ROWS, "md5").shards[0], *made.shards[1:]))
+    with pytest.raises(VerificationError, match=r"batch 1: the manifest's row digests name more than one hash \(md5, xxh3\)"):
+        check_files(pipeline(tmp_path), 1, mixed)
+    check_files(pipeline(tmp_path), 1, made)  # the files themselves are the manifest's
 
 
 def test_a_manifest_without_an_attempt_is_refused_for_a_table_output(tmp_path: Path) -> None:

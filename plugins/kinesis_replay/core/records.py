@@ -60,13 +60,18 @@ def format_digest(total: int, hash_name: str = DIGEST_HASH) -> str:
     return digits if hash_name == "md5" else f"{hash_name}:{digits}"
 
 
-def digest_hash(digest: str) -> str:
+def digest_hash(digest: str, where: str = "a result manifest") -> str:
     """The hash a written digest names: md5 for the 16 digits alone (results written before 2026-11-27)."""
+    from kinesis_replay.core.errors import VerificationError
+
     name, colon, _ = digest.rpartition(":")
     if not colon:
         return "md5"
     if name not in DIGEST_HASHES:
-        raise ValueError(f"row digest {digest!r}: its hash {name!r} is not one of {', '.join(DIGEST_HASHES)}")
+        raise VerificationError(
+            f"{where}: row digest {digest!r} names the hash {name!r}, which this release does not know (it knows "
+            f"{', '.join(DIGEST_HASHES)}): was it written by a newer release? A retry with this one cannot help"
+        )
     return name
 
 

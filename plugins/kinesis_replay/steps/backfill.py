@@ -353,7 +353,8 @@ def check_replayed(pipeline: PipelineConfig, store: StateStore, batch_id: int, r
     def same(a: ShardResult | None, b: ShardResult | None) -> bool:
         if a is None or b is None:
             return False
-        if a.digest is None or b.digest is None or digest_hash(a.digest) != digest_hash(b.digest):
+        where = f"pipeline {pipeline.name!r}, batch {batch_id}, shard {a.shard_id}"
+        if a.digest is None or b.digest is None or digest_hash(a.digest, where) != digest_hash(b.digest, where):
             # A first run of a release before row digests, or before the hash changed: its digest was checked against
             # its own files then; the rest (rows, bounds, checksum) compare as they are.
             return replace(a, digest=None) == replace(b, digest=None)

@@ -98,7 +98,7 @@ def check_files(pipeline: PipelineConfig, batch_id: int, result: ReplayResult) -
     if pipeline.table is not None:
         # What would make the table commit fail every time fails here, while the batch can still be replayed.
         iceberg_table.check_files_fit(pipeline, batch_id, result.attempt or "", data_files)
-    hashes = {digest_hash(s.digest) for s in result.shards if s.digest is not None}
+    hashes = {digest_hash(s.digest, f"{where}, shard {s.shard_id}") for s in result.shards if s.digest is not None}
     if len(hashes) > 1:
         named = ", ".join(sorted(hashes))
         raise VerificationError(f"{where}: the manifest's row digests name more than one hash ({named}); one job run writes one")
