@@ -214,9 +214,11 @@ def write_tasks(
     """
 
     def run_task(task: int) -> str:
-        # Arrow's allocations through the C library's malloc, which hands freed pages back as the task writes page after
-        # page; pyarrow's default (mimalloc) keeps them: the largest worker of a 40,000-record job held 247 MiB with it,
-        # 216 MiB with malloc, for the same CPU (BENCHMARKS.md, the memory target).
+        # pyarrow's allocations through the C library's malloc, which hands freed pages back as the task writes page
+        # after page; pyarrow's default (mimalloc) keeps them: the largest worker of a 40,000-record job held 247 MiB
+        # with it, 216 MiB with malloc, for the same CPU. What Arrow allocates from its own default pool (Parquet's and
+        # the file systems' buffers) follows the workers' ARROW_DEFAULT_MEMORY_POOL, which the launchers set to
+        # malloc too (config.DEFAULT_SPARK_CONF); a Spark Connect server's executors get it from the server's conf.
         pa.set_memory_pool(pa.system_memory_pool())
         arrow_without_pandas()
         return_large_blocks()

@@ -82,7 +82,9 @@ def test_the_library_and_the_data_source_go_in_py_files(kwargs: dict[str, Any]) 
 
 
 def test_the_pipelines_spark_conf_is_passed_as_conf_flags(kwargs: dict[str, Any], pipeline: Any) -> None:
-    assert confs(submit_parameters(kwargs)) == {"spark.log.level": "WARN", **pipeline.spark.conf}
+    assert confs(submit_parameters(kwargs)) == {
+        "spark.log.level": "WARN", "spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL": "system", **pipeline.spark.conf
+    }  # fmt: skip
 
 
 def test_the_run_is_named_for_the_pipeline_and_batch_and_logs_to_the_log_prefix(kwargs: dict[str, Any]) -> None:

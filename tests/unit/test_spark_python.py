@@ -18,7 +18,7 @@ from botocore.parsers import JSONParser
 from botocore.session import get_session
 
 import kinesis_source
-from kinesis_replay.core.config import parse_config
+from kinesis_replay.core.config import DEFAULT_SPARK_CONF, parse_config
 from kinesis_replay.launchers import installed_pyspark, spark_submit
 
 SHAPE = get_session().get_service_model("kinesis").operation_model("GetRecords").output_shape
@@ -178,3 +178,30 @@ def test_a_tasks_large_blocks_go_back_to_the_system_once_freed_where_glibc_would
     returned = {way: int(subprocess.run([sys.executable, "-c", probe, way], env=env, capture_output=True, text=True, check=True).stdout)
                 for way in ("task", "plain")}  # fmt: skip
     assert returned["task"] >= 3 and returned["plain"] == 0, returned
+
+
+def test_the_workers_arrow_allocates_through_malloc_where_the_tasks_own_pool_does_not_reach() -> None:
+    """A task puts pyarrow's allocations on malloc (``pa.set_memory_pool``), but Parquet's writer and reader take buffers
+    from Arrow's own default pool, mimalloc, which keeps a heap per thread. The launchers give the workers the
+    variable that makes that pool malloc too: with it, a task's Parquet write and read allocate nothing through mimalloc;
+    without it, the same steps do (the check can fail)."""
+    probe = (
+        "import os, tempfile\n"
+        "import pyarrow as pa, pyarrow.parquet as pq\n"
+        "pa.set_memory_pool(pa.system_memory_pool())\n"
+        "table = pa.table({'data': pa.array([os.urandom(1024) for _ in range(2000)], pa.binary())})\n"
+        "with tempfile.TemporaryDirectory() as folder:\n"
+        "    with pq.ParquetWriter(os.path.join(folder, 'f.parquet'), table.schema, compression='snappy') as writer:\n"
+        "        writer.write_table(table)\n"
+        "    assert pq.read_table(os.path.join(folder, 'f.parquet')).equals(table)\n"
+        "print(pa.mimalloc_memory_pool().max_memory())\n"
+    )
+    prefix = "spark.executorEnv."
+    workers = {key.removeprefix(prefix): value for key, value in DEFAULT_SPARK_CONF.items() if key.startswith(prefix)}
+    assert workers == {"ARROW_DEFAULT_MEMORY_POOL": "system"}
+    plain = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    through_mimalloc = {
+        way: int(subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True).stdout)
+        for way, env in (("launched", {**plain, **workers}), ("plain", plain))
+    }
+    assert through_mimalloc["launched"] == 0 and through_mimalloc["plain"] > 0, through_mimalloc

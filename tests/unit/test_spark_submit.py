@@ -95,6 +95,13 @@ def confs(spark: dict[str, object], about: str) -> list[str]:
     return [c for c in spark_submit.build_command(pipeline, 1, Path("b.json"), Path("job.py"), []) if about in c.split("=", 1)[0]]
 
 
+def test_every_jobs_python_workers_allocate_arrows_memory_through_malloc_unless_the_pipeline_says_otherwise() -> None:
+    for master in ("local[2]", "spark://host:7077", "yarn", "k8s://https://api:443"):
+        assert confs({"master": master}, "ARROW_") == ["spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL=system"], master
+    own = {"master": "yarn", "conf": {"spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL": "jemalloc"}}
+    assert confs(own, "ARROW_") == ["spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL=jemalloc"]
+
+
 def test_local_jobs_run_without_the_web_ui_unless_the_pipeline_turns_it_on() -> None:
     assert confs({"master": "local[2]"}, "spark.ui.") == ["spark.ui.enabled=false"]
     assert confs({"master": "local[2]", "conf": {"spark.ui.enabled": True}}, "spark.ui.") == ["spark.ui.enabled=true"]

@@ -167,8 +167,13 @@ class EmrServerlessConfig:
 
 
 # What every replay job gets, under spark-submit or EMR Serverless, unless the pipeline's spark.conf says otherwise:
-# Spark's INFO lines (hundreds a run) would bury the job's own progress in the driver's log.
-DEFAULT_SPARK_CONF: Mapping[str, str] = {"spark.log.level": "WARN"}
+# - spark.log.level: Spark's INFO lines (hundreds a run) would bury the job's own progress in the driver's log.
+# - ARROW_DEFAULT_MEMORY_POOL in the Python workers' environment: Arrow's own allocations go through the C library's
+#   malloc, whose freed pages the task hands back (kinesis_source.return_large_blocks), rather than mimalloc, which
+#   keeps a heap per thread. The task puts pyarrow's allocations on malloc itself; this reaches what Arrow allocates
+#   from its default pool directly, from the worker's start. The largest worker of a 400,000-record job: 209 -> 194 MiB,
+#   171 at 4,000 records (181), for the same CPU (BENCHMARKS.md, the memory target; docs/configuration.md).
+DEFAULT_SPARK_CONF: Mapping[str, str] = {"spark.log.level": "WARN", "spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL": "system"}
 
 
 @dataclass(frozen=True)
