@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from kinesis_replay.core.errors import VerificationError
+
 # Every row's columns, in order, with their Spark SQL types: the one definition of the output's rows. The Spark
 # job's schemas (kinesis_source.SCHEMA_DDL, files.arrow_row_schema) and the names a payload schema may not reuse
 # (config.RECORD_COLUMNS) derive from it.
@@ -62,8 +64,6 @@ def format_digest(total: int, hash_name: str = DIGEST_HASH) -> str:
 
 def digest_hash(digest: str, where: str = "a result manifest") -> str:
     """The hash a written digest names: md5 for the 16 digits alone (results written before 2026-11-27)."""
-    from kinesis_replay.core.errors import VerificationError
-
     name, colon, _ = digest.rpartition(":")
     if not colon:
         return "md5"
