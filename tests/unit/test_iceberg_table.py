@@ -12,7 +12,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from fakes.pages import page
 from kinesis_replay.adapters import iceberg_table, layout
+from kinesis_replay.adapters.attempt_writer import AttemptWriter
 from kinesis_replay.core.config import PipelineConfig, parse_config
 from kinesis_replay.core.errors import OutputOwnershipError, TableCommitRefusedError, VerificationError
 from kinesis_replay.core.holdings import Holdings, Ledger, Mismatch, compare
@@ -25,8 +27,9 @@ def pipeline(root: Path, name: str = "orders", stream: str = "orders-stream") ->
     return parse_config({"pipelines": [entry]})[0]
 
 
-def write_attempt(root: Path, batch_id: int, attempt: str, rows: int, shard: str = "shardId-0") -> list[str]:
-    """One attempt's file as the replay job writes it: the output's columns plus batch_id, sorted by arrival."""
+def write_attempt(root: Path, batch_id: int, attempt: str, rows: int, shard: str = "shardId-0", required: bool = True) -> list[str]:
+    """One attempt's file as the replay job writes it: the output's columns plus batch_id (required, unless
+    ``required`` is false, as the tasks wrote it before 0.2.0), sorted by arrival."""
     folder = Path(layout.data_path(str(root), batch_id, attempt))
     folder.mkdir(parents=True)
     arrival = [datetime(2026, 1, 1, 0, 0, i % 60, tzinfo=UTC) for i in range(rows)]
@@ -39,6 +42,7 @@ def write_attempt(root: Path, batch_id: int, attempt: str, rows: int, shard: str
         "data": pa.array([b"x%d" % i for i in range(rows)], pa.binary()),
         "batch_id": pa.array([batch_id] * rows, pa.int64()),
     })  # fmt: skip
+    table = table.cast(table.schema.set(6, pa.field("batch_id", pa.int64(), nullable=not required)))
     pq.write_table(table, folder / "part-00000.parquet")
     return [str(folder / "part-00000.parquet")]
 
@@ -261,6 +265,23 @@ def test_a_column_added_to_the_payload_joins_the_table_in_the_batchs_snapshot(tm
     rows = table.scan().to_arrow().sort_by("sequence_number")
     assert rows["country"].to_pylist() == [None, None, None, "NL", "DE"]  # batch 1's rows have no such field
     assert counts(table) == {1: 3, 2: 2}
+
+
+@pytest.mark.parametrize("first_required", [True, False], ids=["a table of release 0.1.0", "a table with batch_id optional"])
+def test_the_files_batch_id_fits_a_table_whose_batch_id_is_required_or_optional(tmp_path: Path, first_required: bool) -> None:
+    """0.1.0's Spark wrote batch_id as a required column and created its tables so; the tasks once wrote it optional,
+    which no table with a required batch_id takes. The files now have it required, which fits both."""
+    p = pipeline(tmp_path)
+    iceberg_table.commit_snapshot(p, 1, "a", write_attempt(tmp_path, 1, "a", 3, required=first_required), "run-1")
+    table = iceberg_table.load_table(p)
+    assert table is not None and table.schema().find_field("batch_id").required is first_required
+    writer = AttemptWriter(layout.data_path(str(tmp_path), 2, "b"), str(tmp_path / "q"), "part-00000", batch_id=2)
+    writer.write(page("shardId-0", 5000, 2))
+    files = [f.path for f in writer.close().files if f.kind == "data"]
+
+    iceberg_table.check_files_fit(p, 2, "b", files)
+    iceberg_table.commit_snapshot(p, 2, "b", files, "run-2")
+    assert counts(iceberg_table.load_table(p)) == {1: 3, 2: 2}
 
 
 def test_a_column_whose_type_changed_is_refused_at_verify_naming_it_and_nothing_is_committed(tmp_path: Path) -> None:

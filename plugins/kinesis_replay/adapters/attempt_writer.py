@@ -253,7 +253,10 @@ class AttemptWriter:
         rows = arrow_row_schema()
         if columns is not None:
             rows = pa.schema([*rows, *columns.fields])
-        with_batch = rows.append(pa.field(PARTITION_COLUMN, pa.int64())) if batch_id is not None else rows
+        # batch_id is never null: a required column, as release 0.1.0's Spark wrote it (a literal) and created its tables
+        # with. An optional one would not fit such a table (Iceberg writes no optional column into a required one),
+        # while a required one fits a table whose column is optional.
+        with_batch = rows.append(pa.field(PARTITION_COLUMN, pa.int64(), nullable=False)) if batch_id is not None else rows
         self.outputs = {DATA: _Output(data_folder, DATA, with_batch), QUARANTINE: _Output(quarantine_folder, QUARANTINE, rows)}
         self.tallies: dict[str, ShardTally] = {}
         self.files = 0
