@@ -55,6 +55,7 @@ from kinesis_replay.adapters.files import reaching_s3, read_json, remove_files_e
 from kinesis_replay.adapters.json_columns import JsonColumns
 from kinesis_replay.adapters.layout import batch_path, data_path, owner_path, quarantine_path, result_path, staging_path
 from kinesis_replay.core.config import PayloadConfig
+from kinesis_replay.core.decoding import Decoding
 from kinesis_replay.core.errors import JobSpecError, KinesisReplayError, OutputOwnershipError
 from kinesis_replay.core.job_spec import JobSpec
 from kinesis_replay.core.ranges import SequenceRange
@@ -225,7 +226,12 @@ def run(spec: JobSpec, warm_up: bool = False, remote: str | None = None, artifac
             lap("read_write")
             with_spans = with_unconfirmed(shards, spans_by_shard(done.unconfirmed))
             result = ReplayResult(
-                spec.pipeline_name, spec.batch_id, tuple(with_spans), round(time.monotonic() - started, 3), attempt if table else None
+                spec.pipeline_name,
+                spec.batch_id,
+                tuple(with_spans),
+                round(time.monotonic() - started, 3),
+                attempt if table else None,
+                Decoding.of(spec.payload.format, spec.payload.schema),
             )
             # Of the read-and-write phase, the part from the first Kinesis call on: before it, the tasks start (Python
             # workers, imports).

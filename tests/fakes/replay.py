@@ -13,6 +13,7 @@ from typing import Any
 from kinesis_replay.adapters import files, layout, range_reader
 from kinesis_replay.adapters.attempt_writer import AttemptWriter, combine, page_rows
 from kinesis_replay.core.config import PipelineConfig, parse_config
+from kinesis_replay.core.decoding import Decoding
 from kinesis_replay.core.state import Batch, ReplayResult
 
 # A fake stream answers at once: Kinesis's per-shard call budgets would only make the tests wait.
@@ -41,6 +42,8 @@ def replay(pipeline: PipelineConfig, client: Any, batch: Batch, accept_gap: froz
     files.replace_folder(f"{staging}/data", layout.batch_path(pipeline.output, batch.batch_id))
     files.replace_folder(f"{staging}/quarantine", layout.quarantine_path(pipeline.output, batch.batch_id))
     files.remove_folder(layout.staging_path(pipeline.output, batch.batch_id), missing_ok=True)
-    result = ReplayResult(pipeline.name, batch.batch_id, tuple(results), 0.1)
+    result = ReplayResult(
+        pipeline.name, batch.batch_id, tuple(results), 0.1, decoding=Decoding.of(pipeline.payload.format, pipeline.payload.schema)
+    )
     files.write_json(layout.result_path(pipeline.output, batch.batch_id), result.to_dict())
     return result

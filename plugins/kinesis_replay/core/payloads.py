@@ -26,6 +26,9 @@ from typing import Any
 
 from kinesis_replay.core.ddl import DdlType, ddl_name
 
+# The decoder's version, recorded with every batch it decodes (core/decoding.py). Bump it whenever any payload decodes
+# to a different value or a different quarantine decision.
+DECODER_VERSION = "json-tasks/2"
 # The reason the replay job gives a payload that failed to decode when this module finds no reason of its own.
 UNEXPLAINED = "payload does not decode as payload.schema"
 REASON_CHARS = 300  # a reason is a line of a table's row, never a page

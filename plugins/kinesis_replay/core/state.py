@@ -8,6 +8,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, ClassVar, Protocol
 
+from kinesis_replay.core.decoding import EARLIER, Decoding
 from kinesis_replay.core.errors import StateCorruptError
 from kinesis_replay.core.ranges import SequenceRange, format_sequence_number, parse_sequence_number
 
@@ -154,6 +155,8 @@ class ReplayResult:
     # The replay that wrote the batch's table files (layout.data_path): each run writes a folder of its own, and the
     # table's snapshot says which attempt is the batch's. None for a directory output.
     attempt: str | None = None
+    # How the job decoded the batch's payloads; a manifest of release 0.1.0 or earlier records none (EARLIER).
+    decoding: Decoding = EARLIER
 
     @property
     def records(self) -> int:
@@ -180,6 +183,7 @@ class ReplayResult:
             "seconds": self.seconds,
             "shards": [s.to_dict() for s in self.shards],
             **({"attempt": self.attempt} if self.attempt is not None else {}),
+            **({"decoding": self.decoding.to_dict()} if self.decoding != EARLIER else {}),
         }
 
     @classmethod
@@ -190,6 +194,7 @@ class ReplayResult:
             shards=tuple(ShardResult.from_dict(s) for s in data["shards"]),
             seconds=float(data.get("seconds", 0.0)),
             attempt=str(data["attempt"]) if data.get("attempt") else None,
+            decoding=Decoding.from_dict(data.get("decoding")),
         )
 
 
