@@ -166,6 +166,13 @@ class VerificationError(KinesisReplayError):
     retryable = False
 
 
+class DecodedValuesChangedError(VerificationError):
+    """A backfill (or a restore's replay) decoded a batch's records into other values than the output holds: a decoder
+    or payload.schema change. Nothing was replaced; a retry decodes the same way. Accepted with ``"redecode": true``."""
+
+    retryable = False
+
+
 class OutputOwnershipError(KinesisReplayError):
     """The output root belongs to another pipeline (or stream, or state table, or output format) than the one about to write it."""
 
