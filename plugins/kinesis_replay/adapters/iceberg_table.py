@@ -233,7 +233,8 @@ def table_state(table: Table | None) -> TableState:
     are named in ``foreign``, and show in Iceberg's ``total-records`` (or its delete files) if they changed the rows.
     When no snapshot of the ancestry records holdings (a table written by a release before they were recorded, or one
     whose recording snapshots were expired under another writer's), they are read from the current snapshot's
-    partitions and the batches its ancestry names, once: the next commit records them again.
+    partitions and the batches its ancestry names, and ``partitions`` keeps each batch's rows: the guard compares
+    them with the ledger's, batch by batch (holdings.compare), before the next commit records them again.
     """
     if table is None:
         return TableState(Holdings(), 0, exists=False)
@@ -261,7 +262,8 @@ def table_state(table: Table | None) -> TableState:
             foreign.append(f"{snapshot.snapshot_id} ({operation})")
     counts = partition_counts(table)
     rows = sum(counts.values())
-    return TableState(Holdings.of(set(counts) | named, rows), total, tuple(foreign), deletes=deletes, derived=True)
+    held = Holdings.of(set(counts) | named, rows)
+    return TableState(held, total, tuple(foreign), deletes=deletes, derived=True, partitions=counts)
 
 
 def ancestry(table: Table) -> Iterator[Snapshot]:
@@ -459,9 +461,10 @@ def check_files_fit(pipeline: PipelineConfig, batch_id: int, attempt: str, files
         )
 
 
-TableCheck = Callable[[TableState], None]
+TableCheck = Callable[[TableState], Holdings | None]
 """The step's check of the table before each try of a commit: raises, naming what is wrong, when the current snapshot
-does not hold what the ledger says it must for this commit (see guards.table_check)."""
+does not hold what the ledger says it must for this commit (see guards.table_check). It returns the holdings the
+commit's summary builds on when they are not the state's own (read from the partitions: the ledger's count instead)."""
 
 
 def commit_snapshot(
@@ -512,12 +515,11 @@ def commit_snapshot(
         if found is not None:
             log.info("%s: attempt %s is committed already, in snapshot %d", where, attempt, found.snapshot_id)
             return found.snapshot_id
-        if check is not None:
-            check(state)
+        held = check(state) if check is not None else None  # the ledger's count, where no snapshot records one
         if before_commit is not None:
             before_commit(table)
         try:
-            return _commit_once(table, batch_id, paths, props, where, state.holdings, records)
+            return _commit_once(table, batch_id, paths, props, where, held if held is not None else state.holdings, records)
         except (CommitFailedException, CommitStateUnknownException) as exc:
             # Lost the race (or the catalog's answer): reload, and look for this attempt's snapshot before trying again.
             log.warning("%s: the table changed under the commit (%s); retrying against its new metadata (%d)", where, exc, attempt_no)
