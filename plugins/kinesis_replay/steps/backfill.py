@@ -483,28 +483,30 @@ def plan_restore(pipeline: PipelineConfig, kinesis_client: KinesisClient, store:
             f"pipeline {pipeline.name!r}: state table {pipeline.state_table} holds no ledger for the pipeline, so there is "
             f"nothing to restore the table to. {guards.recovery_hint(pipeline)}"
         )
-    ledger = guards.ledger_of(head)
+    ledger = guards.ledger_of(head, pipeline, store)
     metadata_lost = False
     try:
         table = iceberg_table.existing_table(pipeline)
     except TableMetadataLostError:
         table, metadata_lost = None, True
     state = iceberg_table.table_state(table)
-    mismatch = compare(state, ledger)
+    mismatch = compare(state, ledger, guards.ledger_rows(state, ledger))
     if mismatch is not None and mismatch.extra:
         raise BackfillError(
             f"{guards.describe_mismatch(pipeline, state, ledger, mismatch)} A restore only puts back batches the ledger "
             "committed; it never removes any. Nothing was written."
         )
-    wanted = sorted(set(mismatch.missing if mismatch else ()) | set(_differing(pipeline, store, table, state, ledger, mismatch)))
-    held = {b for b in wanted if b in state.holdings}  # held with other rows: a new attempt, from the stream, replaces them
+    wanted = sorted(set(mismatch.missing if mismatch else ()) | set(_differing(pipeline, table, state, ledger, mismatch)))
+    # Held with other rows: the verified attempt's files replace them if the table no longer references any of them (another
+    # writer's delete rewrote them); else (some are still the batch's in the table) a new attempt, from the stream, does.
+    held = {b for b in wanted if b in state.holdings}
     retention = stream_retention(kinesis_client, pipeline.stream, pipeline.read) if wanted else None
     from_files, from_stream, lost = [], [], []
     for low in range(0, len(wanted), WINDOW_SLICE):
         chosen = store.get_batches(pipeline.name, wanted[low : low + WINDOW_SLICE])
         for batch_id in wanted[low : low + WINDOW_SLICE]:
             batch = chosen[batch_id]
-            if batch_id not in held and _files_kept(pipeline, batch):
+            if _files_kept(pipeline, batch) and (batch_id not in held or not _attempt_in_table(pipeline, table, batch)):
                 from_files.append(batch_id)
                 continue
             try:
@@ -518,11 +520,11 @@ def plan_restore(pipeline: PipelineConfig, kinesis_client: KinesisClient, store:
     return Restore(pipeline.name, ledger, state, tuple(from_files), tuple(from_stream), tuple(lost), metadata_lost)
 
 
-def _differing(
-    pipeline: PipelineConfig, store: StateStore, table: Any, state: TableState, ledger: Ledger, mismatch: Mismatch | None
-) -> list[int]:
+def _differing(pipeline: PipelineConfig, table: Any, state: TableState, ledger: Ledger, mismatch: Mismatch | None) -> list[int]:
     """Batches the table holds with another number of rows than the ledger verified (rows deleted or added by another
-    writer): read only when the snapshot's row count says some are, from the manifests' partition summaries."""
+    writer). Where no snapshot records the holdings, the guard's comparison named them already (``mismatch.differing``);
+    else they are looked for only when the snapshot's row count says some are, from the manifests' partition summaries
+    and the ledger's figures (``ledger.verified``: no range or manifest is read)."""
     if table is None or mismatch is None or not mismatch.records:
         return []
     where = f"pipeline {pipeline.name!r}: {iceberg_table.require_table(pipeline).describe()}"
@@ -533,6 +535,8 @@ def _differing(
             "(Spark: CALL <catalog>.system.rewrite_data_files(table => '<table>', options => map('delete-file-threshold', '1'))), "
             "then run the restore again: it replays the batches whose rows are gone. Nothing was written."
         )
+    if mismatch.differing:
+        return [batch_id for batch_id, _, _ in mismatch.differing]
     counts = iceberg_table.partition_counts(table)
     strangers = sorted(b for b in counts if not 1 <= b <= ledger.last and b != ledger.in_flight)
     if strangers:
@@ -541,13 +545,17 @@ def _differing(
             f"{ledger.last}): another writer added them. A restore puts back only committed batches; delete those rows "
             "with Iceberg's tools, then run the restore again. Nothing was written."
         )
-    found = []
-    for low in range(1, ledger.last + 1, WINDOW_SLICE):
-        for batch in store.get_batches(pipeline.name, range(low, min(ledger.last, low + WINDOW_SLICE - 1) + 1)).values():
-            verified = batch.result.records if batch.result is not None else 0
-            if counts.get(batch.batch_id, 0) != verified and batch.batch_id in state.holdings:
-                found.append(batch.batch_id)
-    return found
+    verified = ledger.verified(range(1, ledger.last + 1)) if ledger.verified is not None else {}
+    return [b for b in range(1, ledger.last + 1) if b in state.holdings and counts.get(b, 0) != verified.get(b, 0)]
+
+
+def _attempt_in_table(pipeline: PipelineConfig, table: Any, batch: Batch) -> bool:
+    """Some of the batch's files in the table's current snapshot are its verified attempt's."""
+    attempt = batch.result.attempt if batch.result is not None else None
+    if table is None or attempt is None:
+        return False
+    folder = iceberg_table.iceberg_location(layout.data_path(pipeline.output, batch.batch_id, attempt))
+    return any(f.file_path.startswith(folder + "/") for f in iceberg_table.batch_data_files(table, batch.batch_id))
 
 
 def _files_kept(pipeline: PipelineConfig, batch: Batch) -> bool:
