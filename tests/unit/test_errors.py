@@ -34,6 +34,7 @@ RETRYABLE: dict[str, tuple[bool, str]] = {
     "StateLostError": (False, "lost state comes back only by a recovery or a restore"),
     "RecoveryError": (False, "the output's records say the same on every try"),
     "VerificationError": (False, "the same files and manifest disagree the same way; the next run replays the batch"),
+    "DecodedValuesChangedError": (False, "a replay decodes the same way every time; redecode accepts the new values"),
     "OutputOwnershipError": (False, "the owner record names another pipeline until someone moves it"),
     "OutputCorruptError": (False, "a malformed record in the output reads the same on every try"),
     "OutputRefusedError": (False, "S3 gives a missing bucket or a refused permission the same answer"),

@@ -167,8 +167,7 @@ class VerificationError(KinesisReplayError):
 
 
 class DecodedValuesChangedError(VerificationError):
-    """A backfill (or a restore's replay) decoded a batch's records into other values than the output holds: a decoder
-    or payload.schema change. Nothing was replaced; a retry decodes the same way. Accepted with ``"redecode": true``."""
+    """A backfill decoded a batch's records into other values than the output holds (accepted with ``redecode``)."""
 
     retryable = False
 

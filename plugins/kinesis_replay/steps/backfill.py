@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from kinesis_replay.adapters import commit_records, files, iceberg_table, layout
 from kinesis_replay.adapters.kinesis_client import stream_retention
+from kinesis_replay.core import decoded
 from kinesis_replay.core.config import PipelineConfig, ReadConfig
 from kinesis_replay.core.errors import (
     BackfillError,  # re-exported: the DAG tasks and tests name backfill.BackfillError
@@ -24,7 +25,7 @@ from kinesis_replay.core.formats import MAX_BATCH_ID
 from kinesis_replay.core.holdings import Commit, Ledger, Mismatch, TableState, compare
 from kinesis_replay.core.ranges import SequenceRange
 from kinesis_replay.core.records import digest_hash
-from kinesis_replay.core.state import Batch, BatchStatus, ShardResult, StateStore
+from kinesis_replay.core.state import Batch, BatchStatus, ReplayResult, ShardResult, StateStore
 from kinesis_replay.steps import commit, guards, in_flight, verify
 
 if TYPE_CHECKING:  # the boto3 stubs are for type checking only
@@ -337,22 +338,70 @@ def committed_batch(
     return batch
 
 
-def check_replayed(pipeline: PipelineConfig, store: StateStore, batch_id: int, run_id: str = "", restore: bool = False) -> Batch:
-    """A backfilled batch must hold what its first run held: shard by shard, the same rows and checksum.
+def check_replayed(
+    pipeline: PipelineConfig, store: StateStore, batch_id: int, run_id: str = "", restore: bool = False, redecode: bool = False
+) -> Batch:
+    """A backfilled batch must hold what its first run held: shard by shard, the same rows and checksum; and decode as
+    the output holds it (``decoded_differences``), unless ``redecode`` says to accept a new decoding.
 
-    For a table output, the checked attempt's files then replace the batch's in one snapshot, whose id the ledger
-    and the commit record keep. Until that snapshot, readers see the batch's earlier files; from it on, the new
-    ones: never both, never none. The replaced files stay for older snapshots until snapshot expiry removes them.
+    The replay job stages a committed batch's folders (a directory output's rows, the quarantine); they are checked
+    there and only then swapped into the batch's own (files.swap_in, finished by the next run if cut short), so a
+    refused backfill changes nothing readers see. For a table output, the checked attempt's files then replace the
+    batch's in one snapshot, whose id the ledger and the commit record keep. Until that snapshot, readers see the
+    batch's earlier files; from it on, the new ones: never both, never none. The replaced files stay for older
+    snapshots until snapshot expiry removes them.
     """
     batch = store.get_batch(pipeline.name, batch_id)
     first_run = batch.verified_result()
     result = files.read_result(pipeline.output, batch_id)
-    verify.check_files(pipeline, batch_id, result)
+    record = layout.swap_record_path(pipeline.output, batch_id)
+    if files.finish_swap(record):  # this check passed before, and was cut short while swapping: finished now
+        log.info("pipeline %s, batch %d: finished swapping in attempt %s, which was verified", pipeline.name, batch_id, result.attempt)
+        staged = False
+    else:
+        # The job stages a committed batch's folders, and names the attempt; one that found no commit record swapped them.
+        staged = result.attempt is not None and files.is_file(layout.commit_record_path(pipeline.output, batch_id))
+    verify.check_files(pipeline, batch_id, result, staged)
+    _check_raw(pipeline, batch_id, first_run, result)
+    if staged:
+        what = "restore" if restore else "backfill"
+        found = decoded_differences(pipeline, batch_id, result)
+        if found.difference is not None and redecode:
+            log.warning("pipeline %s, batch %d: re-decoded as asked (redecode): %s", pipeline.name, batch_id, found.difference.describe())
+        decoded.check(pipeline.name, batch_id, found, redecode, what)
+        if pipeline.table is None:
+            _swap_in(pipeline, batch_id, result)
+    elif pipeline.table is None:
+        log.warning("pipeline %s, batch %d: the replay job swapped the batch's folder in itself (it found no commit record), "
+                    "so its decoded values could not be compared with the earlier ones", pipeline.name, batch_id)  # fmt: skip
+    if pipeline.table is not None:
+        replayed = replace(batch, result=result)
+        kind = Commit.RESTORE if restore else Commit.BACKFILL
+        ledger = guards.ledger_of(store.get_head(pipeline.name))
+        snapshot_id = commit.commit_to_table(pipeline, replayed, run_id or batch.run_id, kind, ledger)
+        # The ledger and the commit record name the replayed attempt, whose files the snapshot holds: the first run's
+        # files go with the snapshots before it, and a recovery from the commit records rebuilds what the table holds.
+        batch = replace(replayed, snapshot_id=snapshot_id)
+        store.set_replayed(batch, expected=BatchStatus.COMMITTED)
+        commit_records.write_commit_record(pipeline.output, batch)
+        if staged:  # after the table's commit, so that a check cut short before it finds the staged quarantine to check again
+            _swap_in(pipeline, batch_id, result)
+        return batch
+    return replace(batch, result=result)  # a directory's ledger keeps the first run's; the caller reports this run's
+
+
+def _check_raw(pipeline: PipelineConfig, batch_id: int, first_run: ReplayResult, result: ReplayResult) -> None:
+    """The replay read the records the first run read, shard by shard: rows, bounds, checksum and row digest.
+
+    Which of them are quarantined is the decoding's, not the records': rows and bad rows are compared as one count here,
+    and which records are quarantined (and why) by the decoded comparison, which names a decoder change as such.
+    """
     before, after = first_run.by_shard(), result.by_shard()
 
     def same(a: ShardResult | None, b: ShardResult | None) -> bool:
         if a is None or b is None:
             return False
+        a, b = (replace(r, records=r.records + r.bad_records, bad_records=0) for r in (a, b))
         where = f"pipeline {pipeline.name!r}, batch {batch_id}, shard {a.shard_id}"
         if a.digest is None or b.digest is None or digest_hash(a.digest, where) != digest_hash(b.digest, where):
             # A first run of a release before row digests, or before the hash changed: its digest was checked against
@@ -365,20 +414,46 @@ def check_replayed(pipeline: PipelineConfig, store: StateStore, batch_id: int, r
         raise VerificationError(
             f"pipeline {pipeline.name!r}, batch {batch_id}: the backfill wrote different rows than the batch's first run "
             f"for shards {', '.join(changed)} (first run: {[before[s].to_dict() for s in changed if s in before]}; "
-            f"now: {[after[s].to_dict() for s in changed if s in after]})"
+            f"now: {[after[s].to_dict() for s in changed if s in after]}). Nothing was replaced: readers still see the "
+            "batch as it was"
         )
-    if pipeline.table is not None:
-        replayed = replace(batch, result=result)
-        kind = Commit.RESTORE if restore else Commit.BACKFILL
-        ledger = guards.ledger_of(store.get_head(pipeline.name))
-        snapshot_id = commit.commit_to_table(pipeline, replayed, run_id or batch.run_id, kind, ledger)
-        # The ledger and the commit record name the replayed attempt, whose files the snapshot holds: the first run's
-        # files go with the snapshots before it, and a recovery from the commit records rebuilds what the table holds.
-        batch = replace(replayed, snapshot_id=snapshot_id)
-        store.set_replayed(batch, expected=BatchStatus.COMMITTED)
-        commit_records.write_commit_record(pipeline.output, batch)
-        return batch
-    return replace(batch, result=result)  # a directory's ledger keeps the first run's; the caller reports this run's
+
+
+def decoded_differences(pipeline: PipelineConfig, batch_id: int, result: ReplayResult) -> decoded.Comparison:
+    """The staged attempt's decoded values against what the output holds for the batch now, row by row: for a table,
+    the batch's data files in the current snapshot; for a directory, the batch's folder; and the quarantine.
+
+    Read from the files themselves, so batches of any release compare, whatever their manifests record."""
+    held = _held_files(pipeline, batch_id) + files.parquet_files(layout.quarantine_path(pipeline.output, batch_id))
+    staged = verify.batch_files(pipeline, batch_id, result, staged=True)
+    staged += files.parquet_files(verify.quarantine_folder(pipeline, batch_id, result, staged=True))
+    before, after = files.read_decoded(held), files.read_decoded(staged)
+    if files.decoded_equal(before, after):
+        return decoded.Comparison(None, before.num_rows, 0, 0)
+    found = decoded.compare(files.decoded_rows(before), files.decoded_rows(after))
+    if found.only_before or found.only_after:
+        log.info("pipeline %s, batch %d: the output holds %d rows the replay did not write, and lacks %d it wrote",
+                 pipeline.name, batch_id, found.only_before, found.only_after)  # fmt: skip
+    return found
+
+
+def _held_files(pipeline: PipelineConfig, batch_id: int) -> list[str]:
+    """The files that hold the batch's rows for readers now: its folder's, or those of the table's current snapshot."""
+    if pipeline.table is None:
+        return files.parquet_files(layout.batch_path(pipeline.output, batch_id))
+    table = iceberg_table.load_table(pipeline)
+    return [f.file_path for f in iceberg_table.batch_data_files(table, batch_id)] if table is not None else []
+
+
+def _swap_in(pipeline: PipelineConfig, batch_id: int, result: ReplayResult) -> None:
+    """The verified attempt's staged folders into the batch's own: its rows (a directory output's) and its quarantine."""
+    attempt = result.attempt or ""
+    output = pipeline.output
+    moves = [(layout.staged_quarantine_path(output, batch_id, attempt), layout.quarantine_path(output, batch_id))]
+    if pipeline.table is None:
+        moves.insert(0, (layout.staged_data_path(output, batch_id, attempt), layout.batch_path(output, batch_id)))
+    files.swap_in(layout.swap_record_path(output, batch_id), moves)
+    files.remove_folder(layout.staging_path(output, batch_id), missing_ok=True)
 
 
 def _earliest(batch: Batch) -> datetime:
