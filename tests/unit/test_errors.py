@@ -40,6 +40,7 @@ RETRYABLE: dict[str, tuple[bool, str]] = {
     "OutputRefusedError": (False, "S3 gives a missing bucket or a refused permission the same answer"),
     "OutputIOError": (True, "a server fault, a refused rename or a vanished file may not recur"),
     "TableMetadataLostError": (False, "deleted metadata does not come back by itself"),
+    "TableLocationTakenError": (False, "another table's metadata at the location stays until someone moves it or fixes table.name"),
     "TableMismatchError": (False, "the table stays rolled back or rewritten until it is restored"),
     "TableCommitError": (True, "commits that lost the race for the table may win on the next try"),
     "TableCommitRefusedError": (False, "the table refuses the same files the same way"),

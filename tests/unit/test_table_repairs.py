@@ -9,6 +9,8 @@ record counts, batch by batch: the next plan or commit is refused, naming the ba
 
 from __future__ import annotations
 
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -17,13 +19,17 @@ import pytest
 from fakes.replay import UNPACED
 from fakes.world import World
 from kinesis_replay.adapters import files, iceberg_table, layout, range_reader
+from kinesis_replay.adapters import table_maintenance as tm
 from kinesis_replay.adapters.attempt_writer import AttemptWriter, combine, page_rows
 from kinesis_replay.core.config import PipelineConfig, parse_config
-from kinesis_replay.core.errors import TableMismatchError
+from kinesis_replay.core.errors import BackfillError, TableLocationTakenError, TableMismatchError
 from kinesis_replay.core.state import Batch, BatchStatus, ReplayResult
 from kinesis_replay.steps.backfill import plan_restore, restore_from_files
 from kinesis_replay.steps.commit import commit_batch
+from kinesis_replay.steps.maintenance import tidy_table
 from kinesis_replay.steps.verify import verify_batch
+
+LATER = timedelta(days=30)
 
 
 def table_pipeline(root: Path, name: str = "orders", **changes: Any) -> PipelineConfig:
@@ -189,3 +195,86 @@ def test_a_compaction_by_another_writer_then_expiry_by_hand_agrees_with_the_ledg
     state = iceberg_table.table_state(world.table())
     assert not state.derived and state.holdings.records == state.total_records == 200 and state.holdings.describe() == "batches 1 to 4"
     assert world.rows() == world.expected()
+
+
+# Issue 44, case 6: a mistyped table.name, and the refusal's own advice (the restore), made a second table at the same
+# location; regular batches landed in it, and its maintenance deleted the real table's metadata as orphans.
+
+
+def test_a_mistyped_table_name_is_refused_naming_the_real_table_and_no_second_table_is_made(world: TableWorld) -> None:
+    real = world.pipeline
+    assert real.table is not None
+    mistyped = replace(real, table=replace(real.table, name="ordres"))
+    world.pipeline = mistyped
+    world.produce(20)
+    ledger, rows = world.ledger(), TableWorld.rows(replace_pipeline(world, real))
+    catalog = iceberg_table.load_catalog(real)
+
+    with pytest.raises(TableMismatchError) as refused:
+        world.plan()
+    message = str(refused.value)
+    assert "table kinesis_replay.ordres in catalog kinesis_replay (sql, embedded)" in message and "does not exist" in message
+    assert "catalog 'kinesis_replay' holds table kinesis_replay.orders at that location" in message
+    assert "table.name of pipeline 'orders' ('ordres') is probably mistyped" in message
+    assert "a restore would not create a second table there" in message.lower() and '"restore_table": true}' not in message
+
+    with pytest.raises(BackfillError) as restore_refused:  # the restore's dry run plans the same way, and says the same
+        plan_restore(mistyped, world.kinesis, world.store, now=world.clock())
+    assert "kinesis_replay.orders at that location" in str(restore_refused.value)
+    assert "never creates a table at a location that holds another table's metadata" in str(restore_refused.value)
+    # A commit never creates it either (a first batch, or a restore that got past the plan).
+    attempt = world.store.get_batch("orders", 3).verified_result().attempt
+    paths = files.parquet_files(layout.data_path(real.output, 3, attempt or ""))
+    with pytest.raises(TableLocationTakenError, match=r"kinesis_replay\.orders"):
+        iceberg_table.commit_snapshot(mistyped, 3, attempt or "", paths, "restore")
+    with pytest.raises(TableMismatchError, match="probably mistyped"):  # the mistyped pipeline's maintenance: refused too
+        tidy_table(mistyped, world.store, orphan_age=timedelta(hours=1), now=datetime.now(UTC) + LATER)
+
+    assert catalog.list_tables("kinesis_replay") == [("kinesis_replay", "orders")]  # no second table
+    assert world.ledger() == ledger and TableWorld.rows(replace_pipeline(world, real)) == rows
+    world.pipeline = real  # table.name fixed: the pipeline goes on
+    assert world.cycle() is not None and world.rows() == world.expected()
+
+
+def test_maintenance_removes_nothing_while_another_tables_metadata_is_at_the_location(world: TableWorld) -> None:
+    """A second table at the location (made by an older release's restore, or by hand): neither table's orphan-file
+    removal deletes the other's files; expiry still runs, and the refusal names the other table's metadata."""
+    real = world.table()
+    catalog = iceberg_table.load_catalog(world.pipeline)
+    second = catalog.create_table(("kinesis_replay", "ordres"), schema=real.schema(), location=real.location())
+    root = Path(world.pipeline.output)
+    before = sorted(p for p in (root / "metadata").iterdir())
+    later = datetime.now(UTC) + LATER  # every file is old enough to be an orphan
+
+    report = tidy_table(world.pipeline, world.store, orphan_age=timedelta(hours=1), now=later)
+    assert report is not None and report.orphans_removed == () and report.orphans_refused is not None
+    assert f"another table (table-uuid {second.metadata.table_uuid})" in report.orphans_refused
+    assert second.metadata_location.removeprefix("file://") in report.orphans_refused
+    other = tm.expire_and_remove(catalog.load_table(("kinesis_replay", "ordres")), orphan_age=timedelta(hours=1), now=later)
+    assert other.orphans_removed == () and other.orphans_refused is not None
+    assert all(p.exists() for p in before) and world.rows() == world.expected()  # both tables' metadata intact
+
+
+def test_a_table_dropped_from_its_catalog_is_registered_again_by_the_restore_never_made_anew(world: TableWorld) -> None:
+    catalog = iceberg_table.load_catalog(world.pipeline)
+    history = len(world.table().metadata.snapshots)
+    catalog.drop_table("kinesis_replay.orders")  # its metadata and data files stay
+    with pytest.raises(TableMismatchError) as refused:
+        world.plan()
+    assert "which catalog 'kinesis_replay' no longer names" in str(refused.value)
+    assert "The restore registers that table again from" in str(refused.value)
+
+    plan = plan_restore(world.pipeline, world.kinesis, world.store, now=world.clock())
+    assert plan.register is not None and "registered again in its catalog from" in plan.describe()
+    restore_from_files(world.pipeline, world.store, plan, "restore")
+    assert len(world.table().metadata.snapshots) == history  # the same table, its history with it
+    assert world.rows() == world.expected()
+    world.produce(10)
+    assert world.cycle() is not None and world.rows() == world.expected()
+
+
+def replace_pipeline(world: TableWorld, pipeline: PipelineConfig) -> TableWorld:
+    """The world as seen through another pipeline config (the table it names)."""
+    seen = object.__new__(TableWorld)
+    seen.__dict__.update(world.__dict__, pipeline=pipeline)
+    return seen

@@ -202,6 +202,12 @@ class TableMetadataLostError(OutputOwnershipError):
     retryable = False
 
 
+class TableLocationTakenError(OutputOwnershipError):
+    """The table's location holds another table's metadata: a second table there would share its folders (one location, one table)."""
+
+    retryable = False
+
+
 class TableMismatchError(StateLostError):
     """The table's current snapshot does not hold the batches the ledger says are committed: nothing moves until it is restored."""
 

@@ -524,6 +524,9 @@ class Restore:
     from_stream: tuple[int, ...]
     lost: tuple[int, ...]
     metadata_lost: bool  # the catalog names a metadata file that is gone: its entry is dropped before the table is made
+    # The newest metadata file of the pipeline's own table at its location, which the catalog no longer names (dropped, or
+    # its newest metadata lost): registered again before anything is restored, never a second table made beside it.
+    register: str | None = None
 
     def describe(self) -> str:
         held = self.state.holdings.describe() if self.state.exists else "nothing (there is no table)"
@@ -533,7 +536,9 @@ class Restore:
             f"  replayed from the stream: {len(self.from_stream)} batches ({listed(self.from_stream) or 'none'})",
         ]
         if self.metadata_lost:
-            lines.append("  the catalog's entry names a metadata file that is gone: it is dropped, and the table made anew")
+            lines.append("  the catalog's entry names a metadata file that is gone: it is dropped")
+        if self.register is not None:
+            lines.append(f"  the pipeline's own table is registered again in its catalog from {self.register}, at its location")
         elif not self.state.exists:
             lines.append("  the table is created by the first batch restored")
         if self.lost:
@@ -566,6 +571,12 @@ def plan_restore(pipeline: PipelineConfig, kinesis_client: KinesisClient, store:
         table, metadata_lost = None, True
     state = iceberg_table.table_state(table)
     mismatch = compare(state, ledger, guards.ledger_rows(state, ledger))
+    taken = iceberg_table.location_tables(pipeline) if table is None else None
+    if mismatch is not None and taken is not None and not taken.own(pipeline):  # one location, one table
+        raise BackfillError(
+            f"{guards.describe_mismatch(pipeline, state, ledger, mismatch)} A restore never creates a table at a location "
+            "that holds another table's metadata. Nothing was written."
+        )
     if mismatch is not None and mismatch.extra:
         raise BackfillError(
             f"{guards.describe_mismatch(pipeline, state, ledger, mismatch)} A restore only puts back batches the ledger "
@@ -592,7 +603,8 @@ def plan_restore(pipeline: PipelineConfig, kinesis_client: KinesisClient, store:
     if len(from_stream) > MAX_BATCHES_PER_RUN:
         log.warning("pipeline %s: %d batches need a replay from the stream; this run replays the first %d, run the restore "
                     "again for the rest", pipeline.name, len(from_stream), MAX_BATCHES_PER_RUN)  # fmt: skip
-    return Restore(pipeline.name, ledger, state, tuple(from_files), tuple(from_stream), tuple(lost), metadata_lost)
+    register = taken.newest if taken is not None else None
+    return Restore(pipeline.name, ledger, state, tuple(from_files), tuple(from_stream), tuple(lost), metadata_lost, register)
 
 
 def _differing(pipeline: PipelineConfig, table: Any, state: TableState, ledger: Ledger, mismatch: Mismatch | None) -> list[int]:
@@ -651,6 +663,12 @@ def restore_from_files(pipeline: PipelineConfig, store: StateStore, plan: Restor
         identifier = iceberg_table.require_table(pipeline).identifier
         log.warning("pipeline %s: dropping the catalog's entry for %s, whose metadata file is gone", pipeline.name, identifier)
         catalog.drop_table(identifier)
+    if plan.register is not None:  # the pipeline's own table, which the catalog no longer names: back, with its history
+        catalog = iceberg_table.load_catalog(pipeline)
+        identifier = iceberg_table.require_table(pipeline).identifier
+        log.warning("pipeline %s: registering %s again from %s", pipeline.name, identifier, plan.register)
+        catalog.register_table(identifier, plan.register)
+        iceberg_table.check_table_owner(pipeline, catalog.load_table(identifier))
     failed = []
     for batch_id in plan.from_files:
         batch = store.get_batch(pipeline.name, batch_id)

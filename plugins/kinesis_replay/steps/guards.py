@@ -354,6 +354,21 @@ def describe_mismatch(pipeline: PipelineConfig, state: TableState, ledger: Ledge
             "with the ledger's record counts, batch by batch."
         )
     fix = recovery_hint(pipeline) if mismatch.extra else iceberg_table.restore_hint(pipeline)
+    taken = iceberg_table.location_tables(pipeline) if not state.exists else None
+    if taken is not None:  # one location, one table: what is there decides the way back
+        text += f"; {taken.describe(pipeline)}"
+        if taken.in_catalog:
+            fix = (
+                "a restore would not create a second table there (it is refused); fix table.name, and the next run goes on "
+                f"with {taken.in_catalog[0]}."
+            )
+        elif not taken.own(pipeline):
+            fix = (
+                "a restore would not create a second table there (it is refused): point output of pipeline "
+                f"{pipeline.name!r} to where its own table is, or to a new root for a new table."
+            )
+        else:
+            fix = f"the restore registers that table again from {taken.newest}, then puts back what it lacks: {fix}"
     fix = fix[0].upper() + fix[1:]
     return (
         f"{text}. {' '.join(c[0].upper() + c[1:] for c in causes)} Nothing is planned, committed or removed while the two "
