@@ -278,3 +278,13 @@ def replace_pipeline(world: TableWorld, pipeline: PipelineConfig) -> TableWorld:
     seen = object.__new__(TableWorld)
     seen.__dict__.update(world.__dict__, pipeline=pipeline)
     return seen
+
+
+def test_a_deleted_embedded_catalog_is_not_made_again_by_the_refusal_that_names_the_tables_metadata(world: TableWorld) -> None:
+    catalog_dir = Path(world.pipeline.output) / iceberg_table.CATALOG_DIR
+    for path in sorted(catalog_dir.rglob("*"), reverse=True):
+        path.unlink() if path.is_file() else path.rmdir()
+    catalog_dir.rmdir()
+    with pytest.raises(TableMismatchError) as refused:
+        world.plan()
+    assert "holds 4 metadata files of an Iceberg table of pipeline 'orders'" in str(refused.value) and not catalog_dir.exists()

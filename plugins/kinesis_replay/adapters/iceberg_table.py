@@ -361,10 +361,11 @@ def location_tables(pipeline: PipelineConfig, catalog: Catalog | None = None) ->
     from pyiceberg.io.pyarrow import PyArrowFileIO
 
     config = require_table(pipeline)
-    catalog = catalog or load_catalog(pipeline)
+    if catalog is None and not (config.embedded and not os.path.exists(embedded_catalog_file(pipeline.output))):
+        catalog = load_catalog(pipeline)  # an embedded catalog whose file is gone is not made again by looking
     location = iceberg_location(pipeline.output).rstrip("/")
     folder = f"{location}/metadata"
-    io = load_file_io(dict(catalog.properties), folder)
+    io = load_file_io(dict(catalog.properties) if catalog is not None else {}, folder)
     if not isinstance(io, PyArrowFileIO):
         io = PyArrowFileIO(io.properties)
     scheme, netloc, path = PyArrowFileIO.parse_location(folder, io.properties)
@@ -391,7 +392,7 @@ def location_tables(pipeline: PipelineConfig, catalog: Catalog | None = None) ->
         owner, stream = properties.get(PIPELINE_PROPERTY), properties.get(STREAM_PROPERTY)
     except (OSError, ValueError) as exc:
         log.warning("pipeline %s: could not read metadata file %s: %s", pipeline.name, newest, exc)
-    in_catalog, complete = _catalog_tables_at(catalog, config, location)
+    in_catalog, complete = _catalog_tables_at(catalog, config, location) if catalog is not None else ((), True)
     return LocationTables(location, len(found), newest, table_uuid, owner, stream, in_catalog, complete)
 
 
