@@ -179,7 +179,14 @@ class EmrServerlessConfig:
 #   keeps a heap per thread. The task puts pyarrow's allocations on malloc itself; this reaches what Arrow allocates
 #   from its default pool directly, from the worker's start. The largest worker of a 400,000-record job: 209 -> 194 MiB,
 #   171 at 4,000 records (181), for the same CPU (BENCHMARKS.md, the memory target; docs/configuration.md).
-DEFAULT_SPARK_CONF: Mapping[str, str] = {"spark.log.level": "WARN", "spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL": "system"}
+# - spark.python.worker.faulthandler.enabled: a Python worker that dies of a signal (a segfault in native code) has
+#   Python's fault handler name it ("Fatal Python error: Segmentation fault"); the JVM puts that line in its crash message,
+#   which the launcher reports as the root cause, where it would otherwise say only "EOFException" (spark_submit.WorkerLines).
+DEFAULT_SPARK_CONF: Mapping[str, str] = {
+    "spark.log.level": "WARN",
+    "spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL": "system",
+    "spark.python.worker.faulthandler.enabled": "true",
+}
 
 
 @dataclass(frozen=True)
