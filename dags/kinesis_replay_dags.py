@@ -236,6 +236,15 @@ def build_backfill_dag(p: PipelineConfig) -> DAG:
                     "output's verified files, or replayed from the stream. Try it with dry_run first."
                 ),
             ),
+            "redecode": Param(
+                False,
+                type="boolean",
+                title="Re-decode",
+                description=(
+                    "Accept decoded values that differ from what the output holds for a batch (after a decoder or "
+                    "payload.schema change). Without it such a backfill is refused, naming the field; raw records must match either way."
+                ),
+            ),
             "dry_run": Param(False, type="boolean", title="Dry run", description="Show what would be read and its cost; read nothing."),
         },
     ) as dag:
@@ -254,7 +263,8 @@ def build_backfill_dag(p: PipelineConfig) -> DAG:
         )
         def replay(batch_id: int) -> tasks.BatchFigures:
             context = get_current_context()
-            summary = tasks.backfill_batch(p, batch_id, context["run_id"], bool(context["params"].get(RESTORE_PARAM)))
+            params = context["params"]
+            summary = tasks.backfill_batch(p, batch_id, context["run_id"], bool(params.get(RESTORE_PARAM)), bool(params.get("redecode")))
             context["outlet_events"][asset].extra = tasks.event_extra(summary)
             return summary
 
@@ -265,7 +275,8 @@ def build_backfill_dag(p: PipelineConfig) -> DAG:
         @task(task_id="check", outlets=[asset], map_index_template="batch {{ task.op_kwargs['batch_id'] }}")
         def check(batch_id: int) -> tasks.BatchFigures:
             context = get_current_context()
-            summary = tasks.check_backfill(p, batch_id, context["run_id"], bool(context["params"].get(RESTORE_PARAM)))
+            params = context["params"]
+            summary = tasks.check_backfill(p, batch_id, context["run_id"], bool(params.get(RESTORE_PARAM)), bool(params.get("redecode")))
             context["outlet_events"][asset].extra = tasks.event_extra(summary)
             return summary
 

@@ -473,10 +473,10 @@ def restore_table(p: PipelineConfig, dry_run: bool, run_id: str) -> list[int]:
 
 @fail_fast
 @through_connection
-def backfill_batch(p: PipelineConfig, batch_id: int, run_id: str = "", restore: bool = False) -> BatchFigures:
+def backfill_batch(p: PipelineConfig, batch_id: int, run_id: str = "", restore: bool = False, redecode: bool = False) -> BatchFigures:
     """Replay one committed batch into its own paths and check it holds what it held; never touches a checkpoint."""
     submit(p, backfill.committed_batch(p, state_store(p), batch_id, kinesis_client(p) if restore else None), kind=RunKind.BACKFILL)
-    return check_backfill(p, batch_id, run_id, restore)
+    return check_backfill(p, batch_id, run_id, restore, redecode)
 
 
 @fail_fast
@@ -488,10 +488,10 @@ def stage_backfill(p: PipelineConfig, batch_id: int, restore: bool = False) -> d
 
 @fail_fast
 @through_connection
-def check_backfill(p: PipelineConfig, batch_id: int, run_id: str = "", restore: bool = False) -> BatchFigures:
-    """A backfilled batch must hold what its first run held (same shards, counts, checksums); then it replaces the table's
-    (or, restoring, joins the table)."""
-    batch = backfill.check_replayed(p, state_store(p), batch_id, run_id, restore)
+def check_backfill(p: PipelineConfig, batch_id: int, run_id: str = "", restore: bool = False, redecode: bool = False) -> BatchFigures:
+    """A backfilled batch must hold what its first run held (same shards, counts, checksums) and decode as the output holds
+    it (unless ``redecode``); then it replaces the batch's folder or the table's files (or, restoring, joins the table)."""
+    batch = backfill.check_replayed(p, state_store(p), batch_id, run_id, restore, redecode)
     summary = batch_summary(p, batch, "backfill")
     log.info("pipeline %s: backfilled %s", p.name, summary)
     return summary

@@ -21,7 +21,8 @@ decode_error. The batch's rows go:
   with batch_id as a column and each row group one shard's records in arrival order. Nothing there is visible until
   the commit step (on the Airflow side) puts the files in the Iceberg table in one snapshot; a rerun never touches
   the files a snapshot references;
-- for a directory output, to <output>/batch_id=<id>/, replacing what an earlier run left there.
+- for a directory output, to <output>/batch_id=<id>/, replacing what an earlier run left there; for a committed
+  batch (a backfill's), to a staging folder that the Airflow side swaps in once the files are verified.
 
 A JSON payload with a schema is decoded in the same pass, by the task, into the schema's columns
 (``adapters.json_columns``, as Spark's ``from_json`` decoded it before); a payload that does not decode is
@@ -51,9 +52,29 @@ import kinesis_replay.launchers.installed_pyspark  # noqa: F401
 from pyspark.sql import SparkSession
 
 from kinesis_replay.adapters.attempt_writer import AttemptWriter, combine, with_unconfirmed
-from kinesis_replay.adapters.files import reaching_s3, read_json, remove_files_except, remove_folder, replace_folder, write_json
+from kinesis_replay.adapters.files import (
+    finish_swap,
+    is_file,
+    reaching_s3,
+    read_json,
+    remove_files_except,
+    remove_folder,
+    swap_in,
+    write_json,
+)
 from kinesis_replay.adapters.json_columns import JsonColumns
-from kinesis_replay.adapters.layout import batch_path, data_path, owner_path, quarantine_path, result_path, staging_path
+from kinesis_replay.adapters.layout import (
+    batch_path,
+    commit_record_path,
+    data_path,
+    owner_path,
+    quarantine_path,
+    result_path,
+    staged_data_path,
+    staged_quarantine_path,
+    staging_path,
+    swap_record_path,
+)
 from kinesis_replay.core.config import PayloadConfig
 from kinesis_replay.core.decoding import Decoding
 from kinesis_replay.core.errors import JobSpecError, KinesisReplayError, OutputOwnershipError
@@ -164,26 +185,29 @@ def spans_by_shard(unconfirmed: Sequence[Unconfirmed]) -> dict[str, set[tuple[in
     return spans
 
 
-def write_as_read(spark: SparkSession, spec: JobSpec, attempt: str, tasks: int, pages: Pages) -> tuple[list[ShardResult], TasksDone]:
+def write_as_read(spark: SparkSession, spec: JobSpec, attempt: str, tasks: int, pages: Pages) -> tuple[list[ShardResult], TasksDone, bool]:
     """Each task writes its rows to Parquet as it reads them (attempt_writer), in one pass: no sort, no second read; a
     JSON payload with a schema is decoded on the way (json_columns).
 
     A table output's rows go straight to the attempt's own folder, which no snapshot references until the commit. A
-    directory output's, and the quarantine, go to the attempt's staging folder and replace the batch's folder once
-    every task is done. Files in those folders that no successful task attempt reported (a failed attempt's, which it
-    could not delete itself) are removed before anything moves. Returns the manifest's entries, from the reports, and
-    the reports.
+    directory output's, and the quarantine, go to the attempt's staging folder. Files in those folders that no
+    successful task attempt reported (a failed attempt's, which it could not delete itself) are removed before anything
+    moves. Then, for a batch in flight, the staged folders replace the batch's once every task is done (files.swap_in);
+    a committed batch's (one a backfill or a restore replays: its commit record says so) stay staged, for the Airflow
+    side to swap in only once they are verified and decode as the output's did (backfill.check_replayed), so that
+    a failed backfill changes nothing readers see. A swap cut short by an earlier run is finished first. Returns the
+    manifest's entries, from the reports, the reports, and whether the folders stay staged.
     """
     output, batch_id = spec.output, spec.batch_id
     payload = spec.payload
     # Checked here, on the driver, before any read: a schema no payload decodes into fails the job, not every task.
     columns = JsonColumns(payload.schema, spec.pipeline_name) if payload.format == "json" and payload.schema else None
     check_owner(spec, read_json(owner_path(output)))
+    finish_swap(swap_record_path(output, batch_id))  # a verified swap cut short is finished before anything is staged
     remove_folder(staging_path(output, batch_id), missing_ok=True)  # what a crashed run of this batch left
-    staging = f"{staging_path(output, batch_id)}/attempt={attempt}"
     table = spec.output_format == "iceberg"
-    data_folder = data_path(output, batch_id, attempt) if table else f"{staging}/data"
-    quarantine_folder = f"{staging}/quarantine"
+    data_folder = data_path(output, batch_id, attempt) if table else staged_data_path(output, batch_id, attempt)
+    quarantine_folder = staged_quarantine_path(output, batch_id, attempt)
     partition = batch_id if table else None
 
     def writer(task: int) -> AttemptWriter:  # in the task: its files are named for this attempt of it
@@ -199,11 +223,12 @@ def write_as_read(spark: SparkSession, spec: JobSpec, attempt: str, tasks: int, 
     unreported = remove_files_except(data_folder, reported) + remove_files_except(quarantine_folder, reported)
     if unreported:
         print(f"kinesis-replay: removed {len(unreported)} files no successful task attempt reported: {unreported[:5]}", flush=True)
-    if not table:
-        replace_folder(f"{staging}/data", batch_path(output, batch_id))
-    replace_folder(quarantine_folder, quarantine_path(output, batch_id))
-    remove_folder(staging_path(output, batch_id), missing_ok=True)
-    return shards, done
+    staged = is_file(commit_record_path(output, batch_id))
+    if not staged:
+        moves = [(quarantine_folder, quarantine_path(output, batch_id))]
+        swap_in(swap_record_path(output, batch_id), moves if table else [(data_folder, batch_path(output, batch_id)), *moves])
+        remove_folder(staging_path(output, batch_id), missing_ok=True)
+    return shards, done, staged
 
 
 def run(spec: JobSpec, warm_up: bool = False, remote: str | None = None, artifacts: Sequence[str] = ()) -> ReplayResult:
@@ -222,17 +247,14 @@ def run(spec: JobSpec, warm_up: bool = False, remote: str | None = None, artifac
             table = spec.output_format == "iceberg"
             attempt = new_attempt()
             tasks = sample_tasks if warm_up else range_tasks
-            shards, done = write_as_read(spark, spec, attempt, *tasks(spark, spec))
+            shards, done, staged = write_as_read(spark, spec, attempt, *tasks(spark, spec))
             lap("read_write")
             with_spans = with_unconfirmed(shards, spans_by_shard(done.unconfirmed))
-            result = ReplayResult(
-                spec.pipeline_name,
-                spec.batch_id,
-                tuple(with_spans),
-                round(time.monotonic() - started, 3),
-                attempt if table else None,
-                Decoding.of(spec.payload.format, spec.payload.schema),
-            )
+            # The manifest names the attempt whose files a table commit takes, or whose staged folders a check swaps in.
+            named = attempt if table or staged else None
+            decoding = Decoding.of(spec.payload.format, spec.payload.schema)
+            seconds = round(time.monotonic() - started, 3)
+            result = ReplayResult(spec.pipeline_name, spec.batch_id, tuple(with_spans), seconds, named, decoding)
             # Of the read-and-write phase, the part from the first Kinesis call on: before it, the tasks start (Python
             # workers, imports).
             from_first_call = max(0.0, time.time() - done.first_call) if math.isfinite(done.first_call) else 0.0

@@ -29,7 +29,7 @@ UNDECODABLE: list[tuple[bytes, str]] = [
     (b'{"n": "\x01"}', "not valid JSON: Invalid control character at: line 1 column 8 (char 7)"),
     (b'\x0c{"n": 1}', "not valid JSON: Expecting value: line 1 column 1 (char 0)"),  # a form feed is no JSON space
     (b'{"other": [1, 2,]}', "not valid JSON: Expecting value: line 1 column 17 (char 16)"),  # a dropped field is read too
-    (b'{"n": ' + b"1" * 1001 + b"}", "not valid JSON: a number 1001 characters long (at most 1000)"),
+    (b'{"n": ' + b"1" * 1001 + b"}", "not valid JSON: a number of 1001 digits (at most 1000)"),
     (b"[" * 5000 + b"]" * 5000, "not valid JSON: nested too deeply"),
     # Whole numbers: the token's kind, then the type's range.
     (b'{"amount": "abc"}', 'field "amount": expected BIGINT, got string "abc"'),

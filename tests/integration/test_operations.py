@@ -137,6 +137,32 @@ def test_a_backfill_restores_a_lost_partition_of_a_directory_output_and_moves_no
     assert store.get_shards(entry["name"]) == shards and store.get_head(entry["name"]) == head  # nothing moved
 
 
+def test_a_backfill_of_a_directory_output_whose_schema_changed_is_refused_and_changes_nothing_readers_see(
+    kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any], tmp_path: Path, airflow_db: Path
+) -> None:
+    """Issue 44, case 4 and point 2: the check runs on the staged attempt, before batch_id=<id>/ is replaced, and
+    compares the decoded columns too: a payload.schema changed since the first run is refused, the folder kept whole."""
+    entry = {**entry, "output_format": "directory", "payload": {"format": "json", "schema": "index INT, user STRING"}}
+    built = load_dags(tmp_path / "pipelines.yaml", entry)
+    produced = produce(kinesis, entry["stream"], 40)
+    assert run_dag(built[f"kinesis_replay_{entry['name']}"]).tasks == SUCCESS
+    folder = Path(entry["output"]) / "batch_id=0000000001"
+    held = {p.name: p.read_bytes() for p in folder.iterdir()}
+    ledger, head = store.list_batches(entry["name"]), store.get_head(entry["name"])
+    indexes = sorted(read_output(entry["output"]).column("index").to_pylist())
+    assert indexes == list(range(40))
+
+    changed = {**entry, "payload": {"format": "json", "schema": "index STRING, user STRING"}}
+    backfill = load_dags(tmp_path / "changed.yaml", changed)[f"kinesis_replay_backfill_{entry['name']}"]
+    result = run_dag(backfill, run_conf={"batches": {"batch_ids": [1]}})
+
+    assert result.state == "failed" and result.tasks == {"select": "success", "replay": "failed"}, result
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == held  # readers see the first run's files, all of them
+    assert sorted(read_output(entry["output"]).column("index").to_pylist()) == indexes
+    assert check_exactly_once(produced, read_output(entry["output"])).ok
+    assert store.list_batches(entry["name"]) == ledger and store.get_head(entry["name"]) == head
+
+
 @pytest.mark.parametrize(
     "conf",
     [

@@ -330,7 +330,7 @@ def test_an_invalid_pipeline_is_reported_alone_and_the_others_stay_valid() -> No
     "schema",
     [
         "user STRING, amount DOUBLE",
-        "a INT NOT NULL COMMENT 'x, y', b: STRUCT<c: INT, d ARRAY<MAP<STRING, DECIMAL(10,2)>>>",
+        "a INT COMMENT 'x, y', b: STRUCT<c: INT, d ARRAY<MAP<STRING, DECIMAL(10,2)>>>",
         "`odd, name` STRING, ts TIMESTAMP_NTZ, n DECIMAL, d DATE, t TIMESTAMP_LTZ",
         "s STRING COLLATE UTF8_LCASE, b BYTE, l LONG, r REAL, y BINARY, m MAP<STRING, ARRAY<SHORT>>",
     ],

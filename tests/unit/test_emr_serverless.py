@@ -83,7 +83,8 @@ def test_the_library_and_the_data_source_go_in_py_files(kwargs: dict[str, Any]) 
 
 def test_the_pipelines_spark_conf_is_passed_as_conf_flags(kwargs: dict[str, Any], pipeline: Any) -> None:
     assert confs(submit_parameters(kwargs)) == {
-        "spark.log.level": "WARN", "spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL": "system", **pipeline.spark.conf
+        "spark.log.level": "WARN", "spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL": "system",
+        "spark.python.worker.faulthandler.enabled": "true", **pipeline.spark.conf
     }  # fmt: skip
 
 

@@ -349,3 +349,53 @@ def test_a_domain_error_inside_a_task_failure_wins_over_the_root_cause(
     monkeypatch.setattr(Py4JJavaError, "__str__", lambda self: f"{self.errmsg}: org.apache.spark.SparkException: Job aborted\n{worker}")
     assert replay_job.main(["--spec", "batch.json"]) == 2
     assert capsys.readouterr().err.splitlines()[-1] == f"kinesis-replay: replay failed: {domain}"
+
+
+# Logs of local jobs whose Python worker crashed, captured from spark-submit (Spark 4.3, the job's Python daemon, a worker
+# made to crash in a mapPartitions): its last words are the root cause, never the JVM's "EOFException" alone.
+SPARK_LOGS = Path(__file__).with_name("spark_logs")
+
+
+CRASHED = "a Python worker of the job crashed"
+
+
+@pytest.mark.parametrize(
+    ("log_file", "root_cause"),
+    [
+        ("python_worker_segfault.log", f"{CRASHED}: Fatal Python error: Segmentation fault"),
+        ("python_worker_exited_after_a_traceback.log", f"{CRASHED}; its last line: MemoryError: cannot allocate the page's buffer"),
+        ("python_worker_segfault_without_faulthandler.log", f"{CRASHED}; its last line: worker: about to crash"),
+        ("python_worker_killed.log", f"{CRASHED} and wrote nothing: it was killed from outside (the kernel's out-of-memory killer"),
+    ],
+)
+def test_a_crashed_python_worker_is_reported_by_its_own_last_line_not_by_eofexception(log_file: str, root_cause: str) -> None:
+    lines = (SPARK_LOGS / log_file).read_text().splitlines()
+    assert lines[-1] == "kinesis-replay: replay failed: EOFException"  # what the job itself could say
+    job_log = spark_submit.JobLog()
+    for line in lines:
+        job_log.add(line)
+    reason = job_log.reason()
+    assert reason.startswith(f"kinesis-replay: replay failed: {root_cause}"), reason
+    assert reason.endswith("(Spark reports it as EOFException)") and "\n" not in reason and len(reason) <= spark_submit.REASON_CHARS
+
+
+def test_a_crashed_workers_line_reaches_the_tasks_error(tmp_path: Path) -> None:
+    """run() gives the reason to the task's error: the job's log streamed through spark-submit's pipe."""
+    log = SPARK_LOGS / "python_worker_exited_after_a_traceback.log"
+    script = f"import sys; sys.stdout.write(open({str(log)!r}).read()); sys.exit(1)"
+    with pytest.raises(spark_submit.SparkSubmitError, match=r"exited with 1: .*its last line: MemoryError: cannot allocate"):
+        spark_submit.run([sys.executable, "-c", script], {}, "pipeline p, batch 9")
+
+
+def test_a_domain_error_wins_over_a_crashed_workers_line() -> None:
+    lines = (SPARK_LOGS / "python_worker_segfault.log").read_text().splitlines()
+    job_log = spark_submit.JobLog()
+    for line in [*lines[:-1], "kinesis-replay: replay failed: RangeReadError: stream s, range shardId-000000000000 [1 .. 9]"]:
+        job_log.add(line)
+    assert job_log.reason() == "kinesis-replay: replay failed: RangeReadError: stream s, range shardId-000000000000 [1 .. 9]"
+
+
+def test_python_workers_run_with_the_fault_handler_unless_the_pipeline_says_otherwise() -> None:
+    assert confs({"master": "local[2]"}, "spark.python.worker.faulthandler") == ["spark.python.worker.faulthandler.enabled=true"]
+    own = {"master": "yarn", "conf": {"spark.python.worker.faulthandler.enabled": "false"}}
+    assert confs(own, "spark.python.worker.faulthandler") == ["spark.python.worker.faulthandler.enabled=false"]

@@ -236,7 +236,8 @@ def test_files_its_writers_never_write_stay_and_are_reported_while_its_own_orpha
     ]
     # The table's own orphans: an attempt no commit took, and a metadata file no table version names.
     orphan_data = write_batch(table, 9).removeprefix("file://")
-    orphan_metadata = put(root / "metadata" / "00099-0a1b2c3d-4e5f-6a7b-8c9d-0e1f2a3b4c5d.metadata.json")
+    own = json.dumps({"format-version": 2, "table-uuid": str(table.metadata.table_uuid)})  # fell out of the metadata log
+    orphan_metadata = put(root / "metadata" / "00099-0a1b2c3d-4e5f-6a7b-8c9d-0e1f2a3b4c5d.metadata.json", own)
     make_old(orphan_data)
     foreign = [*nested_files, *bare_files, *strays]
 

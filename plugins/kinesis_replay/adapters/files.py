@@ -11,7 +11,7 @@ import functools
 import json
 import os
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -19,9 +19,10 @@ from typing import Any, TypeVar, cast
 from urllib.parse import urlsplit
 
 from kinesis_replay.adapters.layout import batch_data_path, data_path, result_path
+from kinesis_replay.core.decoded import DECODED_KEY
 from kinesis_replay.core.errors import KinesisReplayError, OutputCorruptError, OutputIOError, OutputRefusedError, VerificationError
 from kinesis_replay.core.formats import is_s3, s3_uri
-from kinesis_replay.core.records import DIGEST_HASH, ROW_COLUMNS
+from kinesis_replay.core.records import DIGEST_HASH, PARTITION_COLUMN, ROW_COLUMNS
 from kinesis_replay.core.state import ReplayResult
 
 
@@ -224,6 +225,86 @@ def replace_folder(source: str, target: str) -> None:
 
 
 @names_the_store
+def is_folder(path: str) -> bool:
+    """Whether ``path`` is a folder holding something (on S3: whether any object is under the prefix)."""
+    from pyarrow import fs
+
+    filesystem, local = filesystem_of(path)
+    return bool(filesystem.get_file_info(local).type == fs.FileType.Directory)
+
+
+def begin_swap(record: str, moves: Sequence[tuple[str, str]]) -> None:
+    """Record a swap of staged folders into place (each ``(staged, target)``), before any of them moves.
+
+    Called only once what is staged was verified: from the record on, the swap is finished whatever happens
+    (``finish_swap``, by this call's own caller or by the next run that finds the record). A staged folder that does
+    not exist (no row of that kind) stands for "nothing": its target is removed.
+    """
+    write_json(record, {"moves": [{"from": source, "to": target, "staged": is_folder(source), "done": False} for source, target in moves]})
+
+
+def finish_swap(record: str) -> bool:
+    """Finish the swap ``record`` describes, if there is one; returns whether there was.
+
+    Each move in turn: the target is removed and the staged folder put there (renamed on local disk; on S3, which
+    has no rename, each object copied), the move is marked done in the record, and only then is the staged folder
+    removed. A swap cut short at any point is finished by calling this again: a move not marked done still has its
+    whole staged folder (on local disk, none at all once it was renamed, which means it is done). On local disk a
+    reader finds the batch absent from the removal of the target to the rename, never half of it, nor two attempts of
+    it; on S3 the copies make that moment longer.
+    """
+    data = read_json(record)
+    if data is None:
+        return False
+    moves = data["moves"]
+    for move in moves:
+        if not move["done"]:
+            _move_in(move["from"], move["to"], bool(move["staged"]))
+            move["done"] = True
+            write_json(record, data)
+        remove_folder(move["from"], missing_ok=True)
+    remove_file(record)
+    return True
+
+
+def swap_in(record: str, moves: Sequence[tuple[str, str]]) -> None:
+    """Swap verified staged folders into place, resumably (``begin_swap``, then ``finish_swap``)."""
+    begin_swap(record, moves)
+    finish_swap(record)
+
+
+@names_the_store
+def _move_in(source: str, target: str, staged: bool) -> None:
+    from pyarrow import fs
+
+    filesystem, src = filesystem_of(source)
+    _, dst = filesystem_of(target)
+    if staged and filesystem.get_file_info(src).type != fs.FileType.Directory:
+        return  # renamed into place already (local disk), by the try this one finishes
+    if filesystem.get_file_info(dst).type == fs.FileType.Directory:
+        filesystem.delete_dir(dst)
+    if not staged:
+        return
+    filesystem.create_dir(dst.rsplit("/", 1)[0], recursive=True)
+    if "://" not in source:
+        filesystem.move(src, dst)
+        return
+    for info in filesystem.get_file_info(fs.FileSelector(src, recursive=True)):
+        if info.type == fs.FileType.File:
+            filesystem.copy_file(info.path, dst + info.path[len(src) :])
+
+
+@names_the_store
+def remove_file(path: str) -> None:
+    """Delete one file; none there is fine."""
+    from pyarrow import fs
+
+    filesystem, local = filesystem_of(path)
+    if filesystem.get_file_info(local).type == fs.FileType.File:
+        filesystem.delete_file(local)
+
+
+@names_the_store
 def remove_files_except(folder: str, keep: Iterable[str]) -> list[str]:
     """Delete every file under ``folder`` that ``keep`` does not name (paths or URIs); returns what was deleted."""
     from pyarrow import fs
@@ -348,6 +429,47 @@ def scan_rows(files: list[str], digest_hash: str = DIGEST_HASH) -> dict[str, Sha
     for shard, count in zip(counts.column("shard_id").to_pylist(), counts.column("count_all").to_pylist(), strict=True):
         repeated[shard] += count - 1
     return {shard: ShardRows(rows[shard], digests[shard], repeated[shard]) for shard in sorted(rows)}
+
+
+# The columns that are not decoded values: the record as the stream held it (checked by the row digest), and the
+# partition a table's files carry. The rest are payload.schema's columns and decode_error (the quarantine's reason).
+RAW_COLUMNS = frozenset(name for name, _ in ROW_COLUMNS if name != "decode_error") | {PARTITION_COLUMN}
+
+
+@names_the_store
+def read_decoded(files: list[str]) -> Any:
+    """The decoded columns of a batch's rows in ``files`` (data and quarantine alike), with each row's key (shard id,
+    sequence number, sub-sequence number), in key order, as one Arrow table; files of other columns are unified (a
+    column one file lacks is null there)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    keys = list(DECODED_KEY)
+    tables = []
+    for path in files:
+        filesystem, local = filesystem_of(path)
+        with filesystem.open_input_file(local) as stream:
+            parquet = pq.ParquetFile(stream)
+            names = [n for n in parquet.schema_arrow.names if n not in RAW_COLUMNS]
+            tables.append(parquet.read(columns=keys + names))
+    if not tables:
+        return pa.table({"shard_id": pa.array([], pa.string()), "sequence_number": pa.array([], pa.string()),
+                         "sub_sequence_number": pa.array([], pa.int64())})  # fmt: skip
+    table = pa.concat_tables(tables, promote_options="permissive")
+    return table.sort_by([(k, "ascending") for k in keys]).combine_chunks()
+
+
+def decoded_equal(before: Any, after: Any) -> bool:
+    """Whether two ``read_decoded`` tables hold the same rows and values (the common case, found without Python's loop)."""
+    return bool(before.schema.names == after.schema.names and before.equals(after))
+
+
+def decoded_rows(table: Any) -> Iterator[tuple[tuple[str, str, int], dict[str, Any]]]:
+    """A ``read_decoded`` table's rows as (key, decoded values), in key order, a record batch at a time."""
+    names = [n for n in table.schema.names if n not in DECODED_KEY]
+    for batch in table.to_batches(max_chunksize=65536):
+        for row in batch.to_pylist():
+            yield (row["shard_id"], row["sequence_number"], row["sub_sequence_number"]), {n: row.get(n) for n in names}
 
 
 @names_the_store

@@ -25,10 +25,13 @@ and a reader that travels back to one of them must find its files.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import os
+import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +48,7 @@ from kinesis_replay.core.errors import (
     OutputOwnershipError,
     TableCommitError,
     TableCommitRefusedError,
+    TableLocationTakenError,
     TableMetadataLostError,
     VerificationError,
 )
@@ -233,7 +237,8 @@ def table_state(table: Table | None) -> TableState:
     are named in ``foreign``, and show in Iceberg's ``total-records`` (or its delete files) if they changed the rows.
     When no snapshot of the ancestry records holdings (a table written by a release before they were recorded, or one
     whose recording snapshots were expired under another writer's), they are read from the current snapshot's
-    partitions and the batches its ancestry names, once: the next commit records them again.
+    partitions and the batches its ancestry names, and ``partitions`` keeps each batch's rows: the guard compares
+    them with the ledger's, batch by batch (holdings.compare), before the next commit records them again.
     """
     if table is None:
         return TableState(Holdings(), 0, exists=False)
@@ -261,7 +266,8 @@ def table_state(table: Table | None) -> TableState:
             foreign.append(f"{snapshot.snapshot_id} ({operation})")
     counts = partition_counts(table)
     rows = sum(counts.values())
-    return TableState(Holdings.of(set(counts) | named, rows), total, tuple(foreign), deletes=deletes, derived=True)
+    held = Holdings.of(set(counts) | named, rows)
+    return TableState(held, total, tuple(foreign), deletes=deletes, derived=True, partitions=counts)
 
 
 def ancestry(table: Table) -> Iterator[Snapshot]:
@@ -292,6 +298,132 @@ def existing_table(pipeline: PipelineConfig) -> Table | None:
     if config.embedded and not os.path.exists(embedded_catalog_file(pipeline.output)):
         return None
     return load_table(pipeline)
+
+
+CATALOG_TABLES_LOOKED_AT = 100  # a catalog's tables loaded to find the one at a location: a Glue catalog may hold thousands
+_METADATA_VERSION = re.compile(r"^(?:v)?(\d+)[-.]")  # 00042-<uuid>.metadata.json (pyiceberg, Java), v42.metadata.json (Hadoop)
+
+
+@dataclass(frozen=True)
+class LocationTables:
+    """What a table's location holds besides the pipeline's table: Iceberg metadata files, and who they are of.
+
+    ``newest`` is the metadata file of the highest version found, and ``pipeline``, ``stream`` and ``table_uuid`` what
+    it says; ``in_catalog`` the identifiers of the pipeline's catalog's tables at that location (the pipeline's own
+    identifier left out), as far as ``complete`` says the catalog was looked through.
+    """
+
+    location: str
+    metadata_files: int
+    newest: str
+    table_uuid: str | None
+    pipeline: str | None
+    stream: str | None
+    in_catalog: tuple[str, ...] = ()
+    complete: bool = True
+
+    def own(self, pipeline: PipelineConfig) -> bool:
+        """The metadata is of this pipeline's table (its properties name it and its stream) and no other name in the
+        catalog holds it: the pipeline's table, dropped from the catalog (or its newest metadata file lost)."""
+        return (self.pipeline, self.stream) == (pipeline.name, pipeline.stream) and not self.in_catalog
+
+    def describe(self, pipeline: PipelineConfig) -> str:
+        config = require_table(pipeline)
+        whose = f"of pipeline {self.pipeline!r} (stream {self.stream})" if self.pipeline else "of a table kinesis-replay did not make"
+        text = (
+            f"its location {self.location} holds {self.metadata_files} metadata files of an Iceberg table {whose}, the newest "
+            f"{self.newest} (table-uuid {self.table_uuid})"
+        )
+        if self.in_catalog:
+            names = ", ".join(self.in_catalog)
+            text += (
+                f", and catalog {config.catalog!r} holds table {names} at that location: table.name of pipeline "
+                f"{pipeline.name!r} ({config.name!r}) is probably mistyped. Set table.name (and table.namespace) of pipeline "
+                f"{pipeline.name!r} in the pipelines config to name {self.in_catalog[0]}"
+            )
+        elif self.own(pipeline):
+            text += f", which catalog {config.catalog!r} no longer names: the table was dropped from it, or its newest metadata file lost"
+        elif not self.complete:
+            text += f" (catalog {config.catalog!r} was looked through for it only as far as {CATALOG_TABLES_LOOKED_AT} tables)"
+        return text
+
+
+def location_tables(pipeline: PipelineConfig, catalog: Catalog | None = None) -> LocationTables | None:
+    """The metadata files under the pipeline's table location (``metadata/*.metadata.json``, listed through the catalog's
+    FileIO), and the catalog's tables there under another name; None when it holds none.
+
+    Costs one listing of ``metadata/`` (a request a thousand files on S3) and one read of the newest file; only when there
+    are some, the catalog's tables are looked through, the config's namespace first, up to CATALOG_TABLES_LOOKED_AT.
+    Called before a table is created (a pipeline's first commit, a restore) and when a refusal says why a table is missing.
+    """
+    from pyarrow import fs as pafs
+    from pyiceberg.io import load_file_io
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+
+    config = require_table(pipeline)
+    if catalog is None and not (config.embedded and not os.path.exists(embedded_catalog_file(pipeline.output))):
+        catalog = load_catalog(pipeline)  # an embedded catalog whose file is gone is not made again by looking
+    location = iceberg_location(pipeline.output).rstrip("/")
+    folder = f"{location}/metadata"
+    io = load_file_io(dict(catalog.properties) if catalog is not None else {}, folder)
+    if not isinstance(io, PyArrowFileIO):
+        io = PyArrowFileIO(io.properties)
+    scheme, netloc, path = PyArrowFileIO.parse_location(folder, io.properties)
+    infos = io.fs_by_scheme(scheme, netloc).get_file_info(pafs.FileSelector(path, allow_not_found=True))
+    found = [i for i in infos if i.type == pafs.FileType.File and i.base_name.endswith(".metadata.json")]
+    if not found:
+        return None
+
+    def version(info: Any) -> tuple[int, float]:
+        number = _METADATA_VERSION.match(info.base_name)
+        return (int(number.group(1)) if number else -1, info.mtime.timestamp() if info.mtime else 0.0)
+
+    newest = f"{folder}/{max(found, key=version).base_name}"
+    table_uuid = owner = stream = None
+    try:
+        with io.new_input(newest).open() as stream_in:
+            raw = stream_in.read()
+        if newest.endswith(".gz.metadata.json"):
+            import gzip
+
+            raw = gzip.decompress(raw)
+        metadata = json.loads(raw)
+        table_uuid, properties = metadata.get("table-uuid"), metadata.get("properties") or {}
+        owner, stream = properties.get(PIPELINE_PROPERTY), properties.get(STREAM_PROPERTY)
+    except (OSError, ValueError) as exc:
+        log.warning("pipeline %s: could not read metadata file %s: %s", pipeline.name, newest, exc)
+    in_catalog, complete = _catalog_tables_at(catalog, config, location) if catalog is not None else ((), True)
+    return LocationTables(location, len(found), newest, table_uuid, owner, stream, in_catalog, complete)
+
+
+def _catalog_tables_at(catalog: Catalog, config: TableConfig, location: str) -> tuple[tuple[str, ...], bool]:
+    """The catalog's tables (other than the config's) whose location is ``location``, and whether every table was looked at."""
+    namespaces: list[Any] = [(config.namespace,)]
+    try:
+        namespaces += [ns for ns in catalog.list_namespaces() if tuple(ns) != (config.namespace,)]
+    except Exception as exc:  # a catalog that lists no namespaces (permissions): the config's namespace is looked through
+        log.warning("catalog %s: could not list its namespaces (%s)", config.catalog, exc)
+    at: list[str] = []
+    looked = 0
+    for namespace in namespaces:
+        try:
+            identifiers = catalog.list_tables(namespace)
+        except Exception:  # NoSuchNamespaceError, or the catalog's own
+            continue
+        for identifier in identifiers:
+            name = ".".join(identifier)
+            if name == config.identifier:
+                continue
+            if looked == CATALOG_TABLES_LOOKED_AT:
+                return tuple(at), False
+            looked += 1
+            try:
+                other = catalog.load_table(identifier)
+            except Exception:  # a table whose metadata cannot be read is at no location we can tell
+                continue
+            if other.location().rstrip("/") == location:
+                at.append(name)
+    return tuple(at), True
 
 
 def check_table_owner(pipeline: PipelineConfig, table: Table) -> None:
@@ -337,6 +469,13 @@ def create_or_load_table(pipeline: PipelineConfig, file_schema: pa.Schema, catal
     if found is not None:
         return found
     config = require_table(pipeline)
+    taken = location_tables(pipeline, catalog)
+    if taken is not None:  # one location, one table: a second one's maintenance would delete the first's files as orphans
+        raise TableLocationTakenError(
+            f"pipeline {pipeline.name!r}: {config.describe()} does not exist, and it is not created: {taken.describe(pipeline)}. "
+            "Two tables at one location share its metadata/ and data/ folders, and each one's orphan-file removal deletes the "
+            "other's files. Nothing was written."
+        )
     # Spark's files carry no field ids: number the columns here, so the partition and sort fields name the right ones.
     schema = assign_fresh_schema_ids(BaseCatalog._convert_schema_if_needed(table_schema(pipeline, file_schema)))
     batch_field = schema.find_field(PARTITION_COLUMN)
@@ -459,9 +598,10 @@ def check_files_fit(pipeline: PipelineConfig, batch_id: int, attempt: str, files
         )
 
 
-TableCheck = Callable[[TableState], None]
+TableCheck = Callable[[TableState], Holdings | None]
 """The step's check of the table before each try of a commit: raises, naming what is wrong, when the current snapshot
-does not hold what the ledger says it must for this commit (see guards.table_check)."""
+does not hold what the ledger says it must for this commit (see guards.table_check). It returns the holdings the
+commit's summary builds on when they are not the state's own (read from the partitions: the ledger's count instead)."""
 
 
 def commit_snapshot(
@@ -512,12 +652,11 @@ def commit_snapshot(
         if found is not None:
             log.info("%s: attempt %s is committed already, in snapshot %d", where, attempt, found.snapshot_id)
             return found.snapshot_id
-        if check is not None:
-            check(state)
+        held = check(state) if check is not None else None  # the ledger's count, where no snapshot records one
         if before_commit is not None:
             before_commit(table)
         try:
-            return _commit_once(table, batch_id, paths, props, where, state.holdings, records)
+            return _commit_once(table, batch_id, paths, props, where, held if held is not None else state.holdings, records)
         except (CommitFailedException, CommitStateUnknownException) as exc:
             # Lost the race (or the catalog's answer): reload, and look for this attempt's snapshot before trying again.
             log.warning("%s: the table changed under the commit (%s); retrying against its new metadata (%d)", where, exc, attempt_no)

@@ -43,6 +43,28 @@ def staging_path(output: str, batch_id: int) -> str:
     return f"{output.rstrip('/')}/{STAGING_DIR}/batch_id={path_batch_id(batch_id)}"
 
 
+def staged_path(output: str, batch_id: int, attempt: str) -> str:
+    """Where one attempt of a batch stages what replaces the batch's folders (``data/`` for a directory output's rows,
+    ``quarantine/``), until they are verified and swapped in: ``<output>/_staging/batch_id=<id>/attempt=<attempt>``."""
+    return f"{staging_path(output, batch_id)}/attempt={attempt}"
+
+
+def staged_data_path(output: str, batch_id: int, attempt: str) -> str:
+    """A directory output's rows of one attempt, staged: they replace ``batch_path`` once verified."""
+    return f"{staged_path(output, batch_id, attempt)}/data"
+
+
+def staged_quarantine_path(output: str, batch_id: int, attempt: str) -> str:
+    """The quarantined rows of one attempt, staged: they replace ``quarantine_path`` once verified."""
+    return f"{staged_path(output, batch_id, attempt)}/quarantine"
+
+
+def swap_record_path(output: str, batch_id: int) -> str:
+    """The record of a swap of staged folders into the batch's own, written once they are verified and removed once
+    the swap is done: a swap cut short is finished from it (files.finish_swap)."""
+    return f"{staging_path(output, batch_id)}/swap.json"
+
+
 def result_path(output: str, batch_id: int) -> str:
     return f"{output.rstrip('/')}/{RESULTS_DIR}/batch_id={path_batch_id(batch_id)}.json"
 

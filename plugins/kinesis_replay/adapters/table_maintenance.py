@@ -38,7 +38,11 @@ Why orphan removal cannot remove a file a reader needs, or one a batch in flight
   commit, and the run that resumes it, or a recovery of a lost state table from the records, needs them;
 - a caller that cannot trust the ledger (the pipeline's head item is missing: the state table was lost, emptied or
   replaced) passes ``refuse_orphans``, and no file is removed; expiry still runs, as it deletes no file and keeps
-  the current snapshot, the only one a commit cut short can be in (nothing commits without a head).
+  the current snapshot, the only one a commit cut short can be in (nothing commits without a head);
+- one location, one table: while the metadata folder holds a metadata file of another table (another ``table-uuid``:
+  a second table created at the same location, by a mistyped table name or by hand), no orphan file is removed,
+  as this table's references say nothing of that one's files (its metadata, manifests and data files would all look
+  like orphans). The run names the files and the other table; expiry still runs, on this table's metadata alone.
 
 Superseded files (a replayed batch's old files) are therefore removed by the first run after the snapshot that
 still referenced them has expired: a backfill never deletes them itself, so a reader time travelling to the
@@ -55,7 +59,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from kinesis_replay.adapters import iceberg_table, layout
-from kinesis_replay.core.errors import ConfigError
+from kinesis_replay.core.errors import ConfigError, TableLocationTakenError
 from kinesis_replay.core.holdings import BATCHES_PROPERTY
 
 if TYPE_CHECKING:
@@ -381,6 +385,75 @@ def _left_alone(table: Table, listing: Listing, referenced: set[str]) -> Listing
     return listing
 
 
+_UUID_IN_HEAD = re.compile(rb'"table-uuid"\s*:\s*"([^"]+)"')
+_HEAD_BYTES = 8192  # Iceberg's writers put table-uuid within the first few keys of a metadata file
+
+
+def metadata_uuid(table: Table, path: str) -> str | None:
+    """The ``table-uuid`` a metadata file names, read from its first bytes (the whole file only if they do not say)."""
+    import json
+    import zlib
+
+    with table.io.new_input(_location(table.location(), path)).open() as stream:
+        head = stream.read(_HEAD_BYTES)
+        rest = b""
+        gz = path.endswith(".gz.metadata.json")
+        text = zlib.decompressobj(wbits=31).decompress(head) if gz else head
+        found = _UUID_IN_HEAD.search(text)
+        if found is not None:
+            return found.group(1).decode()
+        rest = stream.read()
+    whole = head + rest
+    try:
+        value = json.loads(zlib.decompress(whole, wbits=31) if gz else whole).get("table-uuid")
+    except ValueError:
+        return None
+    return str(value) if value is not None else None
+
+
+def other_tables_metadata(table: Table, listing: Listing, referenced: set[str]) -> list[tuple[str, str | None]]:
+    """The metadata files under the table's metadata folder that it does not reference and that name another table
+    (or none that can be read): (path, table-uuid). Read only where unreferenced: this table's own metadata files that
+    fell out of its metadata log, and any other table's."""
+    own = str(table.metadata.table_uuid)
+    others: list[tuple[str, str | None]] = []
+    for path, _ in listing.files:
+        if not path.endswith(".metadata.json") or path in referenced:
+            continue
+        try:
+            uuid = metadata_uuid(table, path)
+        except OSError as exc:  # gone meanwhile, or unreadable: not known to be this table's
+            log.warning("table %s: could not read metadata file %s: %s", _name(table), path, exc)
+            uuid = None
+        if uuid != own:
+            others.append((path, uuid))
+    return others
+
+
+def _other_table_refusal(table: Table, others: list[tuple[str, str | None]]) -> str:
+    uuids = sorted({u or "unreadable" for _, u in others})
+    folder = table_folders(table)[1]
+    return (
+        f"table {_name(table)} (table-uuid {table.metadata.table_uuid}): its metadata folder {folder} holds {len(others)} "
+        f"metadata files of another table (table-uuid {', '.join(uuids)}): {_some([p for p, _ in others])}. Two tables at "
+        "one location share its folders, and what this table does not reference may be that one's metadata, manifests "
+        "or data files: no orphan file is removed while it is there. Find that table (a table.name mistyped once makes "
+        "one: the pipeline's refusal names it) and drop it from its catalog without purging its files, then move its "
+        "metadata files out of the folder; or, if it is the one to keep, point the pipeline at it"
+    )
+
+
+def _listed_and_referenced(table: Table, expiring: Collection[int]) -> tuple[Listing, set[str]]:
+    """The table's folders listed, then what its metadata references; TableLocationTakenError if another table's metadata is there."""
+    listing = _listing(table)  # first: a file committed from now on is in the metadata read next
+    table.refresh()
+    referenced = referenced_files(table, expiring)
+    others = other_tables_metadata(table, listing, referenced)
+    if others:
+        raise TableLocationTakenError(_other_table_refusal(table, others))
+    return _left_alone(table, listing, referenced), referenced
+
+
 def remove_orphan_files(
     table: Table,
     policy: Policy,
@@ -399,10 +472,7 @@ def remove_orphan_files(
     that hold files old enough to remove, and those it names keep them; so does ``replayed``, and the attempt it
     names for a batch (its last replay: a backfill's, waiting for its check) keeps its files.
     """
-    listing = _listing(table)  # first: a file committed from now on is in the metadata read next
-    table.refresh()
-    referenced = referenced_files(table, expiring)
-    listing = _left_alone(table, listing, referenced)
+    listing, referenced = _listed_and_referenced(table, expiring)
     flying_ids = set(in_flight)
     cutoff = policy.cutoff(now, policy.orphan_age)
     candidates: list[str] = []
@@ -461,19 +531,22 @@ def expire_and_remove(
     kept: list[int] = []
     too_young = flying = 0
     listing = Listing([], [], 0)
+    if refuse_orphans is None:
+        try:
+            removed, too_young, flying, failed, kept, listing = remove_orphan_files(
+                table,
+                policy,
+                now,
+                in_flight,
+                dry_run=dry_run,
+                expiring=expired if dry_run else (),
+                committing=committing,
+                replayed=replayed,
+            )
+        except TableLocationTakenError as exc:  # one location, one table: nothing removed while another's metadata is there
+            refuse_orphans = str(exc)
     if refuse_orphans is not None:
         log.error("table %s: no orphan file removed: %s", _name(table), refuse_orphans)
-    else:
-        removed, too_young, flying, failed, kept, listing = remove_orphan_files(
-            table,
-            policy,
-            now,
-            in_flight,
-            dry_run=dry_run,
-            expiring=expired if dry_run else (),
-            committing=committing,
-            replayed=replayed,
-        )
     report = Report(
         expired_snapshots=tuple(expired),
         snapshots_kept=len(table.metadata.snapshots) - (len(expired) if dry_run else 0),

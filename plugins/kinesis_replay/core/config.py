@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, NoReturn, cast, get_args, get_type_hints
 
 from kinesis_replay.core.airflow_names import AIRFLOW_DEFAULT_POOL, dag_ids
-from kinesis_replay.core.ddl import parse_ddl_schema
+from kinesis_replay.core.ddl import not_null_columns, parse_ddl_schema, struct_fields
 from kinesis_replay.core.errors import ConfigError
 from kinesis_replay.core.payloads import undecoded_columns
 from kinesis_replay.core.records import PARTITION_COLUMN, ROW_COLUMNS
@@ -145,7 +145,13 @@ class PayloadConfig:
     """How payloads are decoded: kept as raw bytes, or parsed as JSON into the columns of a declared schema."""
 
     format: str = field(default="raw", metadata=doc("`raw` keeps payload bytes; `json` also decodes them into columns"))
-    schema: str | None = field(default=None, metadata=doc("required with `json`: a Spark DDL string such as `user STRING, amount DOUBLE`"))
+    schema: str | None = field(
+        default=None,
+        metadata=doc(
+            "required with `json`: a Spark DDL string such as `user STRING, amount DOUBLE` (no `NOT NULL`: nothing enforces it; "
+            "a `DECIMAL`'s precision 1 to 38, its scale at most its precision)"
+        ),
+    )
     max_bad_share: float = field(default=0.05, metadata=doc("the batch fails when a larger share of its records cannot be decoded"))
 
 
@@ -173,7 +179,14 @@ class EmrServerlessConfig:
 #   keeps a heap per thread. The task puts pyarrow's allocations on malloc itself; this reaches what Arrow allocates
 #   from its default pool directly, from the worker's start. The largest worker of a 400,000-record job: 209 -> 194 MiB,
 #   171 at 4,000 records (181), for the same CPU (BENCHMARKS.md, the memory target; docs/configuration.md).
-DEFAULT_SPARK_CONF: Mapping[str, str] = {"spark.log.level": "WARN", "spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL": "system"}
+# - spark.python.worker.faulthandler.enabled: a Python worker that dies of a signal (a segfault in native code) has
+#   Python's fault handler name it ("Fatal Python error: Segmentation fault"); the JVM puts that line in its crash message,
+#   which the launcher reports as the root cause, where it would otherwise say only "EOFException" (spark_submit.WorkerLines).
+DEFAULT_SPARK_CONF: Mapping[str, str] = {
+    "spark.log.level": "WARN",
+    "spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL": "system",
+    "spark.python.worker.faulthandler.enabled": "true",
+}
 
 
 @dataclass(frozen=True)
@@ -456,7 +469,8 @@ class _Reader:
     def has(self, key: str) -> bool:
         return key in self.data
 
-    def text(self, key: str, default: str | None = None, required: bool = True) -> str:
+    def text(self, key: str, default: str | None = None, required: bool = True, padded: bool = False) -> str:
+        """A string key's value; one with spaces around it is refused (``padded``: trimmed, for a text, not a name)."""
         if key not in self.data:
             default = self.get(key) if default is None else default
             if default is None and required:
@@ -465,7 +479,23 @@ class _Reader:
         value = self.data[key]
         if not isinstance(value, str) or not value.strip():
             self.fail(f"must be a non-empty string, got {value!r}", key)
+        if not padded:
+            self.exact(value, key)
         return str(value).strip()
+
+    def exact(self, value: str, key: str, what: str = "") -> None:
+        """A name (of a pipeline, stream, table, connection, column...) with spaces around it is refused, not trimmed.
+
+        Each name is matched exactly by whatever it names (an Airflow connection, a DynamoDB or Iceberg table, a JSON
+        key), so a space around one is a typo that trimming would hide in one place and keep in the next. Releases before
+        this one trimmed the config's names, so the trimmed spelling is the one the pipeline has always used.
+        """
+        if value != value.strip():
+            self.fail(
+                f"{what}{value!r} has spaces before or after it; names are matched exactly, so write it as {value.strip()!r} "
+                "(the name earlier releases used: they trimmed it)",
+                key,
+            )
 
     def integer(self, key: str, minimum: int = 0) -> int:
         value = self.get(key)
@@ -579,6 +609,7 @@ def _parse_table(r: _Reader, pipeline_name: str, output: str) -> TableConfig | N
     for k, v in properties.items():
         if not isinstance(k, str) or isinstance(v, (Mapping, list)) or v is None:
             t.fail(f"{k!r} must be a scalar property, got {v!r}", "catalog_properties")
+        t.exact(k, "catalog_properties", "the property ")
     _check_catalog_type(t, pipeline_name, properties)
     if not properties and "://" in output:
         t.fail(
@@ -642,6 +673,7 @@ def _parse_spark(spark: _Reader) -> SparkConfig:
     for k, v in conf.items():
         if not isinstance(k, str) or not k.startswith("spark."):
             spark.fail(f"keys must be Spark properties starting with 'spark.', got {k!r}", "conf")
+        spark.exact(k, "conf", "the property ")
         if isinstance(v, (Mapping, list)) or v is None:
             spark.fail(f"{k} must be a scalar, got {v!r}", "conf")
     emr = None
@@ -712,27 +744,43 @@ def _parse_emr(e: _Reader) -> EmrServerlessConfig:
     )
 
 
+def _check_schema(p: _Reader, schema: str) -> None:
+    """payload.schema is a Spark DDL schema the replay can decode and write, and promises nothing it does not keep."""
+    try:
+        struct = parse_ddl_schema(schema)
+    except ValueError as exc:
+        p.fail(f"is not a Spark DDL schema ({exc}), such as 'user STRING, amount DOUBLE, tags ARRAY<STRING>'", "schema")
+    for where, name in struct_fields(struct):
+        p.exact(name, "schema", f'column "{where}": its name ')
+    required = not_null_columns(schema)
+    if required:
+        columns = ", ".join(f'"{c}"' for c in required)
+        p.fail(
+            f"declares column(s) {columns} NOT NULL, which the replay does not enforce: a record that lacks such a value, "
+            "or holds null, lands with a null there, as Spark's from_json reads it. Remove NOT NULL (the rows landed so "
+            "far were read the same way)",
+            "schema",
+        )
+    clashes = sorted({name.lower() for name, _ in struct.children} & set(RECORD_COLUMNS))
+    if clashes:
+        p.fail(f"names column(s) {', '.join(clashes)}, which every row already carries", "schema")
+    refused = undecoded_columns(struct)
+    if refused:
+        listed = "; ".join(refused)
+        p.fail(f"has types no JSON payload is decoded into: {listed}; declare STRING to keep such a value's JSON text", "schema")
+
+
 def _parse_payload(p: _Reader) -> PayloadConfig:
     fmt = p.text("format").lower()
     if fmt not in PAYLOAD_FORMATS:
         p.fail(f"must be one of {', '.join(PAYLOAD_FORMATS)}, got {p.data['format']!r}", "format")
-    schema = p.text("schema", required=False) if p.has("schema") else None
+    schema = p.text("schema", required=False, padded=True) if p.has("schema") else None  # a DDL text (`schema: |` ends in a newline)
     if fmt == "json" and schema is None:
         p.fail("is required when format is json (a Spark DDL string, such as 'user STRING, amount DOUBLE')", "schema")
     if fmt == "raw" and schema is not None:
         p.fail("is only allowed with format json", "schema")
     if schema is not None:
-        try:
-            struct = parse_ddl_schema(schema)
-        except ValueError as exc:
-            p.fail(f"is not a Spark DDL schema ({exc}), such as 'user STRING, amount DOUBLE, tags ARRAY<STRING>'", "schema")
-        clashes = sorted({name.lower() for name, _ in struct.children} & set(RECORD_COLUMNS))
-        if clashes:
-            p.fail(f"names column(s) {', '.join(clashes)}, which every row already carries", "schema")
-        refused = undecoded_columns(struct)
-        if refused:
-            listed = "; ".join(refused)
-            p.fail(f"has types no JSON payload is decoded into: {listed}; declare STRING to keep such a value's JSON text", "schema")
+        _check_schema(p, schema)
     share = p.get("max_bad_share")
     if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1:
         p.fail(f"must be a number from 0 to 1, got {share!r}", "max_bad_share")

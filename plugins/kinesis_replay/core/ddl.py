@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 _DDL_TYPES = {
@@ -19,6 +20,8 @@ _DDL_ALIASES = {
 }  # fmt: skip
 # INTERVAL's fields, in order within each of its two families: YEAR TO MONTH, DAY TO SECOND and the like.
 _INTERVAL_FAMILIES = (("year", "month"), ("day", "hour", "minute", "second"))
+# A DECIMAL's precision and scale, as Spark's DecimalType and Parquet's (and Arrow's decimal128) allow them.
+MAX_DECIMAL_PRECISION = 38
 _DDL_TOKEN = re.compile(r"\s*(?:(`(?:[^`]|``)+`)|([A-Za-z_][A-Za-z0-9_]*)|(\d+)|('(?:[^'\\]|\\.)*')|([<>(),:]))")
 
 
@@ -60,6 +63,8 @@ class _Ddl:
     """
 
     def __init__(self, text: str) -> None:
+        self.path: list[str] = []  # the struct fields being read, outermost first (ddl_name each)
+        self.not_null: list[str] = []  # the columns declared NOT NULL, nested ones as ``outer.inner``
         self.tokens: list[str] = []
         pos = 0
         while pos < len(text.rstrip()):
@@ -102,8 +107,23 @@ class _Ddl:
             kind = _DDL_ALIASES.get(kind, kind)
             if kind == "decimal":
                 params = (*params, *(10, 0)[len(params) :])  # Spark's defaults: DECIMAL is (10,0), DECIMAL(p) is (p,0)
+                self._check_decimal(*params)
             return DdlType(kind, params)
         raise ValueError(f"unknown type {kind!r}")
+
+    def _check_decimal(self, precision: int, scale: int) -> None:
+        """Spark's parser refuses these too; pyarrow would refuse the column, or the decoder every value, in the replay."""
+        problem = None
+        if not 1 <= precision <= MAX_DECIMAL_PRECISION:
+            problem = f"its precision {precision} is not from 1 to {MAX_DECIMAL_PRECISION}"
+        elif scale > precision:
+            problem = f"its scale {scale} is larger than its precision {precision}"
+        if problem is not None:
+            raise ValueError(
+                f'column "{".".join(self.path)}": DECIMAL({precision},{scale}) cannot be written: {problem} (a DECIMAL\'s '
+                f"precision, its count of digits, is 1 to {MAX_DECIMAL_PRECISION}, and its scale, the digits after the point, 0 "
+                "to its precision: Spark and Parquet allow no other)"
+            )
 
     def _nested(self, kind: str) -> DdlType:
         """``ARRAY<type>``, ``MAP<type, type>``, ``STRUCT<name: type, ...>`` (a struct may be empty)."""
@@ -158,10 +178,13 @@ class _Ddl:
             name = self.name()
             if self.peek() == ":":
                 self.take(":")
+            self.path.append(ddl_name(name))
             fields.append((name, self.data_type()))
             if self.peek().lower() == "not":
                 self.take("not")
                 self.take("null")
+                self.not_null.append(".".join(self.path))
+            self.path.pop()
             if self.peek().lower() == "comment":
                 self.take("comment")
                 if not self.take().startswith("'"):
@@ -185,6 +208,24 @@ def parse_ddl_schema(schema: str) -> DdlType:
     if repeated:
         raise ValueError(f"column(s) {', '.join(repeated)} appear more than once")
     return DdlType("struct", (), tuple(fields))
+
+
+def not_null_columns(schema: str) -> list[str]:
+    """The columns a Spark DDL schema declares NOT NULL, nested ones as ``outer.inner``; ValueError as parse_ddl_schema."""
+    parser = _Ddl(schema)
+    parser.fields()
+    return parser.not_null
+
+
+def struct_fields(struct: DdlType, path: str = "") -> Iterator[tuple[str, str]]:
+    """Every field of a struct, at any depth (in structs inside arrays and maps too): its path (``outer.inner``, each name
+    as DDL writes it) and its name."""
+    for name, child in struct.children:
+        where = path
+        if struct.kind == "struct":  # an array's element and a map's key and value are not fields
+            where = f"{path}.{ddl_name(name)}" if path else ddl_name(name)
+            yield where, name
+        yield from struct_fields(child, where)
 
 
 def ddl_column_names(schema: str) -> list[str]:

@@ -166,6 +166,12 @@ class VerificationError(KinesisReplayError):
     retryable = False
 
 
+class DecodedValuesChangedError(VerificationError):
+    """A backfill decoded a batch's records into other values than the output holds (accepted with ``redecode``)."""
+
+    retryable = False
+
+
 class OutputOwnershipError(KinesisReplayError):
     """The output root belongs to another pipeline (or stream, or state table, or output format) than the one about to write it."""
 
@@ -192,6 +198,12 @@ class OutputIOError(KinesisReplayError):
 
 class TableMetadataLostError(OutputOwnershipError):
     """The catalog names a metadata file that is gone: the table's metadata was deleted, or the output moved."""
+
+    retryable = False
+
+
+class TableLocationTakenError(OutputOwnershipError):
+    """The table's location holds another table's metadata: a second table there would share its folders (one location, one table)."""
 
     retryable = False
 

@@ -16,8 +16,8 @@ Standard library only: the table's adapter reads and writes the summaries.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 BATCHES_PROPERTY = "kinesis-replay.batches"
@@ -147,15 +147,28 @@ class TableState:
     exists: bool = True  # False: no table (never created, dropped, or its catalog lost)
     deletes: int = 0  # position and equality deletes in the current snapshot: only another writer makes them
     derived: bool = False  # no snapshot of the ancestry records holdings: read from the table's partitions
+    # With ``derived``: the rows of each batch in the current snapshot, from its partition statistics (no data file read).
+    partitions: Mapping[int, int] | None = None
+
+
+VerifiedRecords = Callable[[Sequence[int]], Mapping[int, int]]
+"""Of the committed batches named, the rows the ledger verified in each (its manifest's records, summed over its shards;
+quarantined records are not the table's): what a table's partition statistics are compared with."""
 
 
 @dataclass(frozen=True)
 class Ledger:
     """What the ledger says a table must hold: batches 1 to ``last``, all committed, and the batch in flight, if any,
-    whose table commit may have been made before its commit was cut short."""
+    whose table commit may have been made before its commit was cut short.
+
+    ``verified`` reads the ledger's count of each batch's rows; it is asked only when no snapshot of the table records
+    the holdings (``TableState.derived``): the table's own statistics are then evidence to compare with the ledger,
+    never a replacement for it. None (a caller with no ledger at hand): the partitions are taken as they are.
+    """
 
     last: int
     in_flight: int | None = None
+    verified: VerifiedRecords | None = field(default=None, compare=False, repr=False)
 
 
 class Commit(StrEnum):
@@ -173,12 +186,51 @@ class Mismatch:
     missing: list[int]  # committed batches the table lacks
     extra: list[int]  # batches the table holds that the ledger has not committed
     records: bool  # the snapshot's files hold another number of rows than the ledger counted in its batches
+    # (batch, rows in the table, rows the ledger verified) of each committed batch the table holds with other rows:
+    # found only where no snapshot records the holdings, from the partition statistics (``compare``'s ``verified``).
+    differing: list[tuple[int, int, int]] = field(default_factory=list)
 
 
-def compare(state: TableState, ledger: Ledger) -> Mismatch | None:
-    """The table's holdings against the ledger's committed batches, from the current snapshot's summary alone."""
+def compare(state: TableState, ledger: Ledger, verified: Mapping[int, int] | None = None) -> Mismatch | None:
+    """The table's holdings against the ledger's committed batches, from the current snapshot's summary alone.
+
+    Where no snapshot records the holdings (``state.derived``), they were read from the table's partitions, and their
+    sum is the table's own row count: it says nothing. With ``verified`` (the ledger's rows of batches 1 to ``last``),
+    each batch is compared instead: a batch with rows in the table and another count in the ledger differs, and a batch
+    with no rows in the table is missing unless the ledger verified none (every record quarantined, or gone).
+    """
+    if state.derived and state.partitions is not None and verified is not None:
+        return _compare_partitions(state, state.partitions, ledger, verified)
     held = state.holdings
     missing = held.missing_from(1, ledger.last)
     extra = [i for i in held.outside(1, ledger.last) if i != ledger.in_flight]
     records = (state.total_records is not None and state.total_records != held.records) or state.deletes > 0
     return Mismatch(missing, extra, records) if missing or extra or records else None
+
+
+def _compare_partitions(state: TableState, rows: Mapping[int, int], ledger: Ledger, verified: Mapping[int, int]) -> Mismatch | None:
+    missing: list[int] = []
+    differing: list[tuple[int, int, int]] = []
+    for batch_id in range(1, ledger.last + 1):
+        held, counted = rows.get(batch_id), verified.get(batch_id)
+        if held is None:
+            if counted is None or counted > 0:  # a batch the ledger lacks an entry of is not taken as empty
+                missing.append(batch_id)
+        elif held != counted:
+            differing.append((batch_id, held, -1 if counted is None else counted))
+    extra = sorted(b for b in rows if not 1 <= b <= ledger.last and b != ledger.in_flight)
+    records = bool(differing) or state.deletes > 0 or (state.total_records is not None and state.total_records != sum(rows.values()))
+    return Mismatch(missing, extra, records, differing) if missing or extra or records else None
+
+
+def ledger_holdings(state: TableState, ledger: Ledger, verified: Mapping[int, int]) -> Holdings:
+    """What a table whose holdings were read from its partitions holds, counted as the ledger counts it: the batches
+    with rows (and those of 1 to ``last`` the ledger verified none in), each with the ledger's rows where it has them.
+
+    A commit records these, so that rows another writer deleted stay a difference between the snapshot's summary and
+    Iceberg's ``total-records`` until they are restored, whichever batch the commit is of.
+    """
+    rows = state.partitions or {}
+    empty = (b for b in range(1, ledger.last + 1) if b not in rows and verified.get(b) == 0)
+    ids = sorted({*state.holdings.ids(), *empty})
+    return Holdings.of(ids, sum(verified.get(b, rows.get(b, 0)) if 1 <= b <= ledger.last else rows.get(b, 0) for b in ids))

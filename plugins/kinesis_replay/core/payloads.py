@@ -7,7 +7,16 @@ Pure Python (no Spark, no pyarrow), so that it can be tested alone; the replay's
 whichever release replayed a batch: a field of the schema whose value is missing or null is null, a field the schema
 does not name is dropped, names match case and all, a name twice keeps its last value, only the first JSON value of a
 payload is read (what follows it is ignored), and each type reads what Spark's reads (``tests/integration/
-test_tasks_against_spark.py`` checks the two side by side).
+test_tasks_against_spark.py`` checks the two side by side, on the cases of ``tests/fakes/payload_cases.py`` and on
+10,000 generated payloads).
+
+Spark's JSON is Jackson's with Spark's options: strings and names in single quotes, ``\\'`` in any string, the
+non-numeric numbers ``NaN``, ``Infinity``, ``-Infinity``, ``+Infinity``, ``-INF`` and ``+INF``, and Jackson's limits
+(``StreamReadConstraints``): 1000 levels of nesting, names of 50,000 UTF-16 units, numbers of 1000 digits. Python's
+``json`` reads the payloads that are plain JSON (nearly all, and fast); the others are read again by ``_JacksonReader``,
+which follows Jackson's grammar, iteratively (so nesting is bounded by Jackson's limit, not by Python's stack). A double
+in a STRING column is written as Java 17's ``Double.toString`` writes it (``java_double``), a FLOAT is the payload's
+decimal rounded once to 32 bits, as Jackson's ``getFloatValue`` rounds it.
 """
 
 from __future__ import annotations
@@ -18,22 +27,33 @@ import calendar
 import json
 import math
 import re
+import struct
 import zoneinfo
 from collections.abc import Callable
 from datetime import UTC, datetime
 from decimal import ROUND_HALF_UP, Context, Decimal, InvalidOperation
+from fractions import Fraction
 from typing import Any
 
 from kinesis_replay.core.ddl import DdlType, ddl_name
+from kinesis_replay.core.java_double import java_double_to_string
 
-# The decoder's version, recorded with every batch it decodes (core/decoding.py). Bump it whenever any payload decodes
-# to a different value or a different quarantine decision.
+# The decoder's version: bump it whenever any input decodes to a different value or quarantine decision (a batch
+# records it, so that a replay by a later release can tell a decoder change from a data change). "json-tasks/2": the
+# tasks' decoder, agreeing with Spark 4.3's from_json on Java 17 (Jackson 2.21) for every value and quarantine decision
+# the side-by-side test compares; "json-tasks/1" (no record) wrote the shortest digits of a double in STRING columns,
+# rounded FLOATs through a double, and quarantined the non-numeric numbers +INF, -INF, +Infinity, \\' escapes in
+# double-quoted strings and nesting deeper than Python's stack.
 DECODER_VERSION = "json-tasks/2"
 # The reason the replay job gives a payload that failed to decode when this module finds no reason of its own.
 UNEXPLAINED = "payload does not decode as payload.schema"
 REASON_CHARS = 300  # a reason is a line of a table's row, never a page
 VALUE_CHARS = 40  # how much of a bad value the reason quotes
-MAX_NUMBER_CHARS = 1000  # Jackson's limit (StreamReadConstraints): a longer number is not JSON to Spark
+# Jackson's limits (StreamReadConstraints' defaults in Jackson 2.21, which Spark 4.3 does not change): past them a
+# payload is not JSON to Spark.
+MAX_NUMBER_DIGITS = 1000  # a number's digits: whole part, fraction and exponent (no sign, point or "e")
+MAX_NESTING = 1000  # objects and arrays open at once, the payload's own object counted
+MAX_NAME_UNITS = 50_000  # a name's length in UTF-16 units (Java's chars), once its escapes are read
 _WHITESPACE = " \t\r\n"  # JSON's whitespace, all Jackson skips: a payload of nothing else is blank
 # Whole numbers of each type: the values Jackson reads into it. TINYINT takes up to 255 (Jackson's getByteValue
 # accepts an unsigned byte, which Spark then stores wrapped: 200 becomes -56), so a reason never blames 128 to 255.
@@ -64,20 +84,25 @@ class _Object:
 
 
 class _Fraction:
-    """A JSON number with a fraction or an exponent, or NaN or Infinity: what Jackson reads as a float token."""
+    """A JSON number with a fraction or an exponent, or a non-numeric number (NaN, +INF...): Jackson's float token."""
 
     __slots__ = ("text", "value")
 
     def __init__(self, text: str) -> None:
-        if len(text) > MAX_NUMBER_CHARS:
-            raise ValueError(f"a number {len(text)} characters long (at most {MAX_NUMBER_CHARS})")
-        self.text, self.value = text, Decimal(text)
+        _check_digits(text)
+        self.text, self.value = text, Decimal(text)  # Decimal reads every spelling of the non-numeric numbers
 
 
 def _integer(text: str) -> int:
-    if len(text) > MAX_NUMBER_CHARS:
-        raise ValueError(f"a number {len(text)} characters long (at most {MAX_NUMBER_CHARS})")
+    _check_digits(text)
     return int(text)
+
+
+def _check_digits(text: str) -> None:
+    if len(text) > MAX_NUMBER_DIGITS:  # only then can there be too many digits
+        digits = sum(c.isdigit() for c in text)
+        if digits > MAX_NUMBER_DIGITS:
+            raise ValueError(f"a number of {digits} digits (at most {MAX_NUMBER_DIGITS})")
 
 
 _DECODER = json.JSONDecoder(parse_float=_Fraction, parse_int=_integer, parse_constant=_Fraction, object_pairs_hook=_Object)
@@ -112,9 +137,9 @@ def decode_json(schema: DdlType, data: bytes | bytearray | None) -> tuple[Decode
         reason = _check_struct(schema, value, "")
         if reason is None:
             return _struct_value(schema, value), None
-    except RecursionError:
+    except RecursionError:  # a schema's own nesting, deeper than Python's stack (a payload's is read iteratively)
         return None, "not valid JSON: nested too deeply"
-    except ValueError as exc:  # json.JSONDecodeError, or a number too long
+    except ValueError as exc:  # json.JSONDecodeError, or past one of Jackson's limits
         reason = f"not valid JSON: {exc}"
     return None, _line(reason)
 
@@ -125,42 +150,203 @@ def json_decode_error(schema: DdlType, data: bytes | bytearray | None) -> str | 
 
 
 def _parse(text: str, start: int) -> Any:
-    """The payload's first JSON value, as Jackson reads it with Spark's options (strings in single quotes too)."""
+    """The payload's first JSON value, as Jackson reads it with Spark's options.
+
+    Python's json reads plain JSON; what it refuses, Jackson may still read (single quotes, \\', +INF, nesting deeper
+    than Python's stack): ``_JacksonReader`` decides those, and the reason stays Python's when both refuse.
+    """
     try:
-        return _DECODER.raw_decode(text, start)[0]
-    except json.JSONDecodeError:
-        if "'" not in text:
-            raise
-        try:  # Spark's JSON options allow 'single-quoted' names and strings: read them as double-quoted ones
-            return _DECODER.raw_decode(_double_quoted(text), start)[0]
-        except ValueError:
-            pass
-        raise
+        value = _DECODER.raw_decode(text, start)[0]
+    except (json.JSONDecodeError, RecursionError) as exc:
+        try:
+            return _JacksonReader(text).value(start)
+        except ValueError as again:
+            if isinstance(exc, RecursionError) or str(again) == _TOO_DEEP:
+                raise ValueError(_TOO_DEEP) from None
+            raise exc from None
+    # Python's json has no limit on names, nor one on nesting that Jackson's is sure to be under: checked when the
+    # payload is long enough to reach them (two counts over the text, in C: nearly never more).
+    if len(text) > MAX_NAME_UNITS // 2 or text.count("[", start) + text.count("{", start) > MAX_NESTING:
+        _check_limits(value)
+    return value
 
 
-def _double_quoted(text: str) -> str:
-    """``text`` with each 'single-quoted' string outside a double-quoted one rewritten as a "double-quoted" one."""
-    out: list[str] = []
-    i = 0
-    while i < len(text):
-        c = text[i]
-        if c not in "\"'":
-            out.append(c)
-            i += 1
-            continue
-        j, body = i + 1, []
-        while j < len(text) and text[j] != c:
-            if text[j] == "\\" and j + 1 < len(text):
-                body.append("'" if c == "'" and text[j + 1] == "'" else text[j : j + 2])
-                j += 2
+_TOO_DEEP = "nested too deeply"
+
+
+def _name_units(name: str) -> int:
+    """A name's length as Java counts it: in UTF-16 units (a character past the BMP is two)."""
+    return len(name) if len(name) <= MAX_NAME_UNITS // 2 else len(name.encode("utf-16-le", "surrogatepass")) // 2
+
+
+def _check_limits(value: Any) -> None:
+    """Raise ValueError if ``value`` (read by Python's json) nests deeper or has a longer name than Jackson reads."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (list, _Object)) and depth > MAX_NESTING:
+            raise ValueError(_TOO_DEEP)
+        if isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+        elif isinstance(item, _Object):
+            for key, v in item.pairs:
+                if _name_units(key) > MAX_NAME_UNITS:
+                    raise ValueError(f"a name of {_name_units(key)} characters (at most {MAX_NAME_UNITS})")
+                stack.append((v, depth + 1))
+
+
+_SPACE = re.compile(r"[ \t\n\r]*")
+_NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(\.\d+)?([eE][-+]?\d+)?")
+_PLAIN = {'"': re.compile(r'[^"\\\x00-\x1f]*'), "'": re.compile(r"[^'\\\x00-\x1f]*")}  # a string's unescaped run
+_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "'": "'"}
+_HEX = re.compile(r"[0-9a-fA-F]{4}")
+# Words Jackson reads where a value starts (true, false, null, and the non-numeric numbers Spark allows), by the
+# characters that start them; a longer spelling first, where one starts another (-INF and -Infinity).
+_WORDS = {
+    "t": (("true", True),), "f": (("false", False),), "n": (("null", None),), "N": (("NaN", "NaN"),),
+    "I": (("Infinity", "Infinity"),), "-": (("-Infinity", "-Infinity"), ("-INF", "-INF")),
+    "+": (("+Infinity", "+Infinity"), ("+INF", "+INF")),
+}  # fmt: skip
+
+
+_MORE = object()  # _JacksonReader's "a container was opened (or a comma read): read its next value"
+
+
+class _Open:
+    """A container _JacksonReader has open, and the name its next value goes under (an object's)."""
+
+    __slots__ = ("container", "name")
+
+    def __init__(self, container: list[Any] | _Object, name: str) -> None:
+        self.container, self.name = container, name
+
+
+class _JacksonReader:
+    """The first JSON value of a text, read as Jackson reads it with Spark's JSON options, with a stack of its own.
+
+    Spark's options that change what reads: single-quoted strings and names (allowSingleQuotes, which also lets \\'
+    escape a quote in any string), the non-numeric numbers (allowNonNumericNumbers); no comments, no unquoted names or
+    control characters, no leading zeros, no "+1". Values are what ``_DECODER`` makes of the same text.
+    """
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def fail(self, what: str, at: int) -> ValueError:
+        line = self.text.count("\n", 0, at) + 1
+        column = at - self.text.rfind("\n", 0, at)
+        return ValueError(f"{what}: line {line} column {column} (char {at})")
+
+    def space(self, at: int) -> int:
+        match = _SPACE.match(self.text, at)
+        assert match is not None  # the pattern matches nothing too
+        return match.end()
+
+    def value(self, at: int) -> Any:
+        """The value at ``at`` (past any whitespace), its containers kept on a list, never on Python's stack."""
+        open_: list[_Open] = []
+        at = self.space(at)
+        while True:
+            item, at = self.begin(at, open_)
+            if item is not _MORE:
+                item, at = self.finish(item, at, open_)
+                if item is not _MORE:
+                    return item
+
+    def begin(self, at: int, open_: list[_Open]) -> tuple[Any, int]:
+        """The value at ``at``, or ``_MORE`` when it opens a container that has a first value to read."""
+        c = self.text[at : at + 1]
+        if c not in ("{", "["):
+            return self.scalar(at)
+        if len(open_) >= MAX_NESTING:
+            raise ValueError(_TOO_DEEP)
+        at = self.space(at + 1)
+        if self.text[at : at + 1] == ("]" if c == "[" else "}"):
+            return ([] if c == "[" else _Object([])), at + 1
+        if c == "[":
+            open_.append(_Open([], ""))
+            return _MORE, at
+        name, at = self.name(at)
+        open_.append(_Open(_Object([]), name))
+        return _MORE, at
+
+    def finish(self, value: Any, at: int, open_: list[_Open]) -> tuple[Any, int]:
+        """``value`` put in its container, and each container it closes in the one around it: the outermost value
+        when all are closed, else ``_MORE`` (a comma: the next value is at ``at``)."""
+        while open_:
+            top = open_[-1]
+            if isinstance(top.container, _Object):
+                top.container.pairs.append((top.name, value))
             else:
-                body.append('\\"' if c == "'" and text[j] == '"' else text[j])
-                j += 1
-        if j >= len(text):
-            return text  # a string never closed: no JSON either way
-        out.append('"' + "".join(body) + '"')
-        i = j + 1
-    return "".join(out)
+                top.container.append(value)
+            at = self.space(at)
+            c = self.text[at : at + 1]
+            if c == ",":
+                at = self.space(at + 1)
+                if isinstance(top.container, _Object):
+                    top.name, at = self.name(at)
+                return _MORE, at
+            if c != ("}" if isinstance(top.container, _Object) else "]"):
+                raise self.fail("Expecting ',' delimiter", at)
+            open_.pop()
+            value, at = top.container, at + 1
+        return value, at
+
+    def name(self, at: int) -> tuple[str, int]:
+        """A name, its colon and the whitespace after it."""
+        if self.text[at : at + 1] not in ('"', "'"):
+            raise self.fail("Expecting property name enclosed in quotes", at)
+        name, at = self.string(at)
+        if _name_units(name) > MAX_NAME_UNITS:
+            raise self.fail(f"a name of {_name_units(name)} characters (at most {MAX_NAME_UNITS})", at)
+        at = self.space(at)
+        if self.text[at : at + 1] != ":":
+            raise self.fail("Expecting ':' delimiter", at)
+        return name, self.space(at + 1)
+
+    def scalar(self, at: int) -> tuple[Any, int]:
+        text = self.text
+        c = text[at : at + 1]
+        if c in ('"', "'"):
+            return self.string(at)
+        number = _NUMBER.match(text, at)
+        if number is not None:
+            token = number.group()
+            if number.group(1) is None and number.group(2) is None:
+                return _integer(token), number.end()
+            return _Fraction(token), number.end()
+        for word, value in _WORDS.get(c, ()):
+            if text.startswith(word, at):
+                return (_Fraction(value) if isinstance(value, str) else value), at + len(word)
+        raise self.fail("Expecting value", at)
+
+    def string(self, at: int) -> tuple[str, int]:
+        """The string whose opening quote (double or single) is at ``at``, and where it ends."""
+        text, quote = self.text, self.text[at]
+        plain, parts = _PLAIN[quote], []
+        at += 1
+        while True:
+            run = plain.match(text, at)
+            assert run is not None
+            parts.append(run.group())
+            at = run.end()
+            c = text[at : at + 1]
+            if c == quote:
+                found = "".join(parts)
+                if _SURROGATE.search(found):  # an escaped pair is one character, as Python's json makes it
+                    found = found.encode("utf-16", "surrogatepass").decode("utf-16", "surrogatepass")
+                return found, at + 1
+            if c != "\\":
+                raise self.fail("Unterminated string" if not c else "Invalid control character at", at)
+            escaped = text[at + 1 : at + 2]
+            if escaped in _ESCAPES:
+                parts.append(_ESCAPES[escaped])
+                at += 2
+            elif escaped == "u" and _HEX.fullmatch(text, at + 2, at + 6):
+                parts.append(chr(int(text[at + 2 : at + 6], 16)))
+                at += 6
+            else:
+                raise self.fail("Invalid \\escape", at)
 
 
 def _check_struct(struct: DdlType, obj: _Object, path: str) -> str | None:
@@ -387,7 +573,7 @@ def _date(t: DdlType, value: Any) -> int:
 # Each simple type's value, from a JSON value _check accepted: (type, value) -> what the column holds.
 _VALUES: dict[str, Callable[[DdlType, Any], Any]] = {
     "decimal": _decimal,
-    "float": lambda t, value: _float(value),  # a FLOAT is the double rounded once more (pyarrow), as Jackson's is
+    "float": lambda t, value: _float32(value),
     "double": lambda t, value: _float(value),
     "boolean": lambda t, value: value,
     "string": lambda t, value: _java_text(value) if isinstance(value, str) else _json_text(value),
@@ -407,6 +593,33 @@ def _float(value: Any) -> float:
         return float(value)
     except OverflowError:  # a whole number past a double's range: Jackson's double is infinite
         return math.inf if value > 0 else -math.inf
+
+
+_FLOAT32_OVERFLOW = 2**128 - 2**103  # half way from the largest float to the next power of two: infinite from there
+
+
+def _float32(value: Any) -> float:
+    """A FLOAT's value as Jackson's getFloatValue reads it: the payload's number rounded once, to the nearest 32-bit
+    float (Float.parseFloat, or a long's or a BigInteger's conversion), never through a double first. The result is a
+    double that holds that float exactly, so pyarrow's conversion to float32 keeps it."""
+    double = _float(value)
+    exact: Decimal | int | None = value.value if isinstance(value, _Fraction) else value if type(value) is int else None
+    magnitude = abs(double)
+    if exact is None or not math.isfinite(double) or magnitude == 0:
+        return double
+    if magnitude >= _FLOAT32_OVERFLOW:  # a double at the half way point may stand for a number just under it
+        under = exact is not None and abs(Fraction(exact)) < _FLOAT32_OVERFLOW
+        return math.copysign(3.4028234663852886e38 if under else math.inf, double)
+    rounded = struct.unpack("<f", struct.pack("<f", magnitude))[0]  # to nearest, ties to even
+    if rounded != magnitude:
+        # Rounding twice goes wrong only where the double is half way between two floats: there the number decides.
+        bits = struct.unpack("<I", struct.pack("<f", rounded))[0]
+        other = struct.unpack("<f", struct.pack("<I", bits + 1 if rounded < magnitude else bits - 1))[0]
+        if (rounded + other) / 2 == magnitude:
+            number = abs(Fraction(exact))
+            if number != magnitude:
+                rounded = max(rounded, other) if number > magnitude else min(rounded, other)
+    return math.copysign(rounded, double)
 
 
 def _days(match: re.Match[str]) -> int:
@@ -503,7 +716,48 @@ def _region_offset(zone: zoneinfo.ZoneInfo, days: int, clock: int) -> int:
 
 def _json_text(value: Any) -> str:
     """A value that is not a string, as a STRING column holds it: the JSON text Jackson writes for it (compact, a
-    fraction as Java prints a double, NaN and Infinity quoted)."""
+    fraction as Java 17 prints a double, NaN and Infinity quoted)."""
+    try:
+        return _json_text_nested(value)
+    except RecursionError:  # up to Jackson's 1000 levels: more than Python's stack, written with a list of its own
+        return _json_text_flat(value)
+
+
+def _json_text_nested(value: Any) -> str:
+    if isinstance(value, list):
+        return "[" + ",".join([_json_text_nested(v) for v in value]) + "]"
+    if isinstance(value, _Object):
+        return "{" + ",".join([f"{_jackson_string(k)}:{_json_text_nested(v)}" for k, v in value.pairs]) + "}"
+    return _json_scalar(value)
+
+
+class _Text(str):
+    """Text ``_json_text_flat`` writes as it is (a bracket, a comma, a name and its colon)."""
+
+
+def _json_text_flat(value: Any) -> str:
+    out: list[str] = []
+    todo: list[Any] = [value]  # what is left to write, the next last
+    while todo:
+        item = todo.pop()
+        if isinstance(item, _Text):
+            out.append(item)
+        elif isinstance(item, list):
+            out.append("[")
+            todo.append(_Text("]"))
+            for i, v in enumerate(reversed(item)):
+                todo += [v] if i == len(item) - 1 else [v, _Text(",")]
+        elif isinstance(item, _Object):
+            out.append("{")
+            todo.append(_Text("}"))
+            for i, (k, v) in enumerate(reversed(item.pairs)):
+                todo += [v, _Text(_jackson_string(k) + ":")] + ([] if i == len(item.pairs) - 1 else [_Text(",")])
+        else:
+            out.append(_json_scalar(item))
+    return "".join(out)
+
+
+def _json_scalar(value: Any) -> str:
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -512,33 +766,14 @@ def _json_text(value: Any) -> str:
         return str(value)
     if isinstance(value, _Fraction):
         return _java_double(float(value.text))
-    if isinstance(value, str):
-        return _jackson_string(value)
-    if isinstance(value, list):
-        return "[" + ",".join(_json_text(v) for v in value) + "]"
-    return "{" + ",".join(f"{_jackson_string(k)}:{_json_text(v)}" for k, v in value.pairs) + "}"
+    return _jackson_string(value)
 
 
 def _java_double(x: float) -> str:
-    """``x`` as Java's Double.toString prints it (Jackson's double), quoted when it is not a number JSON has."""
-    if math.isnan(x):
-        return '"NaN"'
-    if math.isinf(x):
-        return '"Infinity"' if x > 0 else '"-Infinity"'
-    if x == 0:
-        return "-0.0" if math.copysign(1.0, x) < 0 else "0.0"
-    number = Decimal(repr(abs(x)))  # the shortest digits that read back as x
-    digits = "".join(map(str, number.as_tuple().digits)).rstrip("0") or "0"
-    exponent = number.adjusted()
-    sign = "-" if x < 0 else ""
-    if 1e-3 <= abs(x) < 1e7:
-        point = exponent + 1
-        if point <= 0:
-            return f"{sign}0.{'0' * -point}{digits}"
-        if point >= len(digits):
-            return f"{sign}{digits}{'0' * (point - len(digits))}.0"
-        return f"{sign}{digits[:point]}.{digits[point:]}"
-    return f"{sign}{digits[0]}.{digits[1:] or '0'}E{exponent}"
+    """``x`` as Jackson writes a double: Java 17's Double.toString, quoted when it is not a number JSON has."""
+    if math.isnan(x) or math.isinf(x):
+        return f'"{java_double_to_string(x)}"'
+    return java_double_to_string(x)
 
 
 def _jackson_string(text: str) -> str:

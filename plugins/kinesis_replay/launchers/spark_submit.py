@@ -187,20 +187,14 @@ def run(command: list[str], env: Mapping[str, str], what: str, on_line: Callable
     """Run spark-submit, logging its output as it comes (and giving each line to ``on_line``); kill it (and its JVM) if
     this task is stopped or times out."""
     log.info("%s: %s", what, " ".join(command))
-    tail: deque[str] = deque(maxlen=200)  # a JVM stack trace's last "Caused by:" may come a hundred frames before the end
-    own: deque[str] = deque(maxlen=10)  # the job's own lines: its error may come before many of Spark's or the JVM's
-    crash: list[str] = []
+    job_log = JobLog()
     proc = subprocess.Popen(command, env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         if proc.stdout is None:  # never, with stdout=PIPE; typed so
             raise SparkSubmitError(f"{what}: spark-submit started with no output pipe")
         for line in proc.stdout:
             line = line.rstrip()
-            tail.append(line)
-            if line.startswith("kinesis-replay:"):
-                own.append(line)
-            if jvm_archive.JVM_CRASH in line:
-                crash.append(line)
+            job_log.add(line)
             log.info("%s", line)
             if on_line is not None:
                 on_line(line)
@@ -209,8 +203,89 @@ def run(command: list[str], env: Mapping[str, str], what: str, on_line: Callable
         _stop(proc)
         raise
     if code != 0:
-        jvm_archive.forget_after_crash(command, crash)
-        raise SparkSubmitError(f"{what}: spark-submit exited with {code}: {failure_reason(list(own), list(tail))}")
+        jvm_archive.forget_after_crash(command, job_log.jvm_crash)
+        raise SparkSubmitError(f"{what}: spark-submit exited with {code}: {job_log.reason()}")
+
+
+class JobLog:
+    """What a job's log says about why it failed, kept as its lines stream by (``failure_reason`` reads it)."""
+
+    def __init__(self) -> None:
+        self.tail: deque[str] = deque(maxlen=200)  # a JVM stack trace's last "Caused by:" may come a hundred frames before the end
+        self.own: deque[str] = deque(maxlen=10)  # the job's own lines: its error may come before many of Spark's or the JVM's
+        self.jvm_crash: list[str] = []
+        self.workers = WorkerLines()
+
+    def add(self, line: str) -> None:
+        self.tail.append(line)
+        if line.startswith("kinesis-replay:"):
+            self.own.append(line)
+        if jvm_archive.JVM_CRASH in line:
+            self.jvm_crash.append(line)
+        self.workers.add(line)
+
+    def reason(self) -> str:
+        return failure_reason(list(self.own), list(self.tail), self.workers)
+
+
+# A Spark task's Python worker that died (a signal, os._exit, the kernel's out-of-memory killer) is reported by the JVM as
+# "Python worker exited unexpectedly (crashed)", caused by java.io.EOFException: the job's own root cause is then
+# "EOFException", which names nothing. The worker's own last words are in the log of a local job: after the JVM's message
+# the fault handler's line ("Fatal Python error: Segmentation fault"; DEFAULT_SPARK_CONF turns the handler on), or else
+# the last line the worker wrote to its stderr, which Spark copies into this log (a Python traceback's last line).
+_CRASHED = re.compile(r"Python worker exited unexpectedly \(crashed\)(?::\s*(?P<said>\S.*))?")
+# The driver gives up on the job: what comes after is the driver's, not a worker's.
+_ABORTING = re.compile(r" ERROR TaskSetManager: Task .* failed \d+ times?; aborting job")
+_LOG4J = re.compile(r"^\d{2}/\d{2}/\d{2} \d{2}:\d{2}:\d{2} [A-Z]+ ")  # Spark's own log lines
+# A JVM throwable's line ("org.apache.spark.SparkException: ..."), a frame, or a fault handler's lines inside the JVM's
+# message: none is a worker's own line.
+_JVM_LINE = re.compile(r"^(?:Caused by: |: )?(?:[a-z][\w$]*\.)+[A-Z][\w$]*(?::|$)|^\s|^\.\.\. \d+ more$")
+_NOT_WORKERS = ("kinesis-replay:", "WARNING: ", "Using Spark's default log4j profile", "Setting Spark log level",
+                "Setting default log level", "To adjust logging level", "[warning]", "OpenJDK ", "Current thread 0x",
+                "Thread 0x", "Extension modules:", "Driver stacktrace:")  # fmt: skip
+_TRACEBACK = "Traceback (most recent call last):"
+
+
+class WorkerLines:
+    """The Python workers' own lines in a local job's log, up to the job's abort, and whether a worker crashed."""
+
+    def __init__(self) -> None:
+        self.lines: deque[str] = deque(maxlen=5)
+        self.crashed = False
+        self.said: str | None = None  # what the JVM's crash message carries (the fault handler's line), if anything
+        self.in_traceback = False
+        self.done = False
+
+    def add(self, line: str) -> None:
+        crashed = _CRASHED.search(line)
+        if crashed:
+            self.crashed = True
+            self.said = self.said or crashed["said"]
+        if self.done or crashed:
+            return
+        if _ABORTING.search(line):
+            self.done = True
+        elif line.startswith(_TRACEBACK):
+            self.in_traceback = True
+        elif self.in_traceback and line[:1].isspace():
+            pass  # a frame of a worker's traceback
+        elif self.in_traceback and line.strip():
+            self.in_traceback = False
+            self.lines.append(line.strip())  # the traceback's last line: what the worker raised
+        elif line.strip() and not _LOG4J.match(line) and not _JVM_LINE.match(line) and not line.startswith(_NOT_WORKERS):
+            self.lines.append(line.strip())
+
+    def root_cause(self) -> str:
+        """The crash, named by the worker's last words; or, when it left none, what that means."""
+        if self.said:
+            return f"a Python worker of the job crashed: {self.said.strip()}"
+        if self.lines:
+            return f"a Python worker of the job crashed; its last line: {self.lines[-1]}"
+        return (
+            "a Python worker of the job crashed and wrote nothing: it was killed from outside (the kernel's out-of-memory "
+            "killer sends SIGKILL: see the machine's kernel log, and give the executors more memory or fewer ranges at once, "
+            "read.task_concurrency) or ended by os._exit; on a cluster, its executor's stderr may say more"
+        )
 
 
 # The line the job prints when it fails: its root cause (or the domain error that names the shard and range).
@@ -223,20 +298,27 @@ _VM_FAILED = "Error occurred during initialization of VM"
 REASON_CHARS = 1000  # the reason is stored in the ledger (2,000 characters) and quoted in the stuck alert
 
 
-def failure_reason(own: list[str], tail: list[str]) -> str:
+def failure_reason(own: list[str], tail: list[str], workers: WorkerLines | None = None) -> str:
     """Why a job failed, in one line: the job's own "replay failed" line, else its other error lines; when it printed
     none (the JVM died first), the last "Caused by:" or exception line of the log, else the log's last lines. When the
     JVM's own fatal error is there, it is the reason, with the lines since the last stack trace: a trace before it was a
-    warning's (Spark logs a late heartbeat so), not why the JVM exited."""
+    warning's (Spark logs a late heartbeat so), not why the JVM exited. When a Python worker crashed and the job could
+    name no cause but the JVM's EOFException, the worker's own last line is the root cause (``WorkerLines``)."""
     errors = [line for line in own if not _PROGRESS.match(line)]
     failed = [line for line in errors if line.startswith(_FAILED)]
     causes = [line.removeprefix("Caused by: ") for line in tail if _CAUSE.match(line)]
+    said = failed[-1].removeprefix(_FAILED) if failed else causes[-1] if causes else ""
+    if workers is not None and workers.crashed and (not said or said.endswith("EOFException") or _CRASHED.search(said)):
+        return _bounded(f"{_FAILED}{workers.root_cause()} (Spark reports it as {said or 'a failed task'})")
     if _VM_FAILED in tail:  # from the last stack trace before the JVM's error: that error, what came just before it, and after
         at = len(tail) - 1 - tail[::-1].index(_VM_FAILED)
         frames = [i for i, line in enumerate(tail[:at]) if line.startswith("\t")]
         causes = []
         tail = tail[frames[-1] + 1 if frames else 0 :]
-    reason = " | ".join(failed[-1:] or errors or causes[-1:] or tail[-8:])
+    return _bounded(" | ".join(failed[-1:] or errors or causes[-1:] or tail[-8:]))
+
+
+def _bounded(reason: str) -> str:
     return reason if len(reason) <= REASON_CHARS else reason[: REASON_CHARS - 3] + "..."
 
 

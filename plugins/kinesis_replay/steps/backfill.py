@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from kinesis_replay.adapters import commit_records, files, iceberg_table, layout
 from kinesis_replay.adapters.kinesis_client import stream_retention
+from kinesis_replay.core import decoded
 from kinesis_replay.core.config import PipelineConfig, ReadConfig
 from kinesis_replay.core.errors import (
     BackfillError,  # re-exported: the DAG tasks and tests name backfill.BackfillError
@@ -24,7 +25,7 @@ from kinesis_replay.core.formats import MAX_BATCH_ID
 from kinesis_replay.core.holdings import Commit, Ledger, Mismatch, TableState, compare
 from kinesis_replay.core.ranges import SequenceRange
 from kinesis_replay.core.records import digest_hash
-from kinesis_replay.core.state import Batch, BatchStatus, ShardResult, StateStore
+from kinesis_replay.core.state import Batch, BatchStatus, ReplayResult, ShardResult, StateStore
 from kinesis_replay.steps import commit, guards, in_flight, verify
 
 if TYPE_CHECKING:  # the boto3 stubs are for type checking only
@@ -337,22 +338,70 @@ def committed_batch(
     return batch
 
 
-def check_replayed(pipeline: PipelineConfig, store: StateStore, batch_id: int, run_id: str = "", restore: bool = False) -> Batch:
-    """A backfilled batch must hold what its first run held: shard by shard, the same rows and checksum.
+def check_replayed(
+    pipeline: PipelineConfig, store: StateStore, batch_id: int, run_id: str = "", restore: bool = False, redecode: bool = False
+) -> Batch:
+    """A backfilled batch must hold what its first run held: shard by shard, the same rows and checksum; and decode as
+    the output holds it (``decoded_differences``), unless ``redecode`` says to accept a new decoding.
 
-    For a table output, the checked attempt's files then replace the batch's in one snapshot, whose id the ledger
-    and the commit record keep. Until that snapshot, readers see the batch's earlier files; from it on, the new
-    ones: never both, never none. The replaced files stay for older snapshots until snapshot expiry removes them.
+    The replay job stages a committed batch's folders (a directory output's rows, the quarantine); they are checked
+    there and only then swapped into the batch's own (files.swap_in, finished by the next run if cut short), so a
+    refused backfill changes nothing readers see. For a table output, the checked attempt's files then replace the
+    batch's in one snapshot, whose id the ledger and the commit record keep. Until that snapshot, readers see the
+    batch's earlier files; from it on, the new ones: never both, never none. The replaced files stay for older
+    snapshots until snapshot expiry removes them.
     """
     batch = store.get_batch(pipeline.name, batch_id)
     first_run = batch.verified_result()
     result = files.read_result(pipeline.output, batch_id)
-    verify.check_files(pipeline, batch_id, result)
+    record = layout.swap_record_path(pipeline.output, batch_id)
+    if files.finish_swap(record):  # this check passed before, and was cut short while swapping: finished now
+        log.info("pipeline %s, batch %d: finished swapping in attempt %s, which was verified", pipeline.name, batch_id, result.attempt)
+        staged = False
+    else:
+        # The job stages a committed batch's folders, and names the attempt; one that found no commit record swapped them.
+        staged = result.attempt is not None and files.is_file(layout.commit_record_path(pipeline.output, batch_id))
+    verify.check_files(pipeline, batch_id, result, staged)
+    _check_raw(pipeline, batch_id, first_run, result)
+    if staged:
+        what = "restore" if restore else "backfill"
+        found = decoded_differences(pipeline, batch_id, result)
+        if found.difference is not None and redecode:
+            log.warning("pipeline %s, batch %d: re-decoded as asked (redecode): %s", pipeline.name, batch_id, found.difference.describe())
+        decoded.check(pipeline.name, batch_id, found, redecode, what)
+        if pipeline.table is None:
+            _swap_in(pipeline, batch_id, result)
+    elif pipeline.table is None:
+        log.warning("pipeline %s, batch %d: the replay job swapped the batch's folder in itself (it found no commit record), "
+                    "so its decoded values could not be compared with the earlier ones", pipeline.name, batch_id)  # fmt: skip
+    if pipeline.table is not None:
+        replayed = replace(batch, result=result)
+        kind = Commit.RESTORE if restore else Commit.BACKFILL
+        ledger = guards.ledger_of(store.get_head(pipeline.name))
+        snapshot_id = commit.commit_to_table(pipeline, replayed, run_id or batch.run_id, kind, ledger)
+        # The ledger and the commit record name the replayed attempt, whose files the snapshot holds: the first run's
+        # files go with the snapshots before it, and a recovery from the commit records rebuilds what the table holds.
+        batch = replace(replayed, snapshot_id=snapshot_id)
+        store.set_replayed(batch, expected=BatchStatus.COMMITTED)
+        commit_records.write_commit_record(pipeline.output, batch)
+        if staged:  # after the table's commit, so that a check cut short before it finds the staged quarantine to check again
+            _swap_in(pipeline, batch_id, result)
+        return batch
+    return replace(batch, result=result)  # a directory's ledger keeps the first run's; the caller reports this run's
+
+
+def _check_raw(pipeline: PipelineConfig, batch_id: int, first_run: ReplayResult, result: ReplayResult) -> None:
+    """The replay read the records the first run read, shard by shard: rows, bounds, checksum and row digest.
+
+    Which of them are quarantined is the decoding's, not the records': rows and bad rows are compared as one count here,
+    and which records are quarantined (and why) by the decoded comparison, which names a decoder change as such.
+    """
     before, after = first_run.by_shard(), result.by_shard()
 
     def same(a: ShardResult | None, b: ShardResult | None) -> bool:
         if a is None or b is None:
             return False
+        a, b = (replace(r, records=r.records + r.bad_records, bad_records=0) for r in (a, b))
         where = f"pipeline {pipeline.name!r}, batch {batch_id}, shard {a.shard_id}"
         if a.digest is None or b.digest is None or digest_hash(a.digest, where) != digest_hash(b.digest, where):
             # A first run of a release before row digests, or before the hash changed: its digest was checked against
@@ -365,20 +414,46 @@ def check_replayed(pipeline: PipelineConfig, store: StateStore, batch_id: int, r
         raise VerificationError(
             f"pipeline {pipeline.name!r}, batch {batch_id}: the backfill wrote different rows than the batch's first run "
             f"for shards {', '.join(changed)} (first run: {[before[s].to_dict() for s in changed if s in before]}; "
-            f"now: {[after[s].to_dict() for s in changed if s in after]})"
+            f"now: {[after[s].to_dict() for s in changed if s in after]}). Nothing was replaced: readers still see the "
+            "batch as it was"
         )
-    if pipeline.table is not None:
-        replayed = replace(batch, result=result)
-        kind = Commit.RESTORE if restore else Commit.BACKFILL
-        ledger = guards.ledger_of(store.get_head(pipeline.name))
-        snapshot_id = commit.commit_to_table(pipeline, replayed, run_id or batch.run_id, kind, ledger)
-        # The ledger and the commit record name the replayed attempt, whose files the snapshot holds: the first run's
-        # files go with the snapshots before it, and a recovery from the commit records rebuilds what the table holds.
-        batch = replace(replayed, snapshot_id=snapshot_id)
-        store.set_replayed(batch, expected=BatchStatus.COMMITTED)
-        commit_records.write_commit_record(pipeline.output, batch)
-        return batch
-    return replace(batch, result=result)  # a directory's ledger keeps the first run's; the caller reports this run's
+
+
+def decoded_differences(pipeline: PipelineConfig, batch_id: int, result: ReplayResult) -> decoded.Comparison:
+    """The staged attempt's decoded values against what the output holds for the batch now, row by row: for a table,
+    the batch's data files in the current snapshot; for a directory, the batch's folder; and the quarantine.
+
+    Read from the files themselves, so batches of any release compare, whatever their manifests record."""
+    held = _held_files(pipeline, batch_id) + files.parquet_files(layout.quarantine_path(pipeline.output, batch_id))
+    staged = verify.batch_files(pipeline, batch_id, result, staged=True)
+    staged += files.parquet_files(verify.quarantine_folder(pipeline, batch_id, result, staged=True))
+    before, after = files.read_decoded(held), files.read_decoded(staged)
+    if files.decoded_equal(before, after):
+        return decoded.Comparison(None, before.num_rows, 0, 0)
+    found = decoded.compare(files.decoded_rows(before), files.decoded_rows(after))
+    if found.only_before or found.only_after:
+        log.info("pipeline %s, batch %d: the output holds %d rows the replay did not write, and lacks %d it wrote",
+                 pipeline.name, batch_id, found.only_before, found.only_after)  # fmt: skip
+    return found
+
+
+def _held_files(pipeline: PipelineConfig, batch_id: int) -> list[str]:
+    """The files that hold the batch's rows for readers now: its folder's, or those of the table's current snapshot."""
+    if pipeline.table is None:
+        return files.parquet_files(layout.batch_path(pipeline.output, batch_id))
+    table = iceberg_table.load_table(pipeline)
+    return [f.file_path for f in iceberg_table.batch_data_files(table, batch_id)] if table is not None else []
+
+
+def _swap_in(pipeline: PipelineConfig, batch_id: int, result: ReplayResult) -> None:
+    """The verified attempt's staged folders into the batch's own: its rows (a directory output's) and its quarantine."""
+    attempt = result.attempt or ""
+    output = pipeline.output
+    moves = [(layout.staged_quarantine_path(output, batch_id, attempt), layout.quarantine_path(output, batch_id))]
+    if pipeline.table is None:
+        moves.insert(0, (layout.staged_data_path(output, batch_id, attempt), layout.batch_path(output, batch_id)))
+    files.swap_in(layout.swap_record_path(output, batch_id), moves)
+    files.remove_folder(layout.staging_path(output, batch_id), missing_ok=True)
 
 
 def _earliest(batch: Batch) -> datetime:
@@ -449,6 +524,9 @@ class Restore:
     from_stream: tuple[int, ...]
     lost: tuple[int, ...]
     metadata_lost: bool  # the catalog names a metadata file that is gone: its entry is dropped before the table is made
+    # The newest metadata file of the pipeline's own table at its location, which the catalog no longer names (dropped, or
+    # its newest metadata lost): registered again before anything is restored, never a second table made beside it.
+    register: str | None = None
 
     def describe(self) -> str:
         held = self.state.holdings.describe() if self.state.exists else "nothing (there is no table)"
@@ -458,7 +536,9 @@ class Restore:
             f"  replayed from the stream: {len(self.from_stream)} batches ({listed(self.from_stream) or 'none'})",
         ]
         if self.metadata_lost:
-            lines.append("  the catalog's entry names a metadata file that is gone: it is dropped, and the table made anew")
+            lines.append("  the catalog's entry names a metadata file that is gone: it is dropped")
+        if self.register is not None:
+            lines.append(f"  the pipeline's own table is registered again in its catalog from {self.register}, at its location")
         elif not self.state.exists:
             lines.append("  the table is created by the first batch restored")
         if self.lost:
@@ -483,28 +563,36 @@ def plan_restore(pipeline: PipelineConfig, kinesis_client: KinesisClient, store:
             f"pipeline {pipeline.name!r}: state table {pipeline.state_table} holds no ledger for the pipeline, so there is "
             f"nothing to restore the table to. {guards.recovery_hint(pipeline)}"
         )
-    ledger = guards.ledger_of(head)
+    ledger = guards.ledger_of(head, pipeline, store)
     metadata_lost = False
     try:
         table = iceberg_table.existing_table(pipeline)
     except TableMetadataLostError:
         table, metadata_lost = None, True
     state = iceberg_table.table_state(table)
-    mismatch = compare(state, ledger)
+    mismatch = compare(state, ledger, guards.ledger_rows(state, ledger))
+    taken = iceberg_table.location_tables(pipeline) if table is None else None
+    if mismatch is not None and taken is not None and not taken.own(pipeline):  # one location, one table
+        raise BackfillError(
+            f"{guards.describe_mismatch(pipeline, state, ledger, mismatch)} A restore never creates a table at a location "
+            "that holds another table's metadata. Nothing was written."
+        )
     if mismatch is not None and mismatch.extra:
         raise BackfillError(
             f"{guards.describe_mismatch(pipeline, state, ledger, mismatch)} A restore only puts back batches the ledger "
             "committed; it never removes any. Nothing was written."
         )
-    wanted = sorted(set(mismatch.missing if mismatch else ()) | set(_differing(pipeline, store, table, state, ledger, mismatch)))
-    held = {b for b in wanted if b in state.holdings}  # held with other rows: a new attempt, from the stream, replaces them
+    wanted = sorted(set(mismatch.missing if mismatch else ()) | set(_differing(pipeline, table, state, ledger, mismatch)))
+    # Held with other rows: the verified attempt's files replace them if the table no longer references any of them (another
+    # writer's delete rewrote them); else (some are still the batch's in the table) a new attempt, from the stream, does.
+    held = {b for b in wanted if b in state.holdings}
     retention = stream_retention(kinesis_client, pipeline.stream, pipeline.read) if wanted else None
     from_files, from_stream, lost = [], [], []
     for low in range(0, len(wanted), WINDOW_SLICE):
         chosen = store.get_batches(pipeline.name, wanted[low : low + WINDOW_SLICE])
         for batch_id in wanted[low : low + WINDOW_SLICE]:
             batch = chosen[batch_id]
-            if batch_id not in held and _files_kept(pipeline, batch):
+            if _files_kept(pipeline, batch) and (batch_id not in held or not _attempt_in_table(pipeline, table, batch)):
                 from_files.append(batch_id)
                 continue
             try:
@@ -515,14 +603,15 @@ def plan_restore(pipeline: PipelineConfig, kinesis_client: KinesisClient, store:
     if len(from_stream) > MAX_BATCHES_PER_RUN:
         log.warning("pipeline %s: %d batches need a replay from the stream; this run replays the first %d, run the restore "
                     "again for the rest", pipeline.name, len(from_stream), MAX_BATCHES_PER_RUN)  # fmt: skip
-    return Restore(pipeline.name, ledger, state, tuple(from_files), tuple(from_stream), tuple(lost), metadata_lost)
+    register = taken.newest if taken is not None else None
+    return Restore(pipeline.name, ledger, state, tuple(from_files), tuple(from_stream), tuple(lost), metadata_lost, register)
 
 
-def _differing(
-    pipeline: PipelineConfig, store: StateStore, table: Any, state: TableState, ledger: Ledger, mismatch: Mismatch | None
-) -> list[int]:
+def _differing(pipeline: PipelineConfig, table: Any, state: TableState, ledger: Ledger, mismatch: Mismatch | None) -> list[int]:
     """Batches the table holds with another number of rows than the ledger verified (rows deleted or added by another
-    writer): read only when the snapshot's row count says some are, from the manifests' partition summaries."""
+    writer). Where no snapshot records the holdings, the guard's comparison named them already (``mismatch.differing``);
+    else they are looked for only when the snapshot's row count says some are, from the manifests' partition summaries
+    and the ledger's figures (``ledger.verified``: no range or manifest is read)."""
     if table is None or mismatch is None or not mismatch.records:
         return []
     where = f"pipeline {pipeline.name!r}: {iceberg_table.require_table(pipeline).describe()}"
@@ -533,6 +622,8 @@ def _differing(
             "(Spark: CALL <catalog>.system.rewrite_data_files(table => '<table>', options => map('delete-file-threshold', '1'))), "
             "then run the restore again: it replays the batches whose rows are gone. Nothing was written."
         )
+    if mismatch.differing:
+        return [batch_id for batch_id, _, _ in mismatch.differing]
     counts = iceberg_table.partition_counts(table)
     strangers = sorted(b for b in counts if not 1 <= b <= ledger.last and b != ledger.in_flight)
     if strangers:
@@ -541,13 +632,17 @@ def _differing(
             f"{ledger.last}): another writer added them. A restore puts back only committed batches; delete those rows "
             "with Iceberg's tools, then run the restore again. Nothing was written."
         )
-    found = []
-    for low in range(1, ledger.last + 1, WINDOW_SLICE):
-        for batch in store.get_batches(pipeline.name, range(low, min(ledger.last, low + WINDOW_SLICE - 1) + 1)).values():
-            verified = batch.result.records if batch.result is not None else 0
-            if counts.get(batch.batch_id, 0) != verified and batch.batch_id in state.holdings:
-                found.append(batch.batch_id)
-    return found
+    verified = ledger.verified(range(1, ledger.last + 1)) if ledger.verified is not None else {}
+    return [b for b in range(1, ledger.last + 1) if b in state.holdings and counts.get(b, 0) != verified.get(b, 0)]
+
+
+def _attempt_in_table(pipeline: PipelineConfig, table: Any, batch: Batch) -> bool:
+    """Some of the batch's files in the table's current snapshot are its verified attempt's."""
+    attempt = batch.result.attempt if batch.result is not None else None
+    if table is None or attempt is None:
+        return False
+    folder = iceberg_table.iceberg_location(layout.data_path(pipeline.output, batch.batch_id, attempt))
+    return any(f.file_path.startswith(folder + "/") for f in iceberg_table.batch_data_files(table, batch.batch_id))
 
 
 def _files_kept(pipeline: PipelineConfig, batch: Batch) -> bool:
@@ -568,6 +663,12 @@ def restore_from_files(pipeline: PipelineConfig, store: StateStore, plan: Restor
         identifier = iceberg_table.require_table(pipeline).identifier
         log.warning("pipeline %s: dropping the catalog's entry for %s, whose metadata file is gone", pipeline.name, identifier)
         catalog.drop_table(identifier)
+    if plan.register is not None:  # the pipeline's own table, which the catalog no longer names: back, with its history
+        catalog = iceberg_table.load_catalog(pipeline)
+        identifier = iceberg_table.require_table(pipeline).identifier
+        log.warning("pipeline %s: registering %s again from %s", pipeline.name, identifier, plan.register)
+        catalog.register_table(identifier, plan.register)
+        iceberg_table.check_table_owner(pipeline, catalog.load_table(identifier))
     failed = []
     for batch_id in plan.from_files:
         batch = store.get_batch(pipeline.name, batch_id)

@@ -61,7 +61,8 @@ def commit_batch(pipeline: PipelineConfig, store: StateStore, batch_id: int, now
     # The output's copy of the ledger entry, before any checkpoint moves: a lost state table is rebuilt from these.
     commit_records.write_commit_record(pipeline.output, committed)
     if pipeline.table is not None:
-        snapshot_id = commit_to_table(pipeline, batch, run_id or batch.run_id)
+        before = guards.ledger_before(pipeline, store, batch_id)  # the batches before this one, and the ledger's rows of each
+        snapshot_id = commit_to_table(pipeline, batch, run_id or batch.run_id, ledger=before)
         batch, committed = replace(batch, snapshot_id=snapshot_id), replace(committed, snapshot_id=snapshot_id)
         commit_records.write_commit_record(pipeline.output, committed)  # the output's copy names the snapshot before a checkpoint moves
     results = batch.verified_result().by_shard()
@@ -98,9 +99,9 @@ def commit_to_table(
 
     Before each try the table's current snapshot must hold what the ledger says for this ``kind`` of commit
     (guards.table_check; ``ledger`` is the head's for a backfill or a restore, the batches before this one for a
-    regular commit). Only a pipeline's first batch and a restore create a missing table. A regular commit then
-    removes the folders of the batch's other attempts: replays that failed before a commit, which no snapshot ever
-    referenced. A backfill leaves the files it superseded to snapshot expiry: older snapshots still reference them.
+    regular commit: ``guards.ledger_before``). Only a pipeline's first batch and a restore create a missing table. A
+    regular commit then removes the folders of the batch's other attempts: replays that failed before a commit, which
+    no snapshot ever referenced. A backfill leaves the files it superseded to snapshot expiry: older snapshots still reference them.
     """
     result = batch.verified_result()
     files = batch_files(pipeline, batch.batch_id, result)
@@ -108,7 +109,7 @@ def commit_to_table(
     # Every record quarantined: the table's columns come from a quarantine file, should this be its first batch.
     quarantined = [] if files else parquet_files(layout.quarantine_path(pipeline.output, batch.batch_id))
     schema_file = quarantined[0] if quarantined else None
-    ledger = ledger if ledger is not None and kind != Commit.REGULAR else Ledger(batch.batch_id - 1, batch.batch_id)
+    ledger = ledger if ledger is not None else Ledger(batch.batch_id - 1, batch.batch_id)
     check = guards.table_check(pipeline, kind, batch.batch_id, ledger)
     create = kind == Commit.RESTORE or (kind == Commit.REGULAR and ledger.last == 0)
     snapshot_id = iceberg_table.commit_snapshot(

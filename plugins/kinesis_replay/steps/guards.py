@@ -16,6 +16,7 @@ whose commit began. Before a plan writes anything it checks both against the sta
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
 
@@ -32,12 +33,24 @@ from kinesis_replay.adapters.owner import (
 )
 from kinesis_replay.core.config import PipelineConfig
 from kinesis_replay.core.errors import OutputOwnershipError, StateLostError, TableMismatchError
-from kinesis_replay.core.holdings import SHOWN_IDS, Commit, Ledger, Mismatch, TableState, compare, listed
-from kinesis_replay.core.state import Head
+from kinesis_replay.core.holdings import (
+    SHOWN_IDS,
+    Commit,
+    Holdings,
+    Ledger,
+    Mismatch,
+    TableState,
+    VerifiedRecords,
+    compare,
+    ledger_holdings,
+    listed,
+)
+from kinesis_replay.core.state import Head, StateStore
 
 log = logging.getLogger(__name__)
 
 RECOVER_PARAM = "recover_from_output"
+LEDGER_SLICE = 100  # a batch's figures are read a hundred at a time (DynamoDB's BatchGetItem reads at most 100 keys)
 
 
 def recovery_hint(pipeline: PipelineConfig) -> str:
@@ -122,10 +135,11 @@ def require_owner(pipeline: PipelineConfig) -> None:
     check_owner(pipeline, read_owner(pipeline.output))
 
 
-def check_before_plan(pipeline: PipelineConfig, head: Head) -> None:
+def check_before_plan(pipeline: PipelineConfig, head: Head, store: StateStore | None = None) -> None:
     """Before a plan writes anything: the output is this pipeline's (or no one's yet), and agrees with the state table's head.
 
-    A renamed state table is accepted only while the output holds no batch: then the new table is a fresh start.
+    A renamed state table is accepted only while the output holds no batch: then the new table is a fresh start. With
+    the ``store``, a table none of whose snapshots records its holdings is compared with the ledger batch by batch.
     """
     owner = read_owner(pipeline.output)
     root, table = pipeline.output, pipeline.state_table
@@ -169,12 +183,57 @@ def check_before_plan(pipeline: PipelineConfig, head: Head) -> None:
             f"backup?). Planning would replace it. Delete the pipeline's items from the table, then recover. "
             f"{recovery_hint(pipeline)} Nothing was written."
         )
-    check_table(pipeline, ledger_of(head))  # the output holds the batches, so its embedded catalog is where they are
+    check_table(pipeline, ledger_of(head, pipeline, store))  # the output holds the batches, so its embedded catalog is where they are
 
 
-def ledger_of(head: Head) -> Ledger:
-    """What the ledger says is committed: every batch before the one in flight (or the next), which is dense."""
-    return Ledger((head.in_flight or head.next_batch_id) - 1, head.in_flight)
+def ledger_of(head: Head, pipeline: PipelineConfig | None = None, store: StateStore | None = None) -> Ledger:
+    """What the ledger says is committed: every batch before the one in flight (or the next), which is dense; with
+    ``store``, how many rows it verified in each, read only when a table's snapshots do not record it."""
+    verified = verified_records(store, pipeline.name) if store is not None and pipeline is not None else None
+    return Ledger((head.in_flight or head.next_batch_id) - 1, head.in_flight, verified)
+
+
+def ledger_before(pipeline: PipelineConfig, store: StateStore, batch_id: int) -> Ledger:
+    """What a regular commit of ``batch_id`` requires the ledger to have committed: every batch before it."""
+    return Ledger(batch_id - 1, batch_id, verified_records(store, pipeline.name))
+
+
+def verified_records(store: StateStore, pipeline_name: str) -> VerifiedRecords:
+    """The ledger's rows of each named batch: its figures (a projection without ranges or manifests, a hundred batches
+    a read), or, for a batch written before figures were stored, its verified manifest. A batch with neither is left out.
+
+    Asked only where no snapshot records what the table holds (a table of an older release, or one whose recording
+    snapshots were expired by hand): once, as the next commit records the holdings again. On a ledger of a year at a
+    5-minute schedule that is about 1,000 reads of the figures, as the page's charts read them.
+    """
+
+    def read(batch_ids: Sequence[int]) -> dict[int, int]:
+        ids = sorted(set(batch_ids))
+        found: dict[int, int] = {}
+        for low in range(0, len(ids), LEDGER_SLICE):
+            chunk = ids[low : low + LEDGER_SLICE]
+            summaries = store.get_summaries(pipeline_name, chunk)
+            older = []
+            for batch_id in chunk:
+                records = summaries[batch_id].figures.get("records") if batch_id in summaries else None
+                if isinstance(records, int):
+                    found[batch_id] = records
+                elif batch_id in summaries:
+                    older.append(batch_id)
+            for batch in store.get_batches(pipeline_name, older).values() if older else ():
+                if batch.result is not None:
+                    found[batch.batch_id] = batch.result.records
+        log.info("pipeline %s: read the ledger's rows of %d batches, to compare with the table's partitions", pipeline_name, len(ids))
+        return found
+
+    return read
+
+
+def ledger_rows(state: TableState, ledger: Ledger) -> dict[int, int] | None:
+    """The ledger's rows of batches 1 to ``ledger.last``, when the table's state was read from its partitions."""
+    if not state.derived or state.partitions is None or ledger.verified is None or ledger.last < 1:
+        return None
+    return dict(ledger.verified(range(1, ledger.last + 1)))
 
 
 def check_records_owner(pipeline: PipelineConfig) -> None:
@@ -218,7 +277,7 @@ def check_table(pipeline: PipelineConfig, ledger: Ledger) -> None:
             iceberg_table.load_catalog(pipeline)
         return
     state = iceberg_table.table_state(iceberg_table.existing_table(pipeline))
-    mismatch = compare(state, ledger)
+    mismatch = compare(state, ledger, ledger_rows(state, ledger))
     if mismatch is not None:
         raise TableMismatchError(f"{describe_mismatch(pipeline, state, ledger, mismatch)} Nothing was written.")
 
@@ -229,10 +288,17 @@ def table_check(pipeline: PipelineConfig, kind: Commit, batch_id: int, ledger: L
     - a regular batch: the table holds batches 1 to the one before it (or it, by another attempt of a cut-short commit);
     - a backfill: the table holds exactly the ledger's committed batches, this one among them;
     - a restore: the table holds no batch the ledger has not committed (it may lack any: it is being restored).
-    """
 
-    def check(state: TableState) -> None:
-        mismatch = compare(state, ledger)
+    Where no snapshot records the holdings, the check returns them as the ledger counts them (``ledger_holdings``), for
+    the commit's snapshot to record: never the table's own count of rows, which would hide rows another writer deleted.
+    """
+    read: list[dict[int, int] | None] = []  # the ledger's rows, read once whatever the number of tries
+
+    def check(state: TableState) -> Holdings | None:
+        if state.derived and not read:
+            read.append(ledger_rows(state, ledger))
+        verified = read[0] if state.derived and read else None
+        mismatch = compare(state, ledger, verified)
         if kind == Commit.RESTORE:
             mismatch = Mismatch([], mismatch.extra, False) if mismatch is not None and mismatch.extra else None
         if mismatch is not None:
@@ -240,6 +306,7 @@ def table_check(pipeline: PipelineConfig, kind: Commit, batch_id: int, ledger: L
                 f"{describe_mismatch(pipeline, state, ledger, mismatch)} Batch {batch_id} was not committed to the table, and "
                 "no checkpoint moved."
             )
+        return ledger_holdings(state, ledger, verified) if verified is not None else None
 
     return check
 
@@ -264,7 +331,16 @@ def describe_mismatch(pipeline: PipelineConfig, state: TableState, ledger: Ledge
     if mismatch.extra:
         text += f"; it holds batch(es) {listed(mismatch.extra)}, which the ledger has not committed"
         causes.append("was the state table restored from an older backup, or does table.* name another pipeline's table?")
-    if mismatch.records and not mismatch.missing:
+    if mismatch.differing:
+        shown = "; ".join(
+            f"batch {b} holds {held} rows in its partition"
+            + (f", and the ledger verified {counted}" if counted >= 0 else ", and the ledger has no entry of it")
+            for b, held, counted in mismatch.differing[:SHOWN_IDS]
+        )
+        more = f" ({len(mismatch.differing)} batches in all)" if len(mismatch.differing) > SHOWN_IDS else ""
+        text += f"; its partition statistics disagree with the ledger: {shown}{more}"
+        causes.append("were rows deleted or rewritten outside kinesis-replay?")
+    elif mismatch.records and not mismatch.missing:
         foreign = f" (snapshots made since by another writer: {', '.join(state.foreign[:5])})" if state.foreign else ""
         if state.deletes:
             text += f"; it holds {state.deletes} deleted rows in delete files, which kinesis-replay never writes{foreign}"
@@ -274,9 +350,25 @@ def describe_mismatch(pipeline: PipelineConfig, state: TableState, ledger: Ledge
     if state.derived:
         causes.append(
             "no snapshot of the table's current ancestry records what it holds (a table of an older release, or snapshot "
-            "expiry by another tool kept only another writer's snapshots), so its partitions said so."
+            "expiry by another tool kept only another writer's snapshots), so its partition statistics were compared "
+            "with the ledger's record counts, batch by batch."
         )
     fix = recovery_hint(pipeline) if mismatch.extra else iceberg_table.restore_hint(pipeline)
+    taken = iceberg_table.location_tables(pipeline) if not state.exists else None
+    if taken is not None:  # one location, one table: what is there decides the way back
+        text += f"; {taken.describe(pipeline)}"
+        if taken.in_catalog:
+            fix = (
+                "a restore would not create a second table there (it is refused); fix table.name, and the next run goes on "
+                f"with {taken.in_catalog[0]}."
+            )
+        elif not taken.own(pipeline):
+            fix = (
+                "a restore would not create a second table there (it is refused): point output of pipeline "
+                f"{pipeline.name!r} to where its own table is, or to a new root for a new table."
+            )
+        else:
+            fix = f"the restore registers that table again from {taken.newest}, then puts back what it lacks: {fix}"
     fix = fix[0].upper() + fix[1:]
     return (
         f"{text}. {' '.join(c[0].upper() + c[1:] for c in causes)} Nothing is planned, committed or removed while the two "

@@ -29,7 +29,7 @@ def tidy_table(
     """
     head = store.get_head(pipeline.name)
     if head.version != 0:  # a table created anew would make every older batch's files orphans: refused, naming why
-        guards.check_table(pipeline, guards.ledger_of(head))
+        guards.check_table(pipeline, guards.ledger_of(head, pipeline, store))
     table = iceberg_table.load_table(pipeline)
     if table is None:
         return None

@@ -94,7 +94,7 @@ def plan_batch(
     """
     now = now or datetime.now(UTC)
     head = store.get_head(pipeline.name)
-    guards.check_before_plan(pipeline, head)  # before anything is written, the output and the table agree
+    guards.check_before_plan(pipeline, head, store)  # before anything is written, the output and the table agree
     if head.in_flight is not None:
         batch = store.get_batch(pipeline.name, head.in_flight)
         check_acknowledged(pipeline, acknowledged, {r.shard_id for r in batch.ranges}, f"the ranges of batch {batch.batch_id}")

@@ -65,9 +65,12 @@ def _reaches_further(gap: Gap, than: Gap) -> bool:
     return gap.first_available is None or gap.first_available > than.first_available
 
 
-def batch_files(pipeline: PipelineConfig, batch_id: int, result: ReplayResult) -> list[str]:
-    """The files that hold the batch's rows: its attempt's table files, or its directory's."""
+def batch_files(pipeline: PipelineConfig, batch_id: int, result: ReplayResult, staged: bool = False) -> list[str]:
+    """The files that hold the batch's rows: its attempt's table files, or its directory's (``staged``: those its attempt
+    staged, not yet swapped into the batch's folder)."""
     if pipeline.table is None:
+        if staged and result.attempt is not None:
+            return parquet_files(layout.staged_data_path(pipeline.output, batch_id, result.attempt))
         return parquet_files(layout.batch_path(pipeline.output, batch_id))
     if result.attempt is None:
         raise VerificationError(
@@ -86,15 +89,16 @@ def batch_files(pipeline: PipelineConfig, batch_id: int, result: ReplayResult) -
     return files
 
 
-def check_files(pipeline: PipelineConfig, batch_id: int, result: ReplayResult) -> None:
+def check_files(pipeline: PipelineConfig, batch_id: int, result: ReplayResult, staged: bool = False) -> None:
     """The batch's files hold exactly the rows the manifest describes, shard by shard, before anything is committed.
 
     Per shard: the rows (and bad rows in the quarantine) the manifest counts, each (sequence number, sub-sequence
     number) once, and the manifest's row digest recomputed from the files with pyarrow (records.row_digest), with the hash it names.
+    ``staged``: the files the manifest's attempt staged (a backfill's), before they are swapped into the batch's folders.
     """
     where = f"pipeline {pipeline.name!r}, batch {batch_id}"
-    quarantine = layout.quarantine_path(pipeline.output, batch_id)
-    data_files = batch_files(pipeline, batch_id, result)
+    quarantine = quarantine_folder(pipeline, batch_id, result, staged)
+    data_files = batch_files(pipeline, batch_id, result, staged)
     if pipeline.table is not None:
         # What would make the table commit fail every time fails here, while the batch can still be replayed.
         iceberg_table.check_files_fit(pipeline, batch_id, result.attempt or "", data_files)
@@ -135,8 +139,15 @@ def check_files(pipeline: PipelineConfig, batch_id: int, result: ReplayResult) -
         raise VerificationError(
             f"{where}: {result.bad_records} of {total} records ({result.bad_records / total:.1%}) could not be decoded, "
             f"more than payload.max_bad_share ({pipeline.payload.max_bad_share:.1%}); they are in "
-            f"{layout.quarantine_path(pipeline.output, batch_id)} with the reason in decode_error"
+            f"{quarantine} with the reason in decode_error"
         )
+
+
+def quarantine_folder(pipeline: PipelineConfig, batch_id: int, result: ReplayResult, staged: bool = False) -> str:
+    """The batch's quarantine, or (``staged``) the one its attempt staged."""
+    if staged and result.attempt is not None:
+        return layout.staged_quarantine_path(pipeline.output, batch_id, result.attempt)
+    return layout.quarantine_path(pipeline.output, batch_id)
 
 
 def check_result(batch: Batch, result: ReplayResult, acknowledged: frozenset[str] = frozenset(), run_id: str = "") -> list[Gap]:
