@@ -48,13 +48,20 @@ def test_redecode_accepts_the_difference() -> None:
     check("orders", 3, found, redecode=True)
 
 
-def test_a_record_quarantined_now_or_with_another_reason_is_a_difference_of_decode_error() -> None:
-    before = rows({"n": 1, "decode_error": None}, {"n": None, "decode_error": "n: not an INT"})
+def test_a_record_quarantined_now_is_a_difference_of_decode_error() -> None:
+    before = rows({"n": 1, "decode_error": None}, {"n": None, "decode_error": None})
     after = rows({"n": None, "decode_error": "nesting too deep"}, {"n": None, "decode_error": "n: not an INT (was 'x')"})
     found = compare(before, after)
     assert found.difference is not None and found.difference.rows == 2
     assert found.difference.field == "n" and found.difference.fields == ("n", "decode_error")
     assert compare(before[1:], after[1:]).difference.field == "decode_error"  # type: ignore[union-attr]
+
+
+def test_a_quarantined_record_s_reason_may_be_sharper_now() -> None:
+    """Release 0.1.0 gave every JSON record it could not decode one reason; this one names the field and the type."""
+    before = rows({"n": None, "decode_error": "payload is not a JSON object matching payload.schema"})
+    after = rows({"n": None, "decode_error": 'field "n": expected INT, got string "x"'})
+    assert compare(before, after).difference is None
 
 
 def test_a_column_only_one_side_has_is_null_on_the_other() -> None:

@@ -2,8 +2,10 @@
 
 A backfill (or a restore that replays) may write a batch's rows again only as they were: the raw records are checked
 by the row digests; this compares what was decoded from them, row by row, keyed by (shard id, sequence number,
-sub-sequence number): payload.schema's columns, and ``decode_error`` (whether a record is quarantined, and why). A
-difference comes from a decoder or payload.schema change, and is refused unless the run was asked to re-decode.
+sub-sequence number): payload.schema's columns, and whether ``decode_error`` quarantines the record. Its text, the
+reason, is a diagnosis that a release may sharpen (0.1.0 said "payload is not a JSON object matching payload.schema"
+where this one names the field and the type), so it is not compared. A difference comes from a decoder or
+payload.schema change, and is refused unless the run was asked to re-decode.
 
 The rows come in key order from both sides (``adapters.files.read_decoded`` sorts them), so the comparison is one
 merge, holding one row of each side at a time.
@@ -76,7 +78,7 @@ def compare(before: Iterable[Row], after: Iterable[Row]) -> Comparison:
             b = _next(new)
             continue
         compared += 1
-        changed = [name for name in _names(a[1], b[1]) if not same_value(a[1].get(name), b[1].get(name))]
+        changed = [name for name in _names(a[1], b[1]) if not _same_field(name, a[1].get(name), b[1].get(name))]
         if changed:
             differing += 1
             fields.update(dict.fromkeys(changed))
@@ -101,6 +103,13 @@ def check(pipeline_name: str, batch_id: int, found: Comparison, redecode: bool, 
         "readers still see the batch as it was. To accept the new decoding, trigger the backfill again with "
         '"redecode": true in its conf; to keep the values, put back the payload.schema (or the release) that wrote them'
     )
+
+
+QUARANTINE_FIELD = "decode_error"  # compared as a decision: quarantined or not, whatever the reason says
+
+
+def _same_field(name: str, a: Any, b: Any) -> bool:
+    return (a is None) == (b is None) if name == QUARANTINE_FIELD else same_value(a, b)
 
 
 def same_value(a: Any, b: Any) -> bool:
