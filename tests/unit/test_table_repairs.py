@@ -24,7 +24,7 @@ from kinesis_replay.adapters.attempt_writer import AttemptWriter, combine, page_
 from kinesis_replay.core.config import PipelineConfig, parse_config
 from kinesis_replay.core.errors import BackfillError, TableLocationTakenError, TableMismatchError
 from kinesis_replay.core.state import Batch, BatchStatus, ReplayResult
-from kinesis_replay.steps.backfill import plan_restore, restore_from_files
+from kinesis_replay.steps.backfill import choose, plan_restore, restore_from_files
 from kinesis_replay.steps.commit import commit_batch
 from kinesis_replay.steps.maintenance import tidy_table
 from kinesis_replay.steps.verify import verify_batch
@@ -288,3 +288,13 @@ def test_a_deleted_embedded_catalog_is_not_made_again_by_the_refusal_that_names_
     with pytest.raises(TableMismatchError) as refused:
         world.plan()
     assert "holds 4 metadata files of an Iceberg table of pipeline 'orders'" in str(refused.value) and not catalog_dir.exists()
+
+
+def test_a_partial_delete_then_expiry_by_hand_refuses_a_backfill_before_it_reads(world: TableWorld) -> None:
+    deleted = delete_some_and_expire_the_rest(world, 3)
+    ledger, rows = world.ledger(), world.rows()
+
+    with pytest.raises(TableMismatchError) as refused:
+        choose(world.pipeline, world.kinesis, world.store, {"batch_ids": [1]}, now=world.clock())
+    assert f"batch 3 holds {60 - deleted} rows in its partition, and the ledger verified 60" in str(refused.value)
+    assert world.ledger() == ledger and world.rows() == rows  # nothing read, nothing replaced

@@ -239,7 +239,9 @@ def choose(
     guards.require_owner(pipeline)
     selection = parse_selection(value)
     head = store.get_head(pipeline.name)
-    guards.check_table(pipeline, guards.ledger_of(head))  # a backfill replaces batches of a whole table, never builds one
+    # A backfill replaces batches of a whole table, never builds one; where no snapshot records what the table holds,
+    # each batch's rows are compared with the ledger's, so a backfill never commits over another writer's partial delete.
+    guards.check_table(pipeline, guards.ledger_of(head, pipeline, store))
     newest = head.next_batch_id - 1
     retention = stream_retention(kinesis_client, pipeline.stream, pipeline.read) if selection.start_time else None
     chosen = select_batches(pipeline.name, selection, candidates(store, pipeline.name, selection, newest, retention), newest)
@@ -377,7 +379,7 @@ def check_replayed(
     if pipeline.table is not None:
         replayed = replace(batch, result=result)
         kind = Commit.RESTORE if restore else Commit.BACKFILL
-        ledger = guards.ledger_of(store.get_head(pipeline.name))
+        ledger = guards.ledger_of(store.get_head(pipeline.name), pipeline, store)
         snapshot_id = commit.commit_to_table(pipeline, replayed, run_id or batch.run_id, kind, ledger)
         # The ledger and the commit record name the replayed attempt, whose files the snapshot holds: the first run's
         # files go with the snapshots before it, and a recovery from the commit records rebuilds what the table holds.
