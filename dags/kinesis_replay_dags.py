@@ -52,6 +52,7 @@ import kinesis_replay_tasks as tasks
 from kinesis_replay.adapters.iceberg_table import RESTORE_PARAM
 from kinesis_replay.adapters.table_maintenance import DEFAULT_ORPHAN_AGE
 from kinesis_replay.core.config import PipelineConfig, resolve_config_path
+from kinesis_replay.core.roots import output_key
 from kinesis_replay.launchers import emr_serverless
 from kinesis_replay.steps.backfill import ACKNOWLEDGE_DATA_LOSS_SCHEMA, SELECTION_SCHEMA
 from kinesis_replay.steps.guards import RECOVER_PARAM
@@ -88,8 +89,11 @@ cannot bring back (files gone, and its records past the stream's retention). No 
 
 
 def output_asset(p: PipelineConfig) -> Asset:
-    """The pipeline's output: every committed batch, regular or backfilled, is an event on it."""
-    uri = p.output if "://" in p.output else f"file://{p.output}"
+    """The pipeline's output: every committed batch, regular or backfilled, is an event on it.
+
+    Its URI is the root in the one spelling roots.output_key gives it (``s3a://`` and ``s3n://`` as ``s3://``), so that
+    one root is one Asset however the config spells it, and a downstream DAG has one URI to schedule on."""
+    uri = output_key(p.output) if "://" in p.output else f"file://{p.output}"
     return Asset(name=f"kinesis_replay_{p.name}", uri=uri)
 
 
@@ -342,8 +346,7 @@ def build_maintenance_dag(p: PipelineConfig) -> DAG:
     return dag
 
 
-def maintenance_dag_id(p: PipelineConfig) -> str:
-    return f"kinesis_replay_maintenance_{p.name}"
+maintenance_dag_id = tasks.maintenance_dag_id
 
 
 MAINTENANCE_SCHEDULE = "@daily"

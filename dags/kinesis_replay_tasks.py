@@ -20,8 +20,10 @@ from airflow.providers.amazon.aws.hooks.kinesis import KinesisHook
 from airflow.providers.amazon.aws.hooks.s3 import S3Hook
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 from airflow.sdk.observability import stats
+from botocore.client import BaseClient
 from botocore.config import Config
 from botocore.credentials import ReadOnlyCredentials, RefreshableCredentials
+from botocore.exceptions import NoCredentialsError
 
 from kinesis_replay import airflow_config
 from kinesis_replay.adapters import iceberg_table, layout, table_maintenance
@@ -29,7 +31,15 @@ from kinesis_replay.adapters.dynamodb_store import DynamoDBStateStore
 from kinesis_replay.adapters.files import S3Access, reaching_s3
 from kinesis_replay.adapters.kinesis_client import CLIENT_CONFIG, POOL_CONNECTIONS, leave_throttling_to_call, pooled, stream_retention
 from kinesis_replay.core.config import PipelineConfig
-from kinesis_replay.core.errors import BackfillError, ConfigError, KinesisReplayError, OutputIOError, OutputRefusedError
+from kinesis_replay.core.errors import (
+    BackfillError,
+    ConfigError,
+    CredentialsMissingError,
+    KinesisReplayError,
+    OutputIOError,
+    OutputRefusedError,
+    ParameterError,
+)
 from kinesis_replay.core.formats import is_s3
 from kinesis_replay.core.job_spec import JobSpec, KinesisEndpoint, S3Endpoint
 from kinesis_replay.core.state import Batch, Progress, RunKind
@@ -127,12 +137,51 @@ def through_connection(step: Callable[Concatenate[PipelineConfig, _P], _R]) -> C
         with reaching_s3(s3_access(p)):
             try:
                 return step(p, *args, **kwargs)
-            except (OutputIOError, OutputRefusedError) as exc:
-                if f"pipeline {p.name!r}" in str(exc):
-                    raise
-                raise type(exc)(f"pipeline {p.name!r}: {exc}") from exc
+            except Exception as exc:
+                missing = no_credentials(p, exc)
+                if missing is not None:
+                    raise missing from exc
+                if isinstance(exc, (OutputIOError, OutputRefusedError)) and f"pipeline {p.name!r}" not in str(exc):
+                    raise type(exc)(f"pipeline {p.name!r}: {exc}") from exc
+                raise
 
     return run
+
+
+def no_credentials(p: PipelineConfig, exc: BaseException) -> CredentialsMissingError | None:
+    """The error for a task whose AWS client found no credentials to sign with (botocore's bare NoCredentialsError, alone
+    or as the cause of one of ours), naming the pipeline, its connection and the service called; None for any other."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and not isinstance(cause, NoCredentialsError) and id(cause) not in seen:
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    if not isinstance(cause, NoCredentialsError):
+        return None
+    service = _called_service(cause)
+    source = (
+        f" (the Glue catalog's credentials come from table.catalog_properties of pipeline {p.name!r}, else the worker's default chain)"
+        if service == "Glue"
+        else ""
+    )
+    return CredentialsMissingError(
+        f"pipeline {p.name!r}: no AWS credentials to call {service or 'AWS'} with{source}: Airflow connection "
+        f"{p.aws_conn_id!r} holds no keys, role or profile that gave any, and neither did the worker's default chain "
+        "(environment, shared files, instance or container role). A retry will not help until the connection has "
+        f"credentials: give connection {p.aws_conn_id!r} an access key, a role_arn or a profile, or name another with "
+        'aws_conn_id in the pipelines config (docs/deployment.md: "Pointing it at real AWS")'
+    )
+
+
+def _called_service(exc: BaseException) -> str | None:
+    """The AWS service whose call found no credentials (Kinesis, DynamoDB, S3, Glue...): botocore's client in its frames."""
+    tb = exc.__traceback__
+    while tb is not None:
+        client = tb.tb_frame.f_locals.get("self")
+        if isinstance(client, BaseClient):
+            return str(client.meta.service_model.service_id)
+        tb = tb.tb_next
+    return None
 
 
 def s3_access(p: PipelineConfig) -> S3Access:
@@ -164,6 +213,29 @@ def state_store(p: PipelineConfig) -> DynamoDBStateStore:
     return DynamoDBStateStore(client, p.state_table)
 
 
+# Each DAG's trigger parameters, as its Params declare them (tests/dags checks that each DAG declares no other). Airflow
+# merges every key of a run's conf into its params, declared or not, so a misspelt key (`dryrun`) would be ignored and
+# the run go on for real: the first task of each DAG refuses any other key (check_params). `redecode` is the backfill's
+# re-decode of stored batches.
+REGULAR_PARAMS = ("dry_run", "acknowledge_data_loss", guards.RECOVER_PARAM)
+BACKFILL_PARAMS = ("batches", iceberg_table.RESTORE_PARAM, "redecode", "dry_run")
+MAINTENANCE_PARAMS = ("dry_run", "orphan_age_hours")
+
+
+def maintenance_dag_id(p: PipelineConfig) -> str:
+    return f"kinesis_replay_maintenance_{p.name}"
+
+
+def check_params(p: PipelineConfig, dag_id: str, params: dict[str, Any], allowed: tuple[str, ...]) -> None:
+    """Before anything runs: the run's params (its conf merged into the DAG's Params) hold no key the DAG does not take."""
+    unknown = sorted(str(k) for k in params if k not in allowed)
+    if unknown:
+        raise ParameterError(
+            f"pipeline {p.name!r}: {dag_id} has no trigger parameter {', '.join(map(repr, unknown))}; it takes "
+            f"{', '.join(allowed)}. Nothing was run: trigger it again with only those keys in its conf"
+        )
+
+
 def acknowledged(params: dict[str, Any]) -> frozenset[str]:
     """The shards whose lost records the operator accepted for this run (trigger parameter acknowledge_data_loss)."""
     return frozenset(params.get("acknowledge_data_loss") or ())
@@ -178,6 +250,7 @@ def plan(p: PipelineConfig, run_id: str, params: dict[str, Any]) -> Planned:
     With ``recover_from_output`` it first rebuilds the pipeline's lost state from the output's commit records
     (with ``dry_run``, it says what it would write and skips the run).
     """
+    check_params(p, p.dag_id, params, REGULAR_PARAMS)
     store = state_store(p)
     store.ensure_table()
     dry_run = bool(params.get("dry_run"))
@@ -440,13 +513,24 @@ def select_backfill(p: PipelineConfig, params: dict[str, Any], run_id: str = "")
     With ``restore_table``: the committed batches the table lacks. Those whose verified files are still in the output
     are committed from them here; the others are returned, for a replay from the stream each.
     """
+    check_params(p, p.backfill_dag_id, params, BACKFILL_PARAMS)
     if params.get(iceberg_table.RESTORE_PARAM):
+        if params.get("batches"):
+            raise BackfillError(
+                f"pipeline {p.name!r}: give either {iceberg_table.RESTORE_PARAM} or batches, not both. "
+                f"{iceberg_table.RESTORE_PARAM} puts back every committed batch the table lacks, whichever they are (it takes "
+                "no batches: try it with dry_run to see which); batches replays the batches it names into their own paths. "
+                "Nothing was run"
+            )
+        in_flight.check_same_stream(p, kinesis_client(p))
         return restore_table(p, bool(params.get("dry_run")), run_id)
     if not params.get("batches"):
         raise BackfillError(
             f'pipeline {p.name}: name the batches to replay ({{"batches": {{"batch_ids": [3, 7]}}}}, or from_batch and '
             f'to_batch, or start_time and end_time), or restore the table ({{"{iceberg_table.RESTORE_PARAM}": true}})'
         )
+    backfill.parse_selection(params["batches"])  # a mistyped selection is refused before anything is called
+    in_flight.check_same_stream(p, kinesis_client(p))
     selection, chosen = backfill.choose(p, kinesis_client(p), state_store(p), params["batches"])
     if params.get("dry_run"):
         for batch in chosen:
@@ -475,7 +559,9 @@ def restore_table(p: PipelineConfig, dry_run: bool, run_id: str) -> list[int]:
 @through_connection
 def backfill_batch(p: PipelineConfig, batch_id: int, run_id: str = "", restore: bool = False, redecode: bool = False) -> BatchFigures:
     """Replay one committed batch into its own paths and check it holds what it held; never touches a checkpoint."""
-    submit(p, backfill.committed_batch(p, state_store(p), batch_id, kinesis_client(p) if restore else None), kind=RunKind.BACKFILL)
+    client = kinesis_client(p)
+    in_flight.check_same_stream(p, client)  # as the regular run's: the select task's check, again just before Spark starts
+    submit(p, backfill.committed_batch(p, state_store(p), batch_id, client if restore else None), kind=RunKind.BACKFILL)
     return check_backfill(p, batch_id, run_id, restore, redecode)
 
 
@@ -483,7 +569,9 @@ def backfill_batch(p: PipelineConfig, batch_id: int, run_id: str = "", restore: 
 @through_connection
 def stage_backfill(p: PipelineConfig, batch_id: int, restore: bool = False) -> dict[str, Any]:
     """Stage one committed batch for an EMR Serverless replay (the backfill DAG's counterpart of stage())."""
-    return stage_emr(p, backfill.committed_batch(p, state_store(p), batch_id, kinesis_client(p) if restore else None))
+    client = kinesis_client(p)
+    in_flight.check_same_stream(p, client)
+    return stage_emr(p, backfill.committed_batch(p, state_store(p), batch_id, client if restore else None))
 
 
 @fail_fast
@@ -504,6 +592,7 @@ def maintain_table(p: PipelineConfig, params: dict[str, Any]) -> MaintenanceFigu
 
     Fails, after the expiry, when orphan removal was refused because the pipeline's state is missing.
     """
+    check_params(p, maintenance_dag_id(p), params, MAINTENANCE_PARAMS)
     hours = params.get("orphan_age_hours", table_maintenance.DEFAULT_ORPHAN_AGE.total_seconds() / 3600)
     found = maintenance.tidy_table(p, state_store(p), orphan_age=timedelta(hours=hours), dry_run=bool(params.get("dry_run")))
     if found is None:

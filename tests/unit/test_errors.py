@@ -23,6 +23,7 @@ RETRYABLE: dict[str, tuple[bool, str]] = {
     "StreamNotFoundError": (False, "a missing stream stays missing"),
     "EndpointUnreachableError": (True, "an outage or a network fault may end"),
     "AccessRefusedError": (False, "credentials and policies change only when someone changes them"),
+    "CredentialsMissingError": (False, "a connection with no credentials has none until someone gives it some"),
     "RangeReadError": (True, "a throttle or a failed read may pass; the range is read again"),
     "DataLossError": (False, "trimmed records never come back; an operator must acknowledge the loss"),
     "BatchNotRestorableError": (False, "its files are gone from the output and its records from the stream: nothing can replay it"),

@@ -78,6 +78,12 @@ class AccessRefusedError(KinesisReplayError):
     retryable = False
 
 
+class CredentialsMissingError(AccessRefusedError):
+    """The pipeline's Airflow connection (and the worker's default chain) gave no AWS credentials: no call was even signed."""
+
+    retryable = False
+
+
 # AWS error codes that say who is calling may not (or cannot prove who it is): no retry changes the answer.
 ACCESS_REFUSED_CODES = frozenset(
     {

@@ -143,10 +143,13 @@ def _shown(value: object) -> str:
 
 
 def _batch_id(value: object, key: str) -> int:
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)  # JSON schema counts 3.0 as an integer
+    """A batch id as JSON writes an integer. JSON schema counts 3.0 as an integer, and Python counts true as 1: the
+    trigger form lets both through, so both are refused here, as are "3" and any other value that is not one."""
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_BATCH_ID:
-        raise BackfillError(f"{key}: {_shown(value)} is not a batch id (an integer from 1 to {MAX_BATCH_ID})")
+        raise BackfillError(
+            f"{key}: {_shown(value)} is not a batch id (an integer from 1 to {MAX_BATCH_ID}, written without quotes or a "
+            "decimal point). Nothing was run"
+        )
     return value
 
 

@@ -10,7 +10,8 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from kinesis_replay.adapters import layout
-from kinesis_replay.adapters.kinesis_client import stream_retention
+from kinesis_replay.adapters.kinesis_client import stream_created, stream_retention
+from kinesis_replay.adapters.owner import read_owner
 from kinesis_replay.core.config import PipelineConfig
 from kinesis_replay.core.errors import (
     BatchSupersededError,
@@ -52,9 +53,19 @@ def batch_to_replay(
         raise superseded(pipeline, batch)
     with failure_recorded(pipeline, store, batch_id):
         guards.require_owner(pipeline)
+        check_same_stream(pipeline, kinesis_client)
         retention = stream_retention(kinesis_client, pipeline.stream, pipeline.read)
         check_retention(pipeline, batch, retention, now or datetime.now(UTC), acknowledged)
     return batch
+
+
+def check_same_stream(pipeline: PipelineConfig, kinesis_client: KinesisClient) -> None:
+    """Before stored ranges are read (a regular batch's, a backfill's, a restore's): the stream under the pipeline's name is
+    the one the output's batches came from, not one deleted and created again since, as the plan checks it
+    (guards.check_stream_created). Its ranges' shard ids and sequence numbers belong to the old stream: the replay would
+    fail in Spark with a data-loss message, or read another stream's records, where this refuses naming the cause."""
+    created = stream_created(kinesis_client, pipeline.stream, pipeline.read)
+    guards.check_stream_created(pipeline, created, read_owner(pipeline.output))
 
 
 @contextmanager
