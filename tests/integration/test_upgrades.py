@@ -196,7 +196,7 @@ def test_a_json_table_pipeline_goes_on_after_the_upgrade(version: str, tmp_path:
     assert batch_rows(output, 1) == first, "a value the earlier release wrote changed"
 
     quarantined = quarantined_keys(output)
-    backfill = run_dag(dags[backfill_id], run_conf={"batches": {"batch_ids": [1, 2]}})
+    backfill = run_dag(dags[backfill_id], run_conf={"batches": {"batch_ids": [1]}})
     assert backfill.state == "success", backfill
     assert batch_rows(output, 1) == first, "the backfill changed a value the earlier release wrote"
     assert quarantined_keys(output) == quarantined, "the backfill quarantined other records than the earlier release"

@@ -64,6 +64,15 @@ def test_a_quarantined_record_s_reason_may_be_sharper_now() -> None:
     assert compare(before, after).difference is None
 
 
+def test_a_record_quarantined_on_both_sides_differs_in_nothing_else() -> None:
+    """Release 0.1.0's from_json kept the fields it parsed before the one that failed; the tasks keep none."""
+    before = rows({"user": "u-13", "amount": None, "decode_error": "payload is not a JSON object matching payload.schema"})
+    after = rows({"user": None, "amount": None, "decode_error": 'field "amount": expected DOUBLE, got string "abc"'})
+    assert compare(before, after).difference is None
+    decoded = rows({"user": "u-13", "amount": None, "decode_error": None})
+    assert compare(decoded, after).difference.fields == ("user", "decode_error")  # type: ignore[union-attr]
+
+
 def test_a_column_only_one_side_has_is_null_on_the_other() -> None:
     found = compare(rows({"n": 1}), rows({"n": 1, "added": None}))
     assert found.difference is None

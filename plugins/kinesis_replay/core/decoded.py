@@ -4,7 +4,8 @@ A backfill (or a restore that replays) may write a batch's rows again only as th
 by the row digests; this compares what was decoded from them, row by row, keyed by (shard id, sequence number,
 sub-sequence number): payload.schema's columns, and whether ``decode_error`` quarantines the record. Its text, the
 reason, is a diagnosis that a release may sharpen (0.1.0 said "payload is not a JSON object matching payload.schema"
-where this one names the field and the type), so it is not compared. A difference comes from a decoder or
+where this one names the field and the type), so it is not compared; nor are the columns of a record both sides
+quarantine (0.1.0's from_json kept the fields it parsed before the one that failed). A difference comes from a decoder or
 payload.schema change, and is refused unless the run was asked to re-decode.
 
 The rows come in key order from both sides (``adapters.files.read_decoded`` sorts them), so the comparison is one
@@ -78,7 +79,7 @@ def compare(before: Iterable[Row], after: Iterable[Row]) -> Comparison:
             b = _next(new)
             continue
         compared += 1
-        changed = [name for name in _names(a[1], b[1]) if not _same_field(name, a[1].get(name), b[1].get(name))]
+        changed = _changed(a[1], b[1])
         if changed:
             differing += 1
             fields.update(dict.fromkeys(changed))
@@ -106,6 +107,16 @@ def check(pipeline_name: str, batch_id: int, found: Comparison, redecode: bool, 
 
 
 QUARANTINE_FIELD = "decode_error"  # compared as a decision: quarantined or not, whatever the reason says
+
+
+def _changed(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[str]:
+    """The fields whose decoded values differ. A record both sides quarantine differs in nothing: its columns are no
+    values a reader of the output gets (Spark's from_json kept what it had parsed before the field that failed, the
+    tasks keep nothing), and its raw record is kept whole in both."""
+    if before.get(QUARANTINE_FIELD) is not None and after.get(QUARANTINE_FIELD) is not None:
+        return []
+    names = _names(before, after)
+    return [name for name in names if not _same_field(name, before.get(name), after.get(name))]
 
 
 def _same_field(name: str, a: Any, b: Any) -> bool:
