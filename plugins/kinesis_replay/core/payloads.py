@@ -37,11 +37,12 @@ from kinesis_replay.core.ddl import DdlType, ddl_name
 from kinesis_replay.core.java_double import java_double_to_string
 
 # The decoder's version: bump it whenever any input decodes to a different value or quarantine decision (a batch
-# records it, so that a replay by a later release can tell a decoder change from a data change). "json-tasks/2": the
-# tasks' decoder, agreeing with Spark 4.3's from_json on Java 17 (Jackson 2.21) for every value and quarantine decision
-# the side-by-side test compares; "json-tasks/1" (no record) wrote the shortest digits of a double in STRING columns,
-# rounded FLOATs through a double, and quarantined the non-numeric numbers +INF, -INF, +Infinity, \\' escapes in
-# double-quoted strings and nesting deeper than Python's stack.
+# records it, so that a replay by a later release can tell a decoder change from a data change; a unit test holds it to
+# a digest of what the decoder makes of its cases). "json-tasks/2": the tasks' decoder, agreeing with Spark 4.3's
+# from_json on Java 17 (Jackson 2.21) for every value and quarantine decision the side-by-side test compares.
+# "json-tasks/1" (never recorded) wrote the shortest digits of a double in STRING columns, rounded FLOATs through a
+# double, quarantined +INF, -INF, +Infinity, \' in double-quoted strings, nesting deeper than Python's stack and
+# DATE strings of days, and read base64 more leniently than Jackson.
 DECODER_VERSION = "json-tasks/2"
 # The reason the replay job gives a payload that failed to decode when this module finds no reason of its own.
 UNEXPLAINED = "payload does not decode as payload.schema"
