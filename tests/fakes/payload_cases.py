@@ -288,7 +288,19 @@ def _number_text(rng: Any, x: float) -> str:
     return text
 
 
+def _float_midpoint_text(rng: Any) -> str:
+    """A number a hair from half way between two neighbouring 32-bit floats, whose nearest double is that half way
+    point: rounding it to a float through a double (a tie, to even) can differ from rounding it once."""
+    import struct
+
+    bits = rng.randrange(1, 0x7F7FFFFF)
+    low, high = (struct.unpack("<f", struct.pack("<I", b))[0] for b in (bits, bits + 1))
+    return f"{(low + high) / 2:.{rng.randint(18, 30)}g}" if rng.random() < 0.5 else str(int((low + high) / 2) or 1)
+
+
 def _double_payload(rng: Any) -> bytes:
+    if rng.random() < 0.15:
+        return f'{{"f": {_float_midpoint_text(rng)}}}'.encode()
     texts = [_number_text(rng, _random_double(rng)) for _ in range(rng.randint(1, 4))]
     field = rng.choice(["ratio", "f", "name", "name", "price", "n", "other"])
     if field in ("name", "other") and len(texts) > 1:
