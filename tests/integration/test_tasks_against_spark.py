@@ -5,7 +5,9 @@
   batch an older release replayed (whose manifest Spark computed) compares like with like.
 - A JSON payload decodes in the task (json_columns) as it did with Spark's from_json before: the same records are
   quarantined, and the others get the same values, in columns of the same types as Spark's Parquet writer gave them,
-  so a table an older release created takes the new files as they are (the same Iceberg schema).
+  so a table an older release created takes the new files as they are (the same Iceberg schema). The payloads: the
+  named cases of fakes/payload_cases.py, its regressions (whose recorded values are checked to be Spark's here), and
+  10,000 generated ones, all decoded by one from_json job.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from fakes.pages import T0, page
-from fakes.payload_cases import DECODABLE, SCHEMA, UNDECODABLE, VALUES
+from fakes.payload_cases import DECODABLE, REGRESSIONS, SCHEMA, UNDECODABLE, VALUES, generated_payloads
 from kinesis_replay.adapters.attempt_writer import AttemptWriter, combine
 from kinesis_replay.adapters.files import arrow_row_schema, scan_rows
 from kinesis_replay.adapters.json_columns import JsonColumns
@@ -120,6 +122,9 @@ def test_the_writers_report_states_what_spark_computes_from_the_same_files(spark
 
 
 PAYLOADS = [p for p, _ in UNDECODABLE] + DECODABLE + VALUES
+GENERATED = generated_payloads()
+# Every payload the module compares, in one from_json job: the named cases first, their indexes kept.
+ALL_PAYLOADS = PAYLOADS + [case.payload for case in REGRESSIONS] + GENERATED
 
 
 def payload_page(payloads: list[bytes]) -> pa.RecordBatch:
@@ -135,7 +140,8 @@ def payload_page(payloads: list[bytes]) -> pa.RecordBatch:
 
 def spark_decoded(spark: Any, payloads: list[bytes], folder: Path) -> tuple[set[int], pa.Table]:
     """The payloads decoded as the replay job decoded them with Spark (from_json, permissive), the rows it kept written by
-    Spark's Parquet writer: the indexes of the quarantined ones, and the others' columns as the files hold them."""
+    Spark's Parquet writer: the indexes of the quarantined ones, and the others' columns as the files hold them (one
+    Spark job: every row is written, with whether it was quarantined)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StructType
 
@@ -146,9 +152,11 @@ def spark_decoded(spark: Any, payloads: list[bytes], folder: Path) -> tuple[set[
     undecoded = ~F.is_valid_utf8(text) | F.col("_parsed").isNull() | F.col("_parsed")[corrupt].isNotNull()
     fields = StructType.fromDDL(SCHEMA).fieldNames()
     decoded = rows.withColumn("_parsed", parsed).withColumn("bad", undecoded)
-    bad = {r["i"] for r in decoded.where("bad").select("i").collect()}
-    decoded.where("not bad").select("i", *(F.col("_parsed")[name].alias(name) for name in fields)).write.parquet(str(folder))
-    return bad, pq.read_table(folder).sort_by("i")
+    decoded.select("i", "bad", *(F.col("_parsed")[name].alias(name) for name in fields)).write.parquet(str(folder))
+    table = pq.read_table(folder).sort_by("i")
+    bad = pa.compute.fill_null(table.column("bad"), True)
+    quarantined = set(table.filter(bad).column("i").to_pylist())
+    return quarantined, table.filter(pa.compute.invert(bad)).drop_columns(["bad"])
 
 
 def comparable(column: pa.ChunkedArray) -> list[Any]:
@@ -168,29 +176,89 @@ def _nan_free(value: Any) -> Any:
     return value
 
 
-def test_json_payloads_decode_in_the_task_as_spark_from_json_decoded_them(spark: Any, tmp_path: Path) -> None:
-    spark_bad, spark_rows = spark_decoded(spark, PAYLOADS, tmp_path / "spark")
-    decoded = pa.Table.from_batches([JsonColumns(SCHEMA, "orders").decode(payload_page(PAYLOADS))])
+@pytest.fixture(scope="module")
+def decoded_by_spark(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[set[int], pa.Table]:
+    return spark_decoded(spark, ALL_PAYLOADS, tmp_path_factory.mktemp("spark") / "decoded")
+
+
+@pytest.fixture(scope="module")
+def decoded_by_tasks() -> pa.Table:
+    return pa.Table.from_batches([JsonColumns(SCHEMA, "orders").decode(payload_page(ALL_PAYLOADS))])
+
+
+def differences(ours: pa.Table, spark_bad: set[int], spark_rows: pa.Table, indexes: range) -> list[str]:
+    """Where the tasks' decoding of the payloads at ``indexes`` differs from Spark's, one line a difference: the
+    quarantine decision, or the column and both values."""
+    errors = ours.column("decode_error").to_pylist()
+    found = [
+        f"payload {i}: {'quarantined' if errors[i] else 'decoded'} by the tasks ({errors[i]}), "
+        f"{'quarantined' if i in spark_bad else 'decoded'} by Spark: {ALL_PAYLOADS[i][:200]!r}"
+        for i in indexes
+        if (errors[i] is not None) != (i in spark_bad)
+    ]
+    theirs = {i: n for n, i in enumerate(spark_rows.column("i").to_pylist())}
+    kept = [i for i in indexes if errors[i] is None and i in theirs]
+    for name in [f.name for f in JsonColumns(SCHEMA, "orders").fields]:
+        our_values = comparable(ours.column(name).take(kept))
+        their_values = comparable(spark_rows.column(name).take([theirs[i] for i in kept]))
+        found += [
+            f"payload {i}, column {name}: ours {a!r:.300}, Spark's {b!r:.300}: {ALL_PAYLOADS[i][:200]!r}"
+            for i, a, b in zip(kept, our_values, their_values, strict=True)
+            if a != b
+        ]
+    return found
+
+
+def test_json_payloads_decode_in_the_task_as_spark_from_json_decoded_them(
+    decoded_by_spark: tuple[set[int], pa.Table], decoded_by_tasks: pa.Table
+) -> None:
+    spark_bad, spark_rows = decoded_by_spark
+    decoded = decoded_by_tasks.slice(0, len(PAYLOADS))
     errors = decoded.column("decode_error").to_pylist()
-    ours_bad = {i for i, e in enumerate(errors) if e is not None}
 
     # The same records quarantined, each with its reason: the edge cases the issue names among them.
-    assert sorted(ours_bad) == sorted(spark_bad)
-    assert ours_bad == set(range(len(UNDECODABLE)))
+    assert {i for i in spark_bad if i < len(PAYLOADS)} == set(range(len(UNDECODABLE)))
     assert [errors[i] for i in range(len(UNDECODABLE))] == [reason for _, reason in UNDECODABLE]
+    assert {i for i, e in enumerate(errors) if e is not None} == set(range(len(UNDECODABLE)))
 
     # The same values in the rows kept, column by column.
-    kept = decoded.filter(pa.compute.is_null(decoded.column("decode_error")))
-    assert [int(s) for s in kept.column("sequence_number").to_pylist()] == spark_rows.column("i").to_pylist()
-    columns = [f.name for f in JsonColumns(SCHEMA, "orders").fields]
-    for name in columns:
-        assert comparable(kept.column(name)) == comparable(spark_rows.column(name)), name
+    assert differences(decoded_by_tasks, spark_bad, spark_rows, range(len(PAYLOADS))) == []
 
     # The same column types as Spark's files: a table an older release created has the same Iceberg schema.
-    ours = pa.schema([kept.schema.field(name) for name in columns])
+    columns = [f.name for f in JsonColumns(SCHEMA, "orders").fields]
+    ours = pa.schema([decoded.schema.field(name) for name in columns])
     theirs = pa.schema([spark_rows.schema.field(name).remove_metadata() for name in columns])
     assert ours.equals(theirs), f"ours:\n{ours}\nSpark's:\n{theirs}"
     assert iceberg_schema(ours) == iceberg_schema(theirs)
+
+
+def test_the_regressions_record_what_spark_from_json_makes_of_them(decoded_by_spark: tuple[set[int], pa.Table]) -> None:
+    # The unit tests hold the tasks' decoder to these records (tests/unit/test_payload_regressions.py): this holds the
+    # records to Spark.
+    spark_bad, spark_rows = decoded_by_spark
+    indexes = range(len(PAYLOADS), len(PAYLOADS) + len(REGRESSIONS))
+    kept = spark_rows.filter(pa.compute.is_in(spark_rows.column("i"), pa.array(indexes, pa.int32())))
+    columns = {name: comparable(kept.column(name)) for name in kept.column_names if name != "i"}
+    rows = {i: {name: values[n] for name, values in columns.items()} for n, i in enumerate(kept.column("i").to_pylist())}
+    for n, case in zip(indexes, REGRESSIONS, strict=True):
+        if case.expected is None:
+            assert n in spark_bad, case.name
+        else:
+            assert n not in spark_bad, case.name
+            found = {name: value for name, value in rows[n].items() if value is not None}
+            assert found == {name: _nan_free(value) for name, value in case.expected.items()}, case.name
+
+
+def test_generated_payloads_decode_in_the_task_as_spark_from_json_decodes_them(
+    decoded_by_spark: tuple[set[int], pa.Table], decoded_by_tasks: pa.Table
+) -> None:
+    spark_bad, spark_rows = decoded_by_spark
+    start = len(ALL_PAYLOADS) - len(GENERATED)
+    found = differences(decoded_by_tasks, spark_bad, spark_rows, range(start, len(ALL_PAYLOADS)))
+    assert found == [], f"{len(found)} differences, the first ones:\n" + "\n".join(found[:30])
+    # The generator reaches both sides of each decision: quarantined payloads and kept ones, by the thousand.
+    quarantined = len([i for i in spark_bad if i >= start])
+    assert 2000 < quarantined < len(GENERATED) - 2000, quarantined
 
 
 def iceberg_schema(schema: pa.Schema) -> Any:

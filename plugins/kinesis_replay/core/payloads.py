@@ -21,8 +21,6 @@ decimal rounded once to 32 bits, as Jackson's ``getFloatValue`` rounds it.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import calendar
 import json
 import math
@@ -39,11 +37,12 @@ from kinesis_replay.core.ddl import DdlType, ddl_name
 from kinesis_replay.core.java_double import java_double_to_string
 
 # The decoder's version: bump it whenever any input decodes to a different value or quarantine decision (a batch
-# records it, so that a replay by a later release can tell a decoder change from a data change). "json-tasks/2": the
-# tasks' decoder, agreeing with Spark 4.3's from_json on Java 17 (Jackson 2.21) for every value and quarantine decision
-# the side-by-side test compares; "json-tasks/1" (no record) wrote the shortest digits of a double in STRING columns,
-# rounded FLOATs through a double, and quarantined the non-numeric numbers +INF, -INF, +Infinity, \\' escapes in
-# double-quoted strings and nesting deeper than Python's stack.
+# records it, so that a replay by a later release can tell a decoder change from a data change; a unit test holds it to
+# a digest of what the decoder makes of its cases). "json-tasks/2": the tasks' decoder, agreeing with Spark 4.3's
+# from_json on Java 17 (Jackson 2.21) for every value and quarantine decision the side-by-side test compares.
+# "json-tasks/1" (never recorded) wrote the shortest digits of a double in STRING columns, rounded FLOATs through a
+# double, quarantined +INF, -INF, +Infinity, \' in double-quoted strings, nesting deeper than Python's stack and
+# DATE strings of days, and read base64 more leniently than Jackson.
 DECODER_VERSION = "json-tasks/2"
 # The reason the replay job gives a payload that failed to decode when this module finds no reason of its own.
 UNEXPLAINED = "payload does not decode as payload.schema"
@@ -90,7 +89,25 @@ class _Fraction:
 
     def __init__(self, text: str) -> None:
         _check_digits(text)
-        self.text, self.value = text, Decimal(text)  # Decimal reads every spelling of the non-numeric numbers
+        self.text, self.value = text, _big_decimal(text)
+
+
+_INT32 = (-(2**31), 2**31 - 1)
+
+
+def _big_decimal(text: str) -> Decimal:
+    """The number as Jackson's getDecimalValue reads it (java.math.BigDecimal), NaN where BigDecimal reads none: a
+    non-numeric number, an exponent past an int, a scale (digits after the point less the exponent) past an int."""
+    try:
+        number = Decimal(text)  # Decimal reads every spelling of the non-numeric numbers, and exponents past Java's
+    except InvalidOperation:  # an exponent past even Decimal's: no double reads it either (float() makes it 0 or inf)
+        return Decimal("NaN")
+    if number.is_finite():
+        mantissa, _, exponent = text.lower().partition("e")
+        scale = len(mantissa.partition(".")[2]) - int(exponent or 0)
+        if not (_INT32[0] <= int(exponent or 0) <= _INT32[1] and _INT32[0] <= scale <= _INT32[1]):
+            return Decimal("NaN")
+    return number
 
 
 def _integer(text: str) -> int:
@@ -429,17 +446,71 @@ def _fits(number: Decimal, precision: int, scale: int) -> bool:
     return True
 
 
-def _is_base64(text: str) -> bool:
-    try:
-        base64.b64decode(re.sub(f"[{_WHITESPACE}]", "", text), validate=True)
-    except binascii.Error:
-        return False
-    return True
+_BASE64 = {c: i for i, c in enumerate("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")}
+
+
+def _base64(text: str) -> bytes | None:
+    """A BINARY's bytes as Jackson's getBinaryValue reads them (its MIME-NO-LINEFEEDS variant), None if it reads none:
+    groups of four characters, padding required, "=" only at the end of a group (a group may end in "==" or "=" and
+    another follow), any character up to a space skipped before a group but never inside one."""
+    out = bytearray()
+    i, n = 0, len(text)
+    while True:
+        while i < n and text[i] <= " ":
+            i += 1
+        if i == n:
+            return bytes(out)
+        group = text[i : i + 4]
+        i += 4
+        if len(group) < 4 or group[0] not in _BASE64 or group[1] not in _BASE64:
+            return None
+        bits = _BASE64[group[0]] << 6 | _BASE64[group[1]]
+        if group[2] == "=":
+            if group[3] != "=":
+                return None
+            out.append(bits >> 4)
+            continue
+        if group[2] not in _BASE64:
+            return None
+        bits = bits << 6 | _BASE64[group[2]]
+        if group[3] == "=":
+            out += (bits >> 2).to_bytes(2, "big")
+        elif group[3] in _BASE64:
+            out += (bits << 6 | _BASE64[group[3]]).to_bytes(3, "big")
+        else:
+            return None
 
 
 def _is_date(text: str) -> bool:
     match = _DATE_TEXT.fullmatch(text.strip())
-    return match is not None and _is_day(match)
+    return (match is not None and _is_day(match)) or _day_number(text) is not None
+
+
+_DAY_NUMBER = re.compile(r"[+-]?\d+")  # java.lang.Integer.parseInt's text (no spaces; Unicode's digits too, as Java's)
+_JULIAN_UNTIL = -141_427  # 1582-10-15, the first Gregorian day of Java's hybrid calendar, in days since 1970-01-01
+
+
+def _day_number(text: str) -> int | None:
+    """A DATE Spark reads from a number of days in a string (Spark 1.5's way, its last resort when the text is no date):
+    the days since 1970-01-01 of Java's hybrid calendar, rebased as Spark rebases them (RebaseDateTime: the same
+    year, month and day in the proleptic Gregorian calendar). None when the text is not a Java int."""
+    if _DAY_NUMBER.fullmatch(text) is None or not _INT32[0] <= (days := int(text)) <= _INT32[1]:
+        return None
+    if days >= _JULIAN_UNTIL:
+        return days
+    # The Julian calendar's date of that day (its cycle is 4 years, 1461 days: moved into positive numbers first).
+    cycles = 0
+    c = days + 2_440_588 + 32_082  # the Julian day number of 1970-01-01 is 2440588
+    if c < 0:
+        cycles = -c // 1461 + 1
+        c += cycles * 1461
+    d = (4 * c + 3) // 1461
+    e = c - 1461 * d // 4
+    m = (5 * e + 2) // 153
+    day, month, year = e - (153 * m + 2) // 5 + 1, m + 3 - 12 * (m // 10), d - 4800 + m // 10 - 4 * cycles
+    # Spark takes the month's first day and adds the rest: a Julian 29 February of a year Gregory has none is 1 March.
+    rebased = _civil_days(year, month, 1) + day - 1
+    return rebased if _INT32[0] <= rebased <= _INT32[1] else None
 
 
 def _is_day(match: re.Match[str]) -> bool:
@@ -459,7 +530,7 @@ _ACCEPTS: dict[str, Callable[[Any], bool]] = {
     "float": _is_float,
     "double": _is_float,
     "boolean": lambda value: isinstance(value, bool),
-    "binary": lambda value: isinstance(value, str) and _is_base64(value),
+    "binary": lambda value: isinstance(value, str) and _base64(value) is not None,
     "date": lambda value: isinstance(value, str) and _is_date(value),
     "time": _is_time_value,
 }
@@ -566,8 +637,11 @@ def _decimal(t: DdlType, value: Any) -> Decimal:
 
 def _date(t: DdlType, value: Any) -> int:
     match = _DATE_TEXT.fullmatch(value.strip())
-    assert match is not None  # _check read it
-    return _days(match)
+    if match is not None and _is_day(match):
+        return _days(match)
+    days = _day_number(value)
+    assert days is not None  # _check read it
+    return days
 
 
 # Each simple type's value, from a JSON value _check accepted: (type, value) -> what the column holds.
@@ -577,7 +651,7 @@ _VALUES: dict[str, Callable[[DdlType, Any], Any]] = {
     "double": lambda t, value: _float(value),
     "boolean": lambda t, value: value,
     "string": lambda t, value: _java_text(value) if isinstance(value, str) else _json_text(value),
-    "binary": lambda t, value: base64.b64decode(re.sub(f"[{_WHITESPACE}]", "", value), validate=True),
+    "binary": lambda t, value: _base64(value),
     "date": _date,
     "timestamp": lambda t, value: _timestamp(value, zoned=True),
     "timestamp_ntz": lambda t, value: _timestamp(value, zoned=False),
@@ -625,7 +699,11 @@ def _float32(value: Any) -> float:
 def _days(match: re.Match[str]) -> int:
     """Days since 1970-01-01 of the match's proleptic Gregorian date (a year may have up to 7 digits and a sign)."""
     year = int(match["year"]) * (-1 if match["sign"] == "-" else 1)
-    month, day = int(match["month"] or 1), int(match["day"] or 1)
+    return _civil_days(year, int(match["month"] or 1), int(match["day"] or 1))
+
+
+def _civil_days(year: int, month: int, day: int) -> int:
+    """Days since 1970-01-01 of a proleptic Gregorian date (year 0 is 1 BC)."""
     year -= month <= 2  # days from civil (H. Hinnant): a year that starts in March puts the leap day last
     era = year // 400
     of_era = year - era * 400
