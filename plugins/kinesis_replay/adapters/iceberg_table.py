@@ -665,6 +665,31 @@ def commit_snapshot(
     raise TableCommitError(f"{where}: {COMMIT_ATTEMPTS} commits in a row lost the race for the table; nothing was committed")
 
 
+def forget_gone_batches(pipeline: PipelineConfig, batch_ids: Iterable[int], run_id: str) -> list[int]:
+    """Take out of the table's current snapshot the data files of batches that can never come back (their files gone
+    from the output, their records past the stream's retention), in one snapshot that records the holdings without
+    them; returns the batches it took out. A table registered again after a drop still references such files, and
+    every reader's scan of it would fail on them: without them it serves every other batch, and the guard, comparing
+    with the ledger, keeps refusing the pipeline and naming the batches until an operator brings them back."""
+    table = load_table(pipeline)
+    if table is None:
+        return []
+    gone = {batch_id: found for batch_id in sorted(set(batch_ids)) if (found := batch_data_files(table, batch_id))}
+    if not gone:
+        return []
+    state = table_state(table)
+    removed = sum(f.record_count for found in gone.values() for f in found)
+    kept = Holdings.of((b for b in state.holdings.ids() if b not in gone), max(0, state.holdings.records - removed))
+    properties = {PIPELINE_PROPERTY: pipeline.name, RUN_PROPERTY: run_id, **kept.to_summary()}
+    with transaction(table) as tx, tx.update_snapshot(snapshot_properties=properties).overwrite() as overwrite:
+        for found in gone.values():
+            for data_file in found:
+                overwrite.delete_data_file(data_file)
+    log.warning("pipeline %s: %s no longer references the gone files of batch(es) %s", pipeline.name,
+                require_table(pipeline).describe(), ", ".join(map(str, gone)))  # fmt: skip
+    return list(gone)
+
+
 def _create_for(pipeline: PipelineConfig, paths: list[str], schema_file: str | None, catalog: Catalog) -> Table:
     """The table, created with the first files' columns (or, with none, a quarantine file's or the record's own)."""
     import pyarrow as pa

@@ -458,7 +458,7 @@ def _swap_in(pipeline: PipelineConfig, batch_id: int, result: ReplayResult) -> N
     if pipeline.table is None:
         moves.insert(0, (layout.staged_data_path(output, batch_id, attempt), layout.batch_path(output, batch_id)))
     files.swap_in(layout.swap_record_path(output, batch_id), moves)
-    files.remove_folder(layout.staging_path(output, batch_id), missing_ok=True)
+    files.remove_folder(layout.staging_path(output, batch_id), missing_ok=True, prune_parent=True)
 
 
 def _earliest(batch: Batch) -> datetime:
@@ -674,6 +674,8 @@ def restore_from_files(pipeline: PipelineConfig, store: StateStore, plan: Restor
         log.warning("pipeline %s: registering %s again from %s", pipeline.name, identifier, plan.register)
         catalog.register_table(identifier, plan.register)
         iceberg_table.check_table_owner(pipeline, catalog.load_table(identifier))
+        # Its snapshot references the files of every batch it held, those that can never come back among them.
+        iceberg_table.forget_gone_batches(pipeline, plan.lost, run_id)
     failed = []
     for batch_id in plan.from_files:
         batch = store.get_batch(pipeline.name, batch_id)
