@@ -227,7 +227,7 @@ def write_as_read(spark: SparkSession, spec: JobSpec, attempt: str, tasks: int, 
     if not staged:
         moves = [(quarantine_folder, quarantine_path(output, batch_id))]
         swap_in(swap_record_path(output, batch_id), moves if table else [(data_folder, batch_path(output, batch_id)), *moves])
-        remove_folder(staging_path(output, batch_id), missing_ok=True)
+        remove_folder(staging_path(output, batch_id), missing_ok=True, prune_parent=True)
     return shards, done, staged
 
 

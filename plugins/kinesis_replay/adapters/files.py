@@ -188,14 +188,21 @@ def attempt_paths(output: str, batch_id: int) -> dict[str, str]:
 
 
 @names_the_store
-def remove_folder(path: str, missing_ok: bool = False) -> None:
-    """Delete a folder and everything under it (on S3, every object under the prefix); ``missing_ok``: none is fine."""
+def remove_folder(path: str, missing_ok: bool = False, prune_parent: bool = False) -> None:
+    """Delete a folder and everything under it (on S3, every object under the prefix); ``missing_ok``: none is fine.
+
+    ``prune_parent``: the folder's parent goes too if nothing is left in it. On S3, pyarrow keeps a deleted folder's
+    parent as an empty marker object: a batch's ``_staging/batch_id=<id>/`` removed would leave ``_staging/`` behind.
+    """
     from pyarrow import fs
 
     filesystem, local = filesystem_of(path)
     if missing_ok and filesystem.get_file_info(local).type == fs.FileType.NotFound:
         return
     filesystem.delete_dir(local)
+    parent = local.rsplit("/", 1)[0]
+    if prune_parent and "://" in path and not filesystem.get_file_info(fs.FileSelector(parent, allow_not_found=True)):
+        filesystem.delete_dir(parent)  # only a marker is left (a file written meanwhile would fail its attempt's verify)
 
 
 @names_the_store
@@ -493,12 +500,12 @@ def json_bytes(data: Any) -> bytes:
 def write_json(path: str, data: Any) -> None:
     """Write a small JSON file whole (one PUT on S3; on local disk a temporary file renamed into place)."""
     filesystem, local = filesystem_of(path)
-    filesystem.create_dir(local.rsplit("/", 1)[0], recursive=True)
     body = json_bytes(data)
-    if "://" in path:
+    if "://" in path:  # S3 has no folders: making one would leave an empty marker object behind (a swap's _staging/)
         with filesystem.open_output_stream(local) as stream:
             stream.write(body)
         return
+    filesystem.create_dir(local.rsplit("/", 1)[0], recursive=True)
     tmp = f"{local}.tmp-{os.getpid()}"
     with open(tmp, "wb") as f:
         f.write(body)
