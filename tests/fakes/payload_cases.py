@@ -228,7 +228,7 @@ def generated_payloads(count: int = GENERATED_COUNT, seed: int = GENERATED_SEED)
 
     rng = random.Random(seed)
     makers = [_double_payload] * 30 + [_integer_payload] * 8 + [_non_numeric_payload] * 6 + [_string_payload] * 10
-    makers += [_nested_payload] * 4 + [_digits_payload] * 2 + [_as_string_payload] * 6 + [_typed_payload] * 14
+    makers += [_nested_payload] * 2 + [_digits_payload] * 2 + [_as_string_payload] * 6 + [_typed_payload] * 14
     makers += [_mixed_payload] * 10
     payloads: list[bytes] = []
     while len(payloads) < count:
@@ -368,7 +368,7 @@ def _string_payload(rng: Any) -> bytes:
 
 
 def _nested_payload(rng: Any) -> bytes:
-    depth = rng.choice([rng.randint(2, 50), rng.randint(890, 1000), rng.randint(995, 1002), 1000, 1001])
+    depth = rng.choice([rng.randint(2, 50), rng.randint(2, 50), rng.randint(890, 1000), rng.randint(995, 1002), 1000, 1001])
     inner = depth - 1  # the payload's own object is a level
     field = rng.choice(["other", "name", "x", "tags", "events", "user"])
     kind = rng.randrange(3)

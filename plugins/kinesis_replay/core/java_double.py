@@ -43,8 +43,12 @@ def _jdiv(a: int, b: int) -> int:
     return q if (a < 0) == (b < 0) else -q
 
 
-def _jrem(a: int, b: int) -> int:
-    return a - b * _jdiv(a, b)
+def _divmod(a: int, b: int) -> tuple[int, int]:
+    """Java's quotient and remainder (truncated toward zero): Python's, for the non-negative numbers met nearly always."""
+    if a >= 0 and b > 0:
+        return divmod(a, b)
+    q = _jdiv(a, b)
+    return q, a - b * q
 
 
 def java_double_to_string(x: float) -> str:
@@ -116,8 +120,9 @@ def _small_digits(wrap: object, b: int, s: int, m: int, dec_exp: int) -> tuple[l
     assert callable(wrap)
     tens = wrap(s * 10)
     digits: list[int] = []
-    q = _jdiv(b, s)
-    b = wrap(10 * _jrem(b, s))
+    # b stays below 10 s, which fits (Java sized the type so): only m, b + m and 2 b can wrap around.
+    q, b = _divmod(b, s)
+    b *= 10
     m = wrap(m * 10)
     low = b < m
     high = wrap(b + m) > tens
@@ -128,8 +133,8 @@ def _small_digits(wrap: object, b: int, s: int, m: int, dec_exp: int) -> tuple[l
     if dec_exp < -3 or dec_exp >= 8:  # E-form needs a digit after the point
         low = high = False
     while not low and not high:
-        q = _jdiv(b, s)
-        b = wrap(10 * _jrem(b, s))
+        q, b = _divmod(b, s)
+        b *= 10
         m = wrap(m * 10)
         if m > 0:
             low = b < m
