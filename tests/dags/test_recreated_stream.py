@@ -22,18 +22,13 @@ RECREATED = (
 
 
 @pytest.fixture
-def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> World:
+def world(tasks_world: World, monkeypatch: pytest.MonkeyPatch) -> World:
     """Two committed batches, then the stream deleted and created again; the tasks' clients and store are the fakes'."""
-    built = World(tmp_path)
-    for _ in range(2):
-        built.produce(40)
-        assert built.cycle() is not None
+    built = tasks_world
     built.kinesis.delete_stream(StreamName="orders")
     built.clock.advance(seconds=60)
     built.kinesis.create_stream(StreamName="orders", ShardCount=4)
     built.produce(10)
-    monkeypatch.setattr(tasks, "state_store", lambda p: built.store)
-    monkeypatch.setattr(tasks, "kinesis_client", lambda p: built.kinesis)
 
     def no_spark(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("the replay job was started")

@@ -17,15 +17,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> World:
-    """Two committed batches on the fakes; the tasks' clients and store are the fakes'."""
-    built = World(tmp_path)
-    for _ in range(2):
-        built.produce(40)
-        assert built.cycle() is not None
-    monkeypatch.setattr(tasks, "state_store", lambda p: built.store)
-    monkeypatch.setattr(tasks, "kinesis_client", lambda p: built.kinesis)
-    return built
+def world(tasks_world: World) -> World:
+    return tasks_world
 
 
 def snapshot(world: World) -> tuple[Any, ...]:

@@ -221,14 +221,23 @@ def replace_folder(source: str, target: str) -> None:
         filesystem.delete_dir(dst)
     if filesystem.get_file_info(src).type != fs.FileType.Directory:
         return
+    if _put_folder(filesystem, src, dst, on_s3="://" in source):
+        filesystem.delete_dir(src)
+
+
+def _put_folder(filesystem: Any, src: str, dst: str, on_s3: bool) -> bool:
+    """The folder ``src`` put at ``dst`` (where nothing is): renamed on local disk; on S3, which has no rename, each object
+    copied (S3's CopyObject, no bytes through this process). Returns whether ``src`` is still there (copied)."""
+    from pyarrow import fs
+
     filesystem.create_dir(dst.rsplit("/", 1)[0], recursive=True)
-    if "://" not in source:
+    if not on_s3:
         filesystem.move(src, dst)
-        return
+        return False
     for info in filesystem.get_file_info(fs.FileSelector(src, recursive=True)):
         if info.type == fs.FileType.File:
             filesystem.copy_file(info.path, dst + info.path[len(src) :])
-    filesystem.delete_dir(src)
+    return True
 
 
 @names_the_store
@@ -290,15 +299,8 @@ def _move_in(source: str, target: str, staged: bool) -> None:
         return  # renamed into place already (local disk), by the try this one finishes
     if filesystem.get_file_info(dst).type == fs.FileType.Directory:
         filesystem.delete_dir(dst)
-    if not staged:
-        return
-    filesystem.create_dir(dst.rsplit("/", 1)[0], recursive=True)
-    if "://" not in source:
-        filesystem.move(src, dst)
-        return
-    for info in filesystem.get_file_info(fs.FileSelector(src, recursive=True)):
-        if info.type == fs.FileType.File:
-            filesystem.copy_file(info.path, dst + info.path[len(src) :])
+    if staged:
+        _put_folder(filesystem, src, dst, on_s3="://" in source)  # a copied staged folder goes once the move is marked done
 
 
 @names_the_store
