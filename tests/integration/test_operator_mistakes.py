@@ -22,7 +22,6 @@ from kinesis_replay.adapters.dynamodb_store import DynamoDBStateStore
 from kinesis_replay.adapters.layout import OWNER_FILE
 from kinesis_replay.adapters.owner import read_owner
 from kinesis_replay.core.config import parse_config
-from kinesis_replay.core.formats import path_batch_id
 from kinesis_replay.core.state import BatchStatus
 from stack.harness import (
     SUCCESS,
@@ -34,7 +33,7 @@ from stack.harness import (
     run_dag,
     scheduler_asset_pass,
 )
-from stack.producer import ensure_stream, produce, split_shard
+from stack.producer import ensure_stream, produce
 
 
 def asset_event_uris(pipeline_name: str) -> list[str]:
@@ -79,51 +78,6 @@ def ledger(store: DynamoDBStateStore, name: str) -> dict[str, Any]:
         "shards": store.get_shards(name),
         "batches": [(b.batch_id, b.status, b.ranges) for b in store.list_batches(name)],
     }
-
-
-def test_a_deleted_state_table_is_refused_then_rebuilt_from_the_output(
-    kinesis: Any, dynamodb: Any, store: DynamoDBStateStore, entry: dict[str, Any], dag_for: Any
-) -> None:
-    """End to end through Airflow and Spark: the refusal, the dry run, the recovery and the batch it plans next. That the
-    next cycles go on exactly once after a recovery is tests/unit/test_cycle_steps.py's (on the fakes)."""
-    dag = dag_for(entry)
-    produced = produce(kinesis, entry["stream"], 200)
-    assert run_dag(dag).tasks == SUCCESS
-    split_shard(kinesis, entry["stream"], "shardId-000000000001")  # batch 2 drains the parent; its children wait
-    produced += produce(kinesis, entry["stream"], 100, start_index=200)
-    assert run_dag(dag).tasks == SUCCESS
-    before = ledger(store, entry["name"])
-    assert before["shards"]["shardId-000000000001"].finished and [b[0] for b in before["batches"]] == [1, 2]
-
-    dynamodb.delete_table(TableName=store.table)
-    dynamodb.get_waiter("table_not_exists").wait(TableName=store.table)
-    produced += produce(kinesis, entry["stream"], 100, start_index=300)
-    refused = run_dag(dag)
-    assert refused.tasks["plan"] == "failed" and refused.tasks["commit"] == "upstream_failed", refused
-    message = plan_error(entry)
-    assert f"pipeline {entry['name']!r}: state table {store.table} holds no state" in message
-    assert f"output {entry['output']} holds 2 committed batches (up to batch 2)" in message
-    assert '"recover_from_output": true' in message
-    assert store.get_head(entry["name"]).version == 0 and store.list_batches(entry["name"]) == []  # nothing planned
-    assert batch_dirs(entry["output"]) == [f"batch_id={path_batch_id(i)}" for i in (1, 2)]
-    assert check_exactly_once(produced[:300], read_output(entry["output"])).ok  # nothing lost, nothing duplicated
-
-    # A DAG object of its own for each run with a conf: Airflow 3.3.2 keeps a run's conf on the DAG's Params in-process.
-    dry = run_dag(dag_for(entry), run_conf={"recover_from_output": True, "dry_run": True})
-    assert dry.skipped and store.get_head(entry["name"]).version == 0 and store.get_shards(entry["name"]) == {}
-
-    assert run_dag(dag_for(entry), run_conf={"recover_from_output": True}).tasks == SUCCESS  # rebuilt, then batch 3
-    after = ledger(store, entry["name"])
-    assert [b for b in after["batches"] if b[0] <= 2] == [(i, BatchStatus.COMMITTED, r) for i, _, r in before["batches"]]
-    assert after["shards"]["shardId-000000000001"].finished  # the drained parent stays finished
-    batch3 = {r.shard_id: r for r in store.get_batch(entry["name"], 3).ranges}
-    assert "shardId-000000000001" not in batch3 and {"shardId-000000000004", "shardId-000000000005"} <= set(batch3)  # its children
-    for shard_id, state in before["shards"].items():
-        if shard_id in batch3:
-            assert batch3[shard_id].previous_checkpoint == state.checkpoint  # on exactly from where the lost table stood
-    landed = check_exactly_once(produced, read_output(entry["output"]))
-    assert landed.ok and landed.rows == 400, landed
-    assert batch_dirs(entry["output"]) == [f"batch_id={path_batch_id(i)}" for i in range(1, 4)]
 
 
 def test_a_renamed_state_table_is_refused_and_a_recovery_adopts_it(

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 import pytest
 
 from kinesis_replay.adapters.dynamodb_store import DynamoDBStateStore
@@ -59,34 +58,6 @@ def test_each_cycle_lands_what_is_new_exactly_once(kinesis: Any, store: DynamoDB
     assert store.get_head(entry["name"]).next_batch_id == 3
     ends = {r.shard_id: r.end for r in store.get_batch(entry["name"], 2).ranges}
     assert {sid: s.checkpoint for sid, s in store.get_shards(entry["name"]).items() if sid in ends} == ends
-
-
-def test_a_crash_after_the_write_reruns_the_same_batch_into_the_same_paths(
-    kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any], dag_for: Any
-) -> None:
-    """That the next cycle then takes what arrived meanwhile is a cycle like any other (test_each_cycle_lands_what_is_new_
-    exactly_once; tests/unit/test_plan_steps.py, test_a_batch_in_flight_is_resumed_with_the_same_ranges, on the fakes)."""
-    produced = produce(kinesis, entry["stream"], 300)
-    dag = dag_for(entry)
-    crashed = run_dag(dag.partial_subset(task_ids=["replay"], include_upstream=True))
-    assert crashed.tasks == {"plan": "success", "replay": "success"}  # written, never verified nor committed
-    planned = store.get_batch(entry["name"], 1)
-    assert planned.status == BatchStatus.PLANNED and store.get_head(entry["name"]).in_flight == 1
-    assert all(s.checkpoint is None for s in store.get_shards(entry["name"]).values())
-    assert rows_of(entry["output"], "1") == set()  # written, not verified nor committed: no reader of the table sees it
-    (attempt,) = Path(entry["output"]).glob("data/batch_id=0000000001/attempt=*")
-    written = as_rows(pq.read_table(attempt))
-
-    produce(kinesis, entry["stream"], 100, start_index=300)  # arrives before the rerun: not in batch 1
-    assert run_dag(dag).tasks == SUCCESS
-    resumed = store.get_batch(entry["name"], 1)
-    assert resumed.status == BatchStatus.COMMITTED and resumed.ranges == planned.ranges
-    assert rows_of(entry["output"], "1") == written  # the rerun wrote what the crashed run had
-    landed = check_exactly_once(produced, read_output(entry["output"]))  # as a run that never crashed: the first 300, once
-    assert landed.ok and landed.rows == 300, landed
-    assert batch_dirs(entry["output"]) == ["batch_id=0000000001"]
-    (live,) = Path(entry["output"]).glob("data/batch_id=0000000001/attempt=*")
-    assert live != attempt  # the crashed run's files, which no snapshot ever referenced, were removed by the commit
 
 
 def test_output_that_disagrees_with_the_plan_is_not_committed(

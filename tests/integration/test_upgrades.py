@@ -25,9 +25,13 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
+from airflow.sdk.exceptions import AirflowFailException
 
+import kinesis_replay_tasks as tasks
 from kinesis_replay.adapters.dynamodb_store import DynamoDBStateStore
+from kinesis_replay.core.config import parse_config
 from kinesis_replay.core.state import BatchStatus
 from stack.harness import SUCCESS, load_dags, output_table, read_output, run_dag
 from stack.producer import Produced
@@ -83,7 +87,8 @@ def run_release(version: str, work: Path, entries: list[dict[str, Any]], steps: 
         **os.environ,
         "AIRFLOW__CORE__DAGS_FOLDER": str(source / "dags"),
         "AIRFLOW__CORE__PLUGINS_FOLDER": str(source / "plugins"),
-        "KINESIS_REPLAY_JVM_CACHE": str(work / "jvm"),  # its job's class-data-sharing archive, not ours
+        # KINESIS_REPLAY_JVM_CACHE stays the session's: an archive's name hashes the JVM, Spark's jars and the options,
+        # so the earlier release maps the one this session's first replay recorded, or records its own beside it.
         "PYTHONPATH": "",
     }
     done = subprocess.run(
@@ -135,9 +140,10 @@ def quarantined_keys(output: Path) -> set[tuple[Any, ...]]:
     return set(zip(*(bad.column(c).to_pylist() for c in KEY_COLUMNS), strict=True))
 
 
-def batch_rows(output: Path, batch_id: int) -> dict[tuple[Any, ...], str]:
+def batch_rows(output: Path, batch_id: int, keep_batch: bool = True) -> dict[tuple[Any, ...], str]:
     table = read_output(output)
-    return rows_by_key(table.filter(pc.equal(table.column("batch_id"), batch_id)))
+    rows = table.filter(pc.equal(table.column("batch_id"), batch_id))
+    return rows_by_key(rows if keep_batch else rows.drop_columns(["batch_id"]))
 
 
 @pytest.fixture
@@ -179,19 +185,24 @@ def test_a_json_table_pipeline_goes_on_after_the_upgrade(version: str, tmp_path:
     assert earlier.runs[1]["state"] == "success", earlier.runs[1]
     output = Path(entry["output"])
     store = DynamoDBStateStore(dynamodb, entry["state_table"])
-    assert store.get_head(entry["name"]).in_flight == 2
+    planned = store.get_batch(entry["name"], 2)
+    assert store.get_head(entry["name"]).in_flight == 2 and planned.status == BatchStatus.PLANNED
     first = batch_rows(output, 1)
-    assert len(first) >= 10
+    assert len(first) >= 10 and set(batch_rows(output, 2)) == set()  # written, never committed: no reader sees it
+    (attempt,) = output.glob("data/batch_id=0000000002/attempt=*")
+    written = rows_by_key(pq.read_table(attempt).drop_columns(["batch_id"]))
 
     # The current code takes over the same config, state table and output.
     dags = dags_of(tmp_path, entry)
-    assert run_dag(dags[dag_id]).state == "success"  # finishes the batch in flight
-    assert store.get_batch(entry["name"], 2).status == BatchStatus.COMMITTED
     produced = produced_by(earlier)
     later = [b'{"user": "u-new", "amount": 3.25, "note": "after the upgrade"}', *TRICKY[1:4]]
-    produced += produced_now(entry["stream"], later)
+    produced += produced_now(entry["stream"], later)  # arrive before the rerun: not in batch 2
+    assert run_dag(dags[dag_id]).state == "success"  # finishes the batch in flight, with the same ranges
+    resumed = store.get_batch(entry["name"], 2)
+    assert resumed.status == BatchStatus.COMMITTED and resumed.ranges == planned.ranges
+    assert batch_rows(output, 2, keep_batch=False) == written  # as the earlier release wrote it
     assert run_dag(dags[dag_id]).tasks == SUCCESS  # a new batch, on the earlier release's table
-    assert store.get_batch(entry["name"], 3).status == BatchStatus.COMMITTED
+    assert store.get_batch(entry["name"], 3).status == BatchStatus.COMMITTED and len(batch_rows(output, 3)) == len(later)
     landed_once(produced, output)
     assert batch_rows(output, 1) == first, "a value the earlier release wrote changed"
 
@@ -258,7 +269,17 @@ def test_a_directory_pipeline_goes_on_after_the_upgrade(version: str, tmp_path: 
     dynamodb.delete_table(TableName=entry["state_table"])
     dynamodb.get_waiter("table_not_exists").wait(TableName=entry["state_table"])
     produced += produced_now(entry["stream"], [b"after the upgrade"] * 5)
-    assert run_dag(dags_of(tmp_path, entry)[dag_id]).tasks["plan"] == "failed"
+    refused = run_dag(dags_of(tmp_path, entry)[dag_id])
+    assert refused.tasks["plan"] == "failed" and refused.tasks["commit"] == "upstream_failed", refused
+    (pipeline,) = parse_config({"pipelines": [entry]})
+    with pytest.raises(AirflowFailException) as raised:  # what the plan task said
+        tasks.plan(pipeline, "manual__test", {})
+    assert f"pipeline {entry['name']!r}: state table {entry['state_table']} holds no state" in str(raised.value)
+    assert f"output {entry['output']} holds 2 committed batches (up to batch 2)" in str(raised.value)
+    assert '"recover_from_output": true' in str(raised.value)
+    assert store.get_head(entry["name"]).version == 0 and store.list_batches(entry["name"]) == []  # nothing planned
+    dry = run_dag(dags_of(tmp_path, entry)[dag_id], run_conf={"recover_from_output": True, "dry_run": True})
+    assert dry.skipped and store.get_head(entry["name"]).version == 0 and store.get_shards(entry["name"]) == {}
     assert run_dag(dags_of(tmp_path, entry)[dag_id], run_conf={"recover_from_output": True}).tasks == SUCCESS
     assert [(b.batch_id, b.ranges) for b in store.list_batches(entry["name"])][:2] == committed
     assert [b.status for b in store.list_batches(entry["name"])] == [BatchStatus.COMMITTED] * 3

@@ -224,6 +224,26 @@ def test_a_lost_state_table_is_rebuilt_from_the_output_and_the_next_cycle_goes_o
     assert third is not None and third.batch_id == 3 and world.landed() == world.expected()
 
 
+def test_a_recovery_keeps_a_drained_parent_finished_and_the_next_cycle_reads_its_children(world: World) -> None:
+    """A parent read to its end before the state table was lost stays finished once the rebuilt state plans again: its
+    children, not the parent, are what the next cycle reads (test_upgrades.py recovers through Airflow and Spark)."""
+    world.produce(200)
+    assert world.cycle() is not None
+    world.kinesis.split_shard(StreamName="orders", ShardToSplit="shardId-000000000001", NewStartingHashKey=str(2**126 + 2**125))
+    world.produce(100)
+    assert world.cycle() is not None  # drains the parent; its children wait for the next plan
+    assert world.store.get_shards("orders")["shardId-000000000001"].finished
+    world.store = MemoryStateStore()  # the table is gone; a new, empty one
+    recover(world.pipeline, world.kinesis, world.store, now=world.clock())
+    world.produce(100)
+    third = world.cycle()
+    assert third is not None and third.batch_id == 3
+    assert world.store.get_shards("orders")["shardId-000000000001"].finished  # the drained parent stays finished
+    planned = {r.shard_id for r in third.ranges}
+    assert "shardId-000000000001" not in planned and {"shardId-000000000004", "shardId-000000000005"} <= planned
+    assert world.landed() == world.expected()
+
+
 def test_gaps_found_at_replay_are_kept_with_the_plan_s(world: World) -> None:
     """A range whose first records were trimmed between plan and replay: verify accepts it only once acknowledged."""
     world.produce(50)
