@@ -339,6 +339,9 @@ class TableReader(threading.Thread):
         self.join()
 
 
+REQUEST_SECONDS = 90  # how long a REST call may wait for Airflow's answer
+
+
 def request_json(url: str, data: dict[str, Any] | None = None, method: str | None = None, token: str = "") -> tuple[int, Any]:
     """An HTTP request with a JSON body (and a bearer token), as Airflow's REST API takes one: the status and the body,
     parsed as JSON where it is JSON. An HTTP error is an answer too, not an exception."""
@@ -349,7 +352,9 @@ def request_json(url: str, data: dict[str, Any] | None = None, method: str | Non
     headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})}
     req = urllib.request.Request(url, data=body, method=method, headers=headers)
     try:
-        with urllib.request.urlopen(req, timeout=30) as response:
+        # A slow answer is no failure of what a test checks: under the whole suite's load (two workers, each with Spark
+        # jobs and the upgrade suite's earlier release running) Airflow's api-server once took over 30 s to answer.
+        with urllib.request.urlopen(req, timeout=REQUEST_SECONDS) as response:
             status, raw = response.status, response.read()
     except urllib.error.HTTPError as error:
         status, raw = error.code, error.read()
