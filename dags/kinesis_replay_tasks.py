@@ -530,8 +530,9 @@ def select_backfill(p: PipelineConfig, params: dict[str, Any], run_id: str = "")
             f'to_batch, or start_time and end_time), or restore the table ({{"{iceberg_table.RESTORE_PARAM}": true}})'
         )
     backfill.parse_selection(params["batches"])  # a mistyped selection is refused before anything is called
-    in_flight.check_same_stream(p, kinesis_client(p))
-    selection, chosen = backfill.choose(p, kinesis_client(p), state_store(p), params["batches"])
+    client = kinesis_client(p)
+    in_flight.check_same_stream(p, client)
+    selection, chosen = backfill.choose(p, client, state_store(p), params["batches"])
     if params.get("dry_run"):
         for batch in chosen:
             log.info("dry run: would replay %s", backfill.describe(batch, backfill.estimate_batch(batch, p.read)))
