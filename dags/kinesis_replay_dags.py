@@ -16,7 +16,7 @@ Lands a Kinesis stream in an Apache Iceberg table (or plain Parquet folders) exa
 4. **commit** puts the attempt's files into the table in one Iceberg snapshot, advances each shard's
    checkpoint with a conditional write, then marks the batch committed, and emits an event on the
    pipeline's output Asset (batch id, ranges and snapshot id in its extra).
-5. **check** fails, and so alerts, when a record has waited longer than `max_checkpoint_age_minutes`.
+5. **check**, the stuck check, fails, and so alerts, when a record has waited longer than `max_checkpoint_age_minutes`.
 6. **catch_up** and **plan_next**: a batch is capped by `max_batch` (its arrival span, its estimated read
    time). When one was, the pipeline is behind: plan_next queues the next run at once, without waiting
    for the schedule, until a batch reaches the tip. The commit's log says how far behind, and when it
@@ -78,6 +78,10 @@ its Airflow pool (`kinesis_replay_<name>` unless the config's `pool` says otherw
 read harder than the per-shard budget. A replay that stays *scheduled* may be waiting for a pool that does not
 exist: the Kinesis replay page (Browse) says so, with the command that creates it.
 `dry_run` shows what would be read, and its cost, without reading.
+
+Tasks: **select** chooses the batches; **replay**, one per batch, replays it, checks it against its first run and
+commits it. With `spark.emr_serverless` configured, **stage** uploads each batch's job, **replay** is its job run, and
+**check** then checks the batch against its first run and commits it (not the regular DAG's stuck check).
 
 **Restore the table** with `{"restore_table": true}` (try `"dry_run": true` first) when the pipeline refuses
 because the table lacks committed batches: rolled back to an older snapshot, dropped from its catalog, its
@@ -191,8 +195,8 @@ def build_dag(p: PipelineConfig) -> DAG:
             return summary
 
         @task(task_id="check", trigger_rule="none_failed", retries=0)
-        def check() -> None:
-            tasks.check(p)
+        def check_staleness() -> None:
+            tasks.check_staleness(p)
 
         @task.short_circuit(task_id="catch_up")
         def catch_up(summary: tasks.BatchFigures) -> bool:
@@ -204,7 +208,7 @@ def build_dag(p: PipelineConfig) -> DAG:
         planned: Any = plan()  # an XComArg: each task below gets plan's dict when it runs
         replayed = replay(planned) if p.spark.emr_serverless is None else emr_replay(p, stage(planned), REGULAR_REPLAY_PRIORITY)
         committed: Any = commit(planned)
-        replayed >> verify(planned) >> committed >> check()
+        replayed >> verify(planned) >> committed >> check_staleness()
         catch_up(committed) >> plan_next
     return dag
 
@@ -277,10 +281,10 @@ def build_backfill_dag(p: PipelineConfig) -> DAG:
             return tasks.stage_backfill(p, batch_id, bool(get_current_context()["params"].get(RESTORE_PARAM)))
 
         @task(task_id="check", outlets=[asset], map_index_template="batch {{ task.op_kwargs['batch_id'] }}")
-        def check(batch_id: int) -> tasks.BatchFigures:
+        def check_backfilled(batch_id: int) -> tasks.BatchFigures:
             context = get_current_context()
             params = context["params"]
-            summary = tasks.check_backfill(p, batch_id, context["run_id"], bool(params.get(RESTORE_PARAM)), bool(params.get("redecode")))
+            summary = tasks.check_backfilled(p, batch_id, context["run_id"], bool(params.get(RESTORE_PARAM)), bool(params.get("redecode")))
             context["outlet_events"][asset].extra = tasks.event_extra(summary)
             return summary
 
@@ -288,7 +292,7 @@ def build_backfill_dag(p: PipelineConfig) -> DAG:
         if p.spark.emr_serverless is None:
             replay.expand(batch_id=chosen)
         else:
-            emr_replay(p, stage.expand(batch_id=chosen)) >> check.expand(batch_id=chosen)
+            emr_replay(p, stage.expand(batch_id=chosen)) >> check_backfilled.expand(batch_id=chosen)
     return dag
 
 

@@ -495,8 +495,9 @@ def event_extra(summary: BatchFigures) -> dict[str, Any]:
 
 @fail_fast  # its own AirflowFailException passes through; a missing or corrupt state table fails it at once too
 @through_connection
-def check(p: PipelineConfig) -> None:
-    """Fail, and so alert through the DAG's callbacks, when a record has waited too long to be committed."""
+def check_staleness(p: PipelineConfig) -> None:
+    """The regular DAG's task ``check``, the stuck check: fail, and so alert through the DAG's callbacks, when a record
+    has waited too long to be committed."""
     found = in_flight.staleness(p, state_store(p))
     stats.gauge(f"kinesis_replay.{p.name}.checkpoint_age_seconds", found.age_seconds)
     problem = found.problem(p)
@@ -563,7 +564,7 @@ def backfill_batch(p: PipelineConfig, batch_id: int, run_id: str = "", restore: 
     client = kinesis_client(p)
     in_flight.check_same_stream(p, client)  # as the regular run's: the select task's check, again just before Spark starts
     submit(p, backfill.committed_batch(p, state_store(p), batch_id, client if restore else None), kind=RunKind.BACKFILL)
-    return check_backfill(p, batch_id, run_id, restore, redecode)
+    return check_backfilled(p, batch_id, run_id, restore, redecode)
 
 
 @fail_fast
@@ -577,8 +578,10 @@ def stage_backfill(p: PipelineConfig, batch_id: int, restore: bool = False) -> d
 
 @fail_fast
 @through_connection
-def check_backfill(p: PipelineConfig, batch_id: int, run_id: str = "", restore: bool = False, redecode: bool = False) -> BatchFigures:
-    """A backfilled batch must hold what its first run held (same shards, counts, checksums) and decode as the output holds
+def check_backfilled(p: PipelineConfig, batch_id: int, run_id: str = "", restore: bool = False, redecode: bool = False) -> BatchFigures:
+    """The backfill DAG's task ``check`` after an EMR Serverless replay, and the end of backfill_batch otherwise.
+
+    A backfilled batch must hold what its first run held (same shards, counts, checksums) and decode as the output holds
     it (unless ``redecode``); then it replaces the batch's folder or the table's files (or, restoring, joins the table)."""
     batch = backfill.check_replayed(p, state_store(p), batch_id, run_id, restore, redecode)
     summary = batch_summary(p, batch, "backfill")

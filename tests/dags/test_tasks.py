@@ -40,8 +40,8 @@ def test_both_ways_are_tested() -> None:
 
 
 # The task functions the DAGs call (kinesis_replay_dags.py); each fails at once on an error a retry cannot fix.
-TASKS = ["plan", "replay", "stage", "verify", "commit", "check", "select_backfill", "backfill_batch", "stage_backfill",
-         "check_backfill", "maintain_table"]  # fmt: skip
+TASKS = ["plan", "replay", "stage", "verify", "commit", "check_staleness", "select_backfill", "backfill_batch", "stage_backfill",
+         "check_backfilled", "maintain_table"]  # fmt: skip
 
 
 @pytest.mark.parametrize("name", TASKS)
@@ -76,7 +76,7 @@ def test_a_missing_state_table_fails_the_check_at_once(monkeypatch: pytest.Monke
              "state_table": "kr-state", "spark": {}}  # fmt: skip
     p = parse_config({"pipelines": [entry]})[0]
     with pytest.raises(AirflowFailException, match=r"state table kr-state does not exist .*not retried"):
-        tasks.check(p)
+        tasks.check_staleness(p)
 
 
 def test_the_tasks_kinesis_client_leaves_throttling_to_kinesis_call(monkeypatch: pytest.MonkeyPatch) -> None:

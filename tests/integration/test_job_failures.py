@@ -73,7 +73,7 @@ def test_a_failure_on_the_driver_is_reported_by_its_root_cause_and_the_rerun_lan
     # The stuck alert quotes the ledger's error once the batch has waited too long.
     age_batch(dynamodb, store.table, entry["name"], 1, timedelta(minutes=pipeline.max_checkpoint_age_minutes + 60))
     with pytest.raises(AirflowFailException) as alert:
-        tasks.check(pipeline)
+        tasks.check_staleness(pipeline)
     assert str(alert.value).endswith(f"last error: {batch.error}") and "py4j" not in str(alert.value).lower()
 
     shutil.rmtree(blocker)
