@@ -510,8 +510,6 @@ class _Reader:
         return float(value)
 
 
-# Roots no pipeline may own: the file system's root, and the system's own folders (or anything under the ones
-# marked True). A pipeline's output root is replaced batch by batch and carries an owner record.
 def _parse_timestamp(r: _Reader, key: str) -> datetime:
     value = r.data[key]
     if isinstance(value, datetime):

@@ -8,6 +8,8 @@ import re
 from kinesis_replay.core.errors import ConfigError
 from kinesis_replay.core.formats import s3_uri
 
+# Roots no pipeline may own: the file system's root, and the system's own folders (or anything under the ones
+# marked True). A pipeline's output root is replaced batch by batch and carries an owner record.
 _FORBIDDEN_ROOTS = {
     "/": False, "/bin": True, "/boot": True, "/dev": True, "/etc": True, "/lib": True, "/lib64": True, "/proc": True,
     "/sbin": True, "/sys": True, "/usr": True, "/run": True, "/home": False, "/root": False, "/tmp": False, "/var": False,
@@ -63,9 +65,6 @@ def outputs_overlap(a: str, b: str) -> bool:
     """The same root, or one inside the other (each pipeline replaces what is under its own root)."""
     ka, kb = output_key(a), output_key(b)
     return ka == kb or ka.startswith(kb + "/") or kb.startswith(ka + "/")
-
-
-# Spark's DDL types by name, with how many integer parameters each takes in parentheses (at most).
 
 
 def split_s3_uri(uri: str, what: str = "S3 URI") -> tuple[str, str]:
