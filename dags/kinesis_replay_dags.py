@@ -92,59 +92,59 @@ cannot bring back (files gone, and its records past the stream's retention). No 
 """
 
 
-def output_asset(p: PipelineConfig) -> Asset:
+def output_asset(pipeline: PipelineConfig) -> Asset:
     """The pipeline's output: every committed batch, regular or backfilled, is an event on it.
 
     Its URI is the root in the one spelling roots.output_key gives it (``s3a://`` and ``s3n://`` as ``s3://``), so that
     one root is one Asset however the config spells it, and a downstream DAG has one URI to schedule on."""
-    uri = output_key(p.output) if "://" in p.output else f"file://{p.output}"
-    return Asset(name=f"kinesis_replay_{p.name}", uri=uri)
+    uri = output_key(pipeline.output) if "://" in pipeline.output else f"file://{pipeline.output}"
+    return Asset(name=f"kinesis_replay_{pipeline.name}", uri=uri)
 
 
 TAG_LENGTH = 100  # the longest tag Airflow stores; a stream's name may have 128 characters
 
 
-def stream_tag(p: PipelineConfig) -> str:
+def stream_tag(pipeline: PipelineConfig) -> str:
     """The tag that finds a stream's DAGs in the UI's filter: a long name is cut to fit, never refused."""
-    return f"stream:{p.stream}"[:TAG_LENGTH]
+    return f"stream:{pipeline.stream}"[:TAG_LENGTH]
 
 
-def default_args(p: PipelineConfig) -> dict[str, Any]:
+def default_args(pipeline: PipelineConfig) -> dict[str, Any]:
     return {
-        "retries": p.retries,
-        "retry_delay": timedelta(seconds=p.retry_delay_seconds),
+        "retries": pipeline.retries,
+        "retry_delay": timedelta(seconds=pipeline.retry_delay_seconds),
         "retry_exponential_backoff": True,
         "max_retry_delay": timedelta(minutes=30),
     }
 
 
-def emr_replay(p: PipelineConfig, staged: Any, priority_weight: int = 1) -> Any:
+def emr_replay(pipeline: PipelineConfig, staged: Any, priority_weight: int = 1) -> Any:
     """EMR Serverless runs the replay job: one job run per dict of kwargs that a stage task returned."""
     from airflow.providers.amazon.aws.operators.emr import EmrServerlessStartJobOperator
 
-    fixed = {k: v for k, v in emr_serverless.job_run_kwargs(p, 0).items() if k in tasks.OPERATOR_FIXED}
+    fixed = {k: v for k, v in emr_serverless.job_run_kwargs(pipeline, 0).items() if k in tasks.OPERATOR_FIXED}
     return EmrServerlessStartJobOperator.partial(
         task_id="replay",
-        aws_conn_id=p.aws_conn_id,
-        pool=p.pool,  # a deferred job run holds its slot: the pool is created with --include-deferred
+        aws_conn_id=pipeline.aws_conn_id,
+        pool=pipeline.pool,  # a deferred job run holds its slot: the pool is created with --include-deferred
         priority_weight=priority_weight,
-        execution_timeout=timedelta(seconds=p.spark.submit_timeout_seconds),
+        execution_timeout=timedelta(seconds=pipeline.spark.submit_timeout_seconds),
         map_index_template="{{ task.name }}",
         **fixed,
     ).expand_kwargs(staged)
 
 
-def build_dag(p: PipelineConfig) -> DAG:
-    asset = output_asset(p)
+def build_dag(pipeline: PipelineConfig) -> DAG:
+    asset = output_asset(pipeline)
     with DAG(
-        dag_id=p.dag_id,
-        schedule=p.schedule,
+        dag_id=pipeline.dag_id,
+        schedule=pipeline.schedule,
         start_date=START,
         catchup=False,
         max_active_runs=1,  # one regular batch in flight per pipeline; the state table enforces it too
-        default_args=default_args(p),
+        default_args=default_args(pipeline),
         doc_md=__doc__,
-        tags=["kinesis-replay", stream_tag(p)],
+        tags=["kinesis-replay", stream_tag(pipeline)],
         params={
             "dry_run": Param(False, type="boolean", title="Dry run", description="Show the plan and its cost; write and read nothing."),
             "acknowledge_data_loss": Param(
@@ -165,65 +165,67 @@ def build_dag(p: PipelineConfig) -> DAG:
         @task(task_id="plan")
         def plan() -> tasks.Planned:
             context = get_current_context()
-            return tasks.plan(p, context["run_id"], context["params"])
+            return tasks.plan(pipeline, context["run_id"], context["params"])
 
         # The regular batch takes the pool's next free slot before a backfill's remaining batches do.
         @task(
             task_id="replay",
-            pool=p.pool,
+            pool=pipeline.pool,
             priority_weight=REGULAR_REPLAY_PRIORITY,
-            execution_timeout=timedelta(seconds=p.spark.submit_timeout_seconds),
+            execution_timeout=timedelta(seconds=pipeline.spark.submit_timeout_seconds),
         )
         def replay(planned: tasks.Planned) -> None:
-            tasks.replay(p, planned, get_current_context()["params"])
+            tasks.replay(pipeline, planned, get_current_context()["params"])
 
         @task(task_id="stage")
         def stage(planned: tasks.Planned) -> list[dict[str, Any]]:
-            return tasks.stage(p, planned, get_current_context()["params"])
+            return tasks.stage(pipeline, planned, get_current_context()["params"])
 
         # With EMR Serverless, replay is a job run per staged batch; none when a verified batch only needs its commit.
-        @task(task_id="verify", trigger_rule="none_failed_min_one_success" if p.spark.emr_serverless else "all_success")
+        @task(task_id="verify", trigger_rule="none_failed_min_one_success" if pipeline.spark.emr_serverless else "all_success")
         def verify(planned: tasks.Planned) -> None:
             context = get_current_context()
-            tasks.verify(p, planned, context["params"], context["run_id"])
+            tasks.verify(pipeline, planned, context["params"], context["run_id"])
 
         @task(task_id="commit", outlets=[asset])
         def commit(planned: tasks.Planned) -> tasks.BatchFigures:
             context = get_current_context()
-            summary = tasks.commit(p, planned, context["run_id"])
+            summary = tasks.commit(pipeline, planned, context["run_id"])
             context["outlet_events"][asset].extra = tasks.event_extra(summary)
             return summary
 
         @task(task_id="check", trigger_rule="none_failed", retries=0)
         def check_staleness() -> None:
-            tasks.check_staleness(p)
+            tasks.check_staleness(pipeline)
 
         @task.short_circuit(task_id="catch_up")
         def catch_up(summary: tasks.BatchFigures) -> bool:
             return tasks.catch_up_needed(summary)
 
         # A capped batch left records behind: queue the next run now. max_active_runs=1 starts it when this one ends.
-        plan_next = TriggerDagRunOperator(task_id="plan_next", trigger_dag_id=p.dag_id, conf={}, retries=0)
+        plan_next = TriggerDagRunOperator(task_id="plan_next", trigger_dag_id=pipeline.dag_id, conf={}, retries=0)
 
         planned: Any = plan()  # an XComArg: each task below gets plan's dict when it runs
-        replayed = replay(planned) if p.spark.emr_serverless is None else emr_replay(p, stage(planned), REGULAR_REPLAY_PRIORITY)
+        replayed = (
+            replay(planned) if pipeline.spark.emr_serverless is None else emr_replay(pipeline, stage(planned), REGULAR_REPLAY_PRIORITY)
+        )
         committed: Any = commit(planned)
         replayed >> verify(planned) >> committed >> check_staleness()
         catch_up(committed) >> plan_next
     return dag
 
 
-def build_backfill_dag(p: PipelineConfig) -> DAG:
-    asset = output_asset(p)
+def build_backfill_dag(pipeline: PipelineConfig) -> DAG:
+    asset = output_asset(pipeline)
     with DAG(
-        dag_id=p.backfill_dag_id,
+        dag_id=pipeline.backfill_dag_id,
         schedule=None,  # by hand only
         start_date=START,
         catchup=False,
         max_active_runs=1,  # two backfills never write the same batch's paths at once
-        default_args={**default_args(p), "retries": 0},
+        default_args={**default_args(pipeline), "retries": 0},
         doc_md=BACKFILL_DOC,
-        tags=["kinesis-replay", "backfill", stream_tag(p)],
+        tags=["kinesis-replay", "backfill", stream_tag(pipeline)],
         params={
             "batches": Param(
                 None,
@@ -260,39 +262,43 @@ def build_backfill_dag(p: PipelineConfig) -> DAG:
         @task(task_id="select")
         def select() -> list[int]:
             context = get_current_context()
-            return tasks.select_backfill(p, context["params"], context["run_id"])
+            return tasks.select_backfill(pipeline, context["params"], context["run_id"])
 
         @task(
             task_id="replay",
-            pool=p.pool,  # one slot: the mapped batches replay one after another, never all at once
+            pool=pipeline.pool,  # one slot: the mapped batches replay one after another, never all at once
             outlets=[asset],
             map_index_template="batch {{ task.op_kwargs['batch_id'] }}",
-            execution_timeout=timedelta(seconds=p.spark.submit_timeout_seconds),
+            execution_timeout=timedelta(seconds=pipeline.spark.submit_timeout_seconds),
         )
         def replay(batch_id: int) -> tasks.BatchFigures:
             context = get_current_context()
             params = context["params"]
-            summary = tasks.backfill_batch(p, batch_id, context["run_id"], bool(params.get(RESTORE_PARAM)), bool(params.get("redecode")))
+            summary = tasks.backfill_batch(
+                pipeline, batch_id, context["run_id"], bool(params.get(RESTORE_PARAM)), bool(params.get("redecode"))
+            )
             context["outlet_events"][asset].extra = tasks.event_extra(summary)
             return summary
 
         @task(task_id="stage", map_index_template="batch {{ task.op_kwargs['batch_id'] }}")
         def stage(batch_id: int) -> dict[str, Any]:
-            return tasks.stage_backfill(p, batch_id, bool(get_current_context()["params"].get(RESTORE_PARAM)))
+            return tasks.stage_backfill(pipeline, batch_id, bool(get_current_context()["params"].get(RESTORE_PARAM)))
 
         @task(task_id="check", outlets=[asset], map_index_template="batch {{ task.op_kwargs['batch_id'] }}")
         def check_backfilled(batch_id: int) -> tasks.BatchFigures:
             context = get_current_context()
             params = context["params"]
-            summary = tasks.check_backfilled(p, batch_id, context["run_id"], bool(params.get(RESTORE_PARAM)), bool(params.get("redecode")))
+            summary = tasks.check_backfilled(
+                pipeline, batch_id, context["run_id"], bool(params.get(RESTORE_PARAM)), bool(params.get("redecode"))
+            )
             context["outlet_events"][asset].extra = tasks.event_extra(summary)
             return summary
 
         chosen = select()
-        if p.spark.emr_serverless is None:
+        if pipeline.spark.emr_serverless is None:
             replay.expand(batch_id=chosen)
         else:
-            emr_replay(p, stage.expand(batch_id=chosen)) >> check_backfilled.expand(batch_id=chosen)
+            emr_replay(pipeline, stage.expand(batch_id=chosen)) >> check_backfilled.expand(batch_id=chosen)
     return dag
 
 
@@ -319,16 +325,16 @@ Trigger with `dry_run` to see what it would expire and remove.
 """
 
 
-def build_maintenance_dag(p: PipelineConfig) -> DAG:
+def build_maintenance_dag(pipeline: PipelineConfig) -> DAG:
     with DAG(
-        dag_id=maintenance_dag_id(p),
+        dag_id=maintenance_dag_id(pipeline),
         schedule=MAINTENANCE_SCHEDULE,
         start_date=START,
         catchup=False,
         max_active_runs=1,
-        default_args={**default_args(p), "retries": 1},
+        default_args={**default_args(pipeline), "retries": 1},
         doc_md=MAINTENANCE_DOC,
-        tags=["kinesis-replay", "maintenance", stream_tag(p)],
+        tags=["kinesis-replay", "maintenance", stream_tag(pipeline)],
         params={
             "dry_run": Param(False, type="boolean", title="Dry run", description="Name what would be expired and removed; change nothing."),
             "orphan_age_hours": Param(
@@ -344,7 +350,7 @@ def build_maintenance_dag(p: PipelineConfig) -> DAG:
 
         @task(task_id="maintain")
         def maintain() -> tasks.MaintenanceFigures:
-            return tasks.maintain_table(p, get_current_context()["params"])
+            return tasks.maintain_table(pipeline, get_current_context()["params"])
 
         maintain()
     return dag

@@ -133,22 +133,22 @@ def through_connection(step: Callable[Concatenate[PipelineConfig, _P], _R]) -> C
     """Run the task with every S3 access of its pipeline going through the pipeline's connection (files.reaching_s3)."""
 
     @functools.wraps(step)
-    def run(p: PipelineConfig, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
-        with reaching_s3(s3_access(p)):
+    def run(pipeline: PipelineConfig, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with reaching_s3(s3_access(pipeline)):
             try:
-                return step(p, *args, **kwargs)
+                return step(pipeline, *args, **kwargs)
             except Exception as exc:
-                missing = no_credentials(p, exc)
+                missing = no_credentials(pipeline, exc)
                 if missing is not None:
                     raise missing from exc
-                if isinstance(exc, (OutputIOError, OutputRefusedError)) and f"pipeline {p.name!r}" not in str(exc):
-                    raise type(exc)(f"pipeline {p.name!r}: {exc}") from exc
+                if isinstance(exc, (OutputIOError, OutputRefusedError)) and f"pipeline {pipeline.name!r}" not in str(exc):
+                    raise type(exc)(f"pipeline {pipeline.name!r}: {exc}") from exc
                 raise
 
     return run
 
 
-def no_credentials(p: PipelineConfig, exc: BaseException) -> CredentialsMissingError | None:
+def no_credentials(pipeline: PipelineConfig, exc: BaseException) -> CredentialsMissingError | None:
     """The error for a task whose AWS client found no credentials to sign with (botocore's bare NoCredentialsError, alone
     or as the cause of one of ours), naming the pipeline, its connection and the service called; None for any other."""
     seen: set[int] = set()
@@ -160,15 +160,16 @@ def no_credentials(p: PipelineConfig, exc: BaseException) -> CredentialsMissingE
         return None
     service = _called_service(cause)
     source = (
-        f" (the Glue catalog's credentials come from table.catalog_properties of pipeline {p.name!r}, else the worker's default chain)"
+        f" (the Glue catalog's credentials come from table.catalog_properties of pipeline {pipeline.name!r}, "
+        "else the worker's default chain)"
         if service == "Glue"
         else ""
     )
     return CredentialsMissingError(
-        f"pipeline {p.name!r}: no AWS credentials to call {service or 'AWS'} with{source}: Airflow connection "
-        f"{p.aws_conn_id!r} holds no keys, role or profile that gave any, and neither did the worker's default chain "
+        f"pipeline {pipeline.name!r}: no AWS credentials to call {service or 'AWS'} with{source}: Airflow connection "
+        f"{pipeline.aws_conn_id!r} holds no keys, role or profile that gave any, and neither did the worker's default chain "
         "(environment, shared files, instance or container role). A retry will not help until the connection has "
-        f"credentials: give connection {p.aws_conn_id!r} an access key, a role_arn or a profile, or name another with "
+        f"credentials: give connection {pipeline.aws_conn_id!r} an access key, a role_arn or a profile, or name another with "
         'aws_conn_id in the pipelines config (docs/deployment.md: "Pointing it at real AWS")'
     )
 
@@ -184,33 +185,38 @@ def _called_service(exc: BaseException) -> str | None:
     return None
 
 
-def s3_access(p: PipelineConfig) -> S3Access:
+def s3_access(pipeline: PipelineConfig) -> S3Access:
     """The pipeline's way to S3: its connection's session (credentials, an assumed role), region and S3 endpoint.
 
     A pipeline that reaches no S3 (a local output with the embedded catalog) gets the default chain, unused.
     """
-    if not (is_s3(p.output) or (p.table is not None and not p.table.embedded)):
+    if not (is_s3(pipeline.output) or (pipeline.table is not None and not pipeline.table.embedded)):
         return S3Access()
-    hook = S3Hook(aws_conn_id=p.aws_conn_id)
+    hook = S3Hook(aws_conn_id=pipeline.aws_conn_id)
     return S3Access(
-        hook.get_session(), hook.conn_config.get_service_endpoint_url("s3"), hook.conn_config.region_name, f"connection {p.aws_conn_id}"
+        hook.get_session(),
+        hook.conn_config.get_service_endpoint_url("s3"),
+        hook.conn_config.region_name,
+        f"connection {pipeline.aws_conn_id}",
     )
 
 
-def kinesis_hook(p: PipelineConfig) -> KinesisHook:
-    return KinesisHook(aws_conn_id=p.aws_conn_id, config=pooled(CLIENT_CONFIG, p.read.plan_concurrency))
+def kinesis_hook(pipeline: PipelineConfig) -> KinesisHook:
+    return KinesisHook(aws_conn_id=pipeline.aws_conn_id, config=pooled(CLIENT_CONFIG, pipeline.read.plan_concurrency))
 
 
-def kinesis_client(p: PipelineConfig) -> KinesisClient:
+def kinesis_client(pipeline: PipelineConfig) -> KinesisClient:
     """The connection's Kinesis client, with the one retry policy of kinesis_replay.adapters.kinesis_client."""
-    return leave_throttling_to_call(kinesis_hook(p).conn)
+    return leave_throttling_to_call(kinesis_hook(pipeline).conn)
 
 
-def state_store(p: PipelineConfig) -> DynamoDBStateStore:
+def state_store(pipeline: PipelineConfig) -> DynamoDBStateStore:
     # A plain client, not DynamoDBHook's: that is a resource's meta.client, whose injected serializer would
     # wrap the typed attribute values the store writes a second time.
-    client = AwsBaseHook(aws_conn_id=p.aws_conn_id, client_type="dynamodb", config=pooled(_RETRIES, p.read.plan_concurrency)).conn
-    return DynamoDBStateStore(client, p.state_table)
+    client = AwsBaseHook(
+        aws_conn_id=pipeline.aws_conn_id, client_type="dynamodb", config=pooled(_RETRIES, pipeline.read.plan_concurrency)
+    ).conn
+    return DynamoDBStateStore(client, pipeline.state_table)
 
 
 # Each DAG's trigger parameters, as its Params declare them (tests/dags checks that each DAG declares no other). Airflow
@@ -222,16 +228,16 @@ BACKFILL_PARAMS = ("batches", iceberg_table.RESTORE_PARAM, "redecode", "dry_run"
 MAINTENANCE_PARAMS = ("dry_run", "orphan_age_hours")
 
 
-def maintenance_dag_id(p: PipelineConfig) -> str:
-    return f"kinesis_replay_maintenance_{p.name}"
+def maintenance_dag_id(pipeline: PipelineConfig) -> str:
+    return f"kinesis_replay_maintenance_{pipeline.name}"
 
 
-def check_params(p: PipelineConfig, dag_id: str, params: dict[str, Any], allowed: tuple[str, ...]) -> None:
+def check_params(pipeline: PipelineConfig, dag_id: str, params: dict[str, Any], allowed: tuple[str, ...]) -> None:
     """Before anything runs: the run's params (its conf merged into the DAG's Params) hold no key the DAG does not take."""
     unknown = sorted(str(k) for k in params if k not in allowed)
     if unknown:
         raise ParameterError(
-            f"pipeline {p.name!r}: {dag_id} has no trigger parameter {', '.join(map(repr, unknown))}; it takes "
+            f"pipeline {pipeline.name!r}: {dag_id} has no trigger parameter {', '.join(map(repr, unknown))}; it takes "
             f"{', '.join(allowed)}. Nothing was run: trigger it again with only those keys in its conf"
         )
 
@@ -243,45 +249,47 @@ def acknowledged(params: dict[str, Any]) -> frozenset[str]:
 
 @fail_fast
 @through_connection
-def plan(p: PipelineConfig, run_id: str, params: dict[str, Any]) -> Planned:
+def plan(pipeline: PipelineConfig, run_id: str, params: dict[str, Any]) -> Planned:
     """Resume the batch in flight or plan the next one; skip the run when no shard has anything new.
 
     With ``dry_run`` it writes nothing and reads no data: it logs the plan and its cost, then skips the run.
     With ``recover_from_output`` it first rebuilds the pipeline's lost state from the output's commit records
     (with ``dry_run``, it says what it would write and skips the run).
     """
-    check_params(p, p.dag_id, params, REGULAR_PARAMS)
-    store = state_store(p)
+    check_params(pipeline, pipeline.dag_id, params, REGULAR_PARAMS)
+    store = state_store(pipeline)
     store.ensure_table()
     dry_run = bool(params.get("dry_run"))
     if params.get(guards.RECOVER_PARAM):
-        rebuilt = recovery.recover(p, kinesis_client(p), store, datetime.now(UTC), dry_run)
+        rebuilt = recovery.recover(pipeline, kinesis_client(pipeline), store, datetime.now(UTC), dry_run)
         if dry_run:
             raise AirflowSkipException(f"dry run: nothing was written; would {rebuilt.describe()}")
-    result = plan_batch(p, kinesis_client(p), store, run_id, acknowledged=acknowledged(params), dry_run=dry_run)
+    result = plan_batch(pipeline, kinesis_client(pipeline), store, run_id, acknowledged=acknowledged(params), dry_run=dry_run)
     for shard_id, millis in result.lag_millis.items():
-        stats.gauge(f"kinesis_replay.{p.name}.shard.{shard_id}.millis_behind_latest", millis)
+        stats.gauge(f"kinesis_replay.{pipeline.name}.shard.{shard_id}.millis_behind_latest", millis)
     for child, parents in result.waiting:
         log.info("shard %s waits for its parents %s to be drained", child, ", ".join(parents))
     if dry_run:
-        raise AirflowSkipException(dry_run_report(p, result))
+        raise AirflowSkipException(dry_run_report(pipeline, result))
     batch, action = result.batch, result.action  # both or neither
     if batch is None or action is None:
-        raise AirflowSkipException(f"pipeline {p.name}: no shard of stream {p.stream} has records after its checkpoint")
+        raise AirflowSkipException(f"pipeline {pipeline.name}: no shard of stream {pipeline.stream} has records after its checkpoint")
     log.info(
         "pipeline %s: %s batch %d (%s) with %d ranges",
-        p.name, "resuming" if result.resumed else "planned", batch.batch_id, batch.status.value, len(batch.ranges),
+        pipeline.name, "resuming" if result.resumed else "planned", batch.batch_id, batch.status.value, len(batch.ranges),
     )  # fmt: skip
     return Planned(batch_id=batch.batch_id, action=action, resumed=result.resumed, ranges=len(batch.ranges))
 
 
-def dry_run_report(p: PipelineConfig, result: PlanResult) -> str:
+def dry_run_report(pipeline: PipelineConfig, result: PlanResult) -> str:
     """What a run would do, logged and given as the reason the run is skipped."""
     if result.batch is None:
-        return f"dry run of pipeline {p.name}: no shard of stream {p.stream} has anything new; nothing was written"
+        return f"dry run of pipeline {pipeline.name}: no shard of stream {pipeline.stream} has anything new; nothing was written"
     batch = result.batch
     verb = "would resume" if result.resumed else "would plan"
-    report = f"dry run of pipeline {p.name}: {verb} " + backfill.describe(batch, backfill.estimate_batch(batch, p.read, result.estimates))
+    report = f"dry run of pipeline {pipeline.name}: {verb} " + backfill.describe(
+        batch, backfill.estimate_batch(batch, pipeline.read, result.estimates)
+    )
     report += "\nrecord and byte counts of new ranges are estimates (each shard's rate on its last batch); nothing was written or read"
     log.info("%s", report)
     return report
@@ -289,64 +297,73 @@ def dry_run_report(p: PipelineConfig, result: PlanResult) -> str:
 
 @fail_fast
 @through_connection
-def replay(p: PipelineConfig, planned: Planned, params: dict[str, Any]) -> None:
+def replay(pipeline: PipelineConfig, planned: Planned, params: dict[str, Any]) -> None:
     """Run the replay job on the batch's stored ranges; a failure is noted on the batch, which stays in flight."""
-    store = state_store(p)
-    batch = in_flight.batch_to_replay(p, kinesis_client(p), store, planned["batch_id"], planned["action"], acknowledged(params))
+    store = state_store(pipeline)
+    batch = in_flight.batch_to_replay(
+        pipeline, kinesis_client(pipeline), store, planned["batch_id"], planned["action"], acknowledged(params)
+    )
     if batch is not None:
         # A job that fails because another run committed the batch meanwhile (its commit removes this run's attempt
         # folder under the job) fails the run with that, not with Spark's FileNotFoundException, and is not retried.
-        with in_flight.failure_recorded(p, store, batch.batch_id), in_flight.committed_meanwhile(p, store, batch.batch_id):
-            submit(p, batch, acknowledged(params))
+        with in_flight.failure_recorded(pipeline, store, batch.batch_id), in_flight.committed_meanwhile(pipeline, store, batch.batch_id):
+            submit(pipeline, batch, acknowledged(params))
 
 
-def job_spec(p: PipelineConfig, batch: Batch, accept_gaps: frozenset[str] = frozenset()) -> JobSpec:
+def job_spec(pipeline: PipelineConfig, batch: Batch, accept_gaps: frozenset[str] = frozenset()) -> JobSpec:
     """The replay job's input: the batch's ranges, the hooks' Kinesis and S3 endpoints and regions, and the stream's retention."""
-    hook = kinesis_hook(p)
+    hook = kinesis_hook(pipeline)
     endpoint = KinesisEndpoint(hook.conn_region_name, hook.conn_config.get_service_endpoint_url("kinesis"))
-    retention = stream_retention(kinesis_client(p), p.stream, p.read)
-    s3 = s3_access(p)
-    return JobSpec.for_batch(p, batch, endpoint, accept_gaps, retention, S3Endpoint(s3.region, s3.endpoint_url))
+    retention = stream_retention(kinesis_client(pipeline), pipeline.stream, pipeline.read)
+    s3 = s3_access(pipeline)
+    return JobSpec.for_batch(pipeline, batch, endpoint, accept_gaps, retention, S3Endpoint(s3.region, s3.endpoint_url))
 
 
-def submit(p: PipelineConfig, batch: Batch, accept_gaps: frozenset[str] = frozenset(), kind: RunKind = RunKind.REGULAR) -> None:
+def submit(pipeline: PipelineConfig, batch: Batch, accept_gaps: frozenset[str] = frozenset(), kind: RunKind = RunKind.REGULAR) -> None:
     """spark-submit the replay job with the batch's spec; endpoint and credentials come from the hook. Its progress is
     stored under ``kind``, so a backfill's never replaces the regular batch's on the page."""
-    hook = kinesis_hook(p)
-    given = job_credentials(p, batch, hook)
-    log.info("pipeline %s, batch %d: the job's AWS credentials: %s", p.name, batch.batch_id, given.how)
+    hook = kinesis_hook(pipeline)
+    given = job_credentials(pipeline, batch, hook)
+    log.info("pipeline %s, batch %d: the job's AWS credentials: %s", pipeline.name, batch.batch_id, given.how)
     if given.warning:
-        log.warning("pipeline %s, batch %d: %s", p.name, batch.batch_id, given.warning)
-    work = Path(tempfile.mkdtemp(prefix=f"kinesis-replay-{p.name}-{batch.batch_id}-"))
+        log.warning("pipeline %s, batch %d: %s", pipeline.name, batch.batch_id, given.warning)
+    work = Path(tempfile.mkdtemp(prefix=f"kinesis-replay-{pipeline.name}-{batch.batch_id}-"))
     try:
         env = given.write(work)  # the config file with the role's base keys stays in this private folder
         spec_path = work / "batch.json"
-        spec_path.write_text(job_spec(p, batch, accept_gaps).to_json())
+        spec_path.write_text(job_spec(pipeline, batch, accept_gaps).to_json())
         library = spark_submit.package_library(work / "kinesis_replay.zip")
         job, py_files = SPARK_JOBS / "replay_job.py", [library, SPARK_JOBS / "kinesis_source.py"]
-        spark_submit.warm_up(p, job, py_files, spark_submit.submit_env(p.spark.master, {}))  # once per machine
-        command = spark_submit.build_command(p, batch.batch_id, spec_path, job, py_files)
+        spark_submit.warm_up(pipeline, job, py_files, spark_submit.submit_env(pipeline.spark.master, {}))  # once per machine
+        command = spark_submit.build_command(pipeline, batch.batch_id, spec_path, job, py_files)
         progress = status.ReplayProgress(
-            p.name, batch.batch_id, progress_publisher(p), p.read.progress_seconds, shards=[r.shard_id for r in batch.ranges], kind=kind
+            pipeline.name,
+            batch.batch_id,
+            progress_publisher(pipeline),
+            pipeline.read.progress_seconds,
+            shards=[r.shard_id for r in batch.ranges],
+            kind=kind,
         )
-        spark_submit.run(command, spark_submit.submit_env(p.spark.master, env), f"pipeline {p.name}, batch {batch.batch_id}", progress.line)
+        spark_submit.run(
+            command, spark_submit.submit_env(pipeline.spark.master, env), f"pipeline {pipeline.name}, batch {batch.batch_id}", progress.line
+        )
         if failed := progress.close():
-            stats.incr(f"kinesis_replay.{p.name}.progress_write_failures", failed)
+            stats.incr(f"kinesis_replay.{pipeline.name}.progress_write_failures", failed)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def progress_publisher(p: PipelineConfig) -> Callable[[Progress], None]:
+def progress_publisher(pipeline: PipelineConfig) -> Callable[[Progress], None]:
     """Store the replay's progress for the status page; ReplayProgress logs and counts a failed write, which never stops the replay."""
-    store = state_store(p)
+    store = state_store(pipeline)
 
     def publish(progress: Progress) -> None:
-        store.put_progress(progress, p.name)
+        store.put_progress(progress, pipeline.name)
 
     return publish
 
 
-def job_credentials(p: PipelineConfig, batch: Batch, hook: AwsBaseHook) -> credentials.JobCredentials:
+def job_credentials(pipeline: PipelineConfig, batch: Batch, hook: AwsBaseHook) -> credentials.JobCredentials:
     """How the replay job gets the connection's credentials: a profile that assumes its role, so that they last as long as the job."""
     conn = hook.conn_config
     role = None
@@ -361,7 +378,7 @@ def job_credentials(p: PipelineConfig, batch: Batch, hook: AwsBaseHook) -> crede
     base = None
     if role is not None and keys is None and conn.profile_name is None:
         base = worker_credentials(hook)
-    session_name = credentials.session_name(p.name, batch.batch_id)
+    session_name = credentials.session_name(pipeline.name, batch.batch_id)
     return credentials.for_job(connection, session_name, base, lambda: frozen_credentials(hook))
 
 
@@ -385,30 +402,30 @@ def _keys(found: ReadOnlyCredentials, what: str) -> credentials.Keys:
     return credentials.Keys(found.access_key, found.secret_key, found.token)
 
 
-def stage_emr(p: PipelineConfig, batch: Batch, accept_gaps: frozenset[str] = frozenset()) -> dict[str, Any]:
+def stage_emr(pipeline: PipelineConfig, batch: Batch, accept_gaps: frozenset[str] = frozenset()) -> dict[str, Any]:
     """Upload the job, its Data Source, the library zip and the batch spec for EMR Serverless; return the job run's kwargs.
 
     Every file goes under the batch's own prefix, replaced on each run, so a rerun submits the same job.
     """
-    emr = p.spark.emr_serverless
+    emr = pipeline.spark.emr_serverless
     if emr is None:
-        raise ConfigError(f"pipeline {p.name}: spark.emr_serverless is not configured, so there is nothing to stage")
-    s3 = S3Hook(aws_conn_id=p.aws_conn_id)
-    work = Path(tempfile.mkdtemp(prefix=f"kinesis-replay-{p.name}-{batch.batch_id}-"))
+        raise ConfigError(f"pipeline {pipeline.name}: spark.emr_serverless is not configured, so there is nothing to stage")
+    s3 = S3Hook(aws_conn_id=pipeline.aws_conn_id)
+    work = Path(tempfile.mkdtemp(prefix=f"kinesis-replay-{pipeline.name}-{batch.batch_id}-"))
     try:
         spec_path = work / emr_serverless.SPEC_FILE
-        spec = job_spec(p, batch, accept_gaps)
+        spec = job_spec(pipeline, batch, accept_gaps)
         # The job runs in AWS: never an endpoint that only Airflow can reach.
         spec_path.write_text(
             replace(spec, kinesis=replace(spec.kinesis, endpoint_url=None), s3=replace(spec.s3, endpoint_url=None)).to_json()
         )
         library = spark_submit.package_library(work / emr_serverless.LIBRARY_ZIP)
-        for upload in emr_serverless.uploads(emr.code_prefix, p.name, batch.batch_id, SPARK_JOBS, library, spec_path):
+        for upload in emr_serverless.uploads(emr.code_prefix, pipeline.name, batch.batch_id, SPARK_JOBS, library, spec_path):
             s3.load_file(str(upload.local), key=upload.key, bucket_name=upload.bucket, replace=True)
             log.info("staged %s", upload.uri)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    kwargs = emr_serverless.job_run_kwargs(p, batch.batch_id)
+    kwargs = emr_serverless.job_run_kwargs(pipeline, batch.batch_id)
     for key in OPERATOR_FIXED:
         kwargs.pop(key)  # set once on the operator's partial(), not per mapped run
     return kwargs
@@ -416,38 +433,40 @@ def stage_emr(p: PipelineConfig, batch: Batch, accept_gaps: frozenset[str] = fro
 
 @fail_fast
 @through_connection
-def stage(p: PipelineConfig, planned: Planned, params: dict[str, Any]) -> list[dict[str, Any]]:
+def stage(pipeline: PipelineConfig, planned: Planned, params: dict[str, Any]) -> list[dict[str, Any]]:
     """The EMR Serverless counterpart of replay(): check retention, stage the batch; [] when there is nothing to run."""
-    store = state_store(p)
-    batch = in_flight.batch_to_replay(p, kinesis_client(p), store, planned["batch_id"], planned["action"], acknowledged(params))
+    store = state_store(pipeline)
+    batch = in_flight.batch_to_replay(
+        pipeline, kinesis_client(pipeline), store, planned["batch_id"], planned["action"], acknowledged(params)
+    )
     if batch is None:
         return []
-    with in_flight.failure_recorded(p, store, batch.batch_id):
-        return [stage_emr(p, batch, acknowledged(params))]
+    with in_flight.failure_recorded(pipeline, store, batch.batch_id):
+        return [stage_emr(pipeline, batch, acknowledged(params))]
 
 
 @fail_fast
 @through_connection
-def verify(p: PipelineConfig, planned: Planned, params: dict[str, Any], run_id: str) -> None:
+def verify(pipeline: PipelineConfig, planned: Planned, params: dict[str, Any], run_id: str) -> None:
     """Check the output and manifest against the plan; a mismatch fails the run and moves nothing."""
     if planned["action"] == FINISH_COMMIT:
         return
-    store = state_store(p)
-    with in_flight.failure_recorded(p, store, planned["batch_id"]):
-        verify_batch(p, store, planned["batch_id"], acknowledged(params), run_id)
+    store = state_store(pipeline)
+    with in_flight.failure_recorded(pipeline, store, planned["batch_id"]):
+        verify_batch(pipeline, store, planned["batch_id"], acknowledged(params), run_id)
 
 
 @fail_fast
 @through_connection
-def commit(p: PipelineConfig, planned: Planned, run_id: str = "") -> BatchFigures:
+def commit(pipeline: PipelineConfig, planned: Planned, run_id: str = "") -> BatchFigures:
     """Advance every checkpoint of the verified batch, conditionally, then mark it committed."""
-    batch = commit_batch(p, state_store(p), planned["batch_id"], run_id=run_id)
-    summary = batch_summary(p, batch, "regular")
+    batch = commit_batch(pipeline, state_store(pipeline), planned["batch_id"], run_id=run_id)
+    summary = batch_summary(pipeline, batch, "regular")
     behind = status.catch_up(batch, datetime.now(UTC))
     summary["catch_up"] = behind.to_dict()
-    stats.gauge(f"kinesis_replay.{p.name}.behind_seconds", behind.behind_seconds)
-    log.info("pipeline %s: committed %s", p.name, {k: v for k, v in summary.items() if k != "ranges"})
-    log.info("pipeline %s: %s%s", p.name, behind.describe(), "; the next batch is planned at once" if behind.behind else "")
+    stats.gauge(f"kinesis_replay.{pipeline.name}.behind_seconds", behind.behind_seconds)
+    log.info("pipeline %s: committed %s", pipeline.name, {k: v for k, v in summary.items() if k != "ranges"})
+    log.info("pipeline %s: %s%s", pipeline.name, behind.describe(), "; the next batch is planned at once" if behind.behind else "")
     return summary
 
 
@@ -457,18 +476,18 @@ def catch_up_needed(summary: BatchFigures) -> bool:
     return behind is not None and bool(behind["capped_shards"])
 
 
-def batch_summary(p: PipelineConfig, batch: Batch, kind: str) -> BatchFigures:
+def batch_summary(pipeline: PipelineConfig, batch: Batch, kind: str) -> BatchFigures:
     """The batch's figures, sent as metrics and carried in the output Asset's event."""
     result = batch.verified_result()
     # A regular batch: plan to commit. A backfill: its replay job's own time (the batch's commit was long before).
     seconds = (batch.committed_at - batch.created_at).total_seconds() if batch.committed_at and kind == "regular" else result.seconds
-    prefix = f"kinesis_replay.{p.name}.{kind}_batch"
+    prefix = f"kinesis_replay.{pipeline.name}.{kind}_batch"
     stats.gauge(f"{prefix}.records", result.records)
     stats.gauge(f"{prefix}.bytes", result.bytes)
     stats.gauge(f"{prefix}.bad_records", result.bad_records)
     stats.timing(f"{prefix}.duration", seconds * 1000)
     summary = BatchFigures(
-        pipeline=p.name,
+        pipeline=pipeline.name,
         kind=kind,
         batch_id=batch.batch_id,
         shards=len(batch.ranges),
@@ -476,15 +495,15 @@ def batch_summary(p: PipelineConfig, batch: Batch, kind: str) -> BatchFigures:
         bad_records=result.bad_records,
         bytes=result.bytes,
         seconds=round(seconds, 3),
-        path=layout.batch_path(p.output, batch.batch_id) if p.table is None else p.output,
+        path=layout.batch_path(pipeline.output, batch.batch_id) if pipeline.table is None else pipeline.output,
     )
-    if p.table is not None:  # the table, and the snapshot that holds this batch (read the table as of it to see the batch)
-        summary["table"], summary["catalog"], summary["snapshot_id"] = p.table.identifier, p.table.catalog, batch.snapshot_id
+    if pipeline.table is not None:  # the table, and the snapshot that holds this batch (read the table as of it to see the batch)
+        summary["table"], summary["catalog"], summary["snapshot_id"] = pipeline.table.identifier, pipeline.table.catalog, batch.snapshot_id
     # The ranges ride along while they are few; a wide stream's (about 250 bytes each) are in the commit record.
     if len(batch.ranges) <= SUMMARY_RANGES:
         summary["ranges"] = [r.to_dict() for r in batch.ranges]
     else:
-        summary["ranges_in"] = layout.commit_record_path(p.output, batch.batch_id)
+        summary["ranges_in"] = layout.commit_record_path(pipeline.output, batch.batch_id)
     return summary
 
 
@@ -495,113 +514,127 @@ def event_extra(summary: BatchFigures) -> dict[str, Any]:
 
 @fail_fast  # its own AirflowFailException passes through; a missing or corrupt state table fails it at once too
 @through_connection
-def check_staleness(p: PipelineConfig) -> None:
+def check_staleness(pipeline: PipelineConfig) -> None:
     """The regular DAG's task ``check``, the stuck check: fail, and so alert through the DAG's callbacks, when a record
     has waited too long to be committed."""
-    found = in_flight.staleness(p, state_store(p))
-    stats.gauge(f"kinesis_replay.{p.name}.checkpoint_age_seconds", found.age_seconds)
-    problem = found.problem(p)
+    found = in_flight.staleness(pipeline, state_store(pipeline))
+    stats.gauge(f"kinesis_replay.{pipeline.name}.checkpoint_age_seconds", found.age_seconds)
+    problem = found.problem(pipeline)
     if problem is not None:
         raise AirflowFailException(problem)
-    log.info("pipeline %s: oldest uncommitted record waited %.0fs (limit %ds)", p.name, found.age_seconds, found.limit_seconds)
+    log.info("pipeline %s: oldest uncommitted record waited %.0fs (limit %ds)", pipeline.name, found.age_seconds, found.limit_seconds)
 
 
 @fail_fast
 @through_connection
-def select_backfill(p: PipelineConfig, params: dict[str, Any], run_id: str = "") -> list[int]:
+def select_backfill(pipeline: PipelineConfig, params: dict[str, Any], run_id: str = "") -> list[int]:
     """The committed batches to replay; refuses while a regular batch is in flight or when ranges left retention.
 
     With ``restore_table``: the committed batches the table lacks. Those whose verified files are still in the output
     are committed from them here; the others are returned, for a replay from the stream each.
     """
-    check_params(p, p.backfill_dag_id, params, BACKFILL_PARAMS)
+    check_params(pipeline, pipeline.backfill_dag_id, params, BACKFILL_PARAMS)
     if params.get(iceberg_table.RESTORE_PARAM):
         if params.get("batches"):
             raise BackfillError(
-                f"pipeline {p.name!r}: give either {iceberg_table.RESTORE_PARAM} or batches, not both. "
+                f"pipeline {pipeline.name!r}: give either {iceberg_table.RESTORE_PARAM} or batches, not both. "
                 f"{iceberg_table.RESTORE_PARAM} puts back every committed batch the table lacks, whichever they are (it takes "
                 "no batches: try it with dry_run to see which); batches replays the batches it names into their own paths. "
                 "Nothing was run"
             )
-        in_flight.check_same_stream(p, kinesis_client(p))
-        return restore_table(p, bool(params.get("dry_run")), run_id)
+        in_flight.check_same_stream(pipeline, kinesis_client(pipeline))
+        return restore_table(pipeline, bool(params.get("dry_run")), run_id)
     if not params.get("batches"):
         raise BackfillError(
-            f'pipeline {p.name}: name the batches to replay ({{"batches": {{"batch_ids": [3, 7]}}}}, or from_batch and '
+            f'pipeline {pipeline.name}: name the batches to replay ({{"batches": {{"batch_ids": [3, 7]}}}}, or from_batch and '
             f'to_batch, or start_time and end_time), or restore the table ({{"{iceberg_table.RESTORE_PARAM}": true}})'
         )
     backfill.parse_selection(params["batches"])  # a mistyped selection is refused before anything is called
-    client = kinesis_client(p)
-    in_flight.check_same_stream(p, client)
-    selection, chosen = backfill.choose(p, client, state_store(p), params["batches"])
+    client = kinesis_client(pipeline)
+    in_flight.check_same_stream(pipeline, client)
+    selection, chosen = backfill.choose(pipeline, client, state_store(pipeline), params["batches"])
     if params.get("dry_run"):
         for batch in chosen:
-            log.info("dry run: would replay %s", backfill.describe(batch, backfill.estimate_batch(batch, p.read)))
-        raise AirflowSkipException(f"dry run of a backfill of {selection.describe()} in pipeline {p.name}: nothing was read or written")
-    log.info("pipeline %s: backfilling %s", p.name, ", ".join(str(b.batch_id) for b in chosen))
+            log.info("dry run: would replay %s", backfill.describe(batch, backfill.estimate_batch(batch, pipeline.read)))
+        raise AirflowSkipException(
+            f"dry run of a backfill of {selection.describe()} in pipeline {pipeline.name}: nothing was read or written"
+        )
+    log.info("pipeline %s: backfilling %s", pipeline.name, ", ".join(str(b.batch_id) for b in chosen))
     return [b.batch_id for b in chosen]
 
 
-def restore_table(p: PipelineConfig, dry_run: bool, run_id: str) -> list[int]:
+def restore_table(pipeline: PipelineConfig, dry_run: bool, run_id: str) -> list[int]:
     """The restore's first step: say what it puts back and from where; commit what the output's files hold."""
-    store = state_store(p)
-    plan = backfill.plan_restore(p, kinesis_client(p), store)
+    store = state_store(pipeline)
+    plan = backfill.plan_restore(pipeline, kinesis_client(pipeline), store)
     report = plan.describe()
     log.info("%s", report)
     if dry_run:
         raise AirflowSkipException(f"dry run of a restore: nothing was read or written\n{report}")
     # The batches it cannot bring back go on too: each one's own task fails, naming it (backfill.committed_batch).
-    replay_ids = [*backfill.restore_from_files(p, store, plan, run_id), *plan.from_stream, *plan.lost][: backfill.MAX_BATCHES_PER_RUN]
+    replay_ids = [*backfill.restore_from_files(pipeline, store, plan, run_id), *plan.from_stream, *plan.lost][
+        : backfill.MAX_BATCHES_PER_RUN
+    ]
     if not replay_ids:
-        raise AirflowSkipException(f"pipeline {p.name}: restored {len(plan.from_files)} batches from the output's files; none to replay")
+        raise AirflowSkipException(
+            f"pipeline {pipeline.name}: restored {len(plan.from_files)} batches from the output's files; none to replay"
+        )
     return sorted(replay_ids)
 
 
 @fail_fast
 @through_connection
-def backfill_batch(p: PipelineConfig, batch_id: int, run_id: str = "", restore: bool = False, redecode: bool = False) -> BatchFigures:
+def backfill_batch(
+    pipeline: PipelineConfig, batch_id: int, run_id: str = "", restore: bool = False, redecode: bool = False
+) -> BatchFigures:
     """Replay one committed batch into its own paths and check it holds what it held; never touches a checkpoint."""
-    client = kinesis_client(p)
-    in_flight.check_same_stream(p, client)  # as the regular run's: the select task's check, again just before Spark starts
-    submit(p, backfill.committed_batch(p, state_store(p), batch_id, client if restore else None), kind=RunKind.BACKFILL)
-    return check_backfilled(p, batch_id, run_id, restore, redecode)
+    client = kinesis_client(pipeline)
+    in_flight.check_same_stream(pipeline, client)  # as the regular run's: the select task's check, again just before Spark starts
+    submit(
+        pipeline, backfill.committed_batch(pipeline, state_store(pipeline), batch_id, client if restore else None), kind=RunKind.BACKFILL
+    )
+    return check_backfilled(pipeline, batch_id, run_id, restore, redecode)
 
 
 @fail_fast
 @through_connection
-def stage_backfill(p: PipelineConfig, batch_id: int, restore: bool = False) -> dict[str, Any]:
+def stage_backfill(pipeline: PipelineConfig, batch_id: int, restore: bool = False) -> dict[str, Any]:
     """Stage one committed batch for an EMR Serverless replay (the backfill DAG's counterpart of stage())."""
-    client = kinesis_client(p)
-    in_flight.check_same_stream(p, client)
-    return stage_emr(p, backfill.committed_batch(p, state_store(p), batch_id, client if restore else None))
+    client = kinesis_client(pipeline)
+    in_flight.check_same_stream(pipeline, client)
+    return stage_emr(pipeline, backfill.committed_batch(pipeline, state_store(pipeline), batch_id, client if restore else None))
 
 
 @fail_fast
 @through_connection
-def check_backfilled(p: PipelineConfig, batch_id: int, run_id: str = "", restore: bool = False, redecode: bool = False) -> BatchFigures:
+def check_backfilled(
+    pipeline: PipelineConfig, batch_id: int, run_id: str = "", restore: bool = False, redecode: bool = False
+) -> BatchFigures:
     """The backfill DAG's task ``check`` after an EMR Serverless replay, and the end of backfill_batch otherwise.
 
     A backfilled batch must hold what its first run held (same shards, counts, checksums) and decode as the output holds
     it (unless ``redecode``); then it replaces the batch's folder or the table's files (or, restoring, joins the table)."""
-    batch = backfill.check_replayed(p, state_store(p), batch_id, run_id, restore, redecode)
-    summary = batch_summary(p, batch, "backfill")
-    log.info("pipeline %s: backfilled %s", p.name, summary)
+    batch = backfill.check_replayed(pipeline, state_store(pipeline), batch_id, run_id, restore, redecode)
+    summary = batch_summary(pipeline, batch, "backfill")
+    log.info("pipeline %s: backfilled %s", pipeline.name, summary)
     return summary
 
 
 @fail_fast
 @through_connection
-def maintain_table(p: PipelineConfig, params: dict[str, Any]) -> MaintenanceFigures:
+def maintain_table(pipeline: PipelineConfig, params: dict[str, Any]) -> MaintenanceFigures:
     """Expire the table's old snapshots and remove its orphan files (table_maintenance has the defaults and why).
 
     Fails, after the expiry, when orphan removal was refused because the pipeline's state is missing.
     """
-    check_params(p, maintenance_dag_id(p), params, MAINTENANCE_PARAMS)
+    check_params(pipeline, maintenance_dag_id(pipeline), params, MAINTENANCE_PARAMS)
     hours = params.get("orphan_age_hours", table_maintenance.DEFAULT_ORPHAN_AGE.total_seconds() / 3600)
-    found = maintenance.tidy_table(p, state_store(p), orphan_age=timedelta(hours=hours), dry_run=bool(params.get("dry_run")))
+    found = maintenance.tidy_table(pipeline, state_store(pipeline), orphan_age=timedelta(hours=hours), dry_run=bool(params.get("dry_run")))
     if found is None:
-        raise AirflowSkipException(f"pipeline {p.name}: {iceberg_table.require_table(p).describe()} has no commit yet: nothing to maintain")
-    log.info("pipeline %s: %s: %s", p.name, iceberg_table.require_table(p).describe(), found.summary())
+        raise AirflowSkipException(
+            f"pipeline {pipeline.name}: {iceberg_table.require_table(pipeline).describe()} has no commit yet: nothing to maintain"
+        )
+    log.info("pipeline %s: %s: %s", pipeline.name, iceberg_table.require_table(pipeline).describe(), found.summary())
     if found.orphans_refused is not None:
         raise AirflowFailException(found.orphans_refused)
     return MaintenanceFigures(

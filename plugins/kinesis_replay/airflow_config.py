@@ -24,24 +24,28 @@ def load_pipelines(path: str | os.PathLike[str]) -> LoadedConfig:
     """
     loaded = config.load_pipelines(path)
     valid, errors = [], list(loaded.errors)
-    for p in loaded.pipelines:
-        problem = airflow_problem(p)
+    for pipeline in loaded.pipelines:
+        problem = airflow_problem(pipeline)
         if problem is None:
-            valid.append(p)
+            valid.append(pipeline)
         else:
-            errors.append(PipelineError(-1, p.name, f"{path}: pipeline {p.name}: {problem}"))
+            errors.append(PipelineError(-1, pipeline.name, f"{path}: pipeline {pipeline.name}: {problem}"))
     return LoadedConfig(tuple(valid), tuple(errors))
 
 
-def airflow_problem(p: PipelineConfig) -> str | None:
+def airflow_problem(pipeline: PipelineConfig) -> str | None:
     """Why Airflow could not run the pipeline's DAGs, or None."""
     from airflow.sdk import DAG
 
     try:
-        DAG(dag_id=f"{p.dag_id}_schedule_check", schedule=p.schedule, start_date=START).timetable.validate()
+        DAG(dag_id=f"{pipeline.dag_id}_schedule_check", schedule=pipeline.schedule, start_date=START).timetable.validate()
     except Exception as exc:  # Airflow raises several kinds for a bad schedule
-        return f"schedule: {p.schedule!r} is not a valid schedule: {exc}"
-    if p.spark.emr_serverless is not None and p.spark.emr_serverless.deferrable and importlib.util.find_spec("aiobotocore") is None:
+        return f"schedule: {pipeline.schedule!r} is not a valid schedule: {exc}"
+    if (
+        pipeline.spark.emr_serverless is not None
+        and pipeline.spark.emr_serverless.deferrable
+        and importlib.util.find_spec("aiobotocore") is None
+    ):
         return (
             "spark.emr_serverless.deferrable needs aiobotocore in Airflow's environment "
             "(pip install 'apache-airflow-providers-amazon[aiobotocore]'), or set deferrable: false"

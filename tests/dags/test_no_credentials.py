@@ -58,8 +58,8 @@ def test_the_plan_names_the_state_tables_service() -> None:
 def test_a_kinesis_call_names_kinesis() -> None:
     @tasks.fail_fast
     @tasks.through_connection
-    def step(p: PipelineConfig) -> object:
-        return tasks.kinesis_client(p).list_shards(StreamName=p.stream)
+    def step(pipeline_config: PipelineConfig) -> object:
+        return tasks.kinesis_client(pipeline_config).list_shards(StreamName=pipeline_config.stream)
 
     refused(lambda: step(pipeline()), "Kinesis")
 
@@ -69,7 +69,7 @@ def test_an_s3_call_wrapped_in_the_outputs_error_names_s3() -> None:
 
     @tasks.fail_fast
     @tasks.through_connection
-    def step(p: PipelineConfig) -> object:
+    def step(pipeline_config: PipelineConfig) -> object:
         return files.s3_list("lake", "orders/")
 
     refused(lambda: step(pipeline(**glue)), "S3")
@@ -83,15 +83,15 @@ def test_the_replay_jobs_credentials_from_a_role_with_nothing_to_assume_it_with_
 
     @tasks.fail_fast
     @tasks.through_connection
-    def step(p: PipelineConfig) -> object:
-        return tasks.job_credentials(p, batch, tasks.kinesis_hook(p)).env
+    def step(pipeline_config: PipelineConfig) -> object:
+        return tasks.job_credentials(pipeline_config, batch, tasks.kinesis_hook(pipeline_config)).env
 
     refused(lambda: step(pipeline()), "STS")
 
 
 def test_any_other_error_is_left_as_it_is() -> None:
     @tasks.through_connection
-    def step(p: PipelineConfig) -> object:
+    def step(pipeline_config: PipelineConfig) -> object:
         raise KeyError("stream")
 
     with pytest.raises(KeyError):

@@ -45,21 +45,21 @@ def pipeline(output_root: str, **changes: object) -> PipelineConfig:
         "name": "orders", "stream": "orders-stream", "output": output_root, "schedule": None, "initial_position": "TRIM_HORIZON",
         "state_table": "kr-state", "spark": {"master": "local[1]"}, "output_format": "directory", **changes,
     }  # fmt: skip
-    (p,) = parse_config({"pipelines": [entry]})
-    return p
+    (pipeline_config,) = parse_config({"pipelines": [entry]})
+    return pipeline_config
 
 
-def committed(p: PipelineConfig, batch_id: int) -> Batch:
+def committed(pipeline_config: PipelineConfig, batch_id: int) -> Batch:
     previous = 10 * batch_id - 1 if batch_id > 1 else None
     rng = SequenceRange("shardId-000000000000", 10 * batch_id, 10 * batch_id + 9, previous)
-    result = ReplayResult(p.name, batch_id, (ShardResult(rng.shard_id, 10, 100, rng.start, rng.end, "00"),))
-    return Batch(p.name, batch_id, BatchStatus.COMMITTED, (rng,), p.stream, "run", NOW, NOW, result)
+    result = ReplayResult(pipeline_config.name, batch_id, (ShardResult(rng.shard_id, 10, 100, rng.start, rng.end, "00"),))
+    return Batch(pipeline_config.name, batch_id, BatchStatus.COMMITTED, (rng,), pipeline_config.stream, "run", NOW, NOW, result)
 
 
 def test_the_owner_record_and_commit_records_guard_an_s3_root(bucket: str, stack: Any) -> None:
-    p = pipeline(f"s3://{bucket}/raw/orders/")
-    guards.check_before_plan(p, Head())
-    guards.claim_output(p, NOW)
+    pipeline_config = pipeline(f"s3://{bucket}/raw/orders/")
+    guards.check_before_plan(pipeline_config, Head())
+    guards.claim_output(pipeline_config, NOW)
     key = "raw/orders/_kinesis_replay_owner.json"
     assert s3(stack).head_object(Bucket=bucket, Key=key)["ContentLength"] > 0
 
@@ -68,14 +68,14 @@ def test_the_owner_record_and_commit_records_guard_an_s3_root(bucket: str, stack
         guards.claim_output(intruder, NOW)
 
     for batch_id in (1, 2):
-        commit_records.write_commit_record(p.output, committed(p, batch_id))
-    assert commit_records.committed_batch_ids(p.output) == [1, 2]
-    assert commit_records.read_commit_record(p.output, 2) == committed(p, 2)
+        commit_records.write_commit_record(pipeline_config.output, committed(pipeline_config, batch_id))
+    assert commit_records.committed_batch_ids(pipeline_config.output) == [1, 2]
+    assert commit_records.read_commit_record(pipeline_config.output, 2) == committed(pipeline_config, 2)
     with pytest.raises(StateLostError, match="holds 2 committed batches"):
-        guards.check_before_plan(p, Head())  # the table lost its state
-    guards.check_before_plan(p, Head(next_batch_id=3, version=3))  # in step with the output
+        guards.check_before_plan(pipeline_config, Head())  # the table lost its state
+    guards.check_before_plan(pipeline_config, Head(next_batch_id=3, version=3))  # in step with the output
 
-    rebuilt = plan_recovery(p, [commit_records.read_commit_record(p.output, i) for i in (1, 2)], [], NOW)
+    rebuilt = plan_recovery(pipeline_config, [commit_records.read_commit_record(pipeline_config.output, i) for i in (1, 2)], [], NOW)
     assert rebuilt.head.next_batch_id == 3 and [s.checkpoint for s in rebuilt.shards] == [29]
 
 
@@ -142,9 +142,9 @@ def test_a_plan_task_claims_an_s3_root_through_the_connection_alone(
 ) -> None:
     """The task as a new user runs it: the connection's service_config names the S3 endpoint, the environment none."""
     kinesis.put_record(StreamName=entry["stream"], Data=b'{"n": 1}', PartitionKey="k")
-    p = pipeline(f"s3://{bucket}/raw/orders", stream=entry["stream"], state_table=store.table)
+    pipeline_config = pipeline(f"s3://{bucket}/raw/orders", stream=entry["stream"], state_table=store.table)
     with files.reaching_s3(files.S3Access()):  # the default chain, as outside a task: it knows no local endpoint
-        planned = tasks.plan(p, "manual__s3", {})
+        planned = tasks.plan(pipeline_config, "manual__s3", {})
     assert planned["batch_id"] == 1 and planned["ranges"] == 1
     claimed = s3(stack).get_object(Bucket=bucket, Key="raw/orders/_kinesis_replay_owner.json")["Body"].read()
     assert b'"pipeline": "orders"' in claimed and len(store.get_batch("orders", 1).ranges) == 1
@@ -162,10 +162,10 @@ def test_an_s3_endpoint_that_does_not_answer_fails_naming_the_pipeline_the_outpu
     connection = stack.connection()
     connection["extra"]["service_config"]["s3"] = {"endpoint_url": f"http://127.0.0.1:{local_stack.free_port()}"}  # nothing listens
     monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", json.dumps(connection))
-    p = pipeline(f"s3://{bucket}/raw/orders", stream=entry["stream"], state_table=store.table)
+    pipeline_config = pipeline(f"s3://{bucket}/raw/orders", stream=entry["stream"], state_table=store.table)
 
     with pytest.raises(OutputIOError) as raised:
-        tasks.plan(p, "manual__s3", {})
+        tasks.plan(pipeline_config, "manual__s3", {})
 
     says = str(raised.value)
     assert says.startswith("pipeline 'orders': ") and f"s3://{bucket}/raw/orders" in says, says
@@ -173,5 +173,8 @@ def test_an_s3_endpoint_that_does_not_answer_fails_naming_the_pipeline_the_outpu
     assert raised.value.retryable  # an endpoint that is down may come back
     assert "Contents" not in own.list_objects_v2(Bucket=bucket) and store.get_head("orders").next_batch_id == 1  # nothing written
     # pyarrow's file system (owner record, commit records, verify's reads) says the same where boto3's client did.
-    with files.reaching_s3(tasks.s3_access(p)), pytest.raises(OutputIOError, match=f"cannot reach s3://{bucket}/raw/orders/_kinesis"):
-        owner.read_owner(p.output)
+    with (
+        files.reaching_s3(tasks.s3_access(pipeline_config)),
+        pytest.raises(OutputIOError, match=f"cannot reach s3://{bucket}/raw/orders/_kinesis"),
+    ):
+        owner.read_owner(pipeline_config.output)

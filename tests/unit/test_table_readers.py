@@ -31,13 +31,13 @@ def demo(output: Path) -> PipelineConfig:
         "name": "demo", "stream": "demo", "output": str(output), "schedule": None, "initial_position": "TRIM_HORIZON",
         "state_table": "kr-state", "spark": {"master": "local[1]"},
     }  # fmt: skip
-    (p,) = parse_config({"pipelines": [entry]})
-    return p
+    (pipeline,) = parse_config({"pipelines": [entry]})
+    return pipeline
 
 
-def commit(p: PipelineConfig, batch_id: int, arrivals: list[datetime]) -> None:
+def commit(pipeline: PipelineConfig, batch_id: int, arrivals: list[datetime]) -> None:
     """One batch of one file per shard, committed as the pipeline commits it."""
-    folder = Path(data_path(p.output, batch_id, "a"))
+    folder = Path(data_path(pipeline.output, batch_id, "a"))
     folder.mkdir(parents=True)
     paths = []
     for shard in SHARDS:
@@ -56,16 +56,16 @@ def commit(p: PipelineConfig, batch_id: int, arrivals: list[datetime]) -> None:
         path = folder / f"{shard}.parquet"
         pq.write_table(pa.table(rows), path)
         paths.append(str(path))
-    iceberg_table.commit_snapshot(p, batch_id, "a", paths, run_id=f"run-{batch_id}")
+    iceberg_table.commit_snapshot(pipeline, batch_id, "a", paths, run_id=f"run-{batch_id}")
 
 
 def test_every_python_snippet_reads_the_table_as_the_docs_say(tmp_path: Path) -> None:
     output = tmp_path / "demo"
-    p = demo(output)
+    pipeline = demo(output)
     hour = timedelta(hours=1)
-    commit(p, 1, [NOON - 2 * hour, NOON - hour])  # before noon: the arrival-time filter leaves it out
-    commit(p, 2, [NOON, NOON + hour, NOON + 2 * hour])
-    commit(p, 3, [NOON + 3 * hour])
+    commit(pipeline, 1, [NOON - 2 * hour, NOON - hour])  # before noon: the arrival-time filter leaves it out
+    commit(pipeline, 2, [NOON, NOON + hour, NOON + 2 * hour])
+    commit(pipeline, 3, [NOON + 3 * hour])
 
     code = snippets()
     assert len(code) == 3, "the section's Python snippets changed: check what this test asserts"

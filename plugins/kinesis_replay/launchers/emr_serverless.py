@@ -67,16 +67,16 @@ def spark_submit_parameters(py_files: list[str], conf: Mapping[str, str]) -> str
     return " ".join(parts)
 
 
-def job_run_kwargs(p: PipelineConfig, batch_id: int) -> dict[str, Any]:
+def job_run_kwargs(pipeline: PipelineConfig, batch_id: int) -> dict[str, Any]:
     """``EmrServerlessStartJobOperator``'s arguments (providers-amazon 9.x) for one batch of a pipeline with ``spark.emr_serverless``.
 
     The config reader has checked every value (ids, role ARN, S3 URIs). The run is polled every ``poll_seconds``
     for at most ``submit_timeout_seconds``, the limit a spark-submit replay has too.
     """
-    emr = p.spark.emr_serverless
+    emr = pipeline.spark.emr_serverless
     if emr is None:
-        raise ConfigError(f"pipeline {p.name}: spark.emr_serverless is not configured")
-    base = batch_prefix(emr.code_prefix, p.name, batch_id)
+        raise ConfigError(f"pipeline {pipeline.name}: spark.emr_serverless is not configured")
+    base = batch_prefix(emr.code_prefix, pipeline.name, batch_id)
     kwargs: dict[str, Any] = {
         "application_id": emr.application_id,
         "execution_role_arn": emr.execution_role_arn,
@@ -84,27 +84,29 @@ def job_run_kwargs(p: PipelineConfig, batch_id: int) -> dict[str, Any]:
             "sparkSubmit": {
                 "entryPoint": f"{base}/{JOB_FILE}",
                 "entryPointArguments": ["--spec", f"{base}/{SPEC_FILE}"],
-                "sparkSubmitParameters": spark_submit_parameters([f"{base}/{LIBRARY_ZIP}", f"{base}/{SOURCE_FILE}"], job_conf(p, emr)),
+                "sparkSubmitParameters": spark_submit_parameters(
+                    [f"{base}/{LIBRARY_ZIP}", f"{base}/{SOURCE_FILE}"], job_conf(pipeline, emr)
+                ),
             }
         },
         "configuration_overrides": None,
-        "name": f"kinesis-replay-{p.name}-batch-{batch_id}",
+        "name": f"kinesis-replay-{pipeline.name}-batch-{batch_id}",
         "deferrable": emr.deferrable,
         "waiter_delay": emr.poll_seconds,
-        "waiter_max_attempts": max(1, -(-p.spark.submit_timeout_seconds // emr.poll_seconds)),
+        "waiter_max_attempts": max(1, -(-pipeline.spark.submit_timeout_seconds // emr.poll_seconds)),
     }
     if emr.log_uri is not None:
         kwargs["configuration_overrides"] = {"monitoringConfiguration": {"s3MonitoringConfiguration": {"logUri": emr.log_uri}}}
     return kwargs
 
 
-def job_conf(p: PipelineConfig, emr: EmrServerlessConfig) -> dict[str, str]:
+def job_conf(pipeline: PipelineConfig, emr: EmrServerlessConfig) -> dict[str, str]:
     """The job's Spark properties: the defaults, the pipeline's own, and the packed virtualenv's Python if there is one.
 
     ``venv_archive`` is an S3 URI of a packed virtualenv (venv-pack) holding the job's dependencies (boto3,
     pyarrow, aws-kinesis-agg); without it the release image's Python must have them.
     """
-    conf = {**DEFAULT_SPARK_CONF, **p.spark.conf}
+    conf = {**DEFAULT_SPARK_CONF, **pipeline.spark.conf}
     if emr.venv_archive is not None:
         conf.update(
             {

@@ -74,19 +74,19 @@ class PipelineView:
         return asdict(self)
 
 
-def pipeline_view(p: PipelineConfig, store: StateStore, now: datetime, last: int = 10) -> PipelineView:
+def pipeline_view(pipeline: PipelineConfig, store: StateStore, now: datetime, last: int = 10) -> PipelineView:
     """The page's view of one pipeline: a few reads, however long the ledger (the last batches, and the batch
     that last moved each shard's checkpoint)."""
-    head = store.get_head(p.name)
+    head = store.get_head(pipeline.name)
     ids = range(head.next_batch_id - 1, max(0, head.next_batch_id - 1 - last), -1)
-    found = store.get_batches(p.name, ids)
+    found = store.get_batches(pipeline.name, ids)
     recent = [found[i] for i in ids if i in found]  # newest first
     lag: dict[str, int] = {}
     for batch in reversed(recent):  # every plan measures each shard it reads; the newest measurement wins
         lag.update(batch.notes.lag_millis or {})
-    day = last_day(store, p.name, head, now)
-    states = sorted(store.get_shards(p.name).values(), key=lambda s: s.shard_id)
-    by_id = store.get_batches(p.name, {s.last_batch_id for s in states if s.last_batch_id is not None})
+    day = last_day(store, pipeline.name, head, now)
+    states = sorted(store.get_shards(pipeline.name).values(), key=lambda s: s.shard_id)
+    by_id = store.get_batches(pipeline.name, {s.last_batch_id for s in states if s.last_batch_id is not None})
     shards = tuple(
         ShardView(
             shard_id=s.shard_id,
@@ -98,15 +98,15 @@ def pipeline_view(p: PipelineConfig, store: StateStore, now: datetime, last: int
         )
         for s in states
     )
-    reported = store.get_progress(p.name)  # one Query: the last progress of the regular run and of a backfill
+    reported = store.get_progress(pipeline.name)  # one Query: the last progress of the regular run and of a backfill
     newest = next((b for b in recent if b.status == BatchStatus.COMMITTED), None)
     behind = catch_up(newest, now) if newest is not None else None
     return PipelineView(
-        name=p.name,
-        stream=p.stream,
-        output=p.output,
-        dag_id=p.dag_id,
-        backfill_dag_id=p.backfill_dag_id,
+        name=pipeline.name,
+        stream=pipeline.stream,
+        output=pipeline.output,
+        dag_id=pipeline.dag_id,
+        backfill_dag_id=pipeline.backfill_dag_id,
         in_flight=head.in_flight,
         shards=shards,
         batches=tuple(_batch_view(b) for b in recent),
@@ -115,8 +115,8 @@ def pipeline_view(p: PipelineConfig, store: StateStore, now: datetime, last: int
         history=tuple(_history_point(b) for b in day),
         failures=tuple(_failure(b) for b in reversed(day) if b.last_error is not None)[:FAILURES],
         progress=_progress(found.get(head.in_flight), reported.get(RunKind.REGULAR)) if head.in_flight is not None else None,
-        backfill_progress=_backfill_progress(store, p, reported.get(RunKind.BACKFILL), now),
-        table=p.table.describe() if p.table is not None else None,
+        backfill_progress=_backfill_progress(store, pipeline, reported.get(RunKind.BACKFILL), now),
+        table=pipeline.table.describe() if pipeline.table is not None else None,
     )
 
 
@@ -157,13 +157,13 @@ def _progress(batch: Batch | None, reported: Progress | None) -> dict[str, Any] 
     return _progress_view(batch, current, batch.notes.estimated_records or {}, RunKind.REGULAR)
 
 
-def _backfill_progress(store: StateStore, p: PipelineConfig, reported: Progress | None, now: datetime) -> dict[str, Any] | None:
+def _backfill_progress(store: StateStore, pipeline: PipelineConfig, reported: Progress | None, now: datetime) -> dict[str, Any] | None:
     """A running backfill's replay, against what the batch held when it was committed; None once it is read or silent."""
     if reported is None or (reported.records and reported.done >= set(reported.records)):
         return None
-    if now - reported.updated_at > max(BACKFILL_SHOWN_MIN, timedelta(seconds=BACKFILL_SHOWN_INTERVALS * p.read.progress_seconds)):
+    if now - reported.updated_at > max(BACKFILL_SHOWN_MIN, timedelta(seconds=BACKFILL_SHOWN_INTERVALS * pipeline.read.progress_seconds)):
         return None
-    batch = store.get_batches(p.name, [reported.batch_id]).get(reported.batch_id)
+    batch = store.get_batches(pipeline.name, [reported.batch_id]).get(reported.batch_id)
     if batch is None:
         return None
     estimates = {r.shard_id: r.records + r.bad_records for r in batch.result.shards} if batch.result is not None else {}
