@@ -52,7 +52,7 @@ for path in (ROOT / "plugins", ROOT / "dags", ROOT / "spark_jobs", ROOT / "tests
 
 from kinesis_replay.core.airflow_names import dag_ids  # noqa: E402
 from kinesis_replay.core.formats import path_batch_id  # noqa: E402
-from kinesis_replay.steps.commit import range_checkpoint  # noqa: E402
+from kinesis_replay.core.state import range_checkpoint  # noqa: E402
 
 CYCLE_FAULTS = (
     "none", "kill_spark_read", "kill_spark_write", "kill_spark_after_write", "state_unreachable", "state_lost_ack",

@@ -9,8 +9,7 @@ import pytest
 from kinesis_replay.core.config import parse_config
 from kinesis_replay.core.errors import DataLossError, VerificationError
 from kinesis_replay.core.ranges import SequenceRange
-from kinesis_replay.core.state import Batch, BatchStatus, Gap, ReplayResult, ShardResult
-from kinesis_replay.steps.commit import range_checkpoint
+from kinesis_replay.core.state import Batch, BatchStatus, Gap, ReplayResult, ShardResult, range_checkpoint
 from kinesis_replay.steps.in_flight import check_retention
 from kinesis_replay.steps.verify import check_result, merge_gaps
 

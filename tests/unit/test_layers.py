@@ -26,6 +26,30 @@ FORBIDDEN = {
 }
 SPARK_SIDE = {"spark_jobs.kinesis_source", "spark_jobs.replay_job"}  # the Spark job knows nothing of Airflow
 
+# The steps are two floors: plan, in_flight, verify, commit and maintenance are siblings, sharing their rules through
+# core/ and adapters/; backfill and recovery sit above them. Each step imports exactly the siblings named here, each
+# with the reason. A new step fails test_steps_import_only_the_siblings_named until it is given its row.
+LEAVING = "(being replaced by core rules)"
+STEP_IMPORTS: dict[str, dict[str, str]] = {
+    "guards": {},
+    "plan": {"guards": LEAVING},
+    "in_flight": {"guards": LEAVING},
+    "verify": {},
+    "commit": {"guards": LEAVING},
+    "maintenance": {"guards": LEAVING},
+    "backfill": {
+        "guards": LEAVING,
+        "in_flight": "a backfill's and a restore's ranges are checked against the retention as the batch in flight's are",
+        "verify": "a backfill's replayed files are verified as a batch's are (check_files)",
+        "commit": "a backfill and a restore put their files in the table as a batch's commit does (commit_to_table)",
+    },
+    "recovery": {
+        "guards": LEAVING,
+        "commit": "a recovered batch whose commit was cut short is put in the table as a restore does (commit_to_table)",
+    },
+}
+STEP_FLOORS = 2  # the siblings, then backfill and recovery
+
 
 def layer_folders() -> list[str]:
     return sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists())
@@ -114,6 +138,50 @@ def test_the_layers_are_read_from_the_folders() -> None:
     assert {name: layer for name, (layer, _) in modules.items() if name.startswith("steps.")} == {
         f"steps.{p.stem}": "steps" for p in (PACKAGE / "steps").glob("*.py")
     }
+
+
+def step_imports() -> dict[str, set[str]]:
+    """Each step's sibling steps, by their short names, as its imports name them."""
+    modules = sources()
+    steps = {name: path for name, (_, path) in modules.items() if name.startswith("steps.") and name != "steps.__init__"}
+    return {
+        name.removeprefix("steps."): {dep.removeprefix("steps.") for dep in imports(path, set(modules))[0] if dep in steps} - {name}
+        for name, path in steps.items()
+    }
+
+
+def floors(graph: dict[str, set[str]]) -> dict[str, int]:
+    """Each node's floor: 1 when it imports none of the graph's nodes, else one above the highest it imports (no cycles)."""
+    found: dict[str, int] = {}
+
+    def floor(node: str) -> int:
+        if node not in found:
+            found[node] = 1 + max((floor(dep) for dep in graph.get(node, ())), default=0)
+        return found[node]
+
+    for node in graph:
+        floor(node)
+    return found
+
+
+def test_steps_import_only_the_siblings_named() -> None:
+    """Steps share rules through core/ and adapters/, not through each other: each imports the siblings STEP_IMPORTS names."""
+    found = step_imports()
+    assert set(found) == set(STEP_IMPORTS), "each step has its row in STEP_IMPORTS, naming the siblings it may import and why"
+    wrong = {step: sorted(deps) for step, deps in found.items() if deps != set(STEP_IMPORTS[step])}
+    # A sibling not named: move the shared rule to core/ or adapters/. A sibling named and no longer imported: drop its entry.
+    assert wrong == {}, "each step imports exactly the siblings its row of STEP_IMPORTS names"
+    assert all(reason for row in STEP_IMPORTS.values() for reason in row.values()), "each allowed sibling says why"
+
+
+def test_the_steps_are_two_floors() -> None:
+    """Below the guards (leaving): the siblings on one floor, backfill and recovery above them, and no third floor."""
+    leaving = {dep for row in STEP_IMPORTS.values() for dep, reason in row.items() if reason == LEAVING}
+    graph = {step: deps - leaving for step, deps in step_imports().items() if step not in leaving}
+    built = floors(graph)
+    assert max(built.values()) <= STEP_FLOORS, built
+    assert {step for step, floor in built.items() if floor == STEP_FLOORS} == {"backfill", "recovery"}
+    assert floors({"recovery": {"backfill"}, "backfill": {"commit"}, "commit": set()})["recovery"] == 3  # a chain is seen
 
 
 def test_the_checks_see_a_violation(tmp_path: Path) -> None:

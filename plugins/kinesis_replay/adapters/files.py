@@ -15,15 +15,26 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 from urllib.parse import urlsplit
 
-from kinesis_replay.adapters.layout import batch_data_path, data_path, result_path
+from kinesis_replay.adapters.layout import (
+    batch_data_path,
+    batch_path,
+    data_path,
+    quarantine_path,
+    result_path,
+    staged_data_path,
+    staged_quarantine_path,
+)
 from kinesis_replay.core.decoded import DECODED_KEY
 from kinesis_replay.core.errors import KinesisReplayError, OutputCorruptError, OutputIOError, OutputRefusedError, VerificationError
 from kinesis_replay.core.formats import is_s3, s3_uri
 from kinesis_replay.core.records import DIGEST_HASH, PARTITION_COLUMN, ROW_COLUMNS
 from kinesis_replay.core.state import ReplayResult
+
+if TYPE_CHECKING:  # a type hint only: batch_files and quarantine_folder read a pipeline's output and table
+    from kinesis_replay.core.config import PipelineConfig
 
 
 def arrow_row_schema() -> Any:
@@ -390,6 +401,37 @@ def parquet_files(path: str) -> list[str]:
         return found
     scheme = path.split("://", 1)[0]
     return [f"{scheme}://{f}" for f in found]
+
+
+def batch_files(pipeline: PipelineConfig, batch_id: int, result: ReplayResult, staged: bool = False) -> list[str]:
+    """The files that hold the batch's rows: its attempt's table files, or its directory's (``staged``: those its attempt
+    staged, not yet swapped into the batch's folder)."""
+    if pipeline.table is None:
+        if staged and result.attempt is not None:
+            return parquet_files(staged_data_path(pipeline.output, batch_id, result.attempt))
+        return parquet_files(batch_path(pipeline.output, batch_id))
+    if result.attempt is None:
+        raise VerificationError(
+            f"pipeline {pipeline.name!r}, batch {batch_id}: the result manifest names no attempt, so it was written by a "
+            "replay job of another release (or for a directory output); deploy one release to both sides and run the batch again"
+        )
+    files = parquet_files(data_path(pipeline.output, batch_id, result.attempt))
+    if not files and result.records:
+        raise VerificationError(
+            f"pipeline {pipeline.name!r}, batch {batch_id}: the result manifest names attempt {result.attempt}, whose files "
+            f"are gone from {data_path(pipeline.output, batch_id, result.attempt)}. A run that commits the batch "
+            "removes the attempts it did not commit, so another run replaying the batch at the same time may have committed "
+            "it; otherwise they were deleted. Nothing was committed by this run; the next run replays the batch if it is "
+            "still in flight"
+        )
+    return files
+
+
+def quarantine_folder(pipeline: PipelineConfig, batch_id: int, result: ReplayResult, staged: bool = False) -> str:
+    """The batch's quarantine, or (``staged``) the one its attempt staged."""
+    if staged and result.attempt is not None:
+        return staged_quarantine_path(pipeline.output, batch_id, result.attempt)
+    return quarantine_path(pipeline.output, batch_id)
 
 
 @dataclass(frozen=True)

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
+# The names of the root's own records (results, commit records, the owner record) are declared in the core, whose
+# messages name them too; they are layout's names as well (layout.COMMITS_DIR).
+from kinesis_replay.core.formats import COMMITS_DIR as COMMITS_DIR
+from kinesis_replay.core.formats import OWNER_FILE as OWNER_FILE
+from kinesis_replay.core.formats import RESULTS_DIR as RESULTS_DIR
 from kinesis_replay.core.formats import path_batch_id
 
-RESULTS_DIR = "_manifests"  # a leading underscore: Spark and pyarrow readers skip it
 QUARANTINE_DIR = "_quarantine"  # records that could not be decoded, with the reason, per batch
 STAGING_DIR = "_staging"  # where the replay job writes a batch before swapping it into place
-# One JSON file per batch whose commit began: the output's own copy of the ledger, from which a lost state
-# table is rebuilt. Written after the batch is COMMITTING and before any checkpoint moves.
-COMMITS_DIR = "_commits"
-OWNER_FILE = "_kinesis_replay_owner.json"  # who owns this output root: one pipeline, one stream, one state table
 # A table output's data files (Iceberg's own layout under the table location, which is the output root): one folder per
 # attempt of a batch, so that a replay never overwrites a file a snapshot references. Not for reading directly.
 DATA_DIR = "data"

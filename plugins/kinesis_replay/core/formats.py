@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from datetime import datetime
 
 # A batch id is zero-padded so that it sorts as a number: to 10 digits in the output's paths (batch_id=0000000042) and
 # to 12 in the state table's sort keys (batch#000000000042). Both widths are on disk and in existing tables: never
@@ -15,6 +16,14 @@ from dataclasses import dataclass
 PATH_BATCH_DIGITS = 10
 SORT_KEY_BATCH_DIGITS = 12
 MAX_BATCH_ID = 10**PATH_BATCH_DIGITS - 1  # the largest id whose padded path still lists in order
+
+# The names of an output root's own records, on disk in every existing output (adapters/layout.py builds their paths;
+# the core names them in its messages).
+RESULTS_DIR = "_manifests"  # a leading underscore: Spark and pyarrow readers skip it
+# One JSON file per batch whose commit began: the output's own copy of the ledger, from which a lost state
+# table is rebuilt. Written after the batch is COMMITTING and before any checkpoint moves.
+COMMITS_DIR = "_commits"
+OWNER_FILE = "_kinesis_replay_owner.json"  # who owns this output root: one pipeline, one stream, one state table
 
 
 def path_batch_id(batch_id: int) -> str:
@@ -49,6 +58,13 @@ def duration(seconds: float) -> str:
     if seconds < 120:
         return f"{seconds}s"
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+def arrival_age(arrival: datetime | None, now: datetime) -> str:
+    """How long ago a record arrived, as ``duration`` writes it (``of unknown age`` when Kinesis gave no time)."""
+    if arrival is None:
+        return "of unknown age"
+    return duration((now - arrival).total_seconds())
 
 
 # The text of a progress line: see ProgressLine. An older job's lines have this form too, so it may only be added to.

@@ -111,8 +111,8 @@ class Holdings:
         return "batches " + ", ".join(f"{a}" if a == b else f"{a} to {b}" for a, b in self.ranges)
 
 
-def listed(ids: list[int], limit: int = SHOWN_IDS) -> str:
-    """Ids for a message: the first few, then how many more."""
+def listed(ids: Sequence[object], limit: int = SHOWN_IDS) -> str:
+    """Ids for a message: the first few, then how many more (``7, 8, 9, 10, 11 and 95 more``)."""
     shown = ", ".join(map(str, ids[:limit]))
     return shown if len(ids) <= limit else f"{shown} and {len(ids) - limit} more"
 

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from kinesis_replay.core.decoding import EARLIER, Decoding
-from kinesis_replay.core.errors import StateCorruptError
-from kinesis_replay.core.ranges import SequenceRange, format_sequence_number, parse_sequence_number
+from kinesis_replay.core.errors import BatchSupersededError, StateCorruptError
+from kinesis_replay.core.formats import COMMITS_DIR, RESULTS_DIR
+from kinesis_replay.core.ranges import SequenceRange, ShardInfo, format_sequence_number, parse_sequence_number
+
+if TYPE_CHECKING:  # a type hint only: the rules below read a pipeline's options
+    from kinesis_replay.core.config import PipelineConfig
 
 
 class BatchStatus(StrEnum):
@@ -19,6 +24,11 @@ class BatchStatus(StrEnum):
     COMMITTING = "COMMITTING"  # checkpoints are being advanced; a resumed run finishes this, never replays
     COMMITTED = "COMMITTED"  # every checkpoint advanced, the batch no longer in flight
     FAILED = "FAILED"  # a run gave up on it; it is still in flight and the next run retries it
+
+
+# What a run does with the batch its plan step returns (plan.PlanResult.action).
+REPLAY = "replay"  # read the ranges and (re)write the batch's output, then verify and commit
+FINISH_COMMIT = "finish_commit"  # a previous run verified the output and began committing: finish that
 
 
 # Which status a batch may move to from which. A regular batch never leaves the ledger, so a
@@ -60,6 +70,20 @@ class StartPosition:
     def from_dict(cls, data: Mapping[str, Any]) -> StartPosition:
         ts = data.get("timestamp")
         return cls(kind=str(data["kind"]), timestamp=None if ts is None else datetime.fromisoformat(ts))
+
+
+def resolve_start(pipeline: PipelineConfig, shard: ShardInfo, now: datetime) -> StartPosition:
+    """A new shard's start position, resolved once and stored.
+
+    A child of a split or merge starts at its own first record, as the KCL does. LATEST becomes
+    AT_TIMESTAMP of this plan, so it does not move at the next plan and nothing that arrives after
+    the pipeline started is skipped.
+    """
+    if shard.parent_shard_ids or pipeline.initial_position == "TRIM_HORIZON":
+        return StartPosition("TRIM_HORIZON")
+    if pipeline.initial_position == "LATEST":
+        return StartPosition("AT_TIMESTAMP", now)
+    return StartPosition("AT_TIMESTAMP", pipeline.initial_timestamp)
 
 
 @dataclass(frozen=True)
@@ -142,6 +166,14 @@ def _span_from_dict(data: Mapping[str, Any], shard_id: str) -> tuple[int, int | 
         parse_sequence_number(data["after"], f"unconfirmed span of {shard_id}"),
         None if first is None else parse_sequence_number(first, f"unconfirmed span of {shard_id}"),
     )
+
+
+def range_checkpoint(rng: SequenceRange, results: Mapping[str, ShardResult]) -> int:
+    """Where a committed range leaves its shard's checkpoint: its end; for a closed shard read to SHARD_END, the last
+    record read (the shard is then finished). A range every record of which was gone (an acknowledged gap, no row)
+    leaves it at its end as well: the loss is the gap's."""
+    result = results.get(rng.shard_id)
+    return result.last_sequence_number if rng.to_shard_end and result is not None else rng.end
 
 
 @dataclass(frozen=True)
@@ -366,6 +398,35 @@ class Batch:
             notes=PlanNotes.from_dict(data.get("extra") or {}),
             snapshot_id=int(data["snapshot_id"]) if data.get("snapshot_id") is not None else None,
         )
+
+
+def superseded(pipeline: PipelineConfig, batch: Batch) -> BatchSupersededError:
+    """The error of a run that finds its batch verified and committed by another run of the pipeline (the loser of two
+    runs of one batch at once): it stops, changing nothing, and is not retried, as nothing is left for it to do."""
+    return BatchSupersededError(
+        f"pipeline {pipeline.name!r}, batch {batch.batch_id} is {batch.status.value}: it was verified and committed after this "
+        "run replayed it (by a run replaying it at the same time, or by this run before this task was run again). This "
+        f"run changes nothing: the ledger and the output's {COMMITS_DIR} "
+        f"record describe the committed batch, and the output's {RESULTS_DIR} holds the last replay's result, "
+        "which may be this run's. Nothing is left to do: the next run plans the next batch"
+    )
+
+
+@contextmanager
+def committed_meanwhile(pipeline: PipelineConfig, store: StateStore, batch_id: int) -> Iterator[None]:
+    """On a failure, the batch's status is read again: when another run verified it and began (or finished) committing it
+    meanwhile, its commit removed this run's attempt, which is why this run failed (Spark's FileNotFoundException on an
+    attempt file, files gone at verify, a conditional write refused). The run then fails with ``superseded``."""
+    try:
+        yield
+    except Exception as exc:
+        try:
+            batch = store.get_batch(pipeline.name, batch_id)
+        except Exception:
+            raise exc from None  # the first failure is the one to report
+        if batch.status in (BatchStatus.COMMITTING, BatchStatus.COMMITTED):
+            raise superseded(pipeline, batch) from exc
+        raise
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from kinesis_replay.core.errors import (
     VerificationError,
 )
 from kinesis_replay.core.formats import MAX_BATCH_ID
-from kinesis_replay.core.holdings import Commit, Ledger, Mismatch, TableState, compare
+from kinesis_replay.core.holdings import Commit, Ledger, Mismatch, TableState, compare, listed
 from kinesis_replay.core.ranges import SequenceRange
 from kinesis_replay.core.records import digest_hash
 from kinesis_replay.core.state import Batch, BatchStatus, ReplayResult, ShardResult, StateStore
@@ -42,8 +42,6 @@ log = logging.getLogger(__name__)
 MAX_BATCHES_PER_RUN = 100
 # An ISO 8601 timestamp is at most about 35 characters ("2026-11-01T00:00:00.123456789+00:00").
 MAX_TIMESTAMP_LENGTH = 64
-# A refusal names this many ids, then says how many more there are.
-LISTED_IDS = 5
 # The regular DAG's acknowledge_data_loss parameter names at most this many shards: more than any stream
 # we expect has, open and closed (Kinesis's default shard quota is a few hundred per account and region),
 # and it bounds what a run's conf holds and the plan task reads (at most about 640 KB). A shard id is
@@ -125,12 +123,6 @@ def parse_selection(value: Mapping[str, Any]) -> Selection:
     if start >= end:
         raise BackfillError(f"start_time {start.isoformat()} is not before end_time {end.isoformat()}")
     return Selection(start_time=start, end_time=end)
-
-
-def listed(ids: Sequence[object], limit: int = LISTED_IDS) -> str:
-    """At most ``limit`` ids, then how many more: ``7, 8, 9, 10, 11 and 95 more``."""
-    shown = ", ".join(str(i) for i in ids[:limit])
-    return shown if len(ids) <= limit else f"{shown} and {len(ids) - limit} more"
 
 
 _SHORT = reprlib.Repr()
@@ -430,8 +422,8 @@ def decoded_differences(pipeline: PipelineConfig, batch_id: int, result: ReplayR
 
     Read from the files themselves, so batches of any release compare, whatever their manifests record."""
     held = _held_files(pipeline, batch_id) + files.parquet_files(layout.quarantine_path(pipeline.output, batch_id))
-    staged = verify.batch_files(pipeline, batch_id, result, staged=True)
-    staged += files.parquet_files(verify.quarantine_folder(pipeline, batch_id, result, staged=True))
+    staged = files.batch_files(pipeline, batch_id, result, staged=True)
+    staged += files.parquet_files(files.quarantine_folder(pipeline, batch_id, result, staged=True))
     before, after = files.read_decoded(held), files.read_decoded(staged)
     if files.decoded_equal(before, after):
         return decoded.Comparison(None, before.num_rows, 0, 0)

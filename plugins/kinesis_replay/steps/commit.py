@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from kinesis_replay.adapters import commit_records, iceberg_table, layout
-from kinesis_replay.adapters.files import attempt_paths, parquet_files, remove_folder
+from kinesis_replay.adapters.files import attempt_paths, batch_files, parquet_files, remove_folder
 from kinesis_replay.core.config import PipelineConfig
 from kinesis_replay.core.errors import (
     StateConflictError,
@@ -18,10 +17,8 @@ from kinesis_replay.core.errors import (
 )
 from kinesis_replay.core.holdings import Commit, Ledger
 from kinesis_replay.core.ranges import SequenceRange
-from kinesis_replay.core.state import Batch, BatchStatus, ShardResult, StateStore
+from kinesis_replay.core.state import Batch, BatchStatus, StateStore, range_checkpoint, superseded
 from kinesis_replay.steps import guards
-from kinesis_replay.steps.in_flight import superseded
-from kinesis_replay.steps.verify import batch_files
 
 if TYPE_CHECKING:  # the boto3 stubs are for type checking only
     pass
@@ -82,14 +79,6 @@ def commit_batch(pipeline: PipelineConfig, store: StateStore, batch_id: int, now
             raise superseded(pipeline, now_stored) from exc  # another run committed it first: nothing is left to do
         raise StateConflictError(f"{where}: another run completed this commit first ({exc})") from exc
     return committed
-
-
-def range_checkpoint(rng: SequenceRange, results: Mapping[str, ShardResult]) -> int:
-    """Where a committed range leaves its shard's checkpoint: its end; for a closed shard read to SHARD_END, the last
-    record read (the shard is then finished). A range every record of which was gone (an acknowledged gap, no row)
-    leaves it at its end as well: the loss is the gap's."""
-    result = results.get(rng.shard_id)
-    return result.last_sequence_number if rng.to_shard_end and result is not None else rng.end
 
 
 def commit_to_table(

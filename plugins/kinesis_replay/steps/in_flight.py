@@ -9,19 +9,17 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from kinesis_replay.adapters import layout
 from kinesis_replay.adapters.kinesis_client import stream_created, stream_retention
 from kinesis_replay.adapters.owner import read_owner
 from kinesis_replay.core.config import PipelineConfig
 from kinesis_replay.core.errors import (
-    BatchSupersededError,
     DataLossError,
     KinesisReplayError,
 )
-from kinesis_replay.core.formats import duration
-from kinesis_replay.core.state import Batch, BatchStatus, StateStore
+from kinesis_replay.core.formats import arrival_age, duration
+from kinesis_replay.core.state import FINISH_COMMIT, Batch, BatchStatus, StateStore, superseded
+from kinesis_replay.core.state import committed_meanwhile as committed_meanwhile  # in_flight.committed_meanwhile: the DAG's tasks
 from kinesis_replay.steps import guards
-from kinesis_replay.steps.plan import FINISH_COMMIT, arrival_age
 
 if TYPE_CHECKING:  # the boto3 stubs are for type checking only
     from types_boto3_kinesis.client import KinesisClient
@@ -91,35 +89,6 @@ def check_retention(
             f"{duration(retention.total_seconds())}, so its first records are gone. Nothing was read. To accept "
             f'the loss, trigger a run with {{"acknowledge_data_loss": ["{rng.shard_id}"]}}'
         )
-
-
-def superseded(pipeline: PipelineConfig, batch: Batch) -> BatchSupersededError:
-    """The error of a run that finds its batch verified and committed by another run of the pipeline (the loser of two
-    runs of one batch at once): it stops, changing nothing, and is not retried, as nothing is left for it to do."""
-    return BatchSupersededError(
-        f"pipeline {pipeline.name!r}, batch {batch.batch_id} is {batch.status.value}: it was verified and committed after this "
-        "run replayed it (by a run replaying it at the same time, or by this run before this task was run again). This "
-        f"run changes nothing: the ledger and the output's {layout.COMMITS_DIR} "
-        f"record describe the committed batch, and the output's {layout.RESULTS_DIR} holds the last replay's result, "
-        "which may be this run's. Nothing is left to do: the next run plans the next batch"
-    )
-
-
-@contextmanager
-def committed_meanwhile(pipeline: PipelineConfig, store: StateStore, batch_id: int) -> Iterator[None]:
-    """On a failure, the batch's status is read again: when another run verified it and began (or finished) committing it
-    meanwhile, its commit removed this run's attempt, which is why this run failed (Spark's FileNotFoundException on an
-    attempt file, files gone at verify, a conditional write refused). The run then fails with ``superseded``."""
-    try:
-        yield
-    except Exception as exc:
-        try:
-            batch = store.get_batch(pipeline.name, batch_id)
-        except Exception:
-            raise exc from None  # the first failure is the one to report
-        if batch.status in (BatchStatus.COMMITTING, BatchStatus.COMMITTED):
-            raise superseded(pipeline, batch) from exc
-        raise
 
 
 def pending_age(batch: Batch | None, now: datetime) -> float:

@@ -19,9 +19,10 @@ from kinesis_replay.core.errors import (
     ParameterError,
     StateConflictError,
 )
-from kinesis_replay.core.formats import duration
+from kinesis_replay.core.formats import arrival_age
 from kinesis_replay.core.ranges import SequenceRange, ShardInfo, parse_sequence_number, shards_to_plan
-from kinesis_replay.core.state import Batch, BatchStatus, Gap, PlanNotes, ShardState, StartPosition, StateStore
+from kinesis_replay.core.state import FINISH_COMMIT as FINISH_COMMIT  # plan.FINISH_COMMIT as well, for the DAG's tasks
+from kinesis_replay.core.state import REPLAY, Batch, BatchStatus, Gap, PlanNotes, ShardState, StateStore, resolve_start
 from kinesis_replay.steps import guards
 
 if TYPE_CHECKING:  # the boto3 stubs are for type checking only
@@ -30,9 +31,6 @@ if TYPE_CHECKING:  # the boto3 stubs are for type checking only
 log = logging.getLogger(__name__)
 
 
-# What a run does with the batch its plan step returns.
-REPLAY = "replay"  # read the ranges and (re)write the batch's output, then verify and commit
-FINISH_COMMIT = "finish_commit"  # a previous run verified the output and began committing: finish that
 _LOGGED_RANGES = 20  # a plan logs its first ranges one by one, then a summary
 
 
@@ -50,20 +48,6 @@ class PlanResult:
         if self.batch is None:
             return None
         return FINISH_COMMIT if self.batch.status == BatchStatus.COMMITTING else REPLAY
-
-
-def resolve_start(pipeline: PipelineConfig, shard: ShardInfo, now: datetime) -> StartPosition:
-    """A new shard's start position, resolved once and stored.
-
-    A child of a split or merge starts at its own first record, as the KCL does. LATEST becomes
-    AT_TIMESTAMP of this plan, so it does not move at the next plan and nothing that arrives after
-    the pipeline started is skipped.
-    """
-    if shard.parent_shard_ids or pipeline.initial_position == "TRIM_HORIZON":
-        return StartPosition("TRIM_HORIZON")
-    if pipeline.initial_position == "LATEST":
-        return StartPosition("AT_TIMESTAMP", now)
-    return StartPosition("AT_TIMESTAMP", pipeline.initial_timestamp)
 
 
 def check_acknowledged(pipeline: PipelineConfig, acknowledged: frozenset[str], known: set[str], where: str) -> None:
@@ -236,7 +220,8 @@ class _Planner:
             )
 
     def _plan_shard(self, shard: ShardInfo, state: ShardState) -> tuple[ShardState, _ShardPlan]:
-        """Plan one shard's range, if it has anything new (in a worker thread: it only reads)."""
+        """Plan one shard's range, if it has anything new (in a worker thread). It reads the stream, and writes only a
+        drained shard's finished mark (store.mark_finished, not in a dry run), which no other shard's plan touches."""
         rate = self.rates.get(shard.shard_id)
         return state, _plan_range(self.pipeline, self.client, self.store, shard, state, self.now, self.dry_run, rate)
 
@@ -368,9 +353,3 @@ def _acknowledged_gap(
     log.warning("stream %s, shard %s: acknowledged loss after checkpoint %s, up to %s", pipeline.stream, shard_id,
                 state.checkpoint, rng.start)  # fmt: skip
     return Gap(shard_id, state.checkpoint, rng.start, acknowledged_by=run_id, detected="plan")
-
-
-def arrival_age(arrival: datetime | None, now: datetime) -> str:
-    if arrival is None:
-        return "of unknown age"
-    return duration((now - arrival).total_seconds())

@@ -25,14 +25,13 @@ from typing import TYPE_CHECKING
 from kinesis_replay.adapters import commit_records, layout
 from kinesis_replay.adapters.kinesis_client import list_shards
 from kinesis_replay.adapters.owner import Owner, read_owner, write_owner
+from kinesis_replay.core import holdings  # holdings.listed: plan_recovery's argument is named listed
 from kinesis_replay.core.config import PipelineConfig
 from kinesis_replay.core.errors import RecoveryError  # re-exported for recovery.RecoveryError
 from kinesis_replay.core.holdings import Commit, Ledger
 from kinesis_replay.core.ranges import SequenceRange, ShardInfo
-from kinesis_replay.core.state import Batch, BatchStatus, Head, ShardResult, ShardState, StateStore
-from kinesis_replay.steps import backfill, commit, guards
-from kinesis_replay.steps.commit import range_checkpoint
-from kinesis_replay.steps.plan import resolve_start
+from kinesis_replay.core.state import Batch, BatchStatus, Head, ShardResult, ShardState, StateStore, range_checkpoint, resolve_start
+from kinesis_replay.steps import commit, guards
 
 if TYPE_CHECKING:  # the boto3 stubs are for type checking only
     from types_boto3_kinesis.client import KinesisClient
@@ -92,7 +91,7 @@ def plan_recovery(pipeline: PipelineConfig, records: Sequence[Batch], listed: Se
     missing = sorted(set(range(1, ids[-1] + 1)) - set(ids)) if ids else []
     if missing:
         raise RecoveryError(
-            f"{where}: the commit records of batches {backfill.listed(missing)} are missing, so the checkpoints they moved can't be "
+            f"{where}: the commit records of batches {holdings.listed(missing)} are missing, so the checkpoints they moved can't be "
             "known; restore those files under _commits/ (from a backup or a versioned bucket) and recover again"
         )
     if pipeline.table is not None:
@@ -140,7 +139,7 @@ def check_table_records(pipeline: PipelineConfig, records: Sequence[Batch]) -> N
         return
     table = pipeline.table.describe() if pipeline.table is not None else "the table"
     raise RecoveryError(
-        f"pipeline {pipeline.name!r}, output {pipeline.output}: the commit records of batch(es) {backfill.listed(directory)} "
+        f"pipeline {pipeline.name!r}, output {pipeline.output}: the commit records of batch(es) {holdings.listed(directory)} "
         f"name no table snapshot, and their result manifests no attempt: they were committed to a directory output "
         f"(batch_id=<id>/ folders), and the pipeline's output_format is now iceberg ({table}). Recovering would call them "
         "committed while the table holds none of their rows. If the output is a directory output, set output_format: "

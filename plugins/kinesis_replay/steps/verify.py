@@ -5,16 +5,15 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from kinesis_replay.adapters import iceberg_table, layout
-from kinesis_replay.adapters.files import parquet_files, read_result, scan_rows
+from kinesis_replay.adapters import iceberg_table
+from kinesis_replay.adapters.files import batch_files, parquet_files, quarantine_folder, read_result, scan_rows
 from kinesis_replay.core.config import PipelineConfig
 from kinesis_replay.core.errors import (
     VerificationError,
 )
 from kinesis_replay.core.ranges import SequenceRange
 from kinesis_replay.core.records import DIGEST_HASH, digest_hash, format_digest
-from kinesis_replay.core.state import Batch, BatchStatus, Gap, ReplayResult, ShardResult, StateStore
-from kinesis_replay.steps.in_flight import committed_meanwhile, superseded
+from kinesis_replay.core.state import Batch, BatchStatus, Gap, ReplayResult, ShardResult, StateStore, committed_meanwhile, superseded
 
 if TYPE_CHECKING:  # the boto3 stubs are for type checking only
     pass
@@ -63,30 +62,6 @@ def _reaches_further(gap: Gap, than: Gap) -> bool:
     if than.first_available is None:
         return False
     return gap.first_available is None or gap.first_available > than.first_available
-
-
-def batch_files(pipeline: PipelineConfig, batch_id: int, result: ReplayResult, staged: bool = False) -> list[str]:
-    """The files that hold the batch's rows: its attempt's table files, or its directory's (``staged``: those its attempt
-    staged, not yet swapped into the batch's folder)."""
-    if pipeline.table is None:
-        if staged and result.attempt is not None:
-            return parquet_files(layout.staged_data_path(pipeline.output, batch_id, result.attempt))
-        return parquet_files(layout.batch_path(pipeline.output, batch_id))
-    if result.attempt is None:
-        raise VerificationError(
-            f"pipeline {pipeline.name!r}, batch {batch_id}: the result manifest names no attempt, so it was written by a "
-            "replay job of another release (or for a directory output); deploy one release to both sides and run the batch again"
-        )
-    files = parquet_files(layout.data_path(pipeline.output, batch_id, result.attempt))
-    if not files and result.records:
-        raise VerificationError(
-            f"pipeline {pipeline.name!r}, batch {batch_id}: the result manifest names attempt {result.attempt}, whose files "
-            f"are gone from {layout.data_path(pipeline.output, batch_id, result.attempt)}. A run that commits the batch "
-            "removes the attempts it did not commit, so another run replaying the batch at the same time may have committed "
-            "it; otherwise they were deleted. Nothing was committed by this run; the next run replays the batch if it is "
-            "still in flight"
-        )
-    return files
 
 
 def check_files(pipeline: PipelineConfig, batch_id: int, result: ReplayResult, staged: bool = False) -> None:
@@ -141,13 +116,6 @@ def check_files(pipeline: PipelineConfig, batch_id: int, result: ReplayResult, s
             f"more than payload.max_bad_share ({pipeline.payload.max_bad_share:.1%}); they are in "
             f"{quarantine} with the reason in decode_error"
         )
-
-
-def quarantine_folder(pipeline: PipelineConfig, batch_id: int, result: ReplayResult, staged: bool = False) -> str:
-    """The batch's quarantine, or (``staged``) the one its attempt staged."""
-    if staged and result.attempt is not None:
-        return layout.staged_quarantine_path(pipeline.output, batch_id, result.attempt)
-    return layout.quarantine_path(pipeline.output, batch_id)
 
 
 def check_result(batch: Batch, result: ReplayResult, acknowledged: frozenset[str] = frozenset(), run_id: str = "") -> list[Gap]:
