@@ -6,7 +6,6 @@ from collections.abc import Iterable
 
 from kinesis_replay.adapters.files import filesystem_of, is_file, names_the_store, read_json, read_result, write_json
 from kinesis_replay.adapters.layout import COMMITS_DIR, RESULTS_DIR, commit_record_path
-from kinesis_replay.adapters.owner import Owner
 from kinesis_replay.core.errors import KinesisReplayError, OutputCorruptError, VerificationError
 from kinesis_replay.core.state import Batch
 
@@ -44,18 +43,6 @@ def committed_batch_ids(output: str) -> list[int]:
 def result_batch_ids(output: str) -> list[int]:
     """The ids of the batches whose result manifests the output holds (committed or not), in order."""
     return batch_ids_in(f"{output.rstrip('/')}/{RESULTS_DIR}")
-
-
-def holds_commits(output: str, owner: Owner | None) -> bool:
-    """Whether the output holds committed batches.
-
-    With an owner record, the commit records say (and the batches the root held when it was claimed count).
-    Without one, the root was written, if at all, by a version that kept no commit records: any batch result
-    may be committed.
-    """
-    if owner is not None:
-        return owner.adopted > 0 or bool(committed_batch_ids(output))
-    return bool(result_batch_ids(output))
 
 
 def read_commit_record(output: str, batch_id: int) -> Batch:

@@ -22,15 +22,9 @@ from datetime import datetime
 
 from kinesis_replay.adapters import commit_records, files, iceberg_table
 from kinesis_replay.adapters.layout import COMMITS_DIR, OWNER_FILE, owner_path
-from kinesis_replay.adapters.owner import (
-    OtherRoot,
-    Owner,
-    layout_format,
-    owner_record_inside,
-    owner_records_around,
-    read_owner,
-    write_owner,
-)
+from kinesis_replay.adapters.output_root import layout_format, owner_record_inside, owner_records_around
+from kinesis_replay.adapters.owner import Owner, read_owner, write_owner
+from kinesis_replay.core.output_root import OtherRoot
 from kinesis_replay.core.config import PipelineConfig
 from kinesis_replay.core.errors import OutputOwnershipError, StateLostError, TableMismatchError
 from kinesis_replay.core.holdings import (
@@ -145,13 +139,13 @@ def check_before_plan(pipeline: PipelineConfig, head: Head, store: StateStore | 
     root, table = pipeline.output, pipeline.state_table
     if owner is not None:
         # Listing the commit records costs a call per thousand batches: only when the table is not the owner's.
-        new_table_allowed = owner.state_table != table and not commit_records.holds_commits(root, owner)
+        new_table_allowed = owner.state_table != table and not _holds_commits(root, owner)
         check_owner(pipeline, owner, new_table=new_table_allowed)
     else:
         check_format(pipeline, None)  # a root written before owner records: its folders say its format
         check_records_owner(pipeline)  # or one whose record was deleted: its commit records say whose it is
     if head.version == 0:
-        if commit_records.holds_commits(root, owner):
+        if _holds_commits(root, owner):
             committed = commit_records.committed_batch_ids(root)
             if committed:
                 held, advice = f"{len(committed)} committed batches (up to batch {committed[-1]})", recovery_hint(pipeline)
@@ -476,7 +470,7 @@ def claim_output(pipeline: PipelineConfig, now: datetime, stream_created: dateti
                          filled.output_format, pipeline.stream, filled.stream_created)  # fmt: skip
             return
         # A new state table only while nothing in the output is committed (else check_owner says how to recover).
-        check_owner(pipeline, owner, new_table=not commit_records.holds_commits(root, owner))
+        check_owner(pipeline, owner, new_table=not _holds_commits(root, owner))
     else:
         check_format(pipeline, None)
     # No owner yet, or (check_before_plan allowed it: nothing in the output is committed) a new state table.
@@ -485,3 +479,9 @@ def claim_output(pipeline: PipelineConfig, now: datetime, stream_created: dateti
     claimed = write_owner(root, claim, replace=owner is not None)
     check_owner(pipeline, claimed)  # another pipeline may have claimed it first
     log.info("pipeline %s: claimed output %s (owner record %s)", pipeline.name, root, owner_path(root))
+
+
+def _holds_commits(output: str, owner: Owner | None) -> bool:
+    if owner is not None:
+        return owner.adopted > 0 or bool(commit_records.committed_batch_ids(output))
+    return bool(commit_records.result_batch_ids(output))
