@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
-from airflow.sdk import DAG, Asset, Param, get_current_context, task
+from airflow.sdk import DAG, Asset, Param, XComArg, get_current_context, task
 
 import kinesis_replay_tasks as tasks
 from kinesis_replay.adapters.iceberg_table import RESTORE_PARAM
@@ -118,11 +118,10 @@ def default_args(pipeline: PipelineConfig) -> dict[str, Any]:
     }
 
 
-def emr_replay(pipeline: PipelineConfig, staged: Any, priority_weight: int = 1) -> Any:
-    """EMR Serverless runs the replay job: one job run per dict of kwargs that a stage task returned."""
+def emr_replay(pipeline: PipelineConfig, staged: XComArg, priority_weight: int = 1) -> Any:
+    """EMR Serverless runs the replay job: one job run per emr_serverless.JobRun that a stage task returned."""
     from airflow.providers.amazon.aws.operators.emr import EmrServerlessStartJobOperator
 
-    fixed = {k: v for k, v in emr_serverless.job_run_kwargs(pipeline, 0).items() if k in tasks.OPERATOR_FIXED}
     return EmrServerlessStartJobOperator.partial(
         task_id="replay",
         aws_conn_id=pipeline.aws_conn_id,
@@ -130,7 +129,7 @@ def emr_replay(pipeline: PipelineConfig, staged: Any, priority_weight: int = 1) 
         priority_weight=priority_weight,
         execution_timeout=timedelta(seconds=pipeline.spark.submit_timeout_seconds),
         map_index_template="{{ task.name }}",
-        **fixed,
+        **emr_serverless.operator_args(pipeline),
     ).expand_kwargs(staged)
 
 
@@ -178,7 +177,7 @@ def build_dag(pipeline: PipelineConfig) -> DAG:
             tasks.replay(pipeline, planned, get_current_context()["params"])
 
         @task(task_id="stage")
-        def stage(planned: tasks.Planned) -> list[dict[str, Any]]:
+        def stage(planned: tasks.Planned) -> list[emr_serverless.JobRun]:
             return tasks.stage(pipeline, planned, get_current_context()["params"])
 
         # With EMR Serverless, replay is a job run per staged batch; none when a verified batch only needs its commit.
@@ -281,7 +280,7 @@ def build_backfill_dag(pipeline: PipelineConfig) -> DAG:
             return summary
 
         @task(task_id="stage", map_index_template="batch {{ task.op_kwargs['batch_id'] }}")
-        def stage(batch_id: int) -> dict[str, Any]:
+        def stage(batch_id: int) -> emr_serverless.JobRun:
             return tasks.stage_backfill(pipeline, batch_id, bool(get_current_context()["params"].get(RESTORE_PARAM)))
 
         @task(task_id="check", outlets=[asset], map_index_template="batch {{ task.op_kwargs['batch_id'] }}")

@@ -56,8 +56,6 @@ if TYPE_CHECKING:  # the boto3 stubs are for type checking only
 log = logging.getLogger(__name__)
 # The replay job and its Data Source, shipped to Spark beside the library zip.
 SPARK_JOBS = Path(__file__).resolve().parents[1] / "spark_jobs"
-# EmrServerlessStartJobOperator's arguments that are the pipeline's, not the batch's: given to partial().
-OPERATOR_FIXED = ("application_id", "execution_role_arn", "deferrable", "waiter_delay", "waiter_max_attempts")
 # DynamoDB's and S3's clients: botocore retries their transient faults and throttling. Kinesis clients have a
 # policy of their own (CLIENT_CONFIG): there, throttling is paced and counted by kinesis_replay.adapters.kinesis_client.
 # The planner's and the commit's threads share the DynamoDB client too, hence the pool.
@@ -74,7 +72,8 @@ _R = TypeVar("_R")
 
 # What the tasks hand each other and publish (XComs, and the output Asset's events). Airflow pushes each key of a
 # returned dict as an XCom of its own, and a task of a newer release may read what an older one pushed: the keys
-# and their meaning only grow.
+# and their meaning only grow. The stage tasks' XCom, one EMR Serverless job run per batch, is
+# kinesis_replay.launchers.emr_serverless.JobRun.
 class Planned(TypedDict):
     """plan's XCom: the batch the run works on, and what it does with it (the batch's other tasks read it)."""
 
@@ -402,8 +401,8 @@ def _keys(found: ReadOnlyCredentials, what: str) -> credentials.Keys:
     return credentials.Keys(found.access_key, found.secret_key, found.token)
 
 
-def stage_emr(pipeline: PipelineConfig, batch: Batch, accept_gaps: frozenset[str] = frozenset()) -> dict[str, Any]:
-    """Upload the job, its Data Source, the library zip and the batch spec for EMR Serverless; return the job run's kwargs.
+def stage_emr(pipeline: PipelineConfig, batch: Batch, accept_gaps: frozenset[str] = frozenset()) -> emr_serverless.JobRun:
+    """Upload the job, its Data Source, the library zip and the batch spec for EMR Serverless; return the batch's job run.
 
     Every file goes under the batch's own prefix, replaced on each run, so a rerun submits the same job.
     """
@@ -425,15 +424,12 @@ def stage_emr(pipeline: PipelineConfig, batch: Batch, accept_gaps: frozenset[str
             log.info("staged %s", upload.uri)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    kwargs = emr_serverless.job_run_kwargs(pipeline, batch.batch_id)
-    for key in OPERATOR_FIXED:
-        kwargs.pop(key)  # set once on the operator's partial(), not per mapped run
-    return kwargs
+    return emr_serverless.job_run(pipeline, batch.batch_id)  # the pipeline's own arguments are set once, on partial()
 
 
 @fail_fast
 @through_connection
-def stage(pipeline: PipelineConfig, planned: Planned, params: dict[str, Any]) -> list[dict[str, Any]]:
+def stage(pipeline: PipelineConfig, planned: Planned, params: dict[str, Any]) -> list[emr_serverless.JobRun]:
     """The EMR Serverless counterpart of replay(): check retention, stage the batch; [] when there is nothing to run."""
     store = state_store(pipeline)
     batch = in_flight.batch_to_replay(
@@ -598,7 +594,7 @@ def backfill_batch(
 
 @fail_fast
 @through_connection
-def stage_backfill(pipeline: PipelineConfig, batch_id: int, restore: bool = False) -> dict[str, Any]:
+def stage_backfill(pipeline: PipelineConfig, batch_id: int, restore: bool = False) -> emr_serverless.JobRun:
     """Stage one committed batch for an EMR Serverless replay (the backfill DAG's counterpart of stage())."""
     client = kinesis_client(pipeline)
     in_flight.check_same_stream(pipeline, client)

@@ -169,3 +169,41 @@ def test_the_real_operator_accepts_the_arguments_inside_a_dag(kwargs: dict[str, 
     assert (operator.application_id, operator.execution_role_arn, operator.name) == (APP, ROLE, "kinesis-replay-orders-batch-42")
     assert operator.deferrable is False
     assert (operator.waiter_delay, operator.waiter_max_attempts) == (45, 80)
+
+
+def test_the_operator_gets_the_pipelines_arguments_once_and_each_batchs_job_run_from_its_stage_task(pipeline: Any) -> None:
+    """partial() takes operator_args, the same for every batch; the stage task's XCom is job_run, keyed as JobRun says."""
+    shared, run = emr_serverless.operator_args(pipeline), emr_serverless.job_run(pipeline, 42)
+    assert set(shared) == emr_serverless.OperatorArgs.__required_keys__ and set(run) == emr_serverless.JobRun.__required_keys__
+    assert not set(shared) & set(run) and emr_serverless.job_run_kwargs(pipeline, 42) == {**shared, **run}
+    assert emr_serverless.operator_args(pipeline) == shared and emr_serverless.job_run(pipeline, 7) != run
+
+
+# A stage task's XCom as release 0.1.0 stored it for batch 42 of the fixture's pipeline (a plain JSON object then):
+# a run staged before an upgrade starts its job run under the new release.
+STAGED_BY_0_1_0 = {
+    "configuration_overrides": {"monitoringConfiguration": {"s3MonitoringConfiguration": {"logUri": "s3://lake-logs/emr"}}},
+    "job_driver": {
+        "sparkSubmit": {
+            "entryPoint": f"{BATCH}/replay_job.py",
+            "entryPointArguments": ["--spec", f"{BATCH}/batch.json"],
+            "sparkSubmitParameters": f"--py-files {BATCH}/kinesis_replay.zip,{BATCH}/kinesis_source.py --conf spark.executor.memory=4g "
+            "--conf spark.log.level=WARN --conf spark.sql.shuffle.partitions=8",
+        }
+    },
+    "name": "kinesis-replay-orders-batch-42",
+}
+
+
+def test_a_job_run_staged_by_an_earlier_release_has_the_shape_of_this_ones_and_the_operator_takes_it(pipeline: Any) -> None:
+    from airflow.providers.amazon.aws.operators.emr import EmrServerlessStartJobOperator
+    from airflow.sdk import DAG
+
+    run = emr_serverless.job_run(pipeline, 42)
+    assert set(STAGED_BY_0_1_0) == set(run) and set(STAGED_BY_0_1_0["job_driver"]["sparkSubmit"]) == set(run["job_driver"]["sparkSubmit"])
+    assert {k: v for k, v in STAGED_BY_0_1_0.items() if k != "job_driver"} == {k: v for k, v in run.items() if k != "job_driver"}
+    with DAG(dag_id="emr_serverless_staged_earlier", schedule=None, start_date=datetime(2026, 1, 1, tzinfo=UTC)):
+        operator = EmrServerlessStartJobOperator(
+            task_id="replay", aws_conn_id="aws_default", **emr_serverless.operator_args(pipeline), **STAGED_BY_0_1_0
+        )
+    assert operator.job_driver == STAGED_BY_0_1_0["job_driver"] and operator.name == "kinesis-replay-orders-batch-42"

@@ -1,7 +1,8 @@
 """The replay job as an EMR Serverless job run: the files to stage on S3 and EmrServerlessStartJobOperator's arguments.
 
-Pure functions of plain values: no boto3, no Airflow. The DAG stages the uploads (with an S3 hook), then hands
-``job_run_kwargs(pipeline, batch_id)`` to ``EmrServerlessStartJobOperator``. Every file of one batch lives under one prefix,
+Pure functions of plain values: no boto3, no Airflow. The DAG gives ``operator_args(pipeline)`` to the operator's
+``partial()``; its stage task uploads a batch's files (with an S3 hook) and returns ``job_run(pipeline, batch_id)``,
+which the operator's ``expand_kwargs()`` makes one job run. Every file of one batch lives under one prefix,
 
     <code_prefix>/<pipeline>/batch_id=<id>/replay_job.py, kinesis_source.py, kinesis_replay.zip, batch.json
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from kinesis_replay.core.config import DEFAULT_SPARK_CONF, EmrServerlessConfig, PipelineConfig
 from kinesis_replay.core.errors import ConfigError
@@ -39,6 +40,44 @@ class Upload:
     @property
     def uri(self) -> str:
         return f"s3://{self.bucket}/{self.key}"
+
+
+class SparkSubmit(TypedDict):
+    """EMR Serverless's ``jobDriver.sparkSubmit``, as its API spells the keys."""
+
+    entryPoint: str
+    entryPointArguments: list[str]
+    sparkSubmitParameters: str
+
+
+class JobDriver(TypedDict):
+    sparkSubmit: SparkSubmit
+
+
+class JobRun(TypedDict):
+    """One batch's job run: the stage task's XCom, each one a mapped replay's keyword arguments (``expand_kwargs``).
+
+    Stored in Airflow's XCom table as the JSON object it is. A run staged by an earlier release stored these same
+    three keys, so a run in progress across an upgrade goes on: the keys only grow, like the other XComs'.
+    """
+
+    job_driver: JobDriver
+    configuration_overrides: dict[str, Any] | None  # the log prefix's monitoring configuration, if there is one
+    name: str
+
+
+class OperatorArgs(TypedDict):
+    """The pipeline's part of the operator's arguments, the same for every batch: given once, to ``partial()``."""
+
+    application_id: str
+    execution_role_arn: str
+    deferrable: bool
+    waiter_delay: int
+    waiter_max_attempts: int
+
+
+class JobRunKwargs(OperatorArgs, JobRun):
+    """All of ``EmrServerlessStartJobOperator``'s arguments for one batch."""
 
 
 def batch_prefix(code_prefix: str, pipeline_name: str, batch_id: int) -> str:
@@ -67,37 +106,48 @@ def spark_submit_parameters(py_files: list[str], conf: Mapping[str, str]) -> str
     return " ".join(parts)
 
 
-def job_run_kwargs(pipeline: PipelineConfig, batch_id: int) -> dict[str, Any]:
-    """``EmrServerlessStartJobOperator``'s arguments (providers-amazon 9.x) for one batch of a pipeline with ``spark.emr_serverless``.
+def job_run_kwargs(pipeline: PipelineConfig, batch_id: int) -> JobRunKwargs:
+    """``EmrServerlessStartJobOperator``'s arguments (providers-amazon 9.x) for one batch of a pipeline with ``spark.emr_serverless``:
+    the pipeline's (``operator_args``) and the batch's (``job_run``)."""
+    return JobRunKwargs(**operator_args(pipeline), **job_run(pipeline, batch_id))
+
+
+def operator_args(pipeline: PipelineConfig) -> OperatorArgs:
+    """The operator's arguments that every batch of the pipeline shares.
 
     The config reader has checked every value (ids, role ARN, S3 URIs). The run is polled every ``poll_seconds``
     for at most ``submit_timeout_seconds``, the limit a spark-submit replay has too.
     """
-    emr = pipeline.spark.emr_serverless
-    if emr is None:
-        raise ConfigError(f"pipeline {pipeline.name}: spark.emr_serverless is not configured")
+    emr = _emr(pipeline)
+    return OperatorArgs(
+        application_id=emr.application_id,
+        execution_role_arn=emr.execution_role_arn,
+        deferrable=emr.deferrable,
+        waiter_delay=emr.poll_seconds,
+        waiter_max_attempts=max(1, -(-pipeline.spark.submit_timeout_seconds // emr.poll_seconds)),
+    )
+
+
+def job_run(pipeline: PipelineConfig, batch_id: int) -> JobRun:
+    """One batch's job run: the job file and the spec staged under the batch's prefix, the run named for the batch."""
+    emr = _emr(pipeline)
     base = batch_prefix(emr.code_prefix, pipeline.name, batch_id)
-    kwargs: dict[str, Any] = {
-        "application_id": emr.application_id,
-        "execution_role_arn": emr.execution_role_arn,
-        "job_driver": {
-            "sparkSubmit": {
-                "entryPoint": f"{base}/{JOB_FILE}",
-                "entryPointArguments": ["--spec", f"{base}/{SPEC_FILE}"],
-                "sparkSubmitParameters": spark_submit_parameters(
-                    [f"{base}/{LIBRARY_ZIP}", f"{base}/{SOURCE_FILE}"], job_conf(pipeline, emr)
-                ),
-            }
-        },
-        "configuration_overrides": None,
-        "name": f"kinesis-replay-{pipeline.name}-batch-{batch_id}",
-        "deferrable": emr.deferrable,
-        "waiter_delay": emr.poll_seconds,
-        "waiter_max_attempts": max(1, -(-pipeline.spark.submit_timeout_seconds // emr.poll_seconds)),
-    }
+    parameters = spark_submit_parameters([f"{base}/{LIBRARY_ZIP}", f"{base}/{SOURCE_FILE}"], job_conf(pipeline, emr))
+    driver = SparkSubmit(
+        entryPoint=f"{base}/{JOB_FILE}", entryPointArguments=["--spec", f"{base}/{SPEC_FILE}"], sparkSubmitParameters=parameters
+    )
+    overrides = None
     if emr.log_uri is not None:
-        kwargs["configuration_overrides"] = {"monitoringConfiguration": {"s3MonitoringConfiguration": {"logUri": emr.log_uri}}}
-    return kwargs
+        overrides = {"monitoringConfiguration": {"s3MonitoringConfiguration": {"logUri": emr.log_uri}}}
+    return JobRun(
+        job_driver=JobDriver(sparkSubmit=driver), configuration_overrides=overrides, name=f"kinesis-replay-{pipeline.name}-batch-{batch_id}"
+    )
+
+
+def _emr(pipeline: PipelineConfig) -> EmrServerlessConfig:
+    if pipeline.spark.emr_serverless is None:
+        raise ConfigError(f"pipeline {pipeline.name}: spark.emr_serverless is not configured")
+    return pipeline.spark.emr_serverless
 
 
 def job_conf(pipeline: PipelineConfig, emr: EmrServerlessConfig) -> dict[str, str]:
