@@ -1,4 +1,4 @@
-"""The commit computes the table's metadata once per staged change, not once per read, and never deep-copies it."""
+"""The patched commit (pyiceberg_patches): the metadata computed once per staged change, never deep-copied, and pyiceberg's own."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ from pyiceberg.schema import Schema
 from pyiceberg.table.update import update_table_metadata
 from pyiceberg.types import LongType, NestedField
 
-from kinesis_replay.adapters import iceberg_table
+from kinesis_replay.adapters import iceberg_table, pyiceberg_patches
+
+pytestmark = pytest.mark.skipif(not pyiceberg_patches.PATCHED, reason=f"the patches do not apply: {pyiceberg_patches.why_not}")
 
 
 def test_metadata_is_computed_once_per_staged_change_and_commits_as_pyicebergs_own(tmp_path: Path) -> None:
@@ -36,7 +38,7 @@ def test_the_catalogs_commit_writes_pyicebergs_metadata_without_its_deep_copy(tm
 
     properties = {"uri": f"sqlite:///{tmp_path}/catalog.db", "warehouse": f"file://{tmp_path}"}
     plain = SqlCatalog("t", **properties)
-    lean = iceberg_table._stage_without_deep_copy(SqlCatalog("t", **properties))
+    lean = pyiceberg_patches.stage_without_deep_copy(SqlCatalog("t", **properties))
     plain.create_namespace("lake")
     table = lean.create_table("lake.orders", Schema(NestedField(1, "batch_id", LongType(), required=False)))
     rows = pa.table({"batch_id": pa.array([1, 2], pa.int64())})
@@ -72,7 +74,7 @@ def test_a_commit_parses_the_metadata_file_once_and_still_loses_a_race(tmp_path:
     monkeypatch.setattr(FromInputFile, "table_metadata", staticmethod(lambda f, *a, **k: parsed.append(f.location) or parse(f, *a, **k)))
 
     def lean() -> SqlCatalog:  # a commit task's catalog: a new process, nothing parsed yet
-        return iceberg_table._parse_each_metadata_file_once(iceberg_table._stage_without_deep_copy(SqlCatalog("t", **properties)))
+        return pyiceberg_patches.parse_each_metadata_file_once(pyiceberg_patches.stage_without_deep_copy(SqlCatalog("t", **properties)))
 
     table = lean().load_table("lake.orders")
     table.append(rows)  # the catalog's commit finds the pointer where the load found it: no second parse

@@ -24,7 +24,6 @@ and a reader that travels back to one of them must find its files.
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import os
@@ -32,7 +31,6 @@ import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from kinesis_replay.adapters.files import arrow_row_schema, s3_access
@@ -121,6 +119,8 @@ def load_catalog(pipeline: PipelineConfig, extra: Mapping[str, str] | None = Non
     """
     from pyiceberg.catalog import load_catalog as pyiceberg_load_catalog
 
+    from kinesis_replay.adapters import pyiceberg_patches
+
     table = require_table(pipeline)
     configured = {**catalog_properties(table, pipeline.output), **(extra or {})}
     properties = {**_file_io_defaults(configured), **configured}
@@ -128,7 +128,7 @@ def load_catalog(pipeline: PipelineConfig, extra: Mapping[str, str] | None = Non
         os.makedirs(f"{pipeline.output.rstrip('/')}/{CATALOG_DIR}", exist_ok=True)
     for attempt in range(3):
         try:
-            return _parse_each_metadata_file_once(_stage_without_deep_copy(pyiceberg_load_catalog(table.catalog, **properties)))
+            return pyiceberg_patches.patch_catalog(pyiceberg_load_catalog(table.catalog, **properties))
         except Exception as exc:
             problem = catalog_problem(pipeline, exc)
             # The SQL catalog creates its own tables on first use; two tasks doing so at once: one of them fails ("table
@@ -704,135 +704,11 @@ def _create_for(pipeline: PipelineConfig, paths: list[str], schema_file: str | N
 
 
 def transaction(table: Table, autocommit: bool = False) -> Transaction:
-    """A pyiceberg transaction on ``table`` whose ``table_metadata`` is computed once per staged change.
+    """A pyiceberg transaction on ``table``: patched (its metadata computed once per staged change, never deep-copied)
+    when ``pyiceberg_patches`` found the pyiceberg it was written for, pyiceberg's own otherwise; the same commits."""
+    from kinesis_replay.adapters import pyiceberg_patches
 
-    pyiceberg 0.12's ``Transaction.table_metadata`` replays the staged updates and deep-copies the whole metadata,
-    snapshot history included, on every read, and one commit reads it about 17 times: measured, the commit of the
-    100th batch took 8 to 10 times the 10th's. This caches it on the identity of its two inputs (the table's metadata
-    and the tuple of staged updates, both replaced, never mutated, on any change), as apache/iceberg-python
-    PR #3302 and its successor #3784 do upstream, and computes it without the deep copy of the whole history that
-    ``update_table_metadata`` ends with. `make bench-table` measures both side by side.
-    """
-    return _transaction_class()(table, autocommit=autocommit)
-
-
-def updated_metadata(base: Any, updates: tuple[Any, ...], metadata_location: str | None = None) -> Any:
-    """pyiceberg 0.12's ``update_table_metadata`` without its last step, a deep copy of the whole result.
-
-    pyiceberg's metadata models are frozen and every update returns a new model, so the copy protects nothing the
-    pipeline does; on a long history it is most of a commit's cost (``make bench-table``). With ``metadata_location``
-    (the catalog's commit) the result is what pyiceberg writes: the metadata log extended and the time stamped.
-    tests/unit/test_iceberg_transaction.py compares both with pyiceberg's own on every update the pipeline stages.
-    """
-    from pyiceberg.table.update import _apply_table_update, _TableMetadataUpdateContext, _update_table_metadata_log
-    from pyiceberg.utils.datetime import datetime_to_millis
-
-    context, metadata = _TableMetadataUpdateContext(), base
-    for update in updates:
-        metadata = _apply_table_update(update, metadata, context)
-    if metadata_location is not None and context.has_changes():
-        metadata = _update_table_metadata_log(metadata, metadata_location, base.last_updated_ms)
-        if base.last_updated_ms == metadata.last_updated_ms:
-            metadata = metadata.model_copy(update={"last_updated_ms": datetime_to_millis(datetime.now().astimezone())})
-    metadata.spec().check_compatible(metadata.schema())
-    metadata.sort_order().check_compatible(metadata.schema())
-    return metadata
-
-
-def _stage_without_deep_copy(catalog: Catalog) -> Catalog:
-    """``catalog`` with its commit's metadata computed by ``updated_metadata``, for every catalog that computes it
-    itself (pyiceberg's ``MetastoreCatalog``: SQL, Glue, Hive, DynamoDB). A REST catalog's server computes it.
-
-    pyiceberg's ``_update_and_stage_table`` ends in ``update_table_metadata``'s deep copy of the whole metadata,
-    every snapshot kept included: at the 1,000th batch of a table, half of a commit's time. A table's creation
-    (no current table) keeps pyiceberg's own path, which also validates the new metadata.
-    """
-    from pyiceberg.catalog import MetastoreCatalog
-    from pyiceberg.table import StagedTable
-    from pyiceberg.table.locations import load_location_provider
-
-    if not isinstance(catalog, MetastoreCatalog):
-        return catalog
-    pyiceberg_staging = catalog._update_and_stage_table
-
-    def stage(current_table: Table | None, identifier: Any, requirements: tuple[Any, ...], updates: tuple[Any, ...]) -> StagedTable:
-        if current_table is None:
-            return pyiceberg_staging(current_table, identifier, requirements, updates)
-        for requirement in requirements:
-            requirement.validate(current_table.metadata)
-        metadata = updated_metadata(current_table.metadata, updates, current_table.metadata_location)
-        version = catalog._parse_metadata_version(current_table.metadata_location) + 1
-        location = load_location_provider(metadata.location, metadata.properties).new_table_metadata_file_location(version)
-        io = catalog._load_file_io(properties=metadata.properties, location=location)
-        return StagedTable(identifier=identifier, metadata=metadata, metadata_location=location, io=io, catalog=catalog)
-
-    catalog._update_and_stage_table = stage  # type: ignore[method-assign,assignment]
-    return catalog
-
-
-# The catalogs that read the current metadata file again inside their commit, and where each finds its location.
-_METADATA_LOCATION_OF = {
-    "_convert_orm_to_iceberg": lambda row: row.metadata_location,  # SqlCatalog: its iceberg_tables row
-    "_convert_glue_to_iceberg": lambda glue_table: (glue_table.get("Parameters") or {}).get("metadata_location"),  # GlueCatalog
-}
-
-
-def _parse_each_metadata_file_once(catalog: Catalog) -> Catalog:
-    """``catalog`` reusing the metadata it parsed last when its pointer still names the same metadata file.
-
-    A commit loads the table (one parse of the metadata file, every snapshot kept in it), and pyiceberg's SQL and
-    Glue catalogs load it again inside ``commit_table`` to check that it is still current: a second parse of the
-    same file. Iceberg never rewrites a metadata file (each commit writes a new one, under a new name), so the
-    same location holds the same metadata, and the parse already made serves. The catalog's optimistic check is
-    untouched: it still reads the pointer (the SQL row, the Glue table's version), and a pointer that moved names
-    another file, which is parsed.
-    """
-    for name, location_of in _METADATA_LOCATION_OF.items():
-        convert = getattr(catalog, name, None)
-        if convert is not None:
-            setattr(catalog, name, _reusing_last(convert, location_of))
-    return catalog
-
-
-def _reusing_last(convert: Any, location_of: Any) -> Any:
-    """``convert`` (a catalog's metadata-file-to-Table step) returning the last Table again for the same file."""
-    import copy
-
-    last: dict[str, Table] = {}
-
-    def reuse(*args: Any, **kwargs: Any) -> Table:
-        (source,) = (*args, *kwargs.values())  # one argument, passed by position (SQL) or by name (Glue)
-        location = location_of(source)
-        known = last.get(location) if location else None
-        if known is not None:
-            return copy.copy(known)  # a Table of its own (a commit replaces its metadata), sharing the frozen metadata
-        table: Table = convert(*args, **kwargs)
-        last.clear()
-        last[table.metadata_location] = copy.copy(table)
-        return table
-
-    return reuse
-
-
-@functools.cache
-def _transaction_class() -> type[Transaction]:
-    """Made on first use: nothing under plugins/ imports pyiceberg when Airflow loads it."""
-    from pyiceberg.table import Transaction as BaseTransaction
-
-    class CachedTransaction(BaseTransaction):
-        _cached: tuple[Any, Any, Any] | None = None
-
-        @property
-        def table_metadata(self) -> Any:
-            base, updates = self._table.metadata, self._updates
-            if not updates:  # nothing staged: the table's own metadata, as pyiceberg before 0.10 returned it
-                return base
-            cached = self._cached
-            if cached is None or cached[0] is not base or cached[1] is not updates:
-                cached = self._cached = (base, updates, updated_metadata(base, updates))
-            return cached[2]
-
-    return CachedTransaction
+    return pyiceberg_patches.transaction(table, autocommit=autocommit)
 
 
 def _add_new_columns(table: Table, tx: Transaction, path: str, where: str) -> None:

@@ -1,0 +1,336 @@
+"""pyiceberg's commit path without its deep copies and its second parse, patched only on the pyiceberg it was written for.
+
+pyiceberg 0.12's commit deep-copies the whole table metadata, every snapshot kept included, each time its transaction
+reads it (about 17 times a commit) and once more in the catalog's commit, and parses the metadata file twice (the
+table's load, then the catalog's check that it is still current): at the 1,000th batch of a table, a commit took
+about 20 times what it takes patched (BENCHMARKS.md, ``make bench-table``). Three patches leave that out:
+
+1. ``transaction``: pyiceberg's Transaction, its ``table_metadata`` computed once per staged change and not copied;
+2. ``stage_without_deep_copy``: the catalog's commit stages the new metadata without the copy (``updated_metadata``);
+3. ``parse_each_metadata_file_once``: the SQL and Glue catalogs' check inside their commit reuses the load's parse
+   while their pointer still names the same metadata file.
+
+Each is written against pyiceberg's internals, which change without notice. So at import this module checks the
+installed pyiceberg's version against ``WRITTEN_FOR``, and the shape of everything the patches replace or call
+(each exists, with the parameters the patches pass). Only when everything matches are the patches applied
+(``PATCHED``); otherwise none is, a WARNING names the version, what did not match and the cost, and every commit
+takes pyiceberg's own path (``why_not`` says why): the same table, only slower. ``unpatched()`` takes pyiceberg's own
+path in this process, for the test that commits both ways (tests/unit/test_pyiceberg_patches.py) and for
+``make bench-table``, which times both.
+
+``iceberg_table`` imports this module on first use (it imports pyiceberg), never when Airflow parses the DAGs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import functools
+import importlib.metadata
+import inspect
+import logging
+from collections.abc import Iterator
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.table import StagedTable, Table, Transaction
+
+log = logging.getLogger(__name__)
+
+WRITTEN_FOR = ("0.12.0",)  # the pyiceberg releases whose internals the patches were read against and tested on
+
+PATCHED = False  # decided at import (decide): the patches apply to the installed pyiceberg
+why_not: str | None = None  # when they do not: the version and what did not match
+_suspended = 0  # unpatched() blocks open: pyiceberg's own path meanwhile
+
+
+def decide() -> bool:
+    """Check the installed pyiceberg against what the patches were written for; sets ``PATCHED`` and ``why_not``.
+
+    Run at import. A mismatch is logged as a WARNING once, naming the version, what did not match and the cost.
+    """
+    global PATCHED, why_not
+    problems = []
+    version = _installed_version()
+    if version not in WRITTEN_FOR:
+        installed = f"pyiceberg {version}" if version is not None else "a pyiceberg with no version (not an installed distribution)"
+        problems.append(f"{installed} is installed, and they were written for {' or '.join(WRITTEN_FOR)}")
+    problems += shape_problems()
+    PATCHED, why_not = not problems, "; ".join(problems) or None
+    if why_not is not None:
+        log.warning(
+            "pyiceberg's commit path is NOT patched (kinesis_replay.adapters.pyiceberg_patches): %s. Every commit takes "
+            "pyiceberg's own path, which makes the same table, slower as the table's history grows: it deep-copies the "
+            "whole metadata about 17 times a commit and parses its file twice (at 1,000 snapshots kept, about 20 times "
+            "the patched commit's time: BENCHMARKS.md, make bench-table). To patch it again, install pyiceberg %s, or "
+            "check the patches against this pyiceberg and add its version to WRITTEN_FOR.",
+            why_not,
+            WRITTEN_FOR[-1],
+        )
+    return PATCHED
+
+
+def _installed_version() -> str | None:
+    try:
+        return importlib.metadata.version("pyiceberg")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+# What the patches replace or call, by its name in pyiceberg, and how it must look: the parameters it takes (a tuple,
+# as the patches pass them), what it is (a type), names it must hold (a set), its value (a str), or only that it is there.
+Shape = tuple[str, ...] | type | set[str] | str | None
+SHAPE: dict[str, Shape] = {
+    # 1. transaction: the property it overrides, and the two attributes it computes it from.
+    "pyiceberg.table.Transaction.__init__": ("self", "table", "autocommit"),
+    "pyiceberg.table.Transaction.__annotations__": {"_table", "_updates"},
+    "pyiceberg.table.Transaction.table_metadata": property,
+    # updated_metadata: pyiceberg's own function, step by step.
+    "pyiceberg.table.update.update_table_metadata": ("base_metadata", "updates", "enforce_validation", "metadata_location"),
+    "pyiceberg.table.update._apply_table_update": ("update", "base_metadata", "context"),
+    "pyiceberg.table.update._TableMetadataUpdateContext": (),
+    "pyiceberg.table.update._TableMetadataUpdateContext.has_changes": ("self",),
+    "pyiceberg.table.update._update_table_metadata_log": ("base_metadata", "metadata_location", "last_updated_ms"),
+    "pyiceberg.utils.datetime.datetime_to_millis": ("dt",),
+    # 2. stage_without_deep_copy: the method it replaces, and what it calls to do that method's work.
+    "pyiceberg.catalog.MetastoreCatalog._update_and_stage_table": ("self", "current_table", "table_identifier", "requirements", "updates"),
+    "pyiceberg.catalog.MetastoreCatalog._parse_metadata_version": ("metadata_location",),
+    "pyiceberg.catalog.Catalog._load_file_io": ("self", "properties", "location"),
+    "pyiceberg.table.StagedTable": ("identifier", "metadata", "metadata_location", "io", "catalog", "config"),
+    "pyiceberg.table.locations.load_location_provider": ("table_location", "table_properties"),
+    "pyiceberg.table.locations.LocationProvider.new_table_metadata_file_location": ("self", "new_version"),
+    # 3. parse_each_metadata_file_once: the conversions it wraps, and where each finds the metadata file's location.
+    "pyiceberg.catalog.sql.SqlCatalog._convert_orm_to_iceberg": ("self", "orm_table"),
+    "pyiceberg.catalog.sql.IcebergTables.metadata_location": None,
+    "pyiceberg.catalog.glue.GlueCatalog._convert_glue_to_iceberg": ("self", "glue_table"),
+    "pyiceberg.catalog.glue.METADATA_LOCATION": "metadata_location",
+}
+
+
+def shape_problems() -> list[str]:
+    """What of ``SHAPE`` the installed pyiceberg lacks, or has in another shape, each as the patches expect it."""
+    problems = []
+    for name, expected in SHAPE.items():
+        try:
+            found = _find(name)
+            fits = _fits(found, expected)
+        except Exception as exc:  # gone, or nothing inspect can read
+            problems.append(f"{name} ({type(exc).__name__}: {exc})")
+            continue
+        if not fits:
+            problems.append(f"{name}: expected {_describe(expected)}, found {_describe(found)}")
+    return problems
+
+
+def _find(name: str) -> Any:
+    """The object a dotted name names: its longest importable module, then attributes as defined (a property stays one)."""
+    parts = name.split(".")
+    for end in range(len(parts), 0, -1):
+        module = ".".join(parts[:end])
+        try:
+            found: Any = importlib.import_module(module)
+            break
+        except ModuleNotFoundError as exc:
+            if not f"{module}.".startswith(f"{exc.name}."):  # the module is there, and what it imports is not: name that
+                raise
+    else:
+        raise ModuleNotFoundError(f"no module of {name} imports")
+    for attribute in parts[end:]:
+        found = inspect.getattr_static(found, attribute)
+    return found
+
+
+def _fits(found: Any, expected: Shape) -> bool:
+    if expected is None:
+        return True
+    if isinstance(expected, tuple):
+        return tuple(inspect.signature(found).parameters) == expected
+    if isinstance(expected, type):
+        return isinstance(found, expected)
+    if isinstance(expected, set):
+        return expected <= set(found)
+    return bool(found == expected)
+
+
+def _describe(shape: Any) -> str:
+    if isinstance(shape, tuple):
+        return f"parameters ({', '.join(shape)})"
+    if isinstance(shape, type):
+        return f"a {shape.__name__}"
+    if isinstance(shape, set):
+        return f"{', '.join(sorted(shape))} among its names"
+    if callable(shape):
+        try:
+            return f"parameters ({', '.join(inspect.signature(shape).parameters)})"
+        except (TypeError, ValueError):
+            pass
+    if isinstance(shape, dict):
+        return f"names {', '.join(map(str, shape))}"
+    return repr(shape)[:200] if isinstance(shape, str) else f"a {type(shape).__name__}"
+
+
+def active() -> bool:
+    """The patches apply to the installed pyiceberg, and no ``unpatched()`` block is open."""
+    return PATCHED and not _suspended
+
+
+@contextlib.contextmanager
+def unpatched() -> Iterator[None]:
+    """Every commit of this process takes pyiceberg's own path inside the block, through catalogs patched before it too.
+
+    For the test that commits both ways and for ``make bench-table``. Process-wide (a module's counter, not a context
+    variable), so that threads started inside the block take pyiceberg's path too.
+    """
+    global _suspended
+    _suspended += 1
+    try:
+        yield
+    finally:
+        _suspended -= 1
+
+
+def patch_catalog(catalog: Catalog) -> Catalog:
+    """``catalog`` with its commit patched (2 and 3 of the module's docstring), or as pyiceberg made it when not ``active()``."""
+    if not active():
+        return catalog
+    return parse_each_metadata_file_once(stage_without_deep_copy(catalog))
+
+
+def transaction(table: Table, autocommit: bool = False) -> Transaction:
+    """A transaction on ``table``: its ``table_metadata`` computed once per staged change when ``active()``, else pyiceberg's own.
+
+    pyiceberg 0.12's ``Transaction.table_metadata`` replays the staged updates and deep-copies the whole metadata,
+    snapshot history included, on every read, and one commit reads it about 17 times: measured, the commit of the
+    100th batch took 8 to 10 times the 10th's. The patched one caches it on the identity of its two inputs (the table's
+    metadata and the tuple of staged updates, both replaced, never mutated, on any change), as apache/iceberg-python
+    PR #3302 and its successor #3784 do upstream, and computes it without the deep copy (``updated_metadata``).
+    """
+    if not active():
+        from pyiceberg.table import Transaction
+
+        return Transaction(table, autocommit=autocommit)
+    return _transaction_class()(table, autocommit=autocommit)
+
+
+@functools.cache
+def _transaction_class() -> type[Transaction]:
+    from pyiceberg.table import Transaction as BaseTransaction
+
+    class CachedTransaction(BaseTransaction):
+        _cached: tuple[Any, Any, Any] | None = None
+
+        @property
+        def table_metadata(self) -> Any:
+            base, updates = self._table.metadata, self._updates
+            if not updates:  # nothing staged: the table's own metadata, as pyiceberg before 0.10 returned it
+                return base
+            cached = self._cached
+            if cached is None or cached[0] is not base or cached[1] is not updates:
+                cached = self._cached = (base, updates, updated_metadata(base, updates))
+            return cached[2]
+
+    return CachedTransaction
+
+
+def updated_metadata(base: Any, updates: tuple[Any, ...], metadata_location: str | None = None) -> Any:
+    """pyiceberg 0.12's ``update_table_metadata`` without its last step, a deep copy of the whole result.
+
+    pyiceberg's metadata models are frozen and every update returns a new model, so the copy protects nothing the
+    pipeline does; on a long history it is most of a commit's cost (``make bench-table``). With ``metadata_location``
+    (the catalog's commit) the result is what pyiceberg writes: the metadata log extended and the time stamped.
+    tests/unit/test_iceberg_transaction.py compares both with pyiceberg's own on every update the pipeline stages.
+    """
+    from pyiceberg.table.update import _apply_table_update, _TableMetadataUpdateContext, _update_table_metadata_log
+    from pyiceberg.utils.datetime import datetime_to_millis
+
+    context, metadata = _TableMetadataUpdateContext(), base
+    for update in updates:
+        metadata = _apply_table_update(update, metadata, context)
+    if metadata_location is not None and context.has_changes():
+        metadata = _update_table_metadata_log(metadata, metadata_location, base.last_updated_ms)
+        if base.last_updated_ms == metadata.last_updated_ms:
+            metadata = metadata.model_copy(update={"last_updated_ms": datetime_to_millis(datetime.now().astimezone())})
+    metadata.spec().check_compatible(metadata.schema())
+    metadata.sort_order().check_compatible(metadata.schema())
+    return metadata
+
+
+def stage_without_deep_copy(catalog: Catalog) -> Catalog:
+    """``catalog`` with its commit's metadata computed by ``updated_metadata``, for every catalog that computes it
+    itself (pyiceberg's ``MetastoreCatalog``: SQL, Glue, Hive, DynamoDB). A REST catalog's server computes it.
+
+    pyiceberg's ``_update_and_stage_table`` ends in ``update_table_metadata``'s deep copy of the whole metadata,
+    every snapshot kept included: at the 1,000th batch of a table, half of a commit's time. A table's creation
+    (no current table) keeps pyiceberg's own path, which also validates the new metadata; so does every commit
+    while not ``active()``.
+    """
+    from pyiceberg.catalog import MetastoreCatalog
+    from pyiceberg.table import StagedTable
+    from pyiceberg.table.locations import load_location_provider
+
+    if not isinstance(catalog, MetastoreCatalog):
+        return catalog
+    pyiceberg_staging = catalog._update_and_stage_table
+
+    def stage(current_table: Table | None, identifier: Any, requirements: tuple[Any, ...], updates: tuple[Any, ...]) -> StagedTable:
+        if current_table is None or not active():
+            return pyiceberg_staging(current_table, identifier, requirements, updates)
+        for requirement in requirements:
+            requirement.validate(current_table.metadata)
+        metadata = updated_metadata(current_table.metadata, updates, current_table.metadata_location)
+        version = catalog._parse_metadata_version(current_table.metadata_location) + 1
+        location = load_location_provider(metadata.location, metadata.properties).new_table_metadata_file_location(version)
+        io = catalog._load_file_io(properties=metadata.properties, location=location)
+        return StagedTable(identifier=identifier, metadata=metadata, metadata_location=location, io=io, catalog=catalog)
+
+    setattr(catalog, "_update_and_stage_table", stage)  # noqa: B010 - this instance's, not the class's
+    return catalog
+
+
+# The catalogs that read the current metadata file again inside their commit, and where each finds its location.
+_METADATA_LOCATION_OF = {
+    "_convert_orm_to_iceberg": lambda row: row.metadata_location,  # SqlCatalog: its iceberg_tables row
+    "_convert_glue_to_iceberg": lambda glue_table: (glue_table.get("Parameters") or {}).get("metadata_location"),  # GlueCatalog
+}
+
+
+def parse_each_metadata_file_once(catalog: Catalog) -> Catalog:
+    """``catalog`` reusing the metadata it parsed last when its pointer still names the same metadata file.
+
+    A commit loads the table (one parse of the metadata file, every snapshot kept in it), and pyiceberg's SQL and
+    Glue catalogs load it again inside ``commit_table`` to check that it is still current: a second parse of the
+    same file. Iceberg never rewrites a metadata file (each commit writes a new one, under a new name), so the
+    same location holds the same metadata, and the parse already made serves. The catalog's optimistic check is
+    untouched: it still reads the pointer (the SQL row, the Glue table's version), and a pointer that moved names
+    another file, which is parsed.
+    """
+    for name, location_of in _METADATA_LOCATION_OF.items():
+        convert = getattr(catalog, name, None)
+        if convert is not None:
+            setattr(catalog, name, _reusing_last(convert, location_of))
+    return catalog
+
+
+def _reusing_last(convert: Any, location_of: Any) -> Any:
+    """``convert`` (a catalog's metadata-file-to-Table step) returning the last Table again for the same file."""
+    last: dict[str, Table] = {}
+
+    def reuse(*args: Any, **kwargs: Any) -> Table:
+        if not active():
+            return convert(*args, **kwargs)  # type: ignore[no-any-return]
+        (source,) = (*args, *kwargs.values())  # one argument, passed by position (SQL) or by name (Glue)
+        location = location_of(source)
+        known = last.get(location) if location else None
+        if known is not None:
+            return copy.copy(known)  # a Table of its own (a commit replaces its metadata), sharing the frozen metadata
+        table: Table = convert(*args, **kwargs)
+        last.clear()
+        last[table.metadata_location] = copy.copy(table)
+        return table
+
+    return reuse
+
+
+decide()

@@ -1,0 +1,186 @@
+"""pyiceberg's commit path patched or not: the same table either way, and a pyiceberg the patches do not fit falls back loudly."""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pyiceberg.catalog
+import pyiceberg.table
+import pytest
+from pyiceberg.catalog import MetastoreCatalog
+
+from kinesis_replay.adapters import iceberg_table, layout, pyiceberg_patches, table_maintenance
+from kinesis_replay.core.config import PipelineConfig, parse_config
+
+
+def pipeline(root: Path) -> PipelineConfig:
+    entry = {"name": "orders", "stream": "orders-stream", "output": str(root), "schedule": None,
+             "initial_position": "TRIM_HORIZON", "state_table": "t", "spark": {}}  # fmt: skip
+    return parse_config({"pipelines": [entry]})[0]
+
+
+def write_attempt(root: Path, batch_id: int, attempt: str, rows: int, **extra: pa.Array) -> list[str]:
+    """One attempt's file as the replay job writes it (the same bytes for the same arguments), ``extra`` columns after batch_id."""
+    folder = Path(layout.data_path(str(root), batch_id, attempt))
+    folder.mkdir(parents=True)
+    table = pa.table({
+        "shard_id": ["shardId-0"] * rows,
+        "sequence_number": [str(batch_id * 1000 + i) for i in range(rows)],
+        "approximate_arrival_timestamp": pa.array([datetime(2026, 1, 1, 0, 0, i, tzinfo=UTC) for i in range(rows)],
+                                                  pa.timestamp("us", tz="UTC")),
+        "data": pa.array([b"x%d" % i for i in range(rows)], pa.binary()),
+        "batch_id": pa.array([batch_id] * rows, pa.int64()),
+        **extra,
+    })  # fmt: skip
+    pq.write_table(table, folder / "part-00000.parquet")
+    return [str(folder / "part-00000.parquet")]
+
+
+def commit_batches(root: Path, catalog: Any = None) -> Any:
+    """What the pipeline's commits do to a table: first commits, a column added, a backfill's replay, snapshot expiry."""
+    p = pipeline(root)
+    iceberg_table.commit_snapshot(p, 1, "a", write_attempt(root, 1, "a", 3), "run-1", catalog=catalog)
+    iceberg_table.commit_snapshot(p, 2, "a", write_attempt(root, 2, "a", 4), "run-2", catalog=catalog)
+    added = write_attempt(root, 3, "a", 2, note=pa.array(["n1", "n2"]))  # a field added to payload.schema
+    iceberg_table.commit_snapshot(p, 3, "a", added, "run-3", catalog=catalog)
+    iceberg_table.commit_snapshot(p, 1, "b", write_attempt(root, 1, "b", 3), "backfill-1", catalog=catalog)  # OVERWRITE
+    iceberg_table.commit_snapshot(p, 4, "a", [], "run-4", records=0, catalog=catalog)  # every record quarantined
+    table = iceberg_table.load_table(p, catalog)
+    policy = table_maintenance.Policy(max_snapshot_age=timedelta(0), min_snapshots_to_keep=2)
+    assert table_maintenance.expire_snapshots(table, policy, datetime.now(UTC) + timedelta(seconds=1))
+    return iceberg_table.load_table(p, catalog)
+
+
+def contents(table: Any) -> dict[str, Any]:
+    """What the table holds and its snapshots record, without what differs between any two tables (ids, times, paths)."""
+    root = table.location()
+    order = {s.snapshot_id: i for i, s in enumerate(table.metadata.snapshots)}
+    return {
+        "snapshots": [
+            (s.summary.operation.value, s.summary.additional_properties, order.get(s.parent_snapshot_id)) for s in table.metadata.snapshots
+        ],
+        "current": order[table.current_snapshot().snapshot_id],
+        "schema": str(table.schema()),
+        "spec": str(table.spec()),
+        "sort order": str(table.sort_order()),
+        "properties": table.properties,
+        "data files": sorted(
+            (t.file.file_path.removeprefix(root), t.file.record_count, t.file.partition[0]) for t in table.scan().plan_files()
+        ),
+        "rows": table.scan().to_arrow().sort_by([("batch_id", "ascending"), ("sequence_number", "ascending")]).to_pylist(),
+        "partitions": sorted(
+            (r["partition"]["batch_id"], r["record_count"], r["file_count"]) for r in table.inspect.partitions().to_pylist()
+        ),
+        "metadata log": len(table.metadata.metadata_log),
+    }
+
+
+@pytest.fixture
+def pyicebergs_own(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
+    """How often pyiceberg's own update_table_metadata (the deep copy) ran: in a transaction's read, in a catalog's commit."""
+    calls: Counter[str] = Counter()
+    for module, where in ((pyiceberg.table, "transaction"), (pyiceberg.catalog, "catalog")):
+        own = module.update_table_metadata
+
+        def counted(*args: Any, _own: Any = own, _where: str = where, **kwargs: Any) -> Any:
+            calls[_where] += 1
+            return _own(*args, **kwargs)
+
+        monkeypatch.setattr(module, "update_table_metadata", counted)
+    return calls
+
+
+@pytest.fixture
+def decided(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The guard's decision as the test leaves it is undone after it: the other tests run as the import decided."""
+    monkeypatch.setattr(pyiceberg_patches, "PATCHED", pyiceberg_patches.PATCHED)
+    monkeypatch.setattr(pyiceberg_patches, "why_not", pyiceberg_patches.why_not)
+    yield
+
+
+def test_the_patches_apply_to_the_installed_pyiceberg() -> None:
+    assert pyiceberg_patches.PATCHED, pyiceberg_patches.why_not
+    assert pyiceberg_patches.why_not is None and pyiceberg_patches.shape_problems() == []
+
+
+def test_a_commit_makes_the_same_table_patched_and_on_pyicebergs_own_path(tmp_path: Path, pyicebergs_own: Counter[str]) -> None:
+    patched = contents(commit_batches(tmp_path / "patched"))
+    assert pyicebergs_own == Counter(), "the patched commits never take pyiceberg's deep-copying path"
+
+    catalog = iceberg_table.load_catalog(pipeline(tmp_path / "own"))  # patched at its load, as the bench's is
+    with pyiceberg_patches.unpatched():
+        assert type(iceberg_table.transaction(iceberg_table.load_table(pipeline(tmp_path / "patched")))) is pyiceberg.table.Transaction
+        own = contents(commit_batches(tmp_path / "own", catalog))
+    assert pyicebergs_own["transaction"] > 0 and pyicebergs_own["catalog"] > 0, "inside unpatched(), pyiceberg's own path"
+
+    assert own == patched
+    assert [operation for operation, _, _ in patched["snapshots"]] == ["overwrite", "append"]  # the two expiry kept
+    assert patched["partitions"] == [(1, 3, 1), (2, 4, 1), (3, 2, 1)] and len(patched["rows"]) == 9
+    assert patched["snapshots"][-1][1]["kinesis-replay.batches"] == "1-4"
+
+
+def test_a_pyiceberg_of_another_version_is_not_patched_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, decided: None, pyicebergs_own: Counter[str]
+) -> None:
+    monkeypatch.setattr(pyiceberg_patches, "_installed_version", lambda: "0.13.0")
+    with caplog.at_level(logging.WARNING, logger=pyiceberg_patches.__name__):
+        assert pyiceberg_patches.decide() is False
+    assert pyiceberg_patches.why_not == "pyiceberg 0.13.0 is installed, and they were written for 0.12.0"
+    (warning,) = caplog.records
+    assert warning.levelname == "WARNING"
+    assert "NOT patched" in warning.message and "pyiceberg 0.13.0 is installed" in warning.message
+    assert "slower as the table's history grows" in warning.message  # the cost
+
+    catalog = iceberg_table.load_catalog(pipeline(tmp_path / "own"))
+    assert "_update_and_stage_table" not in vars(catalog) and "_convert_orm_to_iceberg" not in vars(catalog)
+    own = contents(commit_batches(tmp_path / "own"))
+    assert pyicebergs_own["transaction"] > 0 and pyicebergs_own["catalog"] > 0
+    with monkeypatch.context() as patched_again:
+        patched_again.setattr(pyiceberg_patches, "PATCHED", True)
+        assert own == contents(commit_batches(tmp_path / "patched"))
+
+
+def test_a_patched_method_of_another_shape_leaves_pyicebergs_own_path_in_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, decided: None
+) -> None:
+    own_staging = MetastoreCatalog._update_and_stage_table
+
+    def changed(self: Any, current_table: Any, table_identifier: Any, requirements: Any, updates: Any, validate: bool = True) -> Any:
+        return own_staging(self, current_table, table_identifier, requirements, updates)  # a parameter more, as a release might add
+
+    monkeypatch.setattr(MetastoreCatalog, "_update_and_stage_table", changed)
+    with caplog.at_level(logging.WARNING, logger=pyiceberg_patches.__name__):
+        assert pyiceberg_patches.decide() is False
+    assert pyiceberg_patches.why_not == (
+        "pyiceberg.catalog.MetastoreCatalog._update_and_stage_table: expected parameters (self, current_table, "
+        "table_identifier, requirements, updates), found parameters (self, current_table, table_identifier, requirements, "
+        "updates, validate)"
+    )
+    assert "NOT patched" in caplog.text and "MetastoreCatalog._update_and_stage_table" in caplog.text
+
+    table = commit_batches(tmp_path)
+    assert contents(table)["partitions"] == [(1, 3, 1), (2, 4, 1), (3, 2, 1)]
+    assert type(iceberg_table.transaction(table)) is pyiceberg.table.Transaction
+
+
+def test_what_the_patches_rely_on_missing_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    monkeypatch.delattr(SqlCatalog, "_convert_orm_to_iceberg")
+    (problem,) = pyiceberg_patches.shape_problems()
+    assert problem.startswith("pyiceberg.catalog.sql.SqlCatalog._convert_orm_to_iceberg (AttributeError: ")
+
+
+def test_unpatched_blocks_nest_and_end() -> None:
+    with pyiceberg_patches.unpatched():
+        with pyiceberg_patches.unpatched():
+            assert not pyiceberg_patches.active()
+        assert not pyiceberg_patches.active()
+    assert pyiceberg_patches.active()
