@@ -52,10 +52,10 @@ import kinesis_replay_tasks as tasks
 from kinesis_replay.adapters.iceberg_table import RESTORE_PARAM
 from kinesis_replay.adapters.table_maintenance import DEFAULT_ORPHAN_AGE
 from kinesis_replay.core.config import PipelineConfig, resolve_config_path
+from kinesis_replay.core.refusals import RECOVER_PARAM
 from kinesis_replay.core.roots import output_key
 from kinesis_replay.launchers import emr_serverless
 from kinesis_replay.steps.backfill import ACKNOWLEDGE_DATA_LOSS_SCHEMA, SELECTION_SCHEMA
-from kinesis_replay.steps.guards import RECOVER_PARAM
 
 CONFIG_PATH = resolve_config_path(Path(__file__).with_name("pipelines.yaml"))
 START = tasks.START

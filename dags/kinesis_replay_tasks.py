@@ -42,9 +42,10 @@ from kinesis_replay.core.errors import (
 )
 from kinesis_replay.core.formats import is_s3
 from kinesis_replay.core.job_spec import JobSpec, KinesisEndpoint, S3Endpoint
+from kinesis_replay.core.refusals import RECOVER_PARAM
 from kinesis_replay.core.state import Batch, Progress, RunKind
 from kinesis_replay.launchers import credentials, emr_serverless, spark_submit
-from kinesis_replay.steps import backfill, guards, in_flight, maintenance, recovery
+from kinesis_replay.steps import backfill, in_flight, maintenance, recovery
 from kinesis_replay.steps.commit import commit_batch
 from kinesis_replay.steps.plan import FINISH_COMMIT, PlanResult, plan_batch
 from kinesis_replay.steps.verify import verify_batch
@@ -222,7 +223,7 @@ def state_store(pipeline: PipelineConfig) -> DynamoDBStateStore:
 # merges every key of a run's conf into its params, declared or not, so a misspelt key (`dryrun`) would be ignored and
 # the run go on for real: the first task of each DAG refuses any other key (check_params). `redecode` is the backfill's
 # re-decode of stored batches.
-REGULAR_PARAMS = ("dry_run", "acknowledge_data_loss", guards.RECOVER_PARAM)
+REGULAR_PARAMS = ("dry_run", "acknowledge_data_loss", RECOVER_PARAM)
 BACKFILL_PARAMS = ("batches", iceberg_table.RESTORE_PARAM, "redecode", "dry_run")
 MAINTENANCE_PARAMS = ("dry_run", "orphan_age_hours")
 
@@ -259,7 +260,7 @@ def plan(pipeline: PipelineConfig, run_id: str, params: dict[str, Any]) -> Plann
     store = state_store(pipeline)
     store.ensure_table()
     dry_run = bool(params.get("dry_run"))
-    if params.get(guards.RECOVER_PARAM):
+    if params.get(RECOVER_PARAM):
         rebuilt = recovery.recover(pipeline, kinesis_client(pipeline), store, datetime.now(UTC), dry_run)
         if dry_run:
             raise AirflowSkipException(f"dry run: nothing was written; would {rebuilt.describe()}")

@@ -56,7 +56,6 @@ from kinesis_replay.adapters.files import (
     finish_swap,
     is_file,
     reaching_s3,
-    read_json,
     remove_files_except,
     remove_folder,
     swap_in,
@@ -67,7 +66,6 @@ from kinesis_replay.adapters.layout import (
     batch_path,
     commit_record_path,
     data_path,
-    owner_path,
     quarantine_path,
     result_path,
     staged_data_path,
@@ -75,11 +73,14 @@ from kinesis_replay.adapters.layout import (
     staging_path,
     swap_record_path,
 )
+from kinesis_replay.adapters.output_root import load_job_root
+from kinesis_replay.core import ownership
 from kinesis_replay.core.config import PayloadConfig
 from kinesis_replay.core.decoding import Decoding
-from kinesis_replay.core.errors import JobSpecError, KinesisReplayError, OutputOwnershipError
+from kinesis_replay.core.errors import JobSpecError, KinesisReplayError
 from kinesis_replay.core.job_spec import JobSpec
 from kinesis_replay.core.ranges import SequenceRange
+from kinesis_replay.core.refusals import refuse
 from kinesis_replay.core.state import ReplayResult, ShardResult
 from kinesis_source import (
     Pages,
@@ -159,24 +160,6 @@ def new_attempt() -> str:
     return f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"
 
 
-def check_owner(spec: JobSpec, owner: dict[str, Any] | None) -> None:
-    """Write nothing into a root whose owner record names another pipeline or stream, or the other layout (a table's
-    root holds no batch folders, a directory output's no table files). The Airflow side checks both too."""
-    if owner is None:
-        return  # a root the job was pointed at by hand (the warm-up's, a test's)
-    if (owner.get("pipeline"), owner.get("stream")) != (spec.pipeline_name, spec.stream):
-        raise OutputOwnershipError(
-            f"pipeline {spec.pipeline_name!r}, batch {spec.batch_id}: output {spec.output} belongs to pipeline "
-            f"{owner.get('pipeline')!r} (stream {owner.get('stream')}); nothing was written"
-        )
-    recorded = owner.get("output_format")
-    if recorded is not None and recorded != spec.output_format:
-        raise OutputOwnershipError(
-            f"pipeline {spec.pipeline_name!r}, batch {spec.batch_id}: output {spec.output} holds the {recorded} layout and the "
-            f"job was asked for output_format {spec.output_format}; nothing was written"
-        )
-
-
 def spans_by_shard(unconfirmed: Sequence[Unconfirmed]) -> dict[str, set[tuple[int, int | None]]]:
     """The tasks' unconfirmed spans, by shard (a range's span once, however many times its read noted it)."""
     spans: dict[str, set[tuple[int, int | None]]] = {}
@@ -202,7 +185,8 @@ def write_as_read(spark: SparkSession, spec: JobSpec, attempt: str, tasks: int, 
     payload = spec.payload
     # Checked here, on the driver, before any read: a schema no payload decodes into fails the job, not every task.
     columns = JsonColumns(payload.schema, spec.pipeline_name) if payload.format == "json" and payload.schema else None
-    check_owner(spec, read_json(owner_path(output)))
+    # Written into a root whose owner record names another pipeline or stream, or the other layout: refused, nothing written.
+    refuse(ownership.job_refusal(spec.pipeline_name, batch_id, spec.stream, spec.output_format, load_job_root(output)))
     finish_swap(swap_record_path(output, batch_id))  # a verified swap cut short is finished before anything is staged
     remove_folder(staging_path(output, batch_id), missing_ok=True)  # what a crashed run of this batch left
     table = spec.output_format == "iceberg"

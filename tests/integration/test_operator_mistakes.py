@@ -165,8 +165,8 @@ def test_a_directory_pipeline_upgraded_without_output_format_is_refused_until_it
     assert "output_format" not in json.loads(owner_file.read_text())
 
     # As the message says: the plan of output_format: directory goes on (batch 2 beside batch 1), recording the format.
-    # That batch's replay and commit are a directory output's like any other (tests/unit/test_guards.py,
-    # test_an_older_owner_record_over_batch_folders_counts_as_a_directory_output, checks the same guards on a local folder).
+    # That batch's replay and commit are a directory output's like any other (tests/unit/test_output_root.py,
+    # test_an_older_owner_record_over_batch_folders_counts_as_a_directory_output, checks the same rules on a local folder).
     assert run_dag(dag_for(directory).partial_subset(task_ids=["plan"])).tasks == {"plan": "success"}
     assert json.loads(owner_file.read_text())["output_format"] == "directory"  # recorded by that plan
     assert [(b[0], b[1]) for b in ledger(store, entry["name"])["batches"]] == [(1, BatchStatus.COMMITTED), (2, BatchStatus.PLANNED)]
@@ -395,7 +395,7 @@ def test_a_root_whose_owner_record_was_deleted_is_refused_to_another_pipeline_an
     assert ledger(store, name) == before and check_exactly_once(produced, read_output(root)).ok
 
     # That the pipeline whose records they are goes on, its plan writing its owner record again, is
-    # tests/unit/test_guards.py's (test_a_root_whose_owner_record_is_gone_is_another_pipelines_when_its_commit_records_say_so).
+    # tests/unit/test_output_root.py's (test_a_root_whose_owner_record_is_gone_is_another_pipelines_when_its_commit_records_say_so).
     # Its owner record and its state table both lost: the plan advises a recovery, which works as written.
     dynamodb.delete_table(TableName=store.table)
     dynamodb.get_waiter("table_not_exists").wait(TableName=store.table)

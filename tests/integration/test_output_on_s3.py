@@ -1,4 +1,4 @@
-"""The output's owner record, commit records and guards on S3 (the moto server over HTTP), as on local disk.
+"""The output's owner record, commit records and the plan's checks of them on S3 (the moto server over HTTP), as on local disk.
 
 The Airflow side, which claims the root, writes the commit records and checks them against the state table, goes
 through pyarrow's S3 file system and boto3's S3 client, and that is what this tests, case by case (a whole pipeline
@@ -17,11 +17,13 @@ import pytest
 
 import kinesis_replay_tasks as tasks
 from kinesis_replay.adapters import commit_records, files, layout, owner
+from kinesis_replay.adapters.output_root import load_root
 from kinesis_replay.core.config import PipelineConfig, parse_config
 from kinesis_replay.core.errors import OutputOwnershipError, StateLostError
 from kinesis_replay.core.ranges import SequenceRange
 from kinesis_replay.core.state import Batch, BatchStatus, Head, ReplayResult, ShardResult
-from kinesis_replay.steps import guards
+from kinesis_replay.steps import plan
+from kinesis_replay.steps.plan import check_before_plan
 from kinesis_replay.steps.recovery import plan_recovery
 from stack import local_stack
 
@@ -56,24 +58,29 @@ def committed(pipeline_config: PipelineConfig, batch_id: int) -> Batch:
     return Batch(pipeline_config.name, batch_id, BatchStatus.COMMITTED, (rng,), pipeline_config.stream, "run", NOW, NOW, result)
 
 
+def claim_output(pipeline_config: PipelineConfig, now: datetime, dry_run: bool = False) -> None:
+    """The plan's claim of its root, loaded for a claim as the plan loads it."""
+    plan.claim_output(pipeline_config, load_root(pipeline_config, claim=True), now, dry_run=dry_run)
+
+
 def test_the_owner_record_and_commit_records_guard_an_s3_root(bucket: str, stack: Any) -> None:
     pipeline_config = pipeline(f"s3://{bucket}/raw/orders/")
-    guards.check_before_plan(pipeline_config, Head())
-    guards.claim_output(pipeline_config, NOW)
+    check_before_plan(pipeline_config, Head())
+    claim_output(pipeline_config, NOW)
     key = "raw/orders/_kinesis_replay_owner.json"
     assert s3(stack).head_object(Bucket=bucket, Key=key)["ContentLength"] > 0
 
     intruder = pipeline(f"s3a://{bucket}/raw/./orders", name="payments", stream="payments-stream")
     with pytest.raises(OutputOwnershipError, match=f"may not write output s3a://{bucket}/raw/orders: it belongs to pipeline 'orders'"):
-        guards.claim_output(intruder, NOW)
+        claim_output(intruder, NOW)
 
     for batch_id in (1, 2):
         commit_records.write_commit_record(pipeline_config.output, committed(pipeline_config, batch_id))
     assert commit_records.committed_batch_ids(pipeline_config.output) == [1, 2]
     assert commit_records.read_commit_record(pipeline_config.output, 2) == committed(pipeline_config, 2)
     with pytest.raises(StateLostError, match="holds 2 committed batches"):
-        guards.check_before_plan(pipeline_config, Head())  # the table lost its state
-    guards.check_before_plan(pipeline_config, Head(next_batch_id=3, version=3))  # in step with the output
+        check_before_plan(pipeline_config, Head())  # the table lost its state
+    check_before_plan(pipeline_config, Head(next_batch_id=3, version=3))  # in step with the output
 
     rebuilt = plan_recovery(pipeline_config, [commit_records.read_commit_record(pipeline_config.output, i) for i in (1, 2)], [], NOW)
     assert rebuilt.head.next_batch_id == 3 and [s.checkpoint for s in rebuilt.shards] == [29]
@@ -89,9 +96,9 @@ def test_of_two_claims_racing_for_a_new_s3_root_the_first_wins_and_the_second_wr
     assert body == b'{"pipeline": "orders"}'
 
     s3(stack).delete_object(Bucket=bucket, Key="raw/orders/_kinesis_replay_owner.json")
-    guards.claim_output(first, NOW)
+    claim_output(first, NOW)
     with pytest.raises(OutputOwnershipError, match="it belongs to pipeline 'orders'"):
-        guards.claim_output(second, NOW)
+        claim_output(second, NOW)
     assert owner.read_owner(first.output).pipeline_name == "orders"  # type: ignore[union-attr]
 
 
@@ -101,7 +108,7 @@ def test_an_owner_record_in_a_missing_bucket_names_the_path(stack: Any) -> None:
 
     says = "pipeline 'orders': cannot write the owner record s3://no-such-bucket-kr/raw/orders/"
     with pytest.raises(OutputRefusedError, match=says) as raised:
-        guards.claim_output(pipeline("s3://no-such-bucket-kr/raw/orders"), NOW)
+        claim_output(pipeline("s3://no-such-bucket-kr/raw/orders"), NOW)
     assert not raised.value.retryable and "Check that the bucket exists" in str(raised.value)
 
 
@@ -112,28 +119,28 @@ def s3_keys(stack: Any, bucket: str) -> list[str]:
 def test_an_s3_root_inside_another_root_or_holding_one_is_refused_and_writes_nothing(bucket: str, stack: Any) -> None:
     """Another deployment's pipeline (another config file and state table) in the table's data/, or around its root."""
     a = pipeline(f"s3://{bucket}/lake/orders")  # a table's root on S3 needs Glue; the guard is the same for both formats
-    guards.claim_output(a, NOW)
+    claim_output(a, NOW)
     commit_records.write_commit_record(a.output, committed(a, 1))
     before = s3_keys(stack, bucket)
     other = {"name": "payments", "stream": "payments-stream", "state_table": "kr-state-2"}
 
     inside = pipeline(f"s3a://{bucket}/lake/orders/data/payments", **other)
     with pytest.raises(OutputOwnershipError) as raised:
-        guards.claim_output(inside, NOW)
+        claim_output(inside, NOW)
     assert f"may not claim output {inside.output}: it is inside output s3a://{bucket}/lake/orders of pipeline 'orders'" in str(raised.value)
     assert f"an output root outside s3a://{bucket}/lake/orders, in its pipelines config. Nothing was written." in str(raised.value)
 
     around = pipeline(f"s3://{bucket}/lake", **other)
     holds = f"may not claim output s3://{bucket}/lake: it holds output s3://{bucket}/lake/orders of pipeline 'orders'"
     with pytest.raises(OutputOwnershipError, match=holds):
-        guards.claim_output(around, NOW, dry_run=True)
+        claim_output(around, NOW, dry_run=True)
     with pytest.raises(OutputOwnershipError, match="Nothing was written"):
-        guards.claim_output(around, NOW)
+        claim_output(around, NOW)
 
     assert s3_keys(stack, bucket) == before  # no owner record, no folder marker: nothing
     beside = pipeline(f"s3://{bucket}/lake/orders-2", **other)
-    guards.claim_output(beside, NOW)  # a root that only starts like the other's name is not inside it
-    guards.claim_output(a, NOW)  # the owner's own root goes on as before
+    claim_output(beside, NOW)  # a root that only starts like the other's name is not inside it
+    claim_output(a, NOW)  # the owner's own root goes on as before
     assert s3_keys(stack, bucket) == sorted([*before, "lake/orders-2/_kinesis_replay_owner.json"])
 
 

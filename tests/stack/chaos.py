@@ -312,7 +312,7 @@ class Schedule:
 
     @contextmanager
     def reaching_s3(self) -> Iterator[None]:
-        """Project code the harness calls itself (the commit records, the guards' view of the table) reaches S3 as a DAG
+        """Project code the harness calls itself (the commit records, the plan's view of the table) reaches S3 as a DAG
         task does: through the pipeline's connection (the environment names no S3 endpoint)."""
         import kinesis_replay_tasks as tasks
         from kinesis_replay.adapters import files
@@ -473,7 +473,7 @@ class Schedule:
         from kinesis_replay.adapters import iceberg_table
         from kinesis_replay.core.config import parse_config
         from kinesis_replay.core.holdings import compare
-        from kinesis_replay.steps import guards
+        from kinesis_replay.core.ledger import ledger_of
         from stack.harness import run_dag
 
         try:
@@ -503,7 +503,7 @@ class Schedule:
                 state = iceberg_table.table_state(iceberg_table.load_table(p))
         except iceberg_table.TableMetadataLostError:
             state = iceberg_table.table_state(None)
-        lacking = compare(state, guards.ledger_of(self.store.get_head(self.name)))
+        lacking = compare(state, ledger_of(self.store.get_head(self.name)))
         dags = self.dags()
         result = run_dag(dags[dag_ids(self.name)[0]])
         self.log(f"{step} {what}: the cycle after it {result.state} {compact(result.tasks)}")

@@ -372,14 +372,15 @@ def test_a_catalog_that_cannot_load_says_whether_a_retry_can_help_and_which_key_
     from dataclasses import replace
 
     from kinesis_replay.core import errors
-    from kinesis_replay.steps import guards
+    from kinesis_replay.core.state import Head
+    from kinesis_replay.steps.plan import check_before_plan
 
     p = pipeline(tmp_path / "out")
     assert p.table is not None
     props = {k: v.format(port=closed_port()) for k, v in properties.items()}
     p = replace(p, table=replace(p.table, catalog="lake", catalog_properties=props))
     with pytest.raises(errors.KinesisReplayError) as raised:
-        guards.check_table(p, Ledger(0))  # the plan's check, before it claims the output or reads the stream
+        check_before_plan(p, Head())  # the plan's check, before it claims the output or reads the stream
     assert type(raised.value).__name__ == error and says in str(raised.value), raised.value
     assert raised.value.retryable == (error == "CatalogUnreachableError")
     assert str(raised.value).startswith("pipeline 'orders': cannot load Iceberg catalog 'lake'")
@@ -387,9 +388,10 @@ def test_a_catalog_that_cannot_load_says_whether_a_retry_can_help_and_which_key_
 
 
 def test_the_plan_does_not_create_the_embedded_catalog_before_the_first_commit(tmp_path: Path) -> None:
-    from kinesis_replay.steps import guards
+    from kinesis_replay.core.state import Head
+    from kinesis_replay.steps.plan import check_before_plan
 
-    guards.check_table(pipeline(tmp_path / "out"), Ledger(0))
+    check_before_plan(pipeline(tmp_path / "out"), Head())
     assert not (tmp_path / "out").exists()
 
 

@@ -29,22 +29,18 @@ SPARK_SIDE = {"spark_jobs.kinesis_source", "spark_jobs.replay_job"}  # the Spark
 # The steps are two floors: plan, in_flight, verify, commit and maintenance are siblings, sharing their rules through
 # core/ and adapters/; backfill and recovery sit above them. Each step imports exactly the siblings named here, each
 # with the reason. A new step fails test_steps_import_only_the_siblings_named until it is given its row.
-LEAVING = "(being replaced by core rules)"
 STEP_IMPORTS: dict[str, dict[str, str]] = {
-    "guards": {},
-    "plan": {"guards": LEAVING},
-    "in_flight": {"guards": LEAVING},
+    "plan": {},
+    "in_flight": {},
     "verify": {},
-    "commit": {"guards": LEAVING},
-    "maintenance": {"guards": LEAVING},
+    "commit": {},
+    "maintenance": {},
     "backfill": {
-        "guards": LEAVING,
         "in_flight": "a backfill's and a restore's ranges are checked against the retention as the batch in flight's are",
         "verify": "a backfill's replayed files are verified as a batch's are (check_files)",
         "commit": "a backfill and a restore put their files in the table as a batch's commit does (commit_to_table)",
     },
     "recovery": {
-        "guards": LEAVING,
         "commit": "a recovered batch whose commit was cut short is put in the table as a restore does (commit_to_table)",
     },
 }
@@ -175,10 +171,8 @@ def test_steps_import_only_the_siblings_named() -> None:
 
 
 def test_the_steps_are_two_floors() -> None:
-    """Below the guards (leaving): the siblings on one floor, backfill and recovery above them, and no third floor."""
-    leaving = {dep for row in STEP_IMPORTS.values() for dep, reason in row.items() if reason == LEAVING}
-    graph = {step: deps - leaving for step, deps in step_imports().items() if step not in leaving}
-    built = floors(graph)
+    """The siblings on one floor, backfill and recovery above them, and no third floor."""
+    built = floors(step_imports())
     assert max(built.values()) <= STEP_FLOORS, built
     assert {step for step, floor in built.items() if floor == STEP_FLOORS} == {"backfill", "recovery"}
     assert floors({"recovery": {"backfill"}, "backfill": {"commit"}, "commit": set()})["recovery"] == 3  # a chain is seen
@@ -187,8 +181,8 @@ def test_the_steps_are_two_floors() -> None:
 def test_the_checks_see_a_violation(tmp_path: Path) -> None:
     """The checks above can fail: an upward import, a framework in the core and a deferred import are all found."""
     bad = tmp_path / "state.py"
-    bad.write_text("from kinesis_replay.steps import plan\nimport airflow\n\ndef f():\n    from kinesis_replay.steps.guards import x\n")
+    bad.write_text("from kinesis_replay.steps import plan\nimport airflow\n\ndef f():\n    from kinesis_replay.steps.commit import x\n")
     modules = set(sources())
     ours, outside = imports(bad, modules)
-    assert ours == {"steps.plan", "steps.guards"} and "airflow" in outside
+    assert ours == {"steps.plan", "steps.commit"} and "airflow" in outside
     assert all(ORDER.index(sources()[dep][0]) > ORDER.index("core") for dep in ours)

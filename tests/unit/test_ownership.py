@@ -251,10 +251,8 @@ def test_a_new_root_inside_or_holding_another_pipelines_root_is_refused_naming_i
     unreadable = OtherRoot("/lake/raw/orders/x", "/lake/raw/orders/x/_kinesis_replay_owner.json", None, "AccessDenied")
     holds = ownership.claim(ORDERS, replace(NEW, nesting=Nesting(inside=unreadable)), NOW)
     assert holds == HoldsAnotherRoot(ORDERS, unreadable)
-    assert (
-        "it holds output /lake/raw/orders/x of a pipeline whose owner record /lake/raw/orders/x/_kinesis_replay_owner.json cannot be read here (AccessDenied)"
-        in text(holds)
-    )
+    record = "/lake/raw/orders/x/_kinesis_replay_owner.json"
+    assert f"it holds output /lake/raw/orders/x of a pipeline whose owner record {record} cannot be read here (AccessDenied)" in text(holds)
 
 
 def test_a_root_claimed_before_nesting_was_refused_goes_on_with_a_warning_as_does_a_search_cut_short() -> None:

@@ -172,7 +172,7 @@ class Ledger:
 
 
 class Commit(StrEnum):
-    """Which kind of commit puts a batch in the table: each requires its own of the table (guards.table_check)."""
+    """Which kind of commit puts a batch in the table: each requires its own of the table (ownership.commit_verdict)."""
 
     REGULAR = "regular"  # a batch's first commit: the table holds the batches before it
     BACKFILL = "backfill"  # a committed batch replayed: the table holds every committed batch, this one among them

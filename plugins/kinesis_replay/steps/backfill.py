@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from kinesis_replay.adapters import commit_records, files, iceberg_table, layout
 from kinesis_replay.adapters.kinesis_client import stream_retention
-from kinesis_replay.core import decoded
+from kinesis_replay.adapters.output_root import load_root, load_table
+from kinesis_replay.core import decoded, ownership
 from kinesis_replay.core.config import PipelineConfig, ReadConfig
 from kinesis_replay.core.errors import (
     BackfillError,  # re-exported: the DAG tasks and tests name backfill.BackfillError
@@ -23,10 +24,12 @@ from kinesis_replay.core.errors import (
 )
 from kinesis_replay.core.formats import MAX_BATCH_ID
 from kinesis_replay.core.holdings import Commit, Ledger, Mismatch, TableState, compare, listed
+from kinesis_replay.core.ledger import ledger_of, ledger_rows
 from kinesis_replay.core.ranges import SequenceRange
 from kinesis_replay.core.records import digest_hash
+from kinesis_replay.core.refusals import describe_mismatch, recovery_hint, refuse
 from kinesis_replay.core.state import Batch, BatchStatus, ReplayResult, ShardResult, StateStore
-from kinesis_replay.steps import commit, guards, in_flight, verify
+from kinesis_replay.steps import commit, in_flight, verify
 
 if TYPE_CHECKING:  # the boto3 stubs are for type checking only
     from types_boto3_kinesis.client import KinesisClient
@@ -231,12 +234,17 @@ def choose(
     Refused when the output is not this pipeline's, while a regular batch is in flight (the two would
     compete for the stream's read limits), and when a range has left the stream's retention.
     """
-    guards.require_owner(pipeline)
+    refuse(ownership.owner_refusal(pipeline, load_root(pipeline)))
     selection = parse_selection(value)
     head = store.get_head(pipeline.name)
     # A backfill replaces batches of a whole table, never builds one; where no snapshot records what the table holds,
     # each batch's rows are compared with the ledger's, so a backfill never commits over another writer's partial delete.
-    guards.check_table(pipeline, guards.ledger_of(head, pipeline, store))
+    ledger = ledger_of(head, pipeline, store)
+    if pipeline.table is not None and ledger.last >= 1:
+        held = load_table(pipeline)
+        refuse(ownership.table_refusal(pipeline, held, ledger, ledger_rows(held.state, ledger)))
+    elif pipeline.table is not None and not pipeline.table.embedded:
+        iceberg_table.load_catalog(pipeline)  # a catalog that can't load fails here, before anything is read
     newest = head.next_batch_id - 1
     retention = stream_retention(kinesis_client, pipeline.stream, pipeline.read) if selection.start_time else None
     chosen = select_batches(pipeline.name, selection, candidates(store, pipeline.name, selection, newest, retention), newest)
@@ -317,7 +325,7 @@ def committed_batch(
     With ``kinesis_client`` (a restore's replay), its ranges must still be in the stream: a restore names each batch
     it cannot bring back by failing that batch's own task, while the others are restored.
     """
-    guards.require_owner(pipeline)
+    refuse(ownership.owner_refusal(pipeline, load_root(pipeline)))
     batch = store.get_batch(pipeline.name, batch_id)
     if kinesis_client is not None:
         retention = stream_retention(kinesis_client, pipeline.stream, pipeline.read)
@@ -374,7 +382,7 @@ def check_replayed(
     if pipeline.table is not None:
         replayed = replace(batch, result=result)
         kind = Commit.RESTORE if restore else Commit.BACKFILL
-        ledger = guards.ledger_of(store.get_head(pipeline.name), pipeline, store)
+        ledger = ledger_of(store.get_head(pipeline.name), pipeline, store)
         snapshot_id = commit.commit_to_table(pipeline, replayed, run_id or batch.run_id, kind, ledger)
         # The ledger and the commit record name the replayed attempt, whose files the snapshot holds: the first run's
         # files go with the snapshots before it, and a recovery from the commit records rebuilds what the table holds.
@@ -552,31 +560,31 @@ def plan_restore(pipeline: PipelineConfig, kinesis_client: KinesisClient, store:
     Refused when the table holds a batch the ledger has not committed (a restore only puts back), and when the
     pipeline has no ledger (recover the state table first).
     """
-    guards.require_owner(pipeline)
+    refuse(ownership.owner_refusal(pipeline, load_root(pipeline)))
     iceberg_table.require_table(pipeline)  # a directory pipeline has no table to restore
     head = store.get_head(pipeline.name)
     if head.version == 0:
         raise BackfillError(
             f"pipeline {pipeline.name!r}: state table {pipeline.state_table} holds no ledger for the pipeline, so there is "
-            f"nothing to restore the table to. {guards.recovery_hint(pipeline)}"
+            f"nothing to restore the table to. {recovery_hint(pipeline)}"
         )
-    ledger = guards.ledger_of(head, pipeline, store)
+    ledger = ledger_of(head, pipeline, store)
     metadata_lost = False
     try:
         table = iceberg_table.existing_table(pipeline)
     except TableMetadataLostError:
         table, metadata_lost = None, True
     state = iceberg_table.table_state(table)
-    mismatch = compare(state, ledger, guards.ledger_rows(state, ledger))
+    mismatch = compare(state, ledger, ledger_rows(state, ledger))
     taken = iceberg_table.location_tables(pipeline) if table is None else None
     if mismatch is not None and taken is not None and not taken.own(pipeline):  # one location, one table
         raise BackfillError(
-            f"{guards.describe_mismatch(pipeline, state, ledger, mismatch)} A restore never creates a table at a location "
+            f"{describe_mismatch(pipeline, state, ledger, mismatch, taken)} A restore never creates a table at a location "
             "that holds another table's metadata. Nothing was written."
         )
     if mismatch is not None and mismatch.extra:
         raise BackfillError(
-            f"{guards.describe_mismatch(pipeline, state, ledger, mismatch)} A restore only puts back batches the ledger "
+            f"{describe_mismatch(pipeline, state, ledger, mismatch, taken)} A restore only puts back batches the ledger "
             "committed; it never removes any. Nothing was written."
         )
     wanted = sorted(set(mismatch.missing if mismatch else ()) | set(_differing(pipeline, table, state, ledger, mismatch)))

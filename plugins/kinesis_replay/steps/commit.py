@@ -6,22 +6,21 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
 
 from kinesis_replay.adapters import commit_records, iceberg_table, layout
 from kinesis_replay.adapters.files import attempt_paths, batch_files, parquet_files, remove_folder
+from kinesis_replay.adapters.output_root import load_root
+from kinesis_replay.core import ownership
 from kinesis_replay.core.config import PipelineConfig
 from kinesis_replay.core.errors import (
     StateConflictError,
     VerificationError,
 )
-from kinesis_replay.core.holdings import Commit, Ledger
+from kinesis_replay.core.holdings import Commit, Holdings, Ledger, TableState
+from kinesis_replay.core.ledger import ledger_before, ledger_rows
 from kinesis_replay.core.ranges import SequenceRange
+from kinesis_replay.core.refusals import Refusal, refuse
 from kinesis_replay.core.state import Batch, BatchStatus, StateStore, range_checkpoint, superseded
-from kinesis_replay.steps import guards
-
-if TYPE_CHECKING:  # the boto3 stubs are for type checking only
-    pass
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +36,7 @@ def commit_batch(pipeline: PipelineConfig, store: StateStore, batch_id: int, now
     5. COMMITTED (with the snapshot id) and the head's in-flight id cleared, in one transaction.
     A run that finds the batch COMMITTING resumes at step 2. The output must be this pipeline's (its owner record).
     """
-    guards.require_owner(pipeline)
+    refuse(ownership.owner_refusal(pipeline, load_root(pipeline)))
     batch = store.get_batch(pipeline.name, batch_id)
     where = f"pipeline {pipeline.name!r}, batch {batch_id}"
     if batch.status == BatchStatus.WRITTEN:
@@ -58,7 +57,7 @@ def commit_batch(pipeline: PipelineConfig, store: StateStore, batch_id: int, now
     # The output's copy of the ledger entry, before any checkpoint moves: a lost state table is rebuilt from these.
     commit_records.write_commit_record(pipeline.output, committed)
     if pipeline.table is not None:
-        before = guards.ledger_before(pipeline, store, batch_id)  # the batches before this one, and the ledger's rows of each
+        before = ledger_before(pipeline, store, batch_id)  # the batches before this one, and the ledger's rows of each
         snapshot_id = commit_to_table(pipeline, batch, run_id or batch.run_id, ledger=before)
         batch, committed = replace(batch, snapshot_id=snapshot_id), replace(committed, snapshot_id=snapshot_id)
         commit_records.write_commit_record(pipeline.output, committed)  # the output's copy names the snapshot before a checkpoint moves
@@ -87,8 +86,8 @@ def commit_to_table(
     """Put the verified attempt's files in the table in one snapshot (or find the snapshot that did); its id.
 
     Before each try the table's current snapshot must hold what the ledger says for this ``kind`` of commit
-    (guards.table_check; ``ledger`` is the head's for a backfill or a restore, the batches before this one for a
-    regular commit: ``guards.ledger_before``). Only a pipeline's first batch and a restore create a missing table. A
+    (``table_check``; ``ledger`` is the head's for a backfill or a restore, the batches before this one for a
+    regular commit: ``ledger_before``). Only a pipeline's first batch and a restore create a missing table. A
     regular commit then removes the folders of the batch's other attempts: replays that failed before a commit, which
     no snapshot ever referenced. A backfill leaves the files it superseded to snapshot expiry: older snapshots still reference them.
     """
@@ -99,7 +98,7 @@ def commit_to_table(
     quarantined = [] if files else parquet_files(layout.quarantine_path(pipeline.output, batch.batch_id))
     schema_file = quarantined[0] if quarantined else None
     ledger = ledger if ledger is not None else Ledger(batch.batch_id - 1, batch.batch_id)
-    check = guards.table_check(pipeline, kind, batch.batch_id, ledger)
+    check = table_check(pipeline, kind, batch.batch_id, ledger)
     create = kind == Commit.RESTORE or (kind == Commit.REGULAR and ledger.last == 0)
     snapshot_id = iceberg_table.commit_snapshot(
         pipeline, batch.batch_id, attempt, files, run_id, result.records, check, create, schema_file=schema_file
@@ -117,3 +116,20 @@ def commit_to_table(
                     )
                     remove_folder(path)
     return snapshot_id
+
+
+def table_check(pipeline: PipelineConfig, kind: Commit, batch_id: int, ledger: Ledger) -> iceberg_table.TableCheck:
+    """The check iceberg_table.commit_snapshot makes of the table before each try: ownership.commit_verdict over the
+    table's current state, with the ledger's rows of each batch where no snapshot records them (read once, however
+    many tries the commit takes)."""
+    read: list[dict[int, int] | None] = []
+
+    def check(state: TableState) -> Holdings | None:
+        if state.derived and not read:
+            read.append(ledger_rows(state, ledger))
+        verdict = ownership.commit_verdict(pipeline, kind, batch_id, ledger, state, read[0] if state.derived else None)
+        if isinstance(verdict, Refusal):
+            raise verdict.as_error()
+        return verdict
+
+    return check

@@ -10,16 +10,18 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from kinesis_replay.adapters.kinesis_client import stream_created, stream_retention
-from kinesis_replay.adapters.owner import read_owner
+from kinesis_replay.adapters.output_root import load_root
+from kinesis_replay.core import ownership
 from kinesis_replay.core.config import PipelineConfig
 from kinesis_replay.core.errors import (
     DataLossError,
     KinesisReplayError,
 )
 from kinesis_replay.core.formats import arrival_age, duration
+from kinesis_replay.core.output_root import RootSnapshot
+from kinesis_replay.core.refusals import refuse
 from kinesis_replay.core.state import FINISH_COMMIT, Batch, BatchStatus, StateStore, superseded
 from kinesis_replay.core.state import committed_meanwhile as committed_meanwhile  # in_flight.committed_meanwhile: the DAG's tasks
-from kinesis_replay.steps import guards
 
 if TYPE_CHECKING:  # the boto3 stubs are for type checking only
     from types_boto3_kinesis.client import KinesisClient
@@ -50,20 +52,23 @@ def batch_to_replay(
     if batch.status in (BatchStatus.COMMITTING, BatchStatus.COMMITTED):  # another run verified it since this run's plan
         raise superseded(pipeline, batch)
     with failure_recorded(pipeline, store, batch_id):
-        guards.require_owner(pipeline)
-        check_same_stream(pipeline, kinesis_client)
+        root = load_root(pipeline)
+        refuse(ownership.owner_refusal(pipeline, root))
+        check_same_stream(pipeline, kinesis_client, root)
         retention = stream_retention(kinesis_client, pipeline.stream, pipeline.read)
         check_retention(pipeline, batch, retention, now or datetime.now(UTC), acknowledged)
     return batch
 
 
-def check_same_stream(pipeline: PipelineConfig, kinesis_client: KinesisClient) -> None:
+def check_same_stream(pipeline: PipelineConfig, kinesis_client: KinesisClient, root: RootSnapshot | None = None) -> None:
     """Before stored ranges are read (a regular batch's, a backfill's, a restore's): the stream under the pipeline's name is
     the one the output's batches came from, not one deleted and created again since, as the plan checks it
-    (guards.check_stream_created). Its ranges' shard ids and sequence numbers belong to the old stream: the replay would
-    fail in Spark with a data-loss message, or read another stream's records, where this refuses naming the cause."""
+    (ownership.stream_refusal; ``root`` as loaded, or loaded here). Its ranges' shard ids and sequence numbers belong to
+    the old stream: the replay would fail in Spark with a data-loss message, or read another stream's records, where this
+    refuses naming the cause."""
     created = stream_created(kinesis_client, pipeline.stream, pipeline.read)
-    guards.check_stream_created(pipeline, created, read_owner(pipeline.output))
+    owner = (root or load_root(pipeline)).owner
+    refuse(ownership.stream_refusal(pipeline, created, owner))
 
 
 @contextmanager

@@ -8,9 +8,12 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from kinesis_replay.adapters import commit_records, iceberg_table, table_maintenance
+from kinesis_replay.adapters.output_root import load_table
+from kinesis_replay.core import ownership
 from kinesis_replay.core.config import PipelineConfig
+from kinesis_replay.core.ledger import ledger_of, ledger_rows
+from kinesis_replay.core.refusals import recovery_hint, refuse
 from kinesis_replay.core.state import StateStore
-from kinesis_replay.steps import guards
 
 if TYPE_CHECKING:  # the boto3 stubs are for type checking only
     pass
@@ -28,8 +31,10 @@ def tidy_table(
     no batch in flight is known: orphan removal is refused, with the reason in the report, and only the expiry runs.
     """
     head = store.get_head(pipeline.name)
-    if head.version != 0:  # a table created anew would make every older batch's files orphans: refused, naming why
-        guards.check_table(pipeline, guards.ledger_of(head, pipeline, store))
+    ledger = ledger_of(head, pipeline, store)
+    if head.version != 0 and ledger.last >= 1:  # a table created anew would make every older batch's files orphans: refused
+        held = load_table(pipeline)
+        refuse(ownership.table_refusal(pipeline, held, ledger, ledger_rows(held.state, ledger)))
     table = iceberg_table.load_table(pipeline)
     if table is None:
         return None
@@ -39,7 +44,7 @@ def tidy_table(
             f"pipeline {pipeline.name!r}: state table {pipeline.state_table} holds no head item for the pipeline, so the batch "
             f"in flight is unknown, and a commit cut short keeps files no snapshot references that a recovery needs; orphan "
             f"files of {iceberg_table.require_table(pipeline).describe()} are not removed until the state is back. "
-            f"{guards.recovery_hint(pipeline)}"
+            f"{recovery_hint(pipeline)}"
         )
     return table_maintenance.expire_and_remove(
         table,

@@ -12,6 +12,10 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from kinesis_replay.adapters import range_bounds
 from kinesis_replay.adapters.kinesis_client import ShardCalls, list_shards, stream_created
+from kinesis_replay.adapters.layout import owner_path
+from kinesis_replay.adapters.output_root import load_root
+from kinesis_replay.adapters.owner import write_owner
+from kinesis_replay.core import ownership
 from kinesis_replay.core.config import PipelineConfig
 from kinesis_replay.core.errors import (
     ConfigError,
@@ -20,10 +24,12 @@ from kinesis_replay.core.errors import (
     StateConflictError,
 )
 from kinesis_replay.core.formats import arrival_age
+from kinesis_replay.core.ledger import ledger_of, ledger_rows
+from kinesis_replay.core.output_root import RootSnapshot
 from kinesis_replay.core.ranges import SequenceRange, ShardInfo, parse_sequence_number, shards_to_plan
+from kinesis_replay.core.refusals import Refusal, refuse
 from kinesis_replay.core.state import FINISH_COMMIT as FINISH_COMMIT  # plan.FINISH_COMMIT as well, for the DAG's tasks
-from kinesis_replay.core.state import REPLAY, Batch, BatchStatus, Gap, PlanNotes, ShardState, StateStore, resolve_start
-from kinesis_replay.steps import guards
+from kinesis_replay.core.state import REPLAY, Batch, BatchStatus, Gap, Head, PlanNotes, ShardState, StateStore, resolve_start
 
 if TYPE_CHECKING:  # the boto3 stubs are for type checking only
     from types_boto3_kinesis.client import KinesisClient
@@ -78,19 +84,19 @@ def plan_batch(
     """
     now = now or datetime.now(UTC)
     head = store.get_head(pipeline.name)
-    guards.check_before_plan(pipeline, head, store)  # before anything is written, the output and the table agree
+    root = check_before_plan(pipeline, head, store, claim=not (head.in_flight is not None and dry_run))
     if head.in_flight is not None:
         batch = store.get_batch(pipeline.name, head.in_flight)
         check_acknowledged(pipeline, acknowledged, {r.shard_id for r in batch.ranges}, f"the ranges of batch {batch.batch_id}")
-        if not dry_run:  # an owner record deleted while the batch was in flight is written again (check_before_plan
-            guards.claim_output(pipeline, now)  # found the root's commit records to be this pipeline's, if it has any)
+        if not dry_run:  # an owner record deleted while the batch was in flight is written again (before_plan found
+            claim_output(pipeline, root, now)  # the root's commit records to be this pipeline's, if it has any)
         log.info("pipeline %s: resuming batch %d (%s), ranges unchanged", pipeline.name, batch.batch_id, batch.status.value)
         return PlanResult(batch=batch, resumed=True)
 
     shards = list_shards(kinesis_client, pipeline.stream, pipeline.read)
     # Before the first write, the output is claimed for this stream (not a new one of the same name), and a start
     # resolved from now is never before the claim; a dry run only checks.
-    guards.claim_output(pipeline, now, stream_created(kinesis_client, pipeline.stream, pipeline.read), dry_run)
+    claim_output(pipeline, root, now, stream_created(kinesis_client, pipeline.stream, pipeline.read), dry_run)
     planner = _Planner(pipeline, kinesis_client, store, now, dry_run)
     waiting = planner.plan_shards(shards, acknowledged, run_id)
     waiting_ids = tuple((s.shard_id, tuple(parents)) for s, parents in waiting)
@@ -127,6 +133,37 @@ def plan_batch(
     log.info("pipeline %s: batch %d plans %d ranges, %d of them capped by max_batch; finding their ends took %d probes",
              pipeline.name, batch.batch_id, len(ranges), len(planner.left), planner.probes)  # fmt: skip
     return PlanResult(batch, False, waiting_ids, lag, estimates)
+
+
+def check_before_plan(pipeline: PipelineConfig, head: Head, store: StateStore | None = None, claim: bool = True) -> RootSnapshot:
+    """Before a plan writes anything: the output root is this pipeline's (or no one's yet), and it and its table agree
+    with the state table's ``head`` (ownership.before_plan, ownership.table_refusal); the root as loaded, for the claim."""
+    root = load_root(pipeline, head, claim=claim, table=True)
+    refuse(ownership.before_plan(pipeline, head, root))
+    ledger = ledger_of(head, pipeline, store)
+    refuse(ownership.table_refusal(pipeline, root.table, ledger, ledger_rows(root.table.state, ledger) if root.table else None))
+    return root
+
+
+def claim_output(
+    pipeline: PipelineConfig, root: RootSnapshot, now: datetime, stream_created: datetime | None = None, dry_run: bool = False
+) -> None:
+    """Record this pipeline as the output root's owner, if no one is yet, before the plan's first write (ownership.claim
+    decides what, from the ``root`` loaded for a claim); then the record written is checked: another may have won."""
+    verdict = ownership.claim(pipeline, root, now, stream_created, dry_run)
+    if isinstance(verdict, Refusal):
+        raise verdict.as_error()
+    for warning in verdict.warnings:
+        log.warning("%s", warning)
+    if verdict.record is None:
+        return
+    claimed = write_owner(pipeline.output, verdict.record, replace=verdict.replace)
+    if verdict.filled:
+        log.info("pipeline %s: output %s recorded as a %s output of stream %s created at %s", pipeline.name, pipeline.output,
+                 claimed.output_format, pipeline.stream, claimed.stream_created)  # fmt: skip
+        return
+    refuse(ownership.owner_refusal(pipeline, replace(root, owner=claimed)))  # another pipeline may have claimed it first
+    log.info("pipeline %s: claimed output %s (owner record %s)", pipeline.name, pipeline.output, owner_path(pipeline.output))
 
 
 class _Planner:

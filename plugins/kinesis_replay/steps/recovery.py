@@ -24,14 +24,16 @@ from typing import TYPE_CHECKING
 
 from kinesis_replay.adapters import commit_records, layout
 from kinesis_replay.adapters.kinesis_client import list_shards
-from kinesis_replay.adapters.owner import Owner, read_owner, write_owner
-from kinesis_replay.core import holdings  # holdings.listed: plan_recovery's argument is named listed
+from kinesis_replay.adapters.output_root import load_root
+from kinesis_replay.adapters.owner import Owner, write_owner
+from kinesis_replay.core import holdings, ownership  # holdings.listed: plan_recovery's argument is named listed
 from kinesis_replay.core.config import PipelineConfig
 from kinesis_replay.core.errors import RecoveryError  # re-exported for recovery.RecoveryError
 from kinesis_replay.core.holdings import Commit, Ledger
 from kinesis_replay.core.ranges import SequenceRange, ShardInfo
+from kinesis_replay.core.refusals import RECOVER_PARAM, refuse
 from kinesis_replay.core.state import Batch, BatchStatus, Head, ShardResult, ShardState, StateStore, range_checkpoint, resolve_start
-from kinesis_replay.steps import commit, guards
+from kinesis_replay.steps import commit
 
 if TYPE_CHECKING:  # the boto3 stubs are for type checking only
     from types_boto3_kinesis.client import KinesisClient
@@ -166,26 +168,23 @@ def recover(pipeline: PipelineConfig, kinesis_client: KinesisClient, store: Stat
 
     Refused while the table holds any state for the pipeline: recovery never overwrites a ledger.
     """
-    owner = read_owner(pipeline.output)
-    if owner is None:
-        # The owner record was deleted: the commit records say whose the root is (another pipeline's is refused), and
-        # the recovery writes the record again. plan_recovery checks that every record is this pipeline's and stream's.
-        guards.check_format(pipeline, None)
-        guards.check_records_owner(pipeline)
-    else:
-        guards.check_owner(pipeline, owner, new_table=True)
+    root = load_root(pipeline, Head())  # loaded as for a lost state table: its commit records listed
+    owner = root.owner
+    # Without the owner record (deleted), the commit records say whose the root is (another pipeline's is refused), and
+    # the recovery writes the record again. plan_recovery checks that every record is this pipeline's and stream's.
+    refuse(ownership.unowned_refusal(pipeline, root) if owner is None else ownership.owner_refusal(pipeline, root, new_table=True))
     head = store.get_head(pipeline.name)
     if head.version != 0:
         raise RecoveryError(
             f"pipeline {pipeline.name!r}: state table {pipeline.state_table} already holds the pipeline's state (next batch "
             f"{head.next_batch_id}); recovery only fills a table that lost it, and never overwrites a ledger. Trigger without "
-            f"{guards.RECOVER_PARAM}."
+            f"{RECOVER_PARAM}."
         )
-    ids = commit_records.committed_batch_ids(pipeline.output)
+    ids = root.committed or ()
     if not ids:
         raise RecoveryError(
             f"pipeline {pipeline.name!r}: output {pipeline.output} holds no commit record, so there is nothing to recover; "
-            f"a new pipeline starts without {guards.RECOVER_PARAM}"
+            f"a new pipeline starts without {RECOVER_PARAM}"
         )
     records = [commit_records.read_commit_record(pipeline.output, i) for i in ids]
     listed = list_shards(kinesis_client, pipeline.stream, pipeline.read)
@@ -201,12 +200,13 @@ def recover(pipeline: PipelineConfig, kinesis_client: KinesisClient, store: Stat
     store.restore(pipeline.name, plan.head, plan.shards, plan.batches)
     if owner is None:
         claim = Owner(pipeline.name, pipeline.stream, pipeline.state_table, claimed_at.isoformat(), 0, pipeline.output_format)
-        guards.check_owner(pipeline, write_owner(pipeline.output, claim))  # unless another claimed it meanwhile
+        claimed = write_owner(pipeline.output, claim)
+        refuse(ownership.owner_refusal(pipeline, replace(root, owner=claimed)))  # unless another claimed it meanwhile
         log.info(
             "pipeline %s: output %s claimed again (owner record %s)", pipeline.name, pipeline.output, layout.owner_path(pipeline.output)
         )
     elif owner.state_table != pipeline.state_table or owner.output_format is None:
-        # check_owner found the output's format (recorded, or shown by its folders) agrees with the pipeline's: record it.
+        # owner_refusal found the output's format (recorded, or shown by its folders) agrees with the pipeline's: record it.
         claim = replace(owner, state_table=pipeline.state_table, output_format=pipeline.output_format)
         write_owner(pipeline.output, claim, replace=True)
     log.info("pipeline %s: state rebuilt in %s; the next batch is %d", pipeline.name, pipeline.state_table, plan.head.next_batch_id)

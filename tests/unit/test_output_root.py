@@ -1,4 +1,9 @@
-"""The guards between the output and the state table, on a real local output folder: owner, lost table, moved output."""
+"""The rules between the output and the state table, on a real local output folder: owner, lost table, moved output.
+
+Each check loads the root as a step does (adapters.output_root) and decides as it does (core.ownership): the plan's
+``check_before_plan`` and ``claim_output``, and the owner check every replay, backfill and commit makes first. The
+decisions themselves, and each refusal's whole text, are tests/unit/test_ownership.py's.
+"""
 
 from __future__ import annotations
 
@@ -11,12 +16,16 @@ from pathlib import Path
 import pytest
 
 from kinesis_replay.adapters import commit_records, layout
+from kinesis_replay.adapters.output_root import load_root
 from kinesis_replay.adapters.owner import Owner, read_owner, write_owner
+from kinesis_replay.core import ownership
 from kinesis_replay.core.config import PipelineConfig, parse_config
 from kinesis_replay.core.errors import OutputOwnershipError, StateLostError
 from kinesis_replay.core.ranges import SequenceRange
+from kinesis_replay.core.refusals import RECOVER_PARAM, refuse
 from kinesis_replay.core.state import Batch, BatchStatus, Head, ReplayResult, ShardResult
-from kinesis_replay.steps import guards
+from kinesis_replay.steps import plan
+from kinesis_replay.steps.plan import check_before_plan
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 
@@ -30,6 +39,15 @@ def pipeline(root: Path, **changes: object) -> PipelineConfig:
     return p
 
 
+def claim_output(p: PipelineConfig, now: datetime, stream_created: datetime | None = None, dry_run: bool = False) -> None:
+    plan.claim_output(p, load_root(p, claim=True), now, stream_created, dry_run)
+
+
+def require_owner(p: PipelineConfig) -> None:
+    """What a replay, backfill or commit checks first."""
+    refuse(ownership.owner_refusal(p, load_root(p)))
+
+
 def committed(p: PipelineConfig, batch_id: int) -> Batch:
     rng = SequenceRange("shardId-000000000000", 10 * batch_id, 10 * batch_id + 9, 10 * batch_id - 1 if batch_id > 1 else None)
     result = ReplayResult(p.name, batch_id, (ShardResult(rng.shard_id, 10, 100, rng.start, rng.end, "00"),))
@@ -38,12 +56,12 @@ def committed(p: PipelineConfig, batch_id: int) -> Batch:
 
 def test_the_first_plan_claims_a_new_root_and_a_dry_run_does_not(tmp_path: Path) -> None:
     p = pipeline(tmp_path / "out")
-    guards.check_before_plan(p, Head())
+    check_before_plan(p, Head())
     assert read_owner(p.output) is None  # checking writes nothing
-    guards.claim_output(p, NOW)
+    claim_output(p, NOW)
     owner = read_owner(p.output)
     assert owner == Owner("orders", "orders-stream", "kr-state", NOW.isoformat(), adopted=0, output_format="iceberg")
-    guards.claim_output(p, datetime.now(UTC))  # a second claim changes nothing
+    claim_output(p, datetime.now(UTC))  # a second claim changes nothing
     assert read_owner(p.output) == owner
 
 
@@ -56,30 +74,30 @@ def test_the_first_plan_claims_a_new_root_and_a_dry_run_does_not(tmp_path: Path)
 )
 def test_a_root_owned_by_another_pipeline_or_stream_is_refused(tmp_path: Path, change: dict[str, str], message: str) -> None:
     owner = pipeline(tmp_path / "out")
-    guards.claim_output(owner, NOW)
+    claim_output(owner, NOW)
     intruder = pipeline(tmp_path / "out" / "." / "", **change)
     with pytest.raises(OutputOwnershipError) as raised:
-        guards.check_before_plan(intruder, Head())
+        check_before_plan(intruder, Head())
     assert message.format(root=owner.output) in str(raised.value)
     with pytest.raises(OutputOwnershipError):
-        guards.require_owner(intruder)  # replay, backfill and commit check it too
+        require_owner(intruder)  # replay, backfill and commit check it too
     with pytest.raises(OutputOwnershipError):
-        guards.claim_output(intruder, NOW)  # a claim never takes over an owned root
+        claim_output(intruder, NOW)  # a claim never takes over an owned root
     assert read_owner(owner.output) == Owner("orders", "orders-stream", "kr-state", NOW.isoformat(), output_format="iceberg")
 
 
 def test_replay_backfill_and_commit_refuse_a_root_with_no_owner_record(tmp_path: Path) -> None:
     with pytest.raises(OutputOwnershipError, match="has no owner record"):
-        guards.require_owner(pipeline(tmp_path / "out"))
+        require_owner(pipeline(tmp_path / "out"))
 
 
 def test_a_missing_head_with_committed_batches_in_the_output_is_refused(tmp_path: Path) -> None:
     p = pipeline(tmp_path / "out")
-    guards.claim_output(p, NOW)
+    claim_output(p, NOW)
     for i in (1, 2, 3):
         commit_records.write_commit_record(p.output, committed(p, i))
     with pytest.raises(StateLostError) as raised:
-        guards.check_before_plan(p, Head())
+        check_before_plan(p, Head())
     text = str(raised.value)
     assert f"state table kr-state holds no state for the pipeline, but its output {p.output} holds 3 committed batches" in text
     assert '{"recover_from_output": true, "dry_run": true}' in text
@@ -87,11 +105,11 @@ def test_a_missing_head_with_committed_batches_in_the_output_is_refused(tmp_path
 
 def test_a_missing_head_with_only_uncommitted_results_is_a_fresh_start(tmp_path: Path) -> None:
     p = pipeline(tmp_path / "out")
-    guards.claim_output(p, NOW)
+    claim_output(p, NOW)
     result = Path(layout.result_path(p.output, 1))
     result.parent.mkdir(parents=True)
     result.write_text("{}")  # batch 1 replayed, never committed: the new batch 1 replaces it
-    guards.check_before_plan(p, Head())
+    check_before_plan(p, Head())
 
 
 def test_a_root_written_before_owner_records_counts_its_results_as_committed(tmp_path: Path) -> None:
@@ -100,41 +118,41 @@ def test_a_root_written_before_owner_records_counts_its_results_as_committed(tmp
     result.parent.mkdir(parents=True)
     result.write_text("{}")
     with pytest.raises(StateLostError, match="written before it kept commit records"):
-        guards.check_before_plan(p, Head())
-    guards.claim_output(p, NOW)  # adopted by a pipeline whose table holds its state
+        check_before_plan(p, Head())
+    claim_output(p, NOW)  # adopted by a pipeline whose table holds its state
     owner = read_owner(p.output)
     assert owner is not None and owner.adopted == 7
     with pytest.raises(StateLostError):
-        guards.check_before_plan(p, Head())
+        check_before_plan(p, Head())
 
 
 def test_a_head_ahead_of_the_output_means_the_output_moved(tmp_path: Path) -> None:
     p = pipeline(tmp_path / "new")
     with pytest.raises(StateLostError, match=f"says batches up to 4 are committed, but output {p.output} does not hold batch 4"):
-        guards.check_before_plan(p, Head(next_batch_id=6, in_flight=5, version=9))
+        check_before_plan(p, Head(next_batch_id=6, in_flight=5, version=9))
     assert not Path(p.output).exists()
 
 
 def test_a_head_behind_the_output_is_refused(tmp_path: Path) -> None:
     p = pipeline(tmp_path / "out", output_format="directory")  # the ledger against the output: no table in it
-    guards.claim_output(p, NOW)
+    claim_output(p, NOW)
     for i in (1, 2, 3):
         commit_records.write_commit_record(p.output, committed(p, i))
-    guards.check_before_plan(p, Head(next_batch_id=4, version=4))  # in step
+    check_before_plan(p, Head(next_batch_id=4, version=4))  # in step
     with pytest.raises(StateLostError, match=r"is behind output .* would plan batch 3 anew"):
-        guards.check_before_plan(p, Head(next_batch_id=3, version=3))  # an old backup of the table
+        check_before_plan(p, Head(next_batch_id=3, version=3))  # an old backup of the table
 
 
 def test_a_renamed_state_table_is_refused_once_anything_is_committed(tmp_path: Path) -> None:
     p = pipeline(tmp_path / "out")
-    guards.claim_output(p, NOW)
+    claim_output(p, NOW)
     renamed = replace(p, state_table="kr-state-2")
-    guards.check_before_plan(renamed, Head())  # nothing committed: the new table is a fresh start
+    check_before_plan(renamed, Head())  # nothing committed: the new table is a fresh start
     commit_records.write_commit_record(p.output, committed(p, 1))
     with pytest.raises(StateLostError, match="is kept with state table kr-state, and the config now names state table kr-state-2"):
-        guards.check_before_plan(renamed, Head())
+        check_before_plan(renamed, Head())
     with pytest.raises(StateLostError):
-        guards.claim_output(renamed, NOW)  # nor does a claim, on its own, adopt the new table
+        claim_output(renamed, NOW)  # nor does a claim, on its own, adopt the new table
     owner = read_owner(p.output)
     assert owner is not None and owner.state_table == "kr-state"
 
@@ -175,20 +193,20 @@ def directory_batch(root: Path, batch_id: int) -> None:
 @pytest.mark.parametrize(("created", "now"), [("directory", "iceberg"), ("iceberg", "directory")])
 def test_the_claim_records_the_output_format_and_every_later_write_refuses_another(tmp_path: Path, created: str, now: str) -> None:
     p = pipeline(tmp_path / "out", output_format=created)
-    guards.claim_output(p, NOW)
+    claim_output(p, NOW)
     owner = read_owner(p.output)
     assert owner is not None and owner.output_format == created
     changed = pipeline(tmp_path / "out", output_format=now)
     record = f"as its owner record {layout.owner_path(p.output)} says"
-    for check in (lambda: guards.check_before_plan(changed, Head(next_batch_id=1, version=1)),
-                  lambda: guards.require_owner(changed), lambda: guards.claim_output(changed, NOW)):  # fmt: skip
+    for check in (lambda: check_before_plan(changed, Head(next_batch_id=1, version=1)),
+                  lambda: require_owner(changed), lambda: claim_output(changed, NOW)):  # fmt: skip
         with pytest.raises(OutputOwnershipError) as raised:
             check()
         text = str(raised.value)
         assert text.startswith(format_refusal(changed, created, record))
         assert f"Set output_format: {created} for pipeline 'orders' in the pipelines config to go on as before" in text
     assert read_owner(p.output) == owner  # refused, and the record still says what the root is
-    guards.require_owner(p)  # the format it was created in goes on
+    require_owner(p)  # the format it was created in goes on
 
 
 def test_an_older_owner_record_over_batch_folders_counts_as_a_directory_output(tmp_path: Path) -> None:
@@ -197,8 +215,8 @@ def test_an_older_owner_record_over_batch_folders_counts_as_a_directory_output(t
     old_owner_record(root)
     directory_batch(root, 1)
     upgraded = pipeline(root)  # output_format not set: iceberg
-    for check in (lambda: guards.check_before_plan(upgraded, Head(next_batch_id=2, version=2)),
-                  lambda: guards.require_owner(upgraded), lambda: guards.claim_output(upgraded, NOW)):  # fmt: skip
+    for check in (lambda: check_before_plan(upgraded, Head(next_batch_id=2, version=2)),
+                  lambda: require_owner(upgraded), lambda: claim_output(upgraded, NOW)):  # fmt: skip
         with pytest.raises(OutputOwnershipError) as raised:
             check()
         assert str(raised.value).startswith(format_refusal(upgraded, "directory", "it holds batch_id=<id>/ folders"))
@@ -207,20 +225,20 @@ def test_an_older_owner_record_over_batch_folders_counts_as_a_directory_output(t
     assert owner is not None and owner.output_format is None  # a refusal writes nothing
     assert sorted(p.name for p in root.iterdir()) == [layout.COMMITS_DIR, layout.OWNER_FILE, "batch_id=0000000001"]  # no table started
     kept = pipeline(root, output_format="directory")  # what the message says to do
-    guards.check_before_plan(kept, Head(next_batch_id=2, version=2))
-    guards.claim_output(kept, NOW)
+    check_before_plan(kept, Head(next_batch_id=2, version=2))
+    claim_output(kept, NOW)
     owner = read_owner(str(root))
     assert owner is not None and owner.output_format == "directory" and owner.created_at == NOW.isoformat()  # recorded now
     with pytest.raises(OutputOwnershipError, match=r"as its owner record .* says"):
-        guards.require_owner(upgraded)
+        require_owner(upgraded)
 
 
 def test_an_older_owner_record_over_a_root_with_no_batch_records_the_configured_format(tmp_path: Path) -> None:
     root = tmp_path / "out"
     old_owner_record(root)
     p = pipeline(root)
-    guards.require_owner(p)  # nothing says what the root is: nothing to refuse
-    guards.claim_output(p, NOW)
+    require_owner(p)  # nothing says what the root is: nothing to refuse
+    claim_output(p, NOW)
     owner = read_owner(str(root))
     assert owner is not None and owner.output_format == "iceberg"
 
@@ -230,11 +248,11 @@ def test_an_older_owner_record_over_a_table_counts_as_an_iceberg_output(tmp_path
     old_owner_record(root)
     (root / "metadata").mkdir()
     with pytest.raises(OutputOwnershipError) as raised:
-        guards.require_owner(pipeline(root, output_format="directory"))
+        require_owner(pipeline(root, output_format="directory"))
     assert str(raised.value).startswith(
         format_refusal(pipeline(root, output_format="directory"), "iceberg", "it holds the table's metadata/ or data/ folder")
     )
-    guards.require_owner(pipeline(root))
+    require_owner(pipeline(root))
 
 
 def test_a_root_written_before_owner_records_is_claimed_only_in_the_format_of_its_folders(tmp_path: Path) -> None:
@@ -242,11 +260,11 @@ def test_a_root_written_before_owner_records_is_claimed_only_in_the_format_of_it
     directory_batch(root, 1)
     upgraded = pipeline(root)
     with pytest.raises(OutputOwnershipError, match=r"was created as a directory output \(it holds batch_id=<id>/ folders\)"):
-        guards.check_before_plan(upgraded, Head(next_batch_id=2, version=2))
+        check_before_plan(upgraded, Head(next_batch_id=2, version=2))
     with pytest.raises(OutputOwnershipError):
-        guards.claim_output(upgraded, NOW)
+        claim_output(upgraded, NOW)
     assert read_owner(str(root)) is None  # not claimed as a table
-    guards.claim_output(pipeline(root, output_format="directory"), NOW)
+    claim_output(pipeline(root, output_format="directory"), NOW)
     owner = read_owner(str(root))
     assert owner is not None and owner.output_format == "directory"
 
@@ -258,7 +276,7 @@ def files_under(root: Path) -> dict[str, bytes]:
 def claimed_with_a_batch(root: Path) -> PipelineConfig:
     """Pipeline orders with batch 1 committed in its table's layout: an attempt folder's file and a commit record."""
     p = pipeline(root)
-    guards.claim_output(p, NOW)
+    claim_output(p, NOW)
     commit_records.write_commit_record(p.output, committed(p, 1))
     part = Path(layout.data_path(p.output, 1, "a")) / "part-00000.parquet"
     part.parent.mkdir(parents=True)
@@ -276,7 +294,7 @@ def test_a_root_inside_another_deployments_root_is_refused_before_anything_is_wr
 
     for dry_run in (True, False):
         with pytest.raises(OutputOwnershipError) as raised:
-            guards.claim_output(b, NOW, dry_run=dry_run)
+            claim_output(b, NOW, dry_run=dry_run)
         assert not raised.value.retryable
 
     text = str(raised.value)
@@ -296,7 +314,7 @@ def test_a_root_that_holds_another_deployments_root_is_refused_before_anything_i
 
     for dry_run in (True, False):
         with pytest.raises(OutputOwnershipError) as raised:
-            guards.claim_output(b, NOW, dry_run=dry_run)
+            claim_output(b, NOW, dry_run=dry_run)
 
     text = str(raised.value)
     assert text.startswith(f"pipeline 'payments' may not claim output {b.output}: it holds output {a.output} of pipeline 'orders' ")
@@ -312,7 +330,7 @@ def test_a_root_of_an_unreadable_owner_record_around_it_is_refused_naming_the_re
     b = pipeline(tmp_path / "a" / "b")
     expected = f"inside output {tmp_path / 'a'} of a pipeline whose owner record {record} cannot be read"
     with pytest.raises(OutputOwnershipError, match=expected):
-        guards.claim_output(b, NOW)
+        claim_output(b, NOW)
     assert not Path(b.output).exists()
 
 
@@ -325,8 +343,8 @@ def test_roots_claimed_before_nesting_was_refused_keep_working_and_the_inner_one
     write_owner(b.output, claim)  # claimed by a release that did not look around
     a_before, b_before = read_owner(a.output), read_owner(b.output)
 
-    guards.claim_output(a, NOW)  # already claimed: not looked under again
-    guards.claim_output(b, NOW)
+    claim_output(a, NOW)  # already claimed: not looked under again
+    claim_output(b, NOW)
 
     assert (read_owner(a.output), read_owner(b.output)) == (a_before, b_before)
     warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
@@ -336,7 +354,7 @@ def test_roots_claimed_before_nesting_was_refused_keep_working_and_the_inner_one
 def test_roots_beside_each_other_are_claimed(tmp_path: Path) -> None:
     claimed_with_a_batch(tmp_path / "lake" / "orders")
     beside = pipeline(tmp_path / "lake" / "orders-2", name="payments", stream="payments-stream", state_table="kr-state-2")
-    guards.claim_output(beside, NOW)  # a name that starts like the other root's is not inside it
+    claim_output(beside, NOW)  # a name that starts like the other root's is not inside it
     owner = read_owner(beside.output)
     assert owner is not None and owner.pipeline_name == "payments"
 
@@ -361,21 +379,21 @@ def test_a_root_whose_owner_record_is_gone_is_another_pipelines_when_its_commit_
     from kinesis_replay.steps import recovery
 
     owner = pipeline(tmp_path / "out", output_format="directory")  # no table: the guards of the output alone
-    guards.claim_output(owner, NOW)
+    claim_output(owner, NOW)
     for i in (1, 2):
         commit_records.write_commit_record(owner.output, committed(owner, i))
     Path(layout.owner_path(owner.output)).unlink()
     intruder = pipeline(tmp_path / "out", output_format="directory", **change)
     for head in (Head(), Head(next_batch_id=3, version=2)):
         with pytest.raises(OutputOwnershipError) as raised:
-            guards.check_before_plan(intruder, head)
+            check_before_plan(intruder, head)
         assert message.format(root=owner.output) in str(raised.value)
-        assert guards.RECOVER_PARAM not in str(raised.value)
+        assert RECOVER_PARAM not in str(raised.value)
     with pytest.raises(OutputOwnershipError, match="Nothing was written"):
         recovery.recover(intruder, None, None, NOW)  # type: ignore[arg-type]  # refused before any client is used
     assert read_owner(owner.output) is None and commit_records.committed_batch_ids(owner.output) == [1, 2]
-    guards.check_before_plan(owner, Head(next_batch_id=3, version=2))  # the pipeline whose records they are goes on
-    guards.claim_output(owner, NOW)  # and its plan claims the root again
+    check_before_plan(owner, Head(next_batch_id=3, version=2))  # the pipeline whose records they are goes on
+    claim_output(owner, NOW)  # and its plan claims the root again
     found = read_owner(owner.output)
     assert found is not None and (found.pipeline_name, found.stream) == ("orders", "orders-stream")
 
@@ -387,9 +405,9 @@ def test_a_lost_state_table_over_results_without_commit_records_is_not_told_to_r
     result.parent.mkdir(parents=True)
     result.write_text("{}")
     with pytest.raises(StateLostError) as raised:
-        guards.check_before_plan(p, Head())
+        check_before_plan(p, Head())
     assert "A recovery needs the commit records (_commits) that this output has none of" in str(raised.value)
-    assert guards.RECOVER_PARAM not in str(raised.value)
+    assert RECOVER_PARAM not in str(raised.value)
 
 
 def test_a_plan_that_resumes_a_batch_writes_a_deleted_owner_record_again(tmp_path: Path) -> None:
@@ -397,7 +415,7 @@ def test_a_plan_that_resumes_a_batch_writes_a_deleted_owner_record_again(tmp_pat
     from kinesis_replay.steps import plan
 
     p = pipeline(tmp_path / "out", output_format="directory")
-    guards.claim_output(p, NOW)
+    claim_output(p, NOW)
     for i in (1, 2):
         commit_records.write_commit_record(p.output, committed(p, i))
     Path(layout.owner_path(p.output)).unlink()
@@ -411,12 +429,12 @@ def test_a_plan_that_resumes_a_batch_writes_a_deleted_owner_record_again(tmp_pat
             return in_flight
 
     with pytest.raises(OutputOwnershipError, match="its next run's plan writes the record again"):
-        guards.require_owner(p)  # the replay's refusal, and its advice
+        require_owner(p)  # the replay's refusal, and its advice
     result = plan.plan_batch(p, None, Ledger(), "run", NOW, dry_run=True)  # type: ignore[arg-type]
     assert result.resumed and read_owner(p.output) is None  # a dry run writes nothing
     result = plan.plan_batch(p, None, Ledger(), "run", NOW)  # type: ignore[arg-type]
     assert result.resumed and result.batch == in_flight
-    guards.require_owner(p)  # the replay goes on
+    require_owner(p)  # the replay goes on
     owner = read_owner(p.output)
     assert owner is not None and (owner.pipeline_name, owner.stream, owner.state_table) == ("orders", "orders-stream", "kr-state")
 
@@ -435,11 +453,11 @@ def test_a_malformed_owner_record_fails_the_plan_at_once_saying_what_to_do(tmp_p
     record.parent.mkdir(parents=True)
     record.write_text(text)
     with pytest.raises(OutputCorruptError, match=f"{record}:? .*{re.escape(says)}") as raised:
-        guards.claim_output(p, NOW)
+        claim_output(p, NOW)
     assert not raised.value.retryable and "move that file aside: the pipeline's next plan writes it again" in str(raised.value)
     assert record.read_text() == text  # nothing overwrote it
     record.rename(record.with_name("owner.json.bad"))  # the advice, followed: the next plan claims the (empty) root again
-    guards.claim_output(p, NOW)
+    claim_output(p, NOW)
     assert read_owner(p.output) is not None and read_owner(p.output).pipeline_name == "orders"  # type: ignore[union-attr]
 
 
