@@ -53,6 +53,8 @@ from kinesis_replay.core.errors import (
 from kinesis_replay.core.formats import s3_uri
 from kinesis_replay.core.holdings import Holdings, TableState
 from kinesis_replay.core.records import PARTITION_COLUMN
+from kinesis_replay.core.refusals import RESTORE_PARAM as RESTORE_PARAM  # iceberg_table.RESTORE_PARAM: the DAGs
+from kinesis_replay.core.refusals import restore_hint
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -77,18 +79,6 @@ STREAM_PROPERTY = "kinesis-replay.stream"
 COMMITTED_THROUGH_PROPERTY = "kinesis-replay.committed-through"
 COMMIT_RETRIES_PROPERTY = "commit.retry.num-retries"
 COMMIT_ATTEMPTS = 10  # a commit that lost the race for the table is retried against the new metadata this often
-
-
-def restore_hint(pipeline: PipelineConfig) -> str:
-    """The one documented way back for a table that lacks committed batches: the backfill DAG's restore."""
-    return (
-        f"to put back exactly the committed batches the table lacks, trigger {pipeline.backfill_dag_id} with "
-        f'{{"{RESTORE_PARAM}": true, "dry_run": true}} to see what it would restore, then with {{"{RESTORE_PARAM}": true}} '
-        '(docs/operating.md: "Restoring the table").'
-    )
-
-
-RESTORE_PARAM = "restore_table"  # the backfill DAG's parameter that restores the table from the output and the stream
 
 
 def iceberg_location(path: str) -> str:
@@ -600,7 +590,7 @@ def check_files_fit(pipeline: PipelineConfig, batch_id: int, attempt: str, files
 
 TableCheck = Callable[[TableState], Holdings | None]
 """The step's check of the table before each try of a commit: raises, naming what is wrong, when the current snapshot
-does not hold what the ledger says it must for this commit (see guards.table_check). It returns the holdings the
+does not hold what the ledger says it must for this commit (see steps.commit.table_check). It returns the holdings the
 commit's summary builds on when they are not the state's own (read from the partitions: the ledger's count instead)."""
 
 
