@@ -60,6 +60,22 @@ def test_a_valid_pipeline_gets_safe_defaults() -> None:
     assert p.spark.conf == {"spark.executor.memory": "2g", "spark.ui.enabled": "false"}
 
 
+def test_a_budget_reads_as_a_float_where_its_default_is_written_as_an_int() -> None:
+    # bytes_per_second's default is 2 * 1024 * 1024; the job spec carries it to Spark as the float every given value is.
+    (p,) = parse_config(VALID)
+    assert isinstance(p.read.bytes_per_second, float) and p.read.bytes_per_second == 2 * 1024 * 1024
+    (given,) = parse_config(config(read={"bytes_per_second": 1024}))
+    assert isinstance(given.read.bytes_per_second, float)
+
+
+def test_the_rules_between_keys_are_checked_once_each_key_has_passed_its_own() -> None:
+    """A key refused by its own declaration is named for that first; the rule between keys comes after (validate)."""
+    with pytest.raises(ConfigError, match=r"initial_timestamp: must carry a time zone"):
+        parse_config(config(initial_position="LATEST", initial_timestamp="2026-01-01T00:00:00"))
+    with pytest.raises(ConfigError, match=r"initial_timestamp: is only allowed with initial_position AT_TIMESTAMP, not LATEST"):
+        parse_config(config(initial_position="LATEST", initial_timestamp="2026-01-01T00:00:00+00:00"))
+
+
 @pytest.mark.parametrize("key", ["name", "stream", "output", "schedule", "initial_position", "state_table", "spark"])
 def test_a_missing_required_key_is_named(key: str) -> None:
     data = copy.deepcopy(VALID)

@@ -1,20 +1,33 @@
-"""The pipelines config, validated into frozen dataclasses; every error names the file and the key."""
+"""The pipelines config: each key declared once (type, default, bounds, doc line), read by core/options.py; errors name file and key."""
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import sys
 from collections.abc import Iterator, Mapping
-from dataclasses import MISSING, Field, dataclass, field, fields, is_dataclass
+from dataclasses import Field, dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, NoReturn, cast, get_args, get_type_hints
+from typing import Any
 
 from kinesis_replay.core.airflow_names import AIRFLOW_DEFAULT_POOL, dag_ids
 from kinesis_replay.core.ddl import not_null_columns, parse_ddl_schema, struct_fields
 from kinesis_replay.core.errors import ConfigError
+from kinesis_replay.core.options import REFERENCE_BEGIN as REFERENCE_BEGIN
+from kinesis_replay.core.options import REFERENCE_END as REFERENCE_END
+from kinesis_replay.core.options import (
+    Reader,
+    documented,
+    entries,
+    exact,
+    key_table,
+    key_table_main,
+    load_yaml,
+    option,
+    section,
+    with_key_table,
+)
 from kinesis_replay.core.payloads import undecoded_columns
 from kinesis_replay.core.records import PARTITION_COLUMN, ROW_COLUMNS
 from kinesis_replay.core.roots import normalize_output, output_key, outputs_overlap, split_s3_uri
@@ -25,19 +38,10 @@ _NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 # An Airflow pool's name: what `airflow pools set` and a shell accept unquoted, within the 256 characters Airflow stores.
 _POOL = re.compile(r"^[A-Za-z0-9_.-]{1,256}$")
 _STREAM = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+_ROLE = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/")
 
 
-def doc(line: str, key: str | None = None, shown: str | None = None) -> dict[str, str | None]:
-    """A config key's declaration, as a field's metadata: the one line docs/configuration.md's table gives it.
-
-    Each key of the file is a field of a dataclass below, declared once: its type, its default (none: the key is
-    required) and this line. ``key``: its name in the file when that is not the field's. ``shown``: the default as
-    the table gives it, where no literal says it (``{default}`` stands for the literal). See ``reference_table``.
-    """
-    return {"doc": line, "key": key, "shown": shown}
-
-
-@dataclass(frozen=True)
+@section
 class ReadConfig:
     """Per-shard read budget and throttling waits; the defaults are Kinesis's own limits.
 
@@ -52,44 +56,45 @@ class ReadConfig:
     2 MiB, is one second of a shard's read budget: at 5 calls a second no page needs to be larger.
     """
 
-    max_records_per_call: int = field(default=10_000, metadata=doc("the largest GetRecords `Limit` (10,000 is the most Kinesis returns)"))
-    page_bytes: int = field(
+    max_records_per_call: int = option(
+        "the largest GetRecords `Limit` (10,000 is the most Kinesis returns)",
+        default=10_000,
+        minimum=1,
+        maximum=10_000,
+        limit="the most GetRecords returns",
+    )
+    page_bytes: int = option(
+        "each GetRecords asks for as many records as fill about this many bytes at the last page's mean record size, so a "
+        "reader holds one page of about 2 MiB whatever the range's length (one second of a shard's read budget: it costs "
+        "Kinesis throughput nothing)",
         default=2 * 1024 * 1024,
-        metadata=doc(
-            "each GetRecords asks for as many records as fill about this many bytes at the last page's mean record size, so a "
-            "reader holds one page of about 2 MiB whatever the range's length (one second of a shard's read budget: it costs "
-            "Kinesis throughput nothing)"
-        ),
+        minimum=1,
     )
-    first_page_records: int = field(
-        default=1_000, metadata=doc("the `Limit` of a range's first GetRecords, before any record size is known")
-    )
-    get_records_per_second: float = field(default=5.0, metadata=doc("per-shard budget of GetRecords calls"))
-    bytes_per_second: float = field(default=2 * 1024 * 1024, metadata=doc("per-shard budget of bytes read (2 MB/s)"))
-    get_shard_iterator_per_second: float = field(default=5.0, metadata=doc("per-shard budget of GetShardIterator calls"))
-    max_throttle_retries: int = field(default=20, metadata=doc("throttled calls waited out per call before the batch fails"))
-    throttle_base_seconds: float = field(default=0.2, metadata=doc("the first wait after a throttled call"))
-    throttle_max_seconds: float = field(default=10.0, metadata=doc("the longest wait after a throttled call"))
-    progress_seconds: float = field(default=30.0, metadata=doc("how often each shard's reader logs its progress"))
+    first_page_records: int = option("the `Limit` of a range's first GetRecords, before any record size is known", default=1_000, minimum=1)
+    get_records_per_second: float = option("per-shard budget of GetRecords calls", default=5.0)
+    bytes_per_second: float = option("per-shard budget of bytes read (2 MB/s)", default=2 * 1024 * 1024)
+    get_shard_iterator_per_second: float = option("per-shard budget of GetShardIterator calls", default=5.0)
+    max_throttle_retries: int = option("throttled calls waited out per call before the batch fails", default=20)
+    throttle_base_seconds: float = option("the first wait after a throttled call", default=0.2)
+    throttle_max_seconds: float = option("the longest wait after a throttled call", default=10.0)
+    progress_seconds: float = option("how often each shard's reader logs its progress", default=30.0)
     # Shards planned (and checkpoints committed) at once. Each shard keeps to its own call budget; Kinesis limits
     # GetShardIterator and GetRecords per shard, not per stream, so this bounds only our own threads and connections.
     # A shard's plan mostly waits (its GetRecords calls are 0.2 s apart): at 32, 1,000 idle shards planned in 32
     # waves and used 42% of 2 cores; at 128 the plan is bound by the CPU (make bench-planning).
-    plan_concurrency: int = field(
+    plan_concurrency: int = option(
+        "shards planned, and checkpoints committed, at once (Kinesis limits calls per shard, so this bounds only our own "
+        "threads and pooled connections; a shard's plan mostly waits for its budget)",
         default=128,
-        metadata=doc(
-            "shards planned, and checkpoints committed, at once (Kinesis limits calls per shard, so this bounds only our own "
-            "threads and pooled connections; a shard's plan mostly waits for its budget)"
-        ),
+        minimum=1,
     )
     # Ranges one Spark task reads at once, each paced by its own shard's budget: a task mostly waits for budgets, so
     # one core can serve many shards (about ten at Kinesis's 2 MB/s). A task holds about two pages per range it reads.
-    task_concurrency: int = field(
+    task_concurrency: int = option(
+        "ranges one Spark task reads at once, a thread each, each within its own shard's budget (a task holds about two "
+        "pages per range it reads); see [Sizing executors against the stream](deployment.md#sizing-executors-against-the-stream)",
         default=16,
-        metadata=doc(
-            "ranges one Spark task reads at once, a thread each, each within its own shard's budget (a task holds about two "
-            "pages per range it reads); see [Sizing executors against the stream](deployment.md#sizing-executors-against-the-stream)"
-        ),
+        minimum=1,
     )
 
 
@@ -97,7 +102,7 @@ class ReadConfig:
 SHARD_WRITE_BYTES_PER_SECOND = 1024 * 1024
 
 
-@dataclass(frozen=True)
+@section
 class MaxBatch:
     """How much one batch may take from a shard; a range is capped at whichever limit comes first.
 
@@ -107,11 +112,11 @@ class MaxBatch:
     newest record that arrived before the cap; the rest is the next batch's.
     """
 
-    span: timedelta = field(
+    span: timedelta = option(
+        "the arrival time one range may span; see [Bounded batches and catch-up](design.md#bounded-batches-and-catch-up)",
         default=timedelta(hours=1),
-        metadata=doc("the arrival time one range may span; see [Bounded batches and catch-up](design.md#bounded-batches-and-catch-up)"),
     )
-    read_minutes: float = field(default=30.0, metadata=doc("one range's estimated read time at the read budget"))
+    read_minutes: float = option("one range's estimated read time at the read budget", default=30.0)
 
     def span_for(self, bytes_per_second: float | None, read: ReadConfig) -> timedelta:
         """The arrival span a range of a shard writing ``bytes_per_second`` may cover."""
@@ -120,42 +125,67 @@ class MaxBatch:
         return min(self.span, by_read_time)
 
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*$")
-_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def parse_duration(text: str) -> timedelta:
-    """``"90s"``, ``"30m"``, ``"1h"``, ``"2d"``, ``"500ms"`` as a timedelta; ValueError otherwise."""
-    match = _DURATION.match(text)
-    if not match:
-        raise ValueError(f"{text!r} is not a duration such as 500ms, 90s, 30m, 1h or 2d")
-    try:
-        return timedelta(seconds=float(match[1]) * _UNITS[match[2]])
-    except OverflowError:
-        raise ValueError(f"{text!r} is longer than any duration Python can hold ({timedelta.max.days:,} days)") from None
-
-
 PAYLOAD_FORMATS = ("raw", "json")
 # Columns every row carries; a JSON schema may not reuse their names.
 RECORD_COLUMNS = (*(name for name, _ in ROW_COLUMNS), PARTITION_COLUMN)
 
 
-@dataclass(frozen=True)
+def _check_schema(schema: str) -> str:
+    """payload.schema is a Spark DDL schema the replay can decode and write, and promises nothing it does not keep."""
+    try:
+        struct = parse_ddl_schema(schema)
+    except ValueError as exc:
+        raise ValueError(f"is not a Spark DDL schema ({exc}), such as 'user STRING, amount DOUBLE, tags ARRAY<STRING>'") from None
+    for where, name in struct_fields(struct):
+        exact(name, f'column "{where}": its name ')
+    required = not_null_columns(schema)
+    if required:
+        columns = ", ".join(f'"{c}"' for c in required)
+        raise ValueError(
+            f"declares column(s) {columns} NOT NULL, which the replay does not enforce: a record that lacks such a value, "
+            "or holds null, lands with a null there, as Spark's from_json reads it. Remove NOT NULL (the rows landed so "
+            "far were read the same way)"
+        )
+    clashes = sorted({name.lower() for name, _ in struct.children} & set(RECORD_COLUMNS))
+    if clashes:
+        raise ValueError(f"names column(s) {', '.join(clashes)}, which every row already carries")
+    refused = undecoded_columns(struct)
+    if refused:
+        raise ValueError(
+            f"has types no JSON payload is decoded into: {'; '.join(refused)}; declare STRING to keep such a value's JSON text"
+        )
+    return schema
+
+
+@section
 class PayloadConfig:
     """How payloads are decoded: kept as raw bytes, or parsed as JSON into the columns of a declared schema."""
 
-    format: str = field(default="raw", metadata=doc("`raw` keeps payload bytes; `json` also decodes them into columns"))
-    schema: str | None = field(
-        default=None,
-        metadata=doc(
-            "required with `json`: a Spark DDL string such as `user STRING, amount DOUBLE` (no `NOT NULL`: nothing enforces it; "
-            "a `DECIMAL`'s precision 1 to 38, its scale at most its precision)"
-        ),
+    format: str = option(
+        "`raw` keeps payload bytes; `json` also decodes them into columns", default="raw", fold=str.lower, choices=PAYLOAD_FORMATS
     )
-    max_bad_share: float = field(default=0.05, metadata=doc("the batch fails when a larger share of its records cannot be decoded"))
+    schema: str | None = option(
+        "required with `json`: a Spark DDL string such as `user STRING, amount DOUBLE` (no `NOT NULL`: nothing enforces it; "
+        "a `DECIMAL`'s precision 1 to 38, its scale at most its precision)",
+        default=None,
+        padded=True,
+        check=_check_schema,
+    )
+    max_bad_share: float = option(
+        "the batch fails when a larger share of its records cannot be decoded", default=0.05, minimum=0, maximum=1
+    )
 
 
-@dataclass(frozen=True)
+def _s3_prefix(uri: str) -> str:
+    """``s3://bucket/prefix``, without a trailing slash."""
+    try:
+        split_s3_uri(uri, "the value")
+    except ConfigError as exc:
+        raise ValueError(str(exc)) from None
+    return uri.rstrip("/")
+
+
+@section
 class EmrServerlessConfig:
     """Run the replay job as an EMR Serverless job run instead of through spark-submit.
 
@@ -163,13 +193,17 @@ class EmrServerlessConfig:
     ``code_prefix`` (``s3://bucket/prefix``), one folder per batch.
     """
 
-    application_id: str = field(metadata=doc("an existing SPARK application (EMR 7.x) that runs the job"))
-    execution_role_arn: str = field(metadata=doc("the IAM role the job runs as (`arn:aws:iam::<account>:role/<name>`)"))
-    code_prefix: str = field(metadata=doc("`s3://bucket/prefix` where each batch's job files are staged"))
-    log_uri: str | None = field(default=None, metadata=doc("S3 prefix for driver and executor logs"))
-    venv_archive: str | None = field(default=None, metadata=doc("S3 URI of a venv-pack archive holding the job's dependencies"))
-    deferrable: bool = field(default=False, metadata=doc("wait in the triggerer; needs aiobotocore on Airflow's side"))
-    poll_seconds: int = field(default=30, metadata=doc("how often the job run's state is polled"))
+    application_id: str = option("an existing SPARK application (EMR 7.x) that runs the job")
+    execution_role_arn: str = option(
+        "the IAM role the job runs as (`arn:aws:iam::<account>:role/<name>`)",
+        pattern=_ROLE,
+        must="must be an IAM role ARN (arn:aws:iam::<account>:role/<name>)",
+    )
+    code_prefix: str = option("`s3://bucket/prefix` where each batch's job files are staged", check=_s3_prefix)
+    log_uri: str | None = option("S3 prefix for driver and executor logs", default=None, check=_s3_prefix)
+    venv_archive: str | None = option("S3 URI of a venv-pack archive holding the job's dependencies", default=None, check=_s3_prefix)
+    deferrable: bool = option("wait in the triggerer; needs aiobotocore on Airflow's side", default=False)
+    poll_seconds: int = option("how often the job run's state is polled", default=30, minimum=1)
 
 
 # What every replay job gets, under spark-submit or EMR Serverless, unless the pipeline's spark.conf says otherwise:
@@ -189,28 +223,43 @@ DEFAULT_SPARK_CONF: Mapping[str, str] = {
 }
 
 
-@dataclass(frozen=True)
+def _as_text(properties: Mapping[Any, Any]) -> dict[str, str]:
+    """Properties as the text Spark and pyiceberg take: YAML's true is "true"."""
+    return {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in properties.items()}
+
+
+def _spark_conf(value: object) -> dict[str, str]:
+    conf = value or {}
+    if not isinstance(conf, Mapping):
+        raise ValueError(f"must be a mapping of Spark properties, got {type(conf).__name__}")
+    for k, v in conf.items():
+        if not isinstance(k, str) or not k.startswith("spark."):
+            raise ValueError(f"keys must be Spark properties starting with 'spark.', got {k!r}")
+        exact(k, "the property ")
+        if isinstance(v, (Mapping, list)) or v is None:
+            raise ValueError(f"{k} must be a scalar, got {v!r}")
+    return _as_text(conf)
+
+
+@section
 class SparkConfig:
-    master: str = field(
+    master: str = option(
+        "spark-submit's `--master`: `local[...]`, `spark://host:7077`, `yarn`, `k8s://...`; "
+        "see [The JVM of a local job](#the-jvm-of-a-local-job)",
         default="local[*]",
-        metadata=doc(
-            "spark-submit's `--master`: `local[...]`, `spark://host:7077`, `yarn`, `k8s://...`; "
-            "see [The JVM of a local job](#the-jvm-of-a-local-job)"
-        ),
     )
-    conf: Mapping[str, str] = field(
+    conf: Mapping[str, str] = option(
+        "Spark properties, each passed as `--conf` (EMR Serverless: in `sparkSubmitParameters`, so no whitespace)",
         default_factory=dict,
-        metadata=doc("Spark properties, each passed as `--conf` (EMR Serverless: in `sparkSubmitParameters`, so no whitespace)"),
+        parse=_spark_conf,
     )
-    submit_timeout_seconds: int = field(
-        default=6 * 3600, metadata=doc("the replay task's execution timeout; the job is killed when it expires")
+    submit_timeout_seconds: int = option(
+        "the replay task's execution timeout; the job is killed when it expires", default=6 * 3600, minimum=1
     )
-    emr_serverless: EmrServerlessConfig | None = field(
+    emr_serverless: EmrServerlessConfig | None = option(
+        "set (instead of `spark.master`): EMR Serverless runs the job, not spark-submit; "
+        "see [EMR Serverless](deployment.md#emr-serverless)",
         default=None,
-        metadata=doc(
-            "set (instead of `spark.master`): EMR Serverless runs the job, not spark-submit; "
-            "see [EMR Serverless](deployment.md#emr-serverless)"
-        ),
     )
 
 
@@ -241,7 +290,18 @@ DEFAULT_TABLE_RULE = f"'-' becomes '_', and a leading digit gets {DEFAULT_TABLE_
 _IDENTIFIER_RULE = "letters, digits and `_`, starting with a letter or `_`"
 
 
-@dataclass(frozen=True)
+def _catalog_properties(value: object) -> dict[str, str]:
+    properties = value or {}
+    if not isinstance(properties, Mapping):
+        raise ValueError(f"must be a mapping of pyiceberg catalog properties (type, uri, warehouse, glue.region...), got {properties!r}")
+    for k, v in properties.items():
+        if not isinstance(k, str) or isinstance(v, (Mapping, list)) or v is None:
+            raise ValueError(f"{k!r} must be a scalar property, got {v!r}")
+        exact(k, "the property ")
+    return _as_text(properties)
+
+
+@section
 class TableConfig:
     """The Iceberg table a pipeline commits its batches to: a catalog, a namespace and a table name.
 
@@ -250,21 +310,19 @@ class TableConfig:
     which needs no server. The table's location is always the pipeline's output root.
     """
 
-    name: str = field(
-        metadata=doc(
-            f"the table's name: {_IDENTIFIER_RULE}. Two pipelines may not name one table of a shared catalog (same catalog, "
-            "namespace and name, in any case); each embedded catalog is its pipeline's own",
-            shown=f"the pipeline's name with `-` as `_`, and `{DEFAULT_TABLE_PREFIX}` before a leading digit "
-            f"(`2024-orders` → `{default_table_name('2024-orders')}`)",
-        )
+    name: str = option(
+        f"the table's name: {_IDENTIFIER_RULE}. Two pipelines may not name one table of a shared catalog (same catalog, "
+        "namespace and name, in any case); each embedded catalog is its pipeline's own",
+        shown=f"the pipeline's name with `-` as `_`, and `{DEFAULT_TABLE_PREFIX}` before a leading digit "
+        f"(`2024-orders` → `{default_table_name('2024-orders')}`)",
     )
-    namespace: str = field(default=DEFAULT_NAMESPACE, metadata=doc(f"the table's namespace: {_IDENTIFIER_RULE}"))
-    catalog: str = field(default=EMBEDDED_CATALOG, metadata=doc(f"the catalog's name: {_IDENTIFIER_RULE}"))
-    catalog_properties: Mapping[str, str] = field(
+    namespace: str = option(f"the table's namespace: {_IDENTIFIER_RULE}", default=DEFAULT_NAMESPACE)
+    catalog: str = option(f"the catalog's name: {_IDENTIFIER_RULE}", default=EMBEDDED_CATALOG)
+    catalog_properties: Mapping[str, str] = option(
+        "pyiceberg's catalog properties, as its docs name them",
         default_factory=dict,
-        metadata=doc(
-            "pyiceberg's catalog properties, as its docs name them", shown="{default} (the embedded SQL catalog under the output)"
-        ),
+        shown="{default} (the embedded SQL catalog under the output)",
+        parse=_catalog_properties,
     )
 
     @property
@@ -297,62 +355,84 @@ def default_pool(pipeline_name: str) -> str:
 
 
 # A key with no field of its own: PipelineConfig.output_format says it, by whether the pipeline has a table.
-OUTPUT_FORMAT = cast(
-    "Field[str]",
-    field(
-        default=OUTPUT_FORMATS[0],
-        metadata=doc(
-            "`iceberg`: batches are committed to an Iceberg table (see [The table](table.md)); `directory`: plain "
-            "`batch_id=<id>/` folders, read directly"
-        ),
-    ),
+OUTPUT_FORMAT: Field[str] = option(
+    "`iceberg`: batches are committed to an Iceberg table (see [The table](table.md)); `directory`: plain "
+    "`batch_id=<id>/` folders, read directly",
+    default=OUTPUT_FORMATS[0],
+    fold=str.lower,
+    choices=OUTPUT_FORMATS,
 )
 
 
-@dataclass(frozen=True)
+def _schedule(value: object) -> str | None:
+    """A schedule, or null for manual runs only; trimmed (it names nothing that must match it exactly)."""
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        raise ValueError(f"must be a cron expression, a preset such as @hourly, or null, got {value!r}")
+    return value.strip() if isinstance(value, str) else None
+
+
+def _read_table(r: Reader[Any], key: str) -> TableConfig | None:
+    """The table, unless output_format is directory; its name defaults to the pipeline's (default_table_name)."""
+    if r.values["output_format"] == "directory":
+        return None  # validate() refuses a table given anyway
+    return r.section(key, TableConfig).read({"name": default_table_name(r.values["name"])})
+
+
+@section
 class PipelineConfig:
     """One entry of the file's ``pipelines`` list; its sections (``spark``, ``read``...) are dataclasses of their own."""
 
-    name: str = field(metadata=doc("a-z, 0-9, `_` and `-`, first a letter or digit, at most 64; the DAG id is `kinesis_replay_<name>`"))
-    stream: str = field(metadata=doc("the Kinesis data stream's name (not its ARN)"))
-    output: str = field(
-        metadata=doc(
-            "a path every Spark node and the Airflow worker see; `s3://...` needs a catalog other than the embedded one "
-            "(see [The catalog](table.md#the-catalog))"
-        )
+    name: str = option(
+        "a-z, 0-9, `_` and `-`, first a letter or digit, at most 64; the DAG id is `kinesis_replay_<name>`",
+        pattern=_NAME,
+        must=f"must match {_NAME.pattern} (it becomes part of the DAG id)",
     )
-    schedule: str | None = field(metadata=doc("cron, a preset such as `@hourly`, or null (manual only)"))
-    initial_position: str = field(
-        metadata=doc(
-            f"where a shard the pipeline has not read yet starts: {', '.join(f'`{p}`' for p in INITIAL_POSITIONS)} "
-            "(a child of a split or merge always starts at its first record)"
-        )
+    stream: str = option(
+        "the Kinesis data stream's name (not its ARN)",
+        pattern=_STREAM,
+        must="must be a Kinesis stream name (1 to 128 letters, digits, '_', '.' and '-'; not an ARN)",
     )
-    state_table: str = field(metadata=doc("DynamoDB table; created (on demand billing) if missing"))
+    output: str = option(
+        "a path every Spark node and the Airflow worker see; `s3://...` needs a catalog other than the embedded one "
+        "(see [The catalog](table.md#the-catalog))",
+        check=normalize_output,
+    )
+    schedule: str | None = option("cron, a preset such as `@hourly`, or null (manual only)", parse=_schedule)
+    initial_position: str = option(
+        f"where a shard the pipeline has not read yet starts: {', '.join(f'`{p}`' for p in INITIAL_POSITIONS)} "
+        "(a child of a split or merge always starts at its first record)",
+        fold=str.upper,
+        choices=INITIAL_POSITIONS,
+    )
+    state_table: str = option("DynamoDB table; created (on demand billing) if missing")
     spark: SparkConfig
-    initial_timestamp: datetime | None = field(default=None, metadata=doc("required with `AT_TIMESTAMP`, refused otherwise"))
-    aws_conn_id: str = field(default="aws_default", metadata=doc("the Airflow connection every AWS client comes from"))
-    retries: int = field(default=2, metadata=doc("task retries, with exponential backoff up to 30 minutes"))
-    retry_delay_seconds: int = field(default=60, metadata=doc("the wait before the first retry; each later one waits longer"))
+    initial_timestamp: datetime | None = option("required with `AT_TIMESTAMP`, refused otherwise", default=None)
+    aws_conn_id: str = option("the Airflow connection every AWS client comes from", default="aws_default")
+    retries: int = option("task retries, with exponential backoff up to 30 minutes", default=2)
+    retry_delay_seconds: int = option("the wait before the first retry; each later one waits longer", default=60, minimum=1)
     read: ReadConfig = field(default_factory=ReadConfig)
     payload: PayloadConfig = field(default_factory=PayloadConfig)
-    max_checkpoint_age_minutes: int = field(
-        default=180, metadata=doc("the check task fails (and alerts) when a record waited longer without being committed")
+    max_checkpoint_age_minutes: int = option(
+        "the check task fails (and alerts) when a record waited longer without being committed", default=180, minimum=1
     )
     max_batch: MaxBatch = field(default_factory=MaxBatch)
-    pool_name: str | None = field(
+    pool_name: str | None = option(
+        "the Airflow pool (one slot) every replay of the pipeline, regular or backfill, waits for; create it with `airflow "
+        "pools set` (see [Backfill within the read budget](operating.md#backfill-within-the-read-budget-one-pool-per-pipeline)). "
+        "Pipelines that read the same stream should share one. `default_pool` is refused: it has many slots and is shared "
+        "by every task",
         default=None,
-        metadata=doc(
-            "the Airflow pool (one slot) every replay of the pipeline, regular or backfill, waits for; create it with `airflow "
-            "pools set` (see [Backfill within the read budget](operating.md#backfill-within-the-read-budget-one-pool-per-pipeline)). "
-            "Pipelines that read the same stream should share one. `default_pool` is refused: it has many slots and is shared "
-            "by every task",
-            key="pool",
-            shown=f"`{default_pool('<name>')}`",
-        ),
+        key="pool",
+        shown=f"`{default_pool('<name>')}`",
+        pattern=_POOL,
+        must="must be an Airflow pool name of letters, digits, '_', '.' and '-' (at most 256)",
+        refused={
+            AIRFLOW_DEFAULT_POOL: f"must be a pool of kinesis-replay's own: {AIRFLOW_DEFAULT_POOL} is shared by every task and has "
+            "many slots, so several replays would read the same shards at once, each at the full read budget"
+        },
     )
     # The Iceberg table the batches are committed to; None: output_format is directory (plain batch_id=<id> folders).
-    table: TableConfig | None = None
+    table: TableConfig | None = option(None, default=None, before={"output_format": OUTPUT_FORMAT}, read=_read_table)
 
     @property
     def output_format(self) -> str:
@@ -372,417 +452,65 @@ class PipelineConfig:
         return dag_ids(self.name)[1]
 
 
-def declared(kind: type) -> dict[str, Field[Any]]:
-    """A section's keys, as the file names them, each with the field that declares it: the keys it allows."""
-    keys: dict[str, Field[Any]] = {}
-    for f in fields(kind):
-        if kind is PipelineConfig and f.name == "table":
-            keys["output_format"] = OUTPUT_FORMAT
-        keys[f.metadata.get("key") or f.name] = f
-    return keys
+def validate(r: Reader[PipelineConfig], p: PipelineConfig) -> None:
+    """The rules between keys, which no one key's declaration can say (IcebergSinkConfig.validate's part); each error names
+    the key it refuses. Called once every key has passed its own declaration."""
+    at_timestamp = p.initial_position == "AT_TIMESTAMP"
+    if at_timestamp and not r.has("initial_timestamp"):
+        r.fail("is required when initial_position is AT_TIMESTAMP", "initial_timestamp")
+    if not at_timestamp and r.has("initial_timestamp"):
+        r.fail(f"is only allowed with initial_position AT_TIMESTAMP, not {p.initial_position}", "initial_timestamp")
+    if p.payload.format == "json" and p.payload.schema is None:
+        r.fail("is required when format is json (a Spark DDL string, such as 'user STRING, amount DOUBLE')", "payload.schema")
+    if p.payload.format == "raw" and p.payload.schema is not None:
+        r.fail("is only allowed with format json", "payload.schema")
+    if p.spark.emr_serverless is not None:
+        _validate_emr(r, r.data["spark"])
+    if p.table is None and r.has("table"):
+        r.fail("is only allowed with output_format iceberg (a directory output has no table)", "table")
+    if p.table is not None:
+        _validate_table(r, p, p.table)
 
 
-def _default(f: Field[Any]) -> Any:
-    """A field's default; MISSING when the key is required."""
-    return f.default_factory() if f.default_factory is not MISSING else f.default
-
-
-def _section(kind: Any) -> type | None:
-    """The dataclass of a section (``read: ReadConfig``, ``table: TableConfig | None``); None for a plain key."""
-    found = [t for t in (kind, *get_args(kind)) if isinstance(t, type) and is_dataclass(t)]
-    return found[0] if found else None
-
-
-def options(kind: type = PipelineConfig, prefix: str = "") -> Iterator[tuple[str, Field[Any]]]:
-    """Every documented key of a section, by its dotted path (``read.page_bytes``), with the field that declares it."""
-    hints = get_type_hints(kind)
-    for key, f in declared(kind).items():
-        section = _section(hints.get(f.name)) if f.name else None
-        if section is None or "doc" in f.metadata:  # a section has a line of its own only when it says something
-            yield prefix + key, f
-        if section is not None:
-            yield from options(section, f"{prefix}{key}.")
-
-
-def _literal(value: object) -> str:
-    """A default as the YAML file would spell it."""
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    if isinstance(value, timedelta):
-        seconds = value.total_seconds()
-        unit = next(u for u in ("d", "h", "m", "s", "ms") if (seconds / _UNITS[u]).is_integer())
-        return f"{seconds / _UNITS[unit]:g}{unit}"
-    if isinstance(value, Mapping):
-        return "{" + ", ".join(f"{k}: {v}" for k, v in value.items()) + "}"
-    return str(value)
-
-
-def reference_table() -> str:
-    """docs/configuration.md's table of every key (key, default, meaning), rendered from the declarations above."""
-    rows = ["| key | default | meaning |", "|---|---|---|"]
-    for key, f in options():
-        value = _default(f)
-        literal = "(required)" if value is MISSING else "(none)" if value is None else f"`{_literal(value)}`"
-        shown = f.metadata.get("shown")
-        rows.append(f"| `{key}` | {shown.format(default=literal) if shown else literal} | {f.metadata.get('doc') or ''} |")
-    return "\n".join(rows) + "\n"
-
-
-REFERENCE_BEGIN, REFERENCE_END = "<!-- config-table:begin -->", "<!-- config-table:end -->"
-
-
-def with_reference_table(text: str) -> str:
-    """``text`` (docs/configuration.md) with the block between its config-table markers replaced by ``reference_table()``."""
-    head, begin, rest = text.partition(REFERENCE_BEGIN)
-    _, end, tail = rest.partition(REFERENCE_END)
-    if not begin or not end:
-        raise ValueError(f"no {REFERENCE_BEGIN} ... {REFERENCE_END} block to put the table in")
-    return f"{head}{begin}\n{reference_table()}{end}{tail}"
-
-
-class _Reader:
-    """Reads one mapping of the config, naming each key by its full path in errors."""
-
-    def __init__(self, source: str, path: str, data: object, kind: type) -> None:
-        self.source, self.path = source, path
-        if not isinstance(data, Mapping):
-            self.fail(f"must be a mapping, got {type(data).__name__}")
-        self.data: Mapping[str, Any] = data
-        self.keys = declared(kind)
-        unknown = sorted(str(k) for k in self.data if k not in self.keys)
-        if unknown:
-            self.fail(f"unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(self.keys))}")
-
-    def get(self, key: str) -> Any:
-        """The key's value, or its declared default (None for a required key)."""
-        if key in self.data:
-            return self.data[key]
-        default = _default(self.keys[key])
-        return None if default is MISSING else default
-
-    def fail(self, message: str, key: str | None = None) -> NoReturn:
-        where = f"{self.path}.{key}" if key else self.path
-        raise ConfigError(f"{self.source}: {where}: {message}")
-
-    def has(self, key: str) -> bool:
-        return key in self.data
-
-    def text(self, key: str, default: str | None = None, required: bool = True, padded: bool = False) -> str:
-        """A string key's value; one with spaces around it is refused (``padded``: trimmed, for a text, not a name)."""
-        if key not in self.data:
-            default = self.get(key) if default is None else default
-            if default is None and required:
-                self.fail("is required", key)
-            return default
-        value = self.data[key]
-        if not isinstance(value, str) or not value.strip():
-            self.fail(f"must be a non-empty string, got {value!r}", key)
-        if not padded:
-            self.exact(value, key)
-        return str(value).strip()
-
-    def exact(self, value: str, key: str, what: str = "") -> None:
-        """A name (of a pipeline, stream, table, connection, column...) with spaces around it is refused, not trimmed.
-
-        Each name is matched exactly by whatever it names (an Airflow connection, a DynamoDB or Iceberg table, a JSON
-        key), so a space around one is a typo that trimming would hide in one place and keep in the next. Releases before
-        this one trimmed the config's names, so the trimmed spelling is the one the pipeline has always used.
-        """
-        if value != value.strip():
-            self.fail(
-                f"{what}{value!r} has spaces before or after it; names are matched exactly, so write it as {value.strip()!r} "
-                "(the name earlier releases used: they trimmed it)",
-                key,
+def _validate_emr(r: Reader[PipelineConfig], spark: Mapping[str, Any]) -> None:
+    """EMR Serverless runs the job instead of spark-submit, and takes spark.conf as one whitespace-split string."""
+    if "master" in spark:
+        r.fail("give either master (spark-submit) or emr_serverless, not both", "spark.emr_serverless")
+    for k, v in (spark.get("conf") or {}).items():  # as written: the error quotes the value as given
+        if any(c.isspace() for c in f"{k}{v}"):
+            r.fail(
+                f"{k}: EMR Serverless splits sparkSubmitParameters on whitespace and has no quoting, so it cannot pass "
+                f"{v!r}; set it in the application's runtimeConfiguration (spark-defaults) instead",
+                "spark.conf",
             )
 
-    def integer(self, key: str, minimum: int = 0) -> int:
-        value = self.get(key)
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            self.fail(f"must be an integer >= {minimum}, got {value!r}", key)
-        return int(value)
 
-    def number(self, key: str) -> float:
-        value = self.get(key)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-            self.fail(f"must be a positive (finite) number, got {value!r}", key)
-        return float(value)
-
-
-def _parse_timestamp(r: _Reader, key: str) -> datetime:
-    value = r.data[key]
-    if isinstance(value, datetime):
-        ts = value
-    elif isinstance(value, str):
-        try:
-            ts = datetime.fromisoformat(value)
-        except ValueError:
-            r.fail(f"must be an ISO 8601 timestamp with a time zone, got {value!r}", key)
-    else:
-        r.fail(f"must be an ISO 8601 timestamp with a time zone, got {value!r}", key)
-    if ts.tzinfo is None:
-        r.fail(f"must carry a time zone (for example 2026-01-01T00:00:00+00:00), got {value!r}", key)
-    return ts
-
-
-def _parse_pipeline(source: str, index: int, data: object) -> PipelineConfig:
-    name_hint = data.get("name") if isinstance(data, Mapping) else None
-    label = f"pipelines[{index}]" + (f" ({name_hint})" if isinstance(name_hint, str) else "")
-    r = _Reader(source, label, data, PipelineConfig)
-    for key in (k for k, f in r.keys.items() if _default(f) is MISSING):
-        if not r.has(key):
-            r.fail("is required", key)
-    name = r.text("name")
-    if not _NAME.match(name):
-        r.fail(f"must match {_NAME.pattern} (it becomes part of the DAG id), got {name!r}", "name")
-    schedule = r.data["schedule"]
-    if schedule is not None and (not isinstance(schedule, str) or not schedule.strip()):
-        r.fail(f"must be a cron expression, a preset such as @hourly, or null, got {schedule!r}", "schedule")
-    position, timestamp = _parse_position(r)
-    spark = _parse_spark(_Reader(source, f"{r.path}.spark", r.data["spark"], SparkConfig))
-    read = _parse_read(_Reader(source, f"{r.path}.read", r.data.get("read") or {}, ReadConfig))
-    payload = _parse_payload(_Reader(source, f"{r.path}.payload", r.data.get("payload") or {}, PayloadConfig))
-    try:
-        output = normalize_output(r.text("output"))
-    except ValueError as exc:
-        r.fail(str(exc), "output")
-    pool = r.text("pool", required=False) if r.has("pool") else None
-    if pool is not None and not _POOL.match(pool):
-        r.fail(f"must be an Airflow pool name of letters, digits, '_', '.' and '-' (at most 256), got {pool!r}", "pool")
-    if pool == AIRFLOW_DEFAULT_POOL:
-        r.fail(
-            f"must be a pool of kinesis-replay's own: {AIRFLOW_DEFAULT_POOL} is shared by every task and has many slots, "
-            "so several replays would read the same shards at once, each at the full read budget",
-            "pool",
-        )
-    return PipelineConfig(
-        name=name,
-        stream=_stream_name(r),
-        output=output,
-        schedule=schedule.strip() if isinstance(schedule, str) else None,
-        initial_position=position,
-        initial_timestamp=timestamp,
-        state_table=r.text("state_table"),
-        spark=spark,
-        aws_conn_id=r.text("aws_conn_id"),
-        retries=r.integer("retries"),
-        retry_delay_seconds=r.integer("retry_delay_seconds", minimum=1),
-        read=read,
-        payload=payload,
-        max_checkpoint_age_minutes=r.integer("max_checkpoint_age_minutes", minimum=1),
-        max_batch=_parse_max_batch(_Reader(source, f"{r.path}.max_batch", r.data.get("max_batch") or {}, MaxBatch)),
-        pool_name=pool,
-        table=_parse_table(r, name, output),
-    )
-
-
-def _parse_table(r: _Reader, pipeline_name: str, output: str) -> TableConfig | None:
-    """output_format (iceberg unless the pipeline says directory) and its table: catalog, namespace, name."""
-    output_format = r.text("output_format").lower()
-    if output_format not in OUTPUT_FORMATS:
-        r.fail(f"must be one of {', '.join(OUTPUT_FORMATS)}, got {r.data['output_format']!r}", "output_format")
-    if output_format == "directory":
-        if r.has("table"):
-            r.fail("is only allowed with output_format iceberg (a directory output has no table)", "table")
-        return None
-    t = _Reader(r.source, f"{r.path}.table", r.data.get("table") or {}, TableConfig)
-    names = {}
+def _validate_table(r: Reader[PipelineConfig], p: PipelineConfig, table: TableConfig) -> None:
+    """The table's names are identifiers, its catalog's type is one pyiceberg knows, and the embedded catalog's output is local;
+    the errors name the pipeline."""
     for key in ("name", "namespace", "catalog"):
-        default = default_table_name(pipeline_name) if key == "name" else t.get(key)
-        value = t.text(key, default=default)
-        if not _IDENTIFIER.match(value):
-            # Only a value the pipeline wrote gets here: every default is a valid identifier.
-            hint = f"; leave it out for the default, {default!r}" if key == "name" else ""
-            t.fail(
-                f"pipeline {pipeline_name!r} names {value!r}, which is not an identifier: it must be letters, digits and '_', "
+        value = getattr(table, key)
+        if not _IDENTIFIER.match(value):  # only a value the pipeline wrote: every default is an identifier
+            hint = f"; leave it out for the default, {default_table_name(p.name)!r}" if key == "name" else ""
+            r.fail(
+                f"pipeline {p.name!r} names {value!r}, which is not an identifier: it must be letters, digits and '_', "
                 f"starting with a letter or '_' (Glue and Athena accept no more){hint}",
-                key,
+                f"table.{key}",
             )
-        names[key] = value
-    properties = t.data.get("catalog_properties") or {}
-    if not isinstance(properties, Mapping):
-        t.fail(f"must be a mapping of pyiceberg catalog properties (type, uri, warehouse, glue.region...), got {properties!r}",
-               "catalog_properties")  # fmt: skip
-    for k, v in properties.items():
-        if not isinstance(k, str) or isinstance(v, (Mapping, list)) or v is None:
-            t.fail(f"{k!r} must be a scalar property, got {v!r}", "catalog_properties")
-        t.exact(k, "catalog_properties", "the property ")
-    _check_catalog_type(t, pipeline_name, properties)
-    if not properties and "://" in output:
-        t.fail(
-            f"the embedded catalog keeps a SQLite file under the output root, and {output} is not a local path; name a "
-            "catalog that lives elsewhere, such as the Glue Data Catalog: catalog_properties: {type: glue, glue.region: ...}",
-            "catalog_properties",
-        )
-    text_properties = {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in properties.items()}
-    return TableConfig(names["name"], names["namespace"], names["catalog"], text_properties)
-
-
-def _check_catalog_type(t: _Reader, pipeline_name: str, properties: Mapping[str, Any]) -> None:
-    """catalog_properties.type, when given, is one pyiceberg knows: else every plan would fail at loading the catalog."""
+    properties = (r.data.get("table") or {}).get("catalog_properties") or {}  # as written: the error quotes the type as given
     kind = properties.get("type")
     if kind is not None and "py-catalog-impl" not in properties and str(kind).lower() not in CATALOG_TYPES:
-        t.fail(
-            f"pipeline {pipeline_name!r} names catalog type {kind!r}, which pyiceberg does not know; it must be one of "
+        r.fail(  # else every plan would fail at loading the catalog
+            f"pipeline {p.name!r} names catalog type {kind!r}, which pyiceberg does not know; it must be one of "
             f"{', '.join(CATALOG_TYPES)} (or leave type out and give py-catalog-impl, a catalog class of your own)",
-            "catalog_properties.type",
+            "table.catalog_properties.type",
         )
-
-
-def _stream_name(r: _Reader) -> str:
-    """A Kinesis data stream's name, as Kinesis allows it: 1 to 128 of letters, digits, '_', '.' and '-'."""
-    stream = r.text("stream")
-    if not _STREAM.match(stream):
-        r.fail(f"must be a Kinesis stream name (1 to 128 letters, digits, '_', '.' and '-'; not an ARN), got {stream!r}", "stream")
-    return stream
-
-
-def _parse_max_batch(r: _Reader) -> MaxBatch:
-    span: timedelta = r.get("span")
-    if r.has("span"):
-        try:
-            span = parse_duration(str(r.data["span"]))
-        except ValueError as exc:
-            r.fail(str(exc), "span")
-        if span <= timedelta(0):
-            r.fail(f"must be longer than 0, got {r.data['span']!r}", "span")
-    return MaxBatch(span=span, read_minutes=r.number("read_minutes"))
-
-
-def _parse_position(r: _Reader) -> tuple[str, datetime | None]:
-    """initial_position, and initial_timestamp, which AT_TIMESTAMP needs and nothing else allows."""
-    position = r.text("initial_position").upper()
-    if position not in INITIAL_POSITIONS:
-        r.fail(f"must be one of {', '.join(INITIAL_POSITIONS)}, got {r.data['initial_position']!r}", "initial_position")
-    if position == "AT_TIMESTAMP":
-        if not r.has("initial_timestamp"):
-            r.fail("is required when initial_position is AT_TIMESTAMP", "initial_timestamp")
-        return position, _parse_timestamp(r, "initial_timestamp")
-    if r.has("initial_timestamp"):
-        r.fail(f"is only allowed with initial_position AT_TIMESTAMP, not {position}", "initial_timestamp")
-    return position, None
-
-
-def _parse_spark(spark: _Reader) -> SparkConfig:
-    conf = spark.data.get("conf") or {}
-    if not isinstance(conf, Mapping):
-        spark.fail(f"must be a mapping of Spark properties, got {type(conf).__name__}", "conf")
-    for k, v in conf.items():
-        if not isinstance(k, str) or not k.startswith("spark."):
-            spark.fail(f"keys must be Spark properties starting with 'spark.', got {k!r}", "conf")
-        spark.exact(k, "conf", "the property ")
-        if isinstance(v, (Mapping, list)) or v is None:
-            spark.fail(f"{k} must be a scalar, got {v!r}", "conf")
-    emr = None
-    if spark.has("emr_serverless"):
-        if spark.has("master"):
-            spark.fail("give either master (spark-submit) or emr_serverless, not both", "emr_serverless")
-        emr = _parse_emr(_Reader(spark.source, f"{spark.path}.emr_serverless", spark.data["emr_serverless"], EmrServerlessConfig))
-        for k, v in conf.items():
-            if any(c.isspace() for c in f"{k}{v}"):
-                spark.fail(
-                    f"{k}: EMR Serverless splits sparkSubmitParameters on whitespace and has no quoting, so it cannot pass "
-                    f"{v!r}; set it in the application's runtimeConfiguration (spark-defaults) instead",
-                    "conf",
-                )
-    return SparkConfig(
-        master=spark.text("master"),
-        conf={k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in conf.items()},
-        submit_timeout_seconds=spark.integer("submit_timeout_seconds", minimum=1),
-        emr_serverless=emr,
-    )
-
-
-def _parse_read(read: _Reader) -> ReadConfig:
-    read_config = ReadConfig(
-        max_records_per_call=read.integer("max_records_per_call", minimum=1),
-        page_bytes=read.integer("page_bytes", minimum=1),
-        first_page_records=read.integer("first_page_records", minimum=1),
-        get_records_per_second=read.number("get_records_per_second"),
-        bytes_per_second=read.number("bytes_per_second"),
-        get_shard_iterator_per_second=read.number("get_shard_iterator_per_second"),
-        max_throttle_retries=read.integer("max_throttle_retries"),
-        throttle_base_seconds=read.number("throttle_base_seconds"),
-        throttle_max_seconds=read.number("throttle_max_seconds"),
-        progress_seconds=read.number("progress_seconds"),
-        plan_concurrency=read.integer("plan_concurrency", minimum=1),
-        task_concurrency=read.integer("task_concurrency", minimum=1),
-    )
-    if read_config.max_records_per_call > 10_000:
-        read.fail("must be at most 10000 (the most GetRecords returns)", "max_records_per_call")
-    return read_config
-
-
-def _parse_emr(e: _Reader) -> EmrServerlessConfig:
-    def s3_uri(key: str, required: bool) -> str | None:
-        if not e.has(key) and not required:
-            return None
-        uri = e.text(key)
-        try:
-            split_s3_uri(uri, "the value")
-        except ConfigError as exc:
-            e.fail(str(exc), key)
-        return uri.rstrip("/")
-
-    role = e.text("execution_role_arn")
-    if not re.match(r"^arn:aws[a-z-]*:iam::\d{12}:role/", role):
-        e.fail(f"must be an IAM role ARN (arn:aws:iam::<account>:role/<name>), got {role!r}", "execution_role_arn")
-    deferrable = e.get("deferrable")
-    if not isinstance(deferrable, bool):
-        e.fail(f"must be true or false, got {deferrable!r}", "deferrable")
-    return EmrServerlessConfig(
-        application_id=e.text("application_id"),
-        execution_role_arn=role,
-        code_prefix=s3_uri("code_prefix", required=True),  # type: ignore[arg-type]
-        log_uri=s3_uri("log_uri", required=False),
-        venv_archive=s3_uri("venv_archive", required=False),
-        deferrable=deferrable,
-        poll_seconds=e.integer("poll_seconds", minimum=1),
-    )
-
-
-def _check_schema(p: _Reader, schema: str) -> None:
-    """payload.schema is a Spark DDL schema the replay can decode and write, and promises nothing it does not keep."""
-    try:
-        struct = parse_ddl_schema(schema)
-    except ValueError as exc:
-        p.fail(f"is not a Spark DDL schema ({exc}), such as 'user STRING, amount DOUBLE, tags ARRAY<STRING>'", "schema")
-    for where, name in struct_fields(struct):
-        p.exact(name, "schema", f'column "{where}": its name ')
-    required = not_null_columns(schema)
-    if required:
-        columns = ", ".join(f'"{c}"' for c in required)
-        p.fail(
-            f"declares column(s) {columns} NOT NULL, which the replay does not enforce: a record that lacks such a value, "
-            "or holds null, lands with a null there, as Spark's from_json reads it. Remove NOT NULL (the rows landed so "
-            "far were read the same way)",
-            "schema",
+    if table.embedded and "://" in p.output:
+        r.fail(
+            f"the embedded catalog keeps a SQLite file under the output root, and {p.output} is not a local path; name a "
+            "catalog that lives elsewhere, such as the Glue Data Catalog: catalog_properties: {type: glue, glue.region: ...}",
+            "table.catalog_properties",
         )
-    clashes = sorted({name.lower() for name, _ in struct.children} & set(RECORD_COLUMNS))
-    if clashes:
-        p.fail(f"names column(s) {', '.join(clashes)}, which every row already carries", "schema")
-    refused = undecoded_columns(struct)
-    if refused:
-        listed = "; ".join(refused)
-        p.fail(f"has types no JSON payload is decoded into: {listed}; declare STRING to keep such a value's JSON text", "schema")
-
-
-def _parse_payload(p: _Reader) -> PayloadConfig:
-    fmt = p.text("format").lower()
-    if fmt not in PAYLOAD_FORMATS:
-        p.fail(f"must be one of {', '.join(PAYLOAD_FORMATS)}, got {p.data['format']!r}", "format")
-    schema = p.text("schema", required=False, padded=True) if p.has("schema") else None  # a DDL text (`schema: |` ends in a newline)
-    if fmt == "json" and schema is None:
-        p.fail("is required when format is json (a Spark DDL string, such as 'user STRING, amount DOUBLE')", "schema")
-    if fmt == "raw" and schema is not None:
-        p.fail("is only allowed with format json", "schema")
-    if schema is not None:
-        _check_schema(p, schema)
-    share = p.get("max_bad_share")
-    if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1:
-        p.fail(f"must be a number from 0 to 1, got {share!r}", "max_bad_share")
-    return PayloadConfig(format=fmt, schema=schema, max_bad_share=float(share))
 
 
 @dataclass(frozen=True)
@@ -820,20 +548,13 @@ def parse_pipelines(data: object, source: str = "<config>") -> LoadedConfig:
     running. So is a later entry whose table (outside the embedded catalog) is an earlier one's: the same catalog,
     namespace and name. Two pipelines must never replace each other's batches.
     """
-    if not isinstance(data, Mapping) or "pipelines" not in data:
-        raise ConfigError(f"{source}: the top level must be a mapping with a 'pipelines' list")
-    unknown = sorted(str(k) for k in data if k != "pipelines")
-    if unknown:
-        raise ConfigError(f"{source}: unknown top-level key(s) {', '.join(unknown)}; only 'pipelines' is allowed")
-    entries = data["pipelines"]
-    if not isinstance(entries, list) or not entries:
-        raise ConfigError(f"{source}: pipelines must be a non-empty list of mappings")
     valid: dict[int, PipelineConfig] = {}
     errors: list[PipelineError] = []
-    for i, entry in enumerate(entries):
-        name = entry.get("name") if isinstance(entry, Mapping) and isinstance(entry.get("name"), str) else None
+    for i, (label, name, entry) in enumerate(entries(data, source, "pipelines")):
         try:
-            pipeline = _parse_pipeline(source, i, entry)
+            r = Reader(source, label, entry, PipelineConfig)
+            pipeline = r.read()
+            validate(r, pipeline)
         except ConfigError as exc:
             errors.append(PipelineError(i, name, str(exc)))
             continue
@@ -898,32 +619,23 @@ def load_pipelines(path: str | os.PathLike[str]) -> LoadedConfig:
 
     An unreadable file, or one that is not YAML, raises ConfigError: it concerns every pipeline.
     """
-    import yaml  # PyYAML comes with Airflow; imported here so the pure parser needs nothing
-
-    config_path = Path(path)
-    try:
-        text = config_path.read_text()
-    except OSError as exc:
-        raise ConfigError(f"cannot read pipelines config {config_path}: {exc.strerror or exc}") from exc
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{config_path}: not valid YAML: {exc}") from exc
-    return parse_pipelines(data, source=str(config_path))
+    return parse_pipelines(load_yaml(path, "pipelines config"), source=str(Path(path)))
 
 
-def main(argv: list[str]) -> int:
-    """``--reference``: print docs/configuration.md's table of keys; ``--write FILE``: put it in FILE (``make docs-config``)."""
-    if argv[:1] == ["--reference"] and len(argv) == 1:
-        print(reference_table(), end="")
-        return 0
-    if argv[:1] == ["--write"] and len(argv) == 2:
-        doc_path = Path(argv[1])
-        doc_path.write_text(with_reference_table(doc_path.read_text()))
-        return 0
-    print("usage: python -m kinesis_replay.core.config --reference | --write docs/configuration.md", file=sys.stderr)
-    return 2
+def options(kind: type = PipelineConfig, prefix: str = "") -> Iterator[tuple[str, Field[Any]]]:
+    """Every documented key of a section, by its dotted path (``read.page_bytes``), with the field that declares it."""
+    return documented(kind, prefix)
 
 
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+def reference_table() -> str:
+    """docs/configuration.md's table of every key (key, default, meaning), rendered from the declarations above."""
+    return key_table(PipelineConfig)
+
+
+def with_reference_table(text: str) -> str:
+    """``text`` (docs/configuration.md) with the block between its config-table markers replaced by ``reference_table()``."""
+    return with_key_table(text, reference_table())
+
+
+if __name__ == "__main__":  # make docs-config
+    sys.exit(key_table_main(sys.argv[1:], reference_table(), "kinesis_replay.core.config"))
