@@ -194,6 +194,11 @@ class ReplayResult:
     def records(self) -> int:
         return sum(s.records for s in self.shards)
 
+    def digests(self) -> dict[str, str]:
+        """The row digest of each shard that records one: every shard's, but in a manifest of a release before row
+        digests, whose shards' counts and bounds are all there is to check."""
+        return {s.shard_id: s.digest for s in self.shards if s.digest is not None}
+
     @property
     def bytes(self) -> int:
         return sum(s.bytes for s in self.shards)

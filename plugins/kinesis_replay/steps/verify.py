@@ -77,7 +77,7 @@ def check_files(pipeline: PipelineConfig, batch_id: int, result: ReplayResult, s
     if pipeline.table is not None:
         # What would make the table commit fail every time fails here, while the batch can still be replayed.
         iceberg_table.check_files_fit(pipeline, batch_id, result.attempt or "", data_files)
-    hashes = {digest_hash(s.digest, f"{where}, shard {s.shard_id}") for s in result.shards if s.digest is not None}
+    hashes = {digest_hash(digest, f"{where}, shard {shard_id}") for shard_id, digest in result.digests().items()}
     if len(hashes) > 1:
         named = ", ".join(sorted(hashes))
         raise VerificationError(f"{where}: the manifest's row digests name more than one hash ({named}); one job run writes one")
@@ -100,14 +100,12 @@ def check_files(pipeline: PipelineConfig, batch_id: int, result: ReplayResult, s
                 "repeated per shard"
             )
         scanned[place] = rows
-    for shard in result.shards:
-        if shard.digest is None:
-            continue  # a manifest of a release before row digests: its counts and bounds were checked
-        total = sum(rows[shard.shard_id].digest for rows in scanned.values() if shard.shard_id in rows)
-        if format_digest(total, hash_name) != shard.digest:
+    for shard_id, digest in result.digests().items():
+        total = sum(rows[shard_id].digest for rows in scanned.values() if shard_id in rows)
+        if format_digest(total, hash_name) != digest:
             raise VerificationError(
-                f"{where}, shard {shard.shard_id}: the row digest of the files is {format_digest(total, hash_name)}, the manifest says "
-                f"{shard.digest}: the files do not hold the rows the replay job wrote"
+                f"{where}, shard {shard_id}: the row digest of the files is {format_digest(total, hash_name)}, the manifest says "
+                f"{digest}: the files do not hold the rows the replay job wrote"
             )
     total = result.records + result.bad_records
     if result.bad_records and result.bad_records > pipeline.payload.max_bad_share * total:
