@@ -9,7 +9,7 @@ with no sort of the task's rows. Rows with a ``decode_error`` go to the quaranti
 at a buffer of at most ``ROW_GROUP_BYTES`` per shard being read, and ``TASK_BUFFER_BYTES`` in all (the largest
 buffer is written early past it), whatever a range's length and however many ranges a task reads.
 
-As it writes, it tallies per shard what the result manifest needs (``ShardTally``): rows and bad rows, bytes, the
+As it writes, it tallies per shard what the ``ReplayResult`` needs (``ShardTally``): rows and bad rows, bytes, the
 first and last sequence numbers, the row checksum (Spark's ``xxhash64`` of the row, as the job computed it from the
 files before, so that a backfill of a batch replayed by an older release compares like with like) and the row digest
 (``records.row_digest``, which verify recomputes from the files). Its report names every file it wrote: the driver

@@ -358,7 +358,7 @@ def has_result(output: str, batch_id: int) -> bool:
 
 
 def read_result(output: str, batch_id: int) -> ReplayResult:
-    """The result manifest the replay job wrote for a batch; missing or unreadable is a VerificationError."""
+    """The ``ReplayResult`` the replay job wrote for a batch (its result manifest); missing or unreadable is a VerificationError."""
     path = result_path(output, batch_id)
     try:
         data = read_json(path)

@@ -1,7 +1,7 @@
 """How a batch's payloads were decoded: the payload settings and the decoder's version, recorded with every batch.
 
 A batch is a record of what the stream held (its ranges, counts and raw digest) and of how it was decoded. The
-replay job puts a ``Decoding`` into its result manifest, so the ledger entry and the output's commit record of every
+replay job puts a ``Decoding`` into its ``ReplayResult``, so the ledger entry and the output's commit record of every
 batch carry it; a later replay of the batch (a backfill, a restore) names both decodings when its values differ. A
 manifest written before decodings were recorded (release 0.1.0: Spark's ``from_json`` on Java 17, in the JVM) has
 none, and reads as ``EARLIER``: upgraded on read, never rewritten.

@@ -178,7 +178,8 @@ def range_checkpoint(rng: SequenceRange, results: Mapping[str, ShardResult]) -> 
 
 @dataclass(frozen=True)
 class ReplayResult:
-    """The replay job's result manifest: per-shard counts, bytes and row checksums of what it wrote."""
+    """What the replay job wrote for a batch: per-shard counts, bytes and row checksums (stored as the batch's result
+    manifest, ``_manifests/batch_id=<id>.json``, then with its ledger entry)."""
 
     pipeline_name: str
     batch_id: int

@@ -24,7 +24,8 @@ log = logging.getLogger(__name__)
 def verify_batch(
     pipeline: PipelineConfig, store: StateStore, batch_id: int, acknowledged: frozenset[str] = frozenset(), run_id: str = ""
 ) -> Batch:
-    """Check the result manifest and the files against the plan; record the batch as WRITTEN.
+    """Check the replay's ``ReplayResult`` (read from its result manifest) and the files against the plan; record the
+    batch as WRITTEN.
 
     Nothing moves when anything disagrees: the error names the batch and shard, and the batch
     stays in flight to be replayed by the next run. A range whose first records were gone is
