@@ -3,7 +3,7 @@
 pyiceberg 0.12's commit deep-copies the whole table metadata, every snapshot kept included, each time its transaction
 reads it (about 17 times a commit) and once more in the catalog's commit, and parses the metadata file twice (the
 table's load, then the catalog's check that it is still current): at the 1,000th batch of a table, a commit took
-about 20 times what it takes patched (BENCHMARKS.md, ``make bench-table``). Three patches leave that out:
+13 to 22 times what it takes patched (BENCHMARKS.md, ``make bench-table``). Three patches leave that out:
 
 1. ``transaction``: pyiceberg's Transaction, its ``table_metadata`` computed once per staged change and not copied;
 2. ``stage_without_deep_copy``: the catalog's commit stages the new metadata without the copy (``updated_metadata``);
@@ -63,8 +63,8 @@ def decide() -> bool:
         log.warning(
             "pyiceberg's commit path is NOT patched (kinesis_replay.adapters.pyiceberg_patches): %s. Every commit takes "
             "pyiceberg's own path, which makes the same table, slower as the table's history grows: it deep-copies the "
-            "whole metadata about 17 times a commit and parses its file twice (at 1,000 snapshots kept, about 20 times "
-            "the patched commit's time: BENCHMARKS.md, make bench-table). To patch it again, install pyiceberg %s, or "
+            "whole metadata about 17 times a commit and parses its file twice (at 1,000 snapshots kept, more than 10 "
+            "times the patched commit's time: BENCHMARKS.md, make bench-table). To patch it again, install pyiceberg %s, or "
             "check the patches against this pyiceberg and add its version to WRITTEN_FOR.",
             why_not,
             WRITTEN_FOR[-1],
