@@ -7,11 +7,22 @@ import re
 import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import Field, dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from kinesis_replay.core.airflow_names import AIRFLOW_DEFAULT_POOL, dag_ids
+
+# The sections' own modules; their names are config's as well, where the rest of the project imports them.
+from kinesis_replay.core.config_read import SHARD_WRITE_BYTES_PER_SECOND as SHARD_WRITE_BYTES_PER_SECOND
+from kinesis_replay.core.config_read import MaxBatch as MaxBatch
+from kinesis_replay.core.config_read import ReadConfig as ReadConfig
+from kinesis_replay.core.config_spark import DEFAULT_SPARK_CONF as DEFAULT_SPARK_CONF
+from kinesis_replay.core.config_spark import EmrServerlessConfig as EmrServerlessConfig
+from kinesis_replay.core.config_spark import SparkConfig as SparkConfig
+from kinesis_replay.core.config_table import CATALOG_TYPES as CATALOG_TYPES
+from kinesis_replay.core.config_table import DEFAULT_TABLE_RULE, IDENTIFIER, default_table_name
+from kinesis_replay.core.config_table import TableConfig as TableConfig
 from kinesis_replay.core.ddl import not_null_columns, parse_ddl_schema, struct_fields
 from kinesis_replay.core.errors import ConfigError
 from kinesis_replay.core.options import REFERENCE_BEGIN as REFERENCE_BEGIN
@@ -30,7 +41,7 @@ from kinesis_replay.core.options import (
 )
 from kinesis_replay.core.payloads import undecoded_columns
 from kinesis_replay.core.records import PARTITION_COLUMN, ROW_COLUMNS
-from kinesis_replay.core.roots import normalize_output, output_key, outputs_overlap, split_s3_uri
+from kinesis_replay.core.roots import normalize_output, output_key, outputs_overlap
 
 CONFIG_ENV = "KINESIS_REPLAY_CONFIG"
 INITIAL_POSITIONS = ("TRIM_HORIZON", "LATEST", "AT_TIMESTAMP")
@@ -38,91 +49,6 @@ _NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 # An Airflow pool's name: what `airflow pools set` and a shell accept unquoted, within the 256 characters Airflow stores.
 _POOL = re.compile(r"^[A-Za-z0-9_.-]{1,256}$")
 _STREAM = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
-_ROLE = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/")
-
-
-@section
-class ReadConfig:
-    """Per-shard read budget and throttling waits; the defaults are Kinesis's own limits.
-
-    Kinesis allows each shard 5 GetRecords calls and 2 MB of reads a second, and 5 GetShardIterator
-    calls a second; GetRecords returns at most 10,000 records (10 MB) a call.
-
-    GetRecords takes a count of records, not of bytes, so a range's reader asks each call for as
-    many records as fill about ``page_bytes`` at the mean record size of its last page (at most
-    ``max_records_per_call``; the first call asks for ``first_page_records``). That bounds a
-    reader's memory by about one such page, whatever the range's length, while record sizes stay
-    alike (a sudden jump in size can bring one larger page, at most Kinesis's 10 MB). The default,
-    2 MiB, is one second of a shard's read budget: at 5 calls a second no page needs to be larger.
-    """
-
-    max_records_per_call: int = option(
-        "the largest GetRecords `Limit` (10,000 is the most Kinesis returns)",
-        default=10_000,
-        minimum=1,
-        maximum=10_000,
-        limit="the most GetRecords returns",
-    )
-    page_bytes: int = option(
-        "each GetRecords asks for as many records as fill about this many bytes at the last page's mean record size, so a "
-        "reader holds one page of about 2 MiB whatever the range's length (one second of a shard's read budget: it costs "
-        "Kinesis throughput nothing)",
-        default=2 * 1024 * 1024,
-        minimum=1,
-    )
-    first_page_records: int = option("the `Limit` of a range's first GetRecords, before any record size is known", default=1_000, minimum=1)
-    get_records_per_second: float = option("per-shard budget of GetRecords calls", default=5.0)
-    bytes_per_second: float = option("per-shard budget of bytes read (2 MB/s)", default=2 * 1024 * 1024)
-    get_shard_iterator_per_second: float = option("per-shard budget of GetShardIterator calls", default=5.0)
-    max_throttle_retries: int = option("throttled calls waited out per call before the batch fails", default=20)
-    throttle_base_seconds: float = option("the first wait after a throttled call", default=0.2)
-    throttle_max_seconds: float = option("the longest wait after a throttled call", default=10.0)
-    progress_seconds: float = option("how often each shard's reader logs its progress", default=30.0)
-    # Shards planned (and checkpoints committed) at once. Each shard keeps to its own call budget; Kinesis limits
-    # GetShardIterator and GetRecords per shard, not per stream, so this bounds only our own threads and connections.
-    # A shard's plan mostly waits (its GetRecords calls are 0.2 s apart): at 32, 1,000 idle shards planned in 32
-    # waves and used 42% of 2 cores; at 128 the plan is bound by the CPU (make bench-planning).
-    plan_concurrency: int = option(
-        "shards planned, and checkpoints committed, at once (Kinesis limits calls per shard, so this bounds only our own "
-        "threads and pooled connections; a shard's plan mostly waits for its budget)",
-        default=128,
-        minimum=1,
-    )
-    # Ranges one Spark task reads at once, each paced by its own shard's budget: a task mostly waits for budgets, so
-    # one core can serve many shards (about ten at Kinesis's 2 MB/s). A task holds about two pages per range it reads.
-    task_concurrency: int = option(
-        "ranges one Spark task reads at once, a thread each, each within its own shard's budget (a task holds about two "
-        "pages per range it reads); see [Sizing executors against the stream](deployment.md#sizing-executors-against-the-stream)",
-        default=16,
-        minimum=1,
-    )
-
-
-# Kinesis takes at most 1 MiB a second into a shard: what a shard whose rate is not known yet is assumed to hold.
-SHARD_WRITE_BYTES_PER_SECOND = 1024 * 1024
-
-
-@section
-class MaxBatch:
-    """How much one batch may take from a shard; a range is capped at whichever limit comes first.
-
-    ``span``: the arrival time its records may span, from its first record. ``read_minutes``: its estimated
-    read time at the shard's read budget, turned into a span by the shard's write rate (measured on its last
-    committed range, else Kinesis's per-shard write limit, the most it can hold). The capped range ends at the
-    newest record that arrived before the cap; the rest is the next batch's.
-    """
-
-    span: timedelta = option(
-        "the arrival time one range may span; see [Bounded batches and catch-up](design.md#bounded-batches-and-catch-up)",
-        default=timedelta(hours=1),
-    )
-    read_minutes: float = option("one range's estimated read time at the read budget", default=30.0)
-
-    def span_for(self, bytes_per_second: float | None, read: ReadConfig) -> timedelta:
-        """The arrival span a range of a shard writing ``bytes_per_second`` may cover."""
-        rate = bytes_per_second if bytes_per_second and bytes_per_second > 0 else SHARD_WRITE_BYTES_PER_SECOND
-        by_read_time = timedelta(seconds=self.read_minutes * 60 * read.bytes_per_second / rate)
-        return min(self.span, by_read_time)
 
 
 PAYLOAD_FORMATS = ("raw", "json")
@@ -176,177 +102,8 @@ class PayloadConfig:
     )
 
 
-def _s3_prefix(uri: str) -> str:
-    """``s3://bucket/prefix``, without a trailing slash."""
-    try:
-        split_s3_uri(uri, "the value")
-    except ConfigError as exc:
-        raise ValueError(str(exc)) from None
-    return uri.rstrip("/")
-
-
-@section
-class EmrServerlessConfig:
-    """Run the replay job as an EMR Serverless job run instead of through spark-submit.
-
-    The job file, its Data Source, the library zip and the batch spec are uploaded under
-    ``code_prefix`` (``s3://bucket/prefix``), one folder per batch.
-    """
-
-    application_id: str = option("an existing SPARK application (EMR 7.x) that runs the job")
-    execution_role_arn: str = option(
-        "the IAM role the job runs as (`arn:aws:iam::<account>:role/<name>`)",
-        pattern=_ROLE,
-        must="must be an IAM role ARN (arn:aws:iam::<account>:role/<name>)",
-    )
-    code_prefix: str = option("`s3://bucket/prefix` where each batch's job files are staged", check=_s3_prefix)
-    log_uri: str | None = option("S3 prefix for driver and executor logs", default=None, check=_s3_prefix)
-    venv_archive: str | None = option("S3 URI of a venv-pack archive holding the job's dependencies", default=None, check=_s3_prefix)
-    deferrable: bool = option("wait in the triggerer; needs aiobotocore on Airflow's side", default=False)
-    poll_seconds: int = option("how often the job run's state is polled", default=30, minimum=1)
-
-
-# What every replay job gets, under spark-submit or EMR Serverless, unless the pipeline's spark.conf says otherwise:
-# - spark.log.level: Spark's INFO lines (hundreds a run) would bury the job's own progress in the driver's log.
-# - ARROW_DEFAULT_MEMORY_POOL in the Python workers' environment: Arrow's own allocations go through the C library's
-#   malloc, whose freed pages the task hands back (kinesis_source.return_large_blocks), rather than mimalloc, which
-#   keeps a heap per thread. The task puts pyarrow's allocations on malloc itself; this reaches what Arrow allocates
-#   from its default pool directly, from the worker's start. The largest worker of a 400,000-record job: 209 -> 194 MiB,
-#   171 at 4,000 records (181), for the same CPU (BENCHMARKS.md, the memory target; docs/configuration.md).
-# - spark.python.worker.faulthandler.enabled: a Python worker that dies of a signal (a segfault in native code) has
-#   Python's fault handler name it ("Fatal Python error: Segmentation fault"); the JVM puts that line in its crash message,
-#   which the launcher reports as the root cause, where it would otherwise say only "EOFException" (spark_submit.WorkerLines).
-DEFAULT_SPARK_CONF: Mapping[str, str] = {
-    "spark.log.level": "WARN",
-    "spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL": "system",
-    "spark.python.worker.faulthandler.enabled": "true",
-}
-
-
-def _as_text(properties: Mapping[Any, Any]) -> dict[str, str]:
-    """Properties as the text Spark and pyiceberg take: YAML's true is "true"."""
-    return {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in properties.items()}
-
-
-def _spark_conf(value: object) -> dict[str, str]:
-    conf = value or {}
-    if not isinstance(conf, Mapping):
-        raise ValueError(f"must be a mapping of Spark properties, got {type(conf).__name__}")
-    for k, v in conf.items():
-        if not isinstance(k, str) or not k.startswith("spark."):
-            raise ValueError(f"keys must be Spark properties starting with 'spark.', got {k!r}")
-        exact(k, "the property ")
-        if isinstance(v, (Mapping, list)) or v is None:
-            raise ValueError(f"{k} must be a scalar, got {v!r}")
-    return _as_text(conf)
-
-
-@section
-class SparkConfig:
-    master: str = option(
-        "spark-submit's `--master`: `local[...]`, `spark://host:7077`, `yarn`, `k8s://...`; "
-        "see [The JVM of a local job](#the-jvm-of-a-local-job)",
-        default="local[*]",
-    )
-    conf: Mapping[str, str] = option(
-        "Spark properties, each passed as `--conf` (EMR Serverless: in `sparkSubmitParameters`, so no whitespace)",
-        default_factory=dict,
-        parse=_spark_conf,
-    )
-    submit_timeout_seconds: int = option(
-        "the replay task's execution timeout; the job is killed when it expires", default=6 * 3600, minimum=1
-    )
-    emr_serverless: EmrServerlessConfig | None = option(
-        "set (instead of `spark.master`): EMR Serverless runs the job, not spark-submit; "
-        "see [EMR Serverless](deployment.md#emr-serverless)",
-        default=None,
-    )
-
-
 # The two layouts of a pipeline's output: an Apache Iceberg table (the default), or today's plain directories.
 OUTPUT_FORMATS = ("iceberg", "directory")
-# pyiceberg's catalog types (pyiceberg.catalog.CatalogType; a unit test keeps the two equal): catalog_properties.type
-# is checked against them when the config is parsed, without importing pyiceberg.
-CATALOG_TYPES = ("rest", "hive", "glue", "dynamodb", "sql", "in-memory", "bigquery")
-EMBEDDED_CATALOG = "kinesis_replay"  # the name of the default catalog: pyiceberg's SQL catalog on a SQLite file
-DEFAULT_NAMESPACE = "kinesis_replay"
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,254}$")  # what Glue, Athena and the SQL catalog all accept
-# Put before a default table name that would start with a digit (a pipeline name may, an identifier may not). A letter,
-# not '_': Athena wants a name that starts with '_' quoted in DDL.
-DEFAULT_TABLE_PREFIX = "p_"
-
-
-def default_table_name(pipeline_name: str) -> str:
-    """The table a pipeline that names none commits to: its name with '-' as '_', and ``p_`` before a leading digit.
-
-    A valid identifier for every valid pipeline name (``2024-orders`` -> ``p_2024_orders``); a name that starts with a
-    letter keeps the table it always had (``orders-eu`` -> ``orders_eu``).
-    """
-    name = pipeline_name.replace("-", "_")
-    return f"{DEFAULT_TABLE_PREFIX}{name}" if name[:1].isdigit() else name
-
-
-DEFAULT_TABLE_RULE = f"'-' becomes '_', and a leading digit gets {DEFAULT_TABLE_PREFIX!r} in front"
-_IDENTIFIER_RULE = "letters, digits and `_`, starting with a letter or `_`"
-
-
-def _catalog_properties(value: object) -> dict[str, str]:
-    properties = value or {}
-    if not isinstance(properties, Mapping):
-        raise ValueError(f"must be a mapping of pyiceberg catalog properties (type, uri, warehouse, glue.region...), got {properties!r}")
-    for k, v in properties.items():
-        if not isinstance(k, str) or isinstance(v, (Mapping, list)) or v is None:
-            raise ValueError(f"{k!r} must be a scalar property, got {v!r}")
-        exact(k, "the property ")
-    return _as_text(properties)
-
-
-@section
-class TableConfig:
-    """The Iceberg table a pipeline commits its batches to: a catalog, a namespace and a table name.
-
-    ``catalog_properties`` are pyiceberg's own (``type``, ``uri``, ``warehouse``, ``glue.region``...), as its docs
-    name them; empty means the embedded catalog: pyiceberg's SQL catalog on a SQLite file under the output root,
-    which needs no server. The table's location is always the pipeline's output root.
-    """
-
-    name: str = option(
-        f"the table's name: {_IDENTIFIER_RULE}. Two pipelines may not name one table of a shared catalog (same catalog, "
-        "namespace and name, in any case); each embedded catalog is its pipeline's own",
-        shown=f"the pipeline's name with `-` as `_`, and `{DEFAULT_TABLE_PREFIX}` before a leading digit "
-        f"(`2024-orders` → `{default_table_name('2024-orders')}`)",
-    )
-    namespace: str = option(f"the table's namespace: {_IDENTIFIER_RULE}", default=DEFAULT_NAMESPACE)
-    catalog: str = option(f"the catalog's name: {_IDENTIFIER_RULE}", default=EMBEDDED_CATALOG)
-    catalog_properties: Mapping[str, str] = option(
-        "pyiceberg's catalog properties, as its docs name them",
-        default_factory=dict,
-        shown="{default} (the embedded SQL catalog under the output)",
-        parse=_catalog_properties,
-    )
-
-    @property
-    def embedded(self) -> bool:
-        return not self.catalog_properties
-
-    @property
-    def identifier(self) -> str:
-        """``namespace.name``, as pyiceberg's ``load_table`` takes it."""
-        return f"{self.namespace}.{self.name}"
-
-    @property
-    def key(self) -> tuple[str, str, str] | None:
-        """What two pipelines' tables are compared by: catalog, namespace and name, in lower case (Glue and Athena
-        fold case). None for the embedded catalog: each lives under its own pipeline's output root, so two embedded
-        tables of one name are two tables."""
-        if self.embedded:
-            return None
-        return self.catalog.lower(), self.namespace.lower(), self.name.lower()
-
-    def describe(self) -> str:
-        """The table's identity for people: ``table kinesis_replay.demo in catalog kinesis_replay (sql, embedded)``."""
-        kind = "sql, embedded" if self.embedded else str(self.catalog_properties.get("type", "catalog"))
-        return f"table {self.identifier} in catalog {self.catalog} ({kind})"
 
 
 def default_pool(pipeline_name: str) -> str:
@@ -490,7 +247,7 @@ def _validate_table(r: Reader[PipelineConfig], p: PipelineConfig, table: TableCo
     the errors name the pipeline."""
     for key in ("name", "namespace", "catalog"):
         value = getattr(table, key)
-        if not _IDENTIFIER.match(value):  # only a value the pipeline wrote: every default is an identifier
+        if not IDENTIFIER.match(value):  # only a value the pipeline wrote: every default is an identifier
             hint = f"; leave it out for the default, {default_table_name(p.name)!r}" if key == "name" else ""
             r.fail(
                 f"pipeline {p.name!r} names {value!r}, which is not an identifier: it must be letters, digits and '_', "
