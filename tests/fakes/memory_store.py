@@ -15,7 +15,8 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from kinesis_replay.adapters.dynamodb_store import CORRUPT_HINT, PROGRESS_SHARDS, TRANSACTION_ITEMS, DynamoDBStateStore, progress_sk
+from kinesis_replay.adapters.dynamodb_store import CORRUPT_HINT, PROGRESS_SHARDS, TRANSACTION_ITEMS, progress_sk
+from kinesis_replay.adapters.dynamodb_table import missing_table
 from kinesis_replay.core.errors import (
     KinesisReplayError,
     ProgressNotStoredError,
@@ -91,7 +92,7 @@ class MemoryStateStore:
         return self.pipelines.setdefault(pipeline_name, _Pipeline())
 
     def missing(self, pipeline_name: str, what: str) -> StateTableMissingError:
-        return DynamoDBStateStore.missing(self, pipeline_name, what)  # type: ignore[arg-type]  # the message uses .table only
+        return missing_table(self.table, pipeline_name, what)
 
     # -- table ----------------------------------------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from kinesis_replay.adapters.dynamodb_items import batch_items
 from kinesis_replay.adapters.dynamodb_store import DynamoDBStateStore
 from kinesis_replay.core.state import Batch, Head
 
@@ -17,7 +18,7 @@ CHUNK = 25
 
 def write_ledger(store: DynamoDBStateStore, pipeline_name: str, batches: Sequence[Batch]) -> None:
     """Put every batch, then the head after the newest one (no batch in flight)."""
-    items = [item for b in batches for item in store._batch_items(b)]  # the store's items, written without its conditions
+    items = [item for b in batches for item in batch_items(b)]  # the store's items, written without its conditions
     for i in range(0, len(items), CHUNK):
         request = {store.table: [{"PutRequest": {"Item": item}} for item in items[i : i + CHUNK]]}
         while request:

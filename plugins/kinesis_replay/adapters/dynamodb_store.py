@@ -2,27 +2,18 @@
 
 from __future__ import annotations
 
-import itertools
 import json
-import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from botocore.exceptions import BotoCoreError, ClientError, ReadTimeoutError
-from botocore.exceptions import ConnectionError as BotoConnectionError
+from botocore.exceptions import BotoCoreError, ClientError
 
-from kinesis_replay.core.airflow_names import dag_ids
 from kinesis_replay.core.errors import (
-    ACCESS_REFUSED_CODES,
-    ConfigError,
-    EndpointUnreachableError,
     KinesisReplayError,
     ProgressNotStoredError,
     StateConflictError,
     StateCorruptError,
-    StateTableMissingError,
-    access_refused,
 )
 from kinesis_replay.core.ranges import format_sequence_number
 from kinesis_replay.core.state import (
@@ -43,7 +34,6 @@ from kinesis_replay.adapters.dynamodb_items import (
     CORRUPT_HINT,
     PART_FIELDS,
     PROGRESS_SHARDS,
-    STATE_TABLE_KEYS,
     TRANSACTION_ITEMS,
     N,
     S,
@@ -63,6 +53,7 @@ from kinesis_replay.adapters.dynamodb_items import (
     split_field,
     summary_from_item,
 )
+from kinesis_replay.adapters.dynamodb_table import StateTable
 
 
 def _checkpoint_is(checkpoint: int | None) -> tuple[str, dict[str, Any]]:
@@ -88,119 +79,28 @@ class DynamoDBStateStore:
     def __init__(self, client: DynamoDBClient, table: str) -> None:
         self.client = client
         self.table = table
-
-    # -- plumbing -----------------------------------------------------------------------------
-
-    def _call(self, operation: str, pipeline_name: str, what: str, **kwargs: Any) -> Any:
-        try:
-            return getattr(self.client, operation)(**kwargs)
-        except (BotoConnectionError, ReadTimeoutError) as exc:
-            raise EndpointUnreachableError(f"state table {self.table}: {what}: cannot reach DynamoDB: {exc}") from exc
-        except ClientError as exc:
-            code = exc.response.get("Error", {}).get("Code", "")
-            if code == "ResourceNotFoundException":
-                raise self.missing(pipeline_name, what) from exc
-            if code in ACCESS_REFUSED_CODES:
-                raise access_refused(f"state table {self.table}: {what}", code, exc.response["Error"].get("Message", "")) from exc
-            raise  # the callers handle the codes they expect (a failed condition, a cancelled transaction)
-
-    def missing(self, pipeline_name: str, what: str) -> StateTableMissingError:
-        """The error for a call on a table that does not exist: only the regular DAG's plan step creates it (ensure_table)."""
-        dag_id = dag_ids(pipeline_name)[0]
-        return StateTableMissingError(
-            f"pipeline {pipeline_name!r}: state table {self.table} does not exist ({what}). Only the plan step of {dag_id} "
-            f"creates it: if the pipeline never ran, trigger {dag_id} first. If it ran before, the table was deleted or "
-            f"state_table names another one: check state_table of pipeline {pipeline_name!r} in the pipelines config, then trigger "
-            f"{dag_id}, whose plan creates the table and, if the output holds committed batches, says how to recover their state"
-        )
-
-    def _query(self, pipeline_name: str, prefix: str) -> Iterator[dict[str, Any]]:
-        kwargs: dict[str, Any] = {
-            "TableName": self.table,
-            "KeyConditionExpression": "#pk = :pk AND begins_with(#sk, :prefix)",
-            "ExpressionAttributeNames": {"#pk": "pk", "#sk": "sk"},
-            "ExpressionAttributeValues": {":pk": S(pk(pipeline_name)), ":prefix": S(prefix)},
-            "ConsistentRead": True,
-        }
-        while True:
-            page = self._call("query", pipeline_name, f"reading {prefix}* of pipeline {pipeline_name!r}", **kwargs)
-            yield from page["Items"]
-            if "LastEvaluatedKey" not in page:
-                return
-            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
-
-    def _get(self, pipeline_name: str, sk: str) -> dict[str, Any] | None:
-        item: dict[str, Any] | None = self._call(
-            "get_item", pipeline_name, f"reading {sk} of pipeline {pipeline_name!r}",
-            TableName=self.table, Key={"pk": S(pk(pipeline_name)), "sk": S(sk)}, ConsistentRead=True,
-        ).get("Item")  # fmt: skip
-        return item
-
-    def _transact(self, pipeline_name: str, what: str, items: list[dict[str, Any]]) -> None:
-        try:
-            self._call("transact_write_items", pipeline_name, what, TransactItems=items)
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") == "TransactionCanceledException":
-                reasons = [r.get("Code", "None") for r in exc.response.get("CancellationReasons", [])]
-                raise StateConflictError(f"{what}: another run changed the state first ({', '.join(reasons)})") from exc
-            raise
-
-    # -- table --------------------------------------------------------------------------------
+        self.db = StateTable(client, table)
 
     def ensure_table(self) -> None:
         """Create the table if it is missing (on-demand billing) and wait until it is active."""
-        try:
-            self._check_key_schema(self.client.describe_table(TableName=self.table)["Table"])
-            return
-        except (BotoConnectionError, ReadTimeoutError) as exc:
-            raise EndpointUnreachableError(f"state table {self.table}: cannot reach DynamoDB: {exc}") from exc
-        except ClientError as exc:
-            code = exc.response.get("Error", {}).get("Code", "")
-            if code in ACCESS_REFUSED_CODES:
-                raise access_refused(f"state table {self.table}: DescribeTable", code, exc.response["Error"].get("Message", "")) from exc
-            if code != "ResourceNotFoundException":
-                raise
-        try:
-            self.client.create_table(
-                TableName=self.table,
-                AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}, {"AttributeName": "sk", "AttributeType": "S"}],
-                KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
-                BillingMode="PAY_PER_REQUEST",
-            )
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") != "ResourceInUseException":  # created concurrently
-                raise
-        self.client.get_waiter("table_exists").wait(TableName=self.table, WaiterConfig={"Delay": 1, "MaxAttempts": 60})
-
-    def _check_key_schema(self, table: Mapping[str, Any]) -> None:
-        """An existing table must have kinesis-replay's keys: a typo may name another application's table."""
-        keys = {k["AttributeName"]: k["KeyType"] for k in table.get("KeySchema", [])}
-        types = {a["AttributeName"]: a["AttributeType"] for a in table.get("AttributeDefinitions", [])}
-        found = {name: (kind, types.get(name)) for name, kind in keys.items()}
-        if found != STATE_TABLE_KEYS:
-            shown = ", ".join(f"{name} ({kind}, {t})" for name, (kind, t) in sorted(found.items())) or "none"
-            raise ConfigError(
-                f"state table {self.table} exists with the keys {shown}; kinesis-replay's state table has pk (HASH, S) and "
-                "sk (RANGE, S). Is state_table the name of another application's table? Name a table of kinesis-replay's own "
-                "(the plan step creates it)"
-            )
+        self.db.ensure()
 
     # -- head ---------------------------------------------------------------------------------
 
     def get_head(self, pipeline_name: str) -> Head:
-        item = self._get(pipeline_name, "head")
+        item = self.db.get(pipeline_name, "head")
         return Head() if item is None else head_from_item(item)
 
     # -- shards -------------------------------------------------------------------------------
 
     def get_shards(self, pipeline_name: str) -> dict[str, ShardState]:
-        shards = (shard_from_item(i) for i in self._query(pipeline_name, "shard#"))
+        shards = (shard_from_item(i) for i in self.db.query(pipeline_name, "shard#"))
         return {s.shard_id: s for s in shards}
 
     def put_shard_if_absent(self, pipeline_name: str, shard: ShardState) -> ShardState:
         item = shard_item(pipeline_name, shard)
         try:
-            self._call(
+            self.db.call(
                 "put_item", pipeline_name, f"storing shard {shard.shard_id} of pipeline {pipeline_name!r}",
                 TableName=self.table, Item=item,
                 ConditionExpression="attribute_not_exists(#pk)", ExpressionAttributeNames={"#pk": "pk"},
@@ -210,7 +110,7 @@ class DynamoDBStateStore:
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
                 raise
-            return shard_from_item(_old_item(exc) or self._get(pipeline_name, f"shard#{shard.shard_id}") or item)
+            return shard_from_item(_old_item(exc) or self.db.get(pipeline_name, f"shard#{shard.shard_id}") or item)
 
     def put_shards_if_absent(self, pipeline_name: str, shards: Sequence[ShardState]) -> dict[str, ShardState]:
         """Store newly seen shards, TRANSACTION_ITEMS to a transaction, each conditioned on being absent.
@@ -229,7 +129,7 @@ class DynamoDBStateStore:
                 for shard in chunk
             ]  # fmt: skip
             try:
-                self._transact(
+                self.db.transact(
                     pipeline_name, f"storing shards {chunk[0].shard_id} to {chunk[-1].shard_id} of pipeline {pipeline_name!r}", items
                 )
                 stored.update((shard.shard_id, shard) for shard in chunk)
@@ -250,7 +150,7 @@ class DynamoDBStateStore:
             }
         )
         try:
-            self._call(
+            self.db.call(
                 "update_item", pipeline_name, what, TableName=self.table,
                 Key={"pk": S(pk(pipeline_name)), "sk": S(f"shard#{shard_id}")},
                 UpdateExpression="SET #checkpoint = :new, #finished = :finished, #last = :batch, #updated = :now",
@@ -272,7 +172,7 @@ class DynamoDBStateStore:
         condition, values = _checkpoint_is(checkpoint)
         values.update({":true": {"BOOL": True}, ":now": S(now_iso())})
         try:
-            self._call(
+            self.db.call(
                 "update_item", pipeline_name, what, TableName=self.table,
                 Key={"pk": S(pk(pipeline_name)), "sk": S(f"shard#{shard_id}")},
                 UpdateExpression="SET #finished = :true, #updated = :now", ConditionExpression=condition,
@@ -313,25 +213,22 @@ class DynamoDBStateStore:
         }}  # fmt: skip
         part_ops = [{"Put": {"TableName": self.table, "Item": part}} for part in parts]
         what = f"pipeline {batch.pipeline_name!r}: planning batch {batch.batch_id}"
-        self._transact(batch.pipeline_name, what, [head_op, batch_op, *part_ops])
+        self.db.transact(batch.pipeline_name, what, [head_op, batch_op, *part_ops])
         return new_head
 
     def get_batch(self, pipeline_name: str, batch_id: int) -> Batch:
-        item = self._get(pipeline_name, batch_sk(batch_id))
+        item = self.db.get(pipeline_name, batch_sk(batch_id))
         if item is None:
             raise StateCorruptError(f"pipeline {pipeline_name!r}: batch {batch_id} is not in state table {self.table}. {CORRUPT_HINT}")
         (batch,) = self._batches_from_items([item])
         return batch
 
     def list_batches(self, pipeline_name: str) -> list[Batch]:
-        return self._batches_from_items(list(self._query(pipeline_name, "batch#")))
-
-    # BatchGetItem reads at most 100 items a call.
-    GET_CHUNK = 100
+        return self._batches_from_items(list(self.db.query(pipeline_name, "batch#")))
 
     def get_batches(self, pipeline_name: str, batch_ids: Iterable[int]) -> dict[int, Batch]:
         keys = [{"pk": S(pk(pipeline_name)), "sk": S(batch_sk(b))} for b in sorted(set(batch_ids))]
-        items = self._get_items(pipeline_name, keys, f"reading {len(keys)} batches of pipeline {pipeline_name!r}")
+        items = self.db.get_items(pipeline_name, keys, f"reading {len(keys)} batches of pipeline {pipeline_name!r}")
         return {b.batch_id: b for b in self._batches_from_items(items)}
 
     # What get_summaries reads of a batch item: never its ranges, manifest or their parts.
@@ -341,7 +238,7 @@ class DynamoDBStateStore:
         keys = [{"pk": S(pk(pipeline_name)), "sk": S(batch_sk(b))} for b in sorted(set(batch_ids))]
         names = {f"#a{i}": name for i, name in enumerate(self.SUMMARY_ATTRIBUTES)}
         projection = {"ProjectionExpression": ", ".join(names), "ExpressionAttributeNames": names}
-        items = self._get_items(
+        items = self.db.get_items(
             pipeline_name, keys, f"reading the figures of {len(keys)} batches of pipeline {pipeline_name!r}", projection
         )
         return {summary.batch_id: summary for summary in (summary_from_item(item, pipeline_name, self.table) for item in items)}
@@ -358,7 +255,8 @@ class DynamoDBStateStore:
         failed: list[str] = []
         for n, (chunk, item) in enumerate(zip(chunks, progress_items(progress, pipeline_name, chunks), strict=True)):
             try:
-                self._call("put_item", pipeline_name, f"{what}: storing the replay's progress (item {n})", TableName=self.table, Item=item)
+                stored = f"{what}: storing the replay's progress (item {n})"
+                self.db.call("put_item", pipeline_name, stored, TableName=self.table, Item=item)
             except (ClientError, BotoCoreError, KinesisReplayError) as exc:
                 shown = f"shards {chunk[0]} to {chunk[-1]}" if chunk else "no shard yet"
                 failed.append(f"{progress_sk(progress.kind, n)} ({shown}): {exc}")
@@ -374,23 +272,7 @@ class DynamoDBStateStore:
         last are read back, and where a shard is in two of them (a replay saw a new shard and shifted the
         pieces), the later write's counts win.
         """
-        return progress_from_items(pipeline_name, list(self._query(pipeline_name, "progress#")))
-
-    def _get_items(
-        self, pipeline_name: str, keys: list[dict[str, Any]], what: str, projection: dict[str, Any] | None = None
-    ) -> list[dict[str, Any]]:
-        """The items of these keys that exist, GET_CHUNK keys a call; keys left unread by a busy table are asked again, later."""
-        found: list[dict[str, Any]] = []
-        for i in range(0, len(keys), self.GET_CHUNK):
-            request: dict[str, Any] = {self.table: {"Keys": keys[i : i + self.GET_CHUNK], "ConsistentRead": True, **(projection or {})}}
-            for attempt in itertools.count():
-                page = self._call("batch_get_item", pipeline_name, what, RequestItems=request)
-                found += page["Responses"].get(self.table, [])
-                request = page.get("UnprocessedKeys") or {}
-                if not request:
-                    break
-                time.sleep(min(1.0, 0.05 * 2**attempt))
-        return found
+        return progress_from_items(pipeline_name, list(self.db.query(pipeline_name, "progress#")))
 
     def update_batch(self, batch: Batch, expected: BatchStatus) -> None:
         names = {"#status": "status", "#attempts": "attempts", "#updated": "updated_at", "#flight": "in_flight"}
@@ -420,7 +302,7 @@ class DynamoDBStateStore:
         values[":figures"] = S(json.dumps(batch.figures()))
         expression = "SET " + ", ".join(sets) + (" REMOVE " + ", ".join(removes) if removes else "")
         head_key = {"pk": S(pk(batch.pipeline_name)), "sk": S("head")}
-        self._transact(
+        self.db.transact(
             batch.pipeline_name,
             f"pipeline {batch.pipeline_name!r}: setting batch {batch.batch_id} from {expected.value} to {batch.status.value}",
             [
@@ -477,7 +359,7 @@ class DynamoDBStateStore:
         # status condition covers them too and the ledger never names one attempt's manifest with another's snapshot.
         parts = self._set_field(batch, "manifest", json.dumps(batch.result.to_dict()), names, values, sets, removes)
         expression = "SET " + ", ".join(sets) + (" REMOVE " + ", ".join(removes) if removes else "")
-        self._transact(
+        self.db.transact(
             batch.pipeline_name,
             what,
             [
@@ -497,7 +379,7 @@ class DynamoDBStateStore:
         if batch.snapshot_id is not None:
             snapshot_set, snapshot_names = ", #snapshot = :snapshot", {"#snapshot": "snapshot_id"}
             snapshot_values = {":snapshot": N(batch.snapshot_id)}
-        self._transact(
+        self.db.transact(
             batch.pipeline_name,
             f"pipeline {batch.pipeline_name!r}: completing the commit of batch {batch.batch_id}",
             [
@@ -534,10 +416,10 @@ class DynamoDBStateStore:
         puts = [item for b in batches for item in batch_items(b)] + [shard_item(pipeline_name, s) for s in shards]
         for i in range(0, len(puts), self.RESTORE_CHUNK):
             chunk = [{"Put": {"TableName": self.table, "Item": item}} for item in puts[i : i + self.RESTORE_CHUNK]]
-            self._transact(
+            self.db.transact(
                 pipeline_name, f"pipeline {pipeline_name!r}: restoring its state (items {i + 1} to {i + len(chunk)})", [no_head, *chunk]
             )
-        self._transact(pipeline_name, f"pipeline {pipeline_name!r}: restoring its head", [{"Put": {
+        self.db.transact(pipeline_name, f"pipeline {pipeline_name!r}: restoring its head", [{"Put": {
             "TableName": self.table,
             "Item": {**key, "next_batch_id": N(head.next_batch_id), "version": N(1), "updated_at": S(now_iso()),
                      **({"in_flight": N(head.in_flight)} if head.in_flight is not None else {})},
@@ -553,7 +435,7 @@ class DynamoDBStateStore:
             for n in range(int(item.get(f"{name}_parts", {}).get("N", 0)))
         ]
         pipeline_name = items[0]["pk"]["S"].removeprefix("pipeline#") if items else ""
-        parts = self._get_items(pipeline_name, keys, f"reading the part items of {len(items)} batches of pipeline_name {pipeline_name!r}")
+        parts = self.db.get_items(pipeline_name, keys, f"reading the part items of {len(items)} batches of pipeline_name {pipeline_name!r}")
         pages = {p["sk"]["S"]: p["text"]["S"] for p in parts}
         return [batch_from_item(item, pages) for item in items]
 
