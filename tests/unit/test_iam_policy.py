@@ -75,19 +75,20 @@ def _action(name: str, table: dict[str, dict[str, str]], where: str) -> str | No
     return f"{services[0]}:{table[services[0]][name]}"
 
 
-def scan(source: str, filename: str) -> set[ApiCall]:
+def scan(source: str, filename: str, item_kinds: set[str] | None = None) -> set[ApiCall]:
     """Every Kinesis and DynamoDB API call in a module, as IAM actions.
 
     Seen: ``client.get_records(...)`` and ``call(client.list_shards, ...)`` (any attribute named like an
-    operation), ``self._call("put_item", ...)`` and ``getattr(client, "query")`` (an operation's name as a
+    operation), ``self.db.call("put_item", ...)`` and ``getattr(client, "query")`` (an operation's name as a
     string), ``get_waiter("table_exists")`` (the operation the waiter polls), and the items of a
-    ``transact_write_items`` transaction (``{"Put": ...}``, ``{"ConditionCheck": ...}``).
+    ``transact_write_items`` transaction (``{"Put": ...}``, ``{"ConditionCheck": ...}``), which may be built in
+    another module than the one that sends them: ``item_kinds``, when given, are those seen in every module.
     """
     operations = {s: _operations(s) for s in SERVICES}
     waiters = {s: _waiters(s) for s in SERVICES}
     found: set[ApiCall] = set()
     transact: list[str] = []
-    item_kinds: set[str] = set()
+    seen_kinds: set[str] = set()
     for node in ast.walk(ast.parse(source, filename)):
         where = f"{filename}:{getattr(node, 'lineno', 0)}"
         names: list[str] = []
@@ -100,25 +101,40 @@ def scan(source: str, filename: str) -> set[ApiCall]:
                 action = _action(literals[0], waiters, where)
                 assert action is not None, f"{where}: unknown waiter {literals[0]!r}"
                 found.add(ApiCall(action, where))
-            elif func in ("_call", "getattr"):
+            elif func in ("call", "getattr"):
                 names.extend(literals)
         elif isinstance(node, ast.Dict):
-            item_kinds.update(k.value for k in node.keys if isinstance(k, ast.Constant) and k.value in TRANSACT_ITEM_ACTIONS)
+            seen_kinds.update(k.value for k in node.keys if isinstance(k, ast.Constant) and k.value in TRANSACT_ITEM_ACTIONS)
         for name in names:
             action = _action(name, operations, where)
             if action == "dynamodb:TransactWriteItems":
                 transact.append(where)
             elif action is not None:
                 found.add(ApiCall(action, where))
+    kinds = seen_kinds if item_kinds is None else item_kinds
     for where in transact:
-        assert item_kinds, f"{where}: a transaction whose items this scan cannot see"
-        found.update(ApiCall(f"dynamodb:{TRANSACT_ITEM_ACTIONS[kind]}", where) for kind in item_kinds)
+        assert kinds, f"{where}: a transaction whose items this scan cannot see"
+        found.update(ApiCall(f"dynamodb:{TRANSACT_ITEM_ACTIONS[kind]}", where) for kind in kinds)
     return found
+
+
+def item_kinds_in(sources: list[tuple[str, str]]) -> set[str]:
+    """The kinds of transaction items (Put, Update, ConditionCheck...) any of the modules builds."""
+    return {
+        k.value
+        for source, filename in sources
+        for node in ast.walk(ast.parse(source, filename))
+        if isinstance(node, ast.Dict)
+        for k in node.keys
+        if isinstance(k, ast.Constant) and k.value in TRANSACT_ITEM_ACTIONS
+    }
 
 
 def project_calls() -> set[ApiCall]:
     paths = sorted(p for pattern in SOURCE_GLOBS for p in ROOT.glob(pattern) if str(p.relative_to(ROOT)) not in NO_AWS_CLIENT)
-    return {call for path in paths for call in scan(path.read_text(), str(path.relative_to(ROOT)))}
+    sources = [(path.read_text(), str(path.relative_to(ROOT))) for path in paths]
+    kinds = item_kinds_in(sources)  # a transaction's items are built by the store, and sent by its table's calls
+    return {call for source, filename in sources for call in scan(source, filename, kinds)}
 
 
 def statements() -> list[dict[str, Any]]:
@@ -170,10 +186,10 @@ def test_the_scan_sees_every_form_of_call_the_code_uses() -> None:
     source = """
 client.get_records(ShardIterator=it)
 call(client.list_shards, "listing", limits, StreamName=s)
-self._call("query", "reading", TableName=t)
+self.db.call("query", "reading", TableName=t)
 getattr(self.client, "put_item")(Item=i)
 self.client.get_waiter("table_exists").wait(TableName=t)
-self._call("transact_write_items", "planning", TransactItems=[{"Put": put}, {"ConditionCheck": check}])
+self.call("transact_write_items", "planning", TransactItems=[{"Put": put}, {"ConditionCheck": check}])
 log.info("get_item is only a word here")
 """
     assert {c.action for c in scan(source, "example.py")} == {
@@ -210,3 +226,7 @@ def test_the_emr_serverless_policy_grants_exactly_what_the_operator_calls_and_th
     assert actions - calls == {"iam:PassRole", "s3:PutObject"}  # the execution role, and S3Hook.load_file staging the job
     (pass_role,) = [s for s in policy["Statement"] if s["Action"] == "iam:PassRole"]
     assert pass_role["Condition"] == {"StringEquals": {"iam:PassedToService": "emr-serverless.amazonaws.com"}}
+    sent = 'self.call("transact_write_items", what, TransactItems=items)'  # the table's calls send what the store built
+    built = 'items = [{"Update": head}, {"Put": batch}]'
+    kinds = item_kinds_in([(sent, "table.py"), (built, "store.py")])
+    assert {c.action for c in scan(sent, "table.py", kinds)} == {"dynamodb:UpdateItem", "dynamodb:PutItem"}
