@@ -7,6 +7,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+# Spark's DDL types by name, with how many integer parameters each takes in parentheses (at most).
 _DDL_TYPES = {
     "boolean": 0, "tinyint": 0, "byte": 0, "smallint": 0, "short": 0, "int": 0, "integer": 0,
     "bigint": 0, "long": 0, "float": 0, "real": 0, "double": 0, "date": 0, "timestamp": 0, "timestamp_ntz": 0,
