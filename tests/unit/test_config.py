@@ -535,7 +535,7 @@ def test_the_documented_table_of_keys_is_the_one_their_declarations_render() -> 
 
 def test_every_key_the_file_allows_has_a_line_and_a_default_in_the_table() -> None:
     keys = {key: f for key, f in options()}
-    assert not [key for key, f in keys.items() if not f.metadata.get("doc")], "declare each key with option(...) in its section's module (core/config*.py)"
+    assert not [key for key, f in keys.items() if not f.metadata.get("doc")], "declare each key with option(...)"
     assert {"name", "pool", "output_format", "read.page_bytes", "spark.emr_serverless.poll_seconds", "table.catalog_properties"} <= set(
         keys
     )
