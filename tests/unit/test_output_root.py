@@ -20,7 +20,7 @@ from kinesis_replay.adapters.output_root import load_root
 from kinesis_replay.adapters.owner import Owner, read_owner, write_owner
 from kinesis_replay.core import ownership
 from kinesis_replay.core.config import PipelineConfig, parse_config
-from kinesis_replay.core.errors import OutputOwnershipError, StateLostError
+from kinesis_replay.core.errors import KinesisReplayError, OutputOwnershipError, StateLostError
 from kinesis_replay.core.ranges import SequenceRange
 from kinesis_replay.core.refusals import RECOVER_PARAM, refuse
 from kinesis_replay.core.state import Batch, BatchStatus, Head, ReplayResult, ShardResult
@@ -471,3 +471,19 @@ def test_a_directory_pipeline_asked_for_its_table_fails_at_once_saying_what_it_c
     assert not raised.value.retryable
     assert 'trigger kinesis_replay_backfill_orders with {"batches": {"batch_ids": [3, 7]}}' in str(raised.value)
     assert not (tmp_path / "out").exists()
+
+
+def test_another_pipelines_root_is_refused_before_the_pipelines_catalog_is_loaded(tmp_path: Path) -> None:
+    """The plan decides whose the root is before it reads the table: an intruder whose catalog cannot load is told the
+    root is another's, which is what to fix first (the catalog is only read once the root is the pipeline's)."""
+    owner = pipeline(tmp_path / "out")
+    claim_output(owner, NOW)
+    intruder = pipeline(tmp_path / "out", name="payments")
+    assert intruder.table is not None
+    unreachable = {"type": "rest", "uri": "http://127.0.0.1:1"}
+    intruder = replace(intruder, table=replace(intruder.table, catalog="lake", catalog_properties=unreachable))
+    with pytest.raises(OutputOwnershipError, match="it belongs to pipeline 'orders'"):
+        check_before_plan(intruder, Head(next_batch_id=1, version=1))
+    with pytest.raises(KinesisReplayError, match="cannot load Iceberg catalog 'lake'"):  # its own root: the catalog's turn
+        check_before_plan(replace(intruder, output=str(tmp_path / "own")), Head(next_batch_id=1, version=1))
+    assert read_owner(owner.output) == Owner("orders", "orders-stream", "kr-state", NOW.isoformat(), output_format="iceberg")

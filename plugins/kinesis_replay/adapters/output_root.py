@@ -25,7 +25,7 @@ from kinesis_replay.core.output_root import Nesting, OtherRoot, Owner, RecordedF
 from kinesis_replay.core.state import Head
 
 
-def load_root(pipeline: PipelineConfig, head: Head | None = None, *, claim: bool = False, table: bool = False) -> RootSnapshot:
+def load_root(pipeline: PipelineConfig, head: Head | None = None, *, claim: bool = False) -> RootSnapshot:
     """What the pipeline's output root holds, as far as the checks of a task that knows ``head`` need it.
 
     Always its owner record (one read) and format (a listing of the root only when the record names none). Then, as
@@ -36,14 +36,14 @@ def load_root(pipeline: PipelineConfig, head: Head | None = None, *, claim: bool
       leaves; the newest commit record when there is no owner record (whose root is it?), and the result manifests' ids
       too (a release before commit records);
     - whether the root holds the head's newest committed batch, and the next batch's commit record (two stats);
-    - for a ``claim``, the owned roots around it, and while it has no owner record, inside it (adapters' bounds);
-    - for a ``table`` output whose ledger holds batches, the table's current snapshot, and, when it does not exist,
-      what its location holds.
+    - for a ``claim``, the owned roots around it, and while it has no owner record, inside it (adapters' bounds).
+
+    A table output's table is ``load_table``'s, read once the root is known to be the pipeline's.
     """
     root = pipeline.output
     owner = read_owner(root)
     fmt = recorded_format(root, owner)
-    committed = results = newest = holds_last = holds_next = nesting = snapshot = None
+    committed = results = newest = holds_last = holds_next = nesting = None
     lost = head is not None and head.version == 0
     if owner is None or owner.state_table != pipeline.state_table or lost:
         committed = tuple(commit_records.committed_batch_ids(root))
@@ -58,19 +58,21 @@ def load_root(pipeline: PipelineConfig, head: Head | None = None, *, claim: bool
         around = tuple(owner_records_around(root))
         inside, complete = owner_record_inside(root) if owner is None and not around else (None, True)
         nesting = Nesting(around, inside, complete)
-    if table and pipeline.table is not None and head is not None:
-        if not lost and (head.in_flight or head.next_batch_id) > 1:
-            snapshot = load_table(pipeline)
-        elif not pipeline.table.embedded:
-            # Nothing committed: a catalog of the config's (not the embedded one, which the first commit creates under the
-            # root) is loaded all the same, so that one that can't load fails the plan before the root is claimed or the
-            # stream read, rather than the verify after the whole batch was (load_catalog says whether it is retried).
+    return RootSnapshot(root, owner, fmt, committed, results, newest, holds_last, holds_next, nesting)
+
+
+def load_table(pipeline: PipelineConfig, head: Head | None = None) -> TableSnapshot | None:
+    """A table output's current snapshot as the holdings check reads it, and what its location holds when there is no
+    table; None for a directory output, or when ``head`` says nothing is committed (no head item, or no batch before
+    the next): then a catalog of the config's (not the embedded one, which the first commit creates under the root) is
+    loaded all the same, so that one that can't load fails the plan before the root is claimed or the stream read,
+    rather than the verify after the whole batch was (iceberg_table.load_catalog says whether it is retried)."""
+    if pipeline.table is None:
+        return None
+    if head is not None and (head.version == 0 or (head.in_flight or head.next_batch_id) <= 1):
+        if not pipeline.table.embedded:
             iceberg_table.load_catalog(pipeline)
-    return RootSnapshot(root, owner, fmt, committed, results, newest, holds_last, holds_next, nesting, snapshot)
-
-
-def load_table(pipeline: PipelineConfig) -> TableSnapshot:
-    """The table's current snapshot as the holdings check reads it, and what its location holds when there is no table."""
+        return None
     state = iceberg_table.table_state(iceberg_table.existing_table(pipeline))
     return TableSnapshot(state, None if state.exists else iceberg_table.location_tables(pipeline))
 

@@ -239,12 +239,8 @@ def choose(
     head = store.get_head(pipeline.name)
     # A backfill replaces batches of a whole table, never builds one; where no snapshot records what the table holds,
     # each batch's rows are compared with the ledger's, so a backfill never commits over another writer's partial delete.
-    ledger = ledger_of(head, pipeline, store)
-    if pipeline.table is not None and ledger.last >= 1:
-        held = load_table(pipeline)
-        refuse(ownership.table_refusal(pipeline, held, ledger, ledger_rows(held.state, ledger)))
-    elif pipeline.table is not None and not pipeline.table.embedded:
-        iceberg_table.load_catalog(pipeline)  # a catalog that can't load fails here, before anything is read
+    ledger, held = ledger_of(head, pipeline, store), load_table(pipeline, head)
+    refuse(ownership.table_refusal(pipeline, held, ledger, ledger_rows(held.state, ledger) if held else None))
     newest = head.next_batch_id - 1
     retention = stream_retention(kinesis_client, pipeline.stream, pipeline.read) if selection.start_time else None
     chosen = select_batches(pipeline.name, selection, candidates(store, pipeline.name, selection, newest, retention), newest)

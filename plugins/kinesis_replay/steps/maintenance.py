@@ -31,10 +31,9 @@ def tidy_table(
     no batch in flight is known: orphan removal is refused, with the reason in the report, and only the expiry runs.
     """
     head = store.get_head(pipeline.name)
-    ledger = ledger_of(head, pipeline, store)
-    if head.version != 0 and ledger.last >= 1:  # a table created anew would make every older batch's files orphans: refused
-        held = load_table(pipeline)
-        refuse(ownership.table_refusal(pipeline, held, ledger, ledger_rows(held.state, ledger)))
+    if head.version != 0:  # a table created anew would make every older batch's files orphans: refused, naming why
+        ledger, held = ledger_of(head, pipeline, store), load_table(pipeline, head)
+        refuse(ownership.table_refusal(pipeline, held, ledger, ledger_rows(held.state, ledger) if held else None))
     table = iceberg_table.load_table(pipeline)
     if table is None:
         return None

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from kinesis_replay.adapters import range_bounds
 from kinesis_replay.adapters.kinesis_client import ShardCalls, list_shards, stream_created
 from kinesis_replay.adapters.layout import owner_path
-from kinesis_replay.adapters.output_root import load_root
+from kinesis_replay.adapters.output_root import load_root, load_table
 from kinesis_replay.adapters.owner import write_owner
 from kinesis_replay.core import ownership
 from kinesis_replay.core.config import PipelineConfig
@@ -138,8 +138,9 @@ def plan_batch(
 def check_before_plan(pipeline: PipelineConfig, head: Head, store: StateStore | None = None, claim: bool = True) -> RootSnapshot:
     """Before a plan writes anything: the output root is this pipeline's (or no one's yet), and it and its table agree
     with the state table's ``head`` (ownership.before_plan, ownership.table_refusal); the root as loaded, for the claim."""
-    root = load_root(pipeline, head, claim=claim, table=True)
+    root = load_root(pipeline, head, claim=claim)
     refuse(ownership.before_plan(pipeline, head, root))
+    root = replace(root, table=load_table(pipeline, head))  # read once the root is known to be the pipeline's
     ledger = ledger_of(head, pipeline, store)
     refuse(ownership.table_refusal(pipeline, root.table, ledger, ledger_rows(root.table.state, ledger) if root.table else None))
     return root
