@@ -20,7 +20,7 @@ from airflow.sdk.exceptions import AirflowFailException
 import kinesis_replay_tasks as tasks
 from kinesis_replay.adapters.dynamodb_store import DynamoDBStateStore
 from kinesis_replay.adapters.layout import OWNER_FILE
-from kinesis_replay.adapters.owner import read_owner
+from kinesis_replay.adapters.output_root import read_owner
 from kinesis_replay.core.config import parse_config
 from kinesis_replay.core.state import BatchStatus
 from stack.harness import (

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import kinesis_replay_tasks as tasks
-from kinesis_replay.adapters import commit_records, files, layout, owner
+from kinesis_replay.adapters import commit_records, files, layout, output_root
 from kinesis_replay.adapters.output_root import load_root
 from kinesis_replay.core.config import PipelineConfig, parse_config
 from kinesis_replay.core.errors import OutputOwnershipError, StateLostError
@@ -99,7 +99,7 @@ def test_of_two_claims_racing_for_a_new_s3_root_the_first_wins_and_the_second_wr
     claim_output(first, NOW)
     with pytest.raises(OutputOwnershipError, match="it belongs to pipeline 'orders'"):
         claim_output(second, NOW)
-    assert owner.read_owner(first.output).pipeline_name == "orders"  # type: ignore[union-attr]
+    assert output_root.read_owner(first.output).pipeline_name == "orders"  # type: ignore[union-attr]
 
 
 def test_an_owner_record_in_a_missing_bucket_names_the_path(stack: Any) -> None:
@@ -184,4 +184,4 @@ def test_an_s3_endpoint_that_does_not_answer_fails_naming_the_pipeline_the_outpu
         files.reaching_s3(tasks.s3_access(pipeline_config)),
         pytest.raises(OutputIOError, match=f"cannot reach s3://{bucket}/raw/orders/_kinesis"),
     ):
-        owner.read_owner(pipeline_config.output)
+        output_root.read_owner(pipeline_config.output)

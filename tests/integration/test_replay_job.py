@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 
 from kinesis_replay.adapters import layout
-from kinesis_replay.adapters.owner import Owner, write_owner
+from kinesis_replay.adapters.owner import write_owner
 from kinesis_replay.core.config import parse_config
 from kinesis_replay.core.job_spec import JobSpec, KinesisEndpoint
+from kinesis_replay.core.output_root import Owner
 from kinesis_replay.core.ranges import SequenceRange
 from kinesis_replay.launchers import jvm_archive, spark_submit
 from stack.harness import ROOT

@@ -16,11 +16,12 @@ from pathlib import Path
 import pytest
 
 from kinesis_replay.adapters import commit_records, layout
-from kinesis_replay.adapters.output_root import load_root
-from kinesis_replay.adapters.owner import Owner, read_owner, write_owner
+from kinesis_replay.adapters.output_root import load_root, read_owner
+from kinesis_replay.adapters.owner import write_owner
 from kinesis_replay.core import ownership
 from kinesis_replay.core.config import PipelineConfig, parse_config
 from kinesis_replay.core.errors import KinesisReplayError, OutputOwnershipError, StateLostError
+from kinesis_replay.core.output_root import Owner
 from kinesis_replay.core.ranges import SequenceRange
 from kinesis_replay.core.refusals import RECOVER_PARAM, refuse
 from kinesis_replay.core.state import Batch, BatchStatus, Head, ReplayResult, ShardResult

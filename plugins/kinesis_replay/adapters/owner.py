@@ -11,8 +11,6 @@ from kinesis_replay.core.errors import OutputIOError
 from kinesis_replay.core.formats import is_s3
 from kinesis_replay.core.output_root import Owner
 
-__all__ = ["Owner", "read_owner", "write_owner"]
-
 
 def write_owner(output: str, owner: Owner, replace: bool = False) -> Owner:
     """Claim the root for ``owner`` and return whoever holds it afterwards (read back only when this claim did not win outright).

@@ -9,10 +9,13 @@ no decision knows about releases.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kinesis_replay.core.holdings import TableState
 from kinesis_replay.core.state import Batch
+
+if TYPE_CHECKING:
+    from kinesis_replay.core.config import PipelineConfig
 
 
 @dataclass(frozen=True)
@@ -70,13 +73,27 @@ class Nesting:
     complete: bool = True  # whether the search inside saw every folder
 
 
+class LocationHolding(Protocol):
+    """What a table's location holds besides the pipeline's table (adapters.iceberg_table.LocationTables)."""
+
+    @property
+    def in_catalog(self) -> tuple[str, ...]: ...
+
+    @property
+    def newest(self) -> str: ...
+
+    def own(self, pipeline: PipelineConfig) -> bool: ...
+
+    def describe(self, pipeline: PipelineConfig) -> str: ...
+
+
 @dataclass(frozen=True)
 class TableSnapshot:
     """A table output's current snapshot as the holdings check reads it, and, when there is no table, what its location
     holds (an ``iceberg_table.LocationTables``, or None)."""
 
     state: TableState
-    taken: Any = None
+    taken: LocationHolding | None = None
 
 
 @dataclass(frozen=True)

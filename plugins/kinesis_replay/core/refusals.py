@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Protocol
+from typing import ClassVar
 
 from kinesis_replay.core.config import PipelineConfig
 from kinesis_replay.core.errors import KinesisReplayError, OutputOwnershipError, StateLostError, TableMismatchError
 from kinesis_replay.core.formats import COMMITS_DIR, OWNER_FILE
 from kinesis_replay.core.holdings import SHOWN_IDS, Ledger, Mismatch, TableState, listed
-from kinesis_replay.core.output_root import OtherRoot, Owner
+from kinesis_replay.core.output_root import LocationHolding, OtherRoot, Owner
 
 RECOVER_PARAM = "recover_from_output"  # the regular DAG's parameter that rebuilds a lost state table from the output
 RESTORE_PARAM = "restore_table"  # the backfill DAG's parameter that restores the table from the output and the stream
@@ -298,20 +298,6 @@ class StateBehindOutput(Refusal):
 
 
 # -- the table against the ledger ----------------------------------------------------------------------------------
-
-
-class LocationHolding(Protocol):
-    """What a table's location holds besides the pipeline's table (adapters.iceberg_table.LocationTables)."""
-
-    @property
-    def in_catalog(self) -> tuple[str, ...]: ...
-
-    @property
-    def newest(self) -> str: ...
-
-    def own(self, pipeline: PipelineConfig) -> bool: ...
-
-    def describe(self, pipeline: PipelineConfig) -> str: ...
 
 
 @dataclass(frozen=True)

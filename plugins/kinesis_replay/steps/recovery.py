@@ -25,11 +25,12 @@ from typing import TYPE_CHECKING
 from kinesis_replay.adapters import commit_records, layout
 from kinesis_replay.adapters.kinesis_client import list_shards
 from kinesis_replay.adapters.output_root import load_root
-from kinesis_replay.adapters.owner import Owner, write_owner
+from kinesis_replay.adapters.owner import write_owner
 from kinesis_replay.core import holdings, ownership  # holdings.listed: plan_recovery's argument is named listed
 from kinesis_replay.core.config import PipelineConfig
 from kinesis_replay.core.errors import RecoveryError  # re-exported for recovery.RecoveryError
 from kinesis_replay.core.holdings import Commit, Ledger
+from kinesis_replay.core.output_root import Owner
 from kinesis_replay.core.ranges import SequenceRange, ShardInfo
 from kinesis_replay.core.refusals import RECOVER_PARAM, refuse
 from kinesis_replay.core.state import Batch, BatchStatus, Head, ShardResult, ShardState, StateStore, range_checkpoint, resolve_start
