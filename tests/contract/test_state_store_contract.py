@@ -418,6 +418,42 @@ def test_a_backfill_keeps_the_replayed_manifest_with_its_snapshot_in_one_conditi
     assert store.get_batch("orders", 1) == replayed
 
 
+@pytest.mark.parametrize("make", [planned, wide], ids=["inline", "in-parts"])
+def test_a_redecode_stages_its_attempt_beside_the_committed_one_then_replaces_it_with_both_snapshots(store: Any, make: Any) -> None:
+    first = replace(committed(make(), "a"), quarantine_snapshot_id=11)
+    store.restore("orders", Head(next_batch_id=2), [], [first])
+    assert first.result is not None
+    attempt = replace(first.result, attempt="r", seconds=3.0)
+
+    store.set_staged(replace(first, staged=attempt, staged_by="backfill-1"), expected=BatchStatus.COMMITTED)
+
+    stored = store.get_batch("orders", 1)
+    # The committed result and snapshots stay what readers see until the selection's commit.
+    assert (stored.result, stored.snapshot_id, stored.quarantine_snapshot_id) == (first.result, 1, 11)
+    assert (stored.staged, stored.staged_by, stored.redecoded_by) == (attempt, "backfill-1", None)
+    assert store.get_summaries("orders", [1])[1].figures["staged"] == "backfill-1"
+    with pytest.raises(StateConflictError, match="staging the re-decoded attempt r of batch 1"):
+        store.set_staged(replace(first, staged=attempt, staged_by="backfill-2"), expected=BatchStatus.WRITTEN)
+    assert store.get_batch("orders", 1).staged_by == "backfill-1"
+
+    done = replace(
+        stored, result=attempt, snapshot_id=5, quarantine_snapshot_id=None, staged=None, staged_by=None, redecoded_by="backfill-1"
+    )
+    store.set_replayed(done, expected=BatchStatus.COMMITTED)
+
+    assert store.get_batch("orders", 1) == done
+    figures = store.get_summaries("orders", [1])[1].figures
+    assert (figures["redecoded"], "staged" in figures) == (True, False)
+
+
+def test_a_commit_keeps_the_quarantine_tables_snapshot_with_the_batch(store: Any) -> None:
+    batch = replace(planned(), status=BatchStatus.COMMITTING, result=manifest_of(planned()))
+    store.restore("orders", Head(next_batch_id=2, in_flight=1), [], [batch])
+    store.complete_batch(replace(batch, snapshot_id=4, quarantine_snapshot_id=9), NOW)
+    stored = store.get_batch("orders", 1)
+    assert (stored.status, stored.snapshot_id, stored.quarantine_snapshot_id) == (BatchStatus.COMMITTED, 4, 9)
+
+
 def test_a_replayed_batch_needs_its_manifest_and_snapshot_and_one_not_in_the_ledger_is_refused(store: Any) -> None:
     first = committed(planned(), "a")
     with pytest.raises(ValueError, match="a replayed batch needs its manifest and snapshot"):

@@ -243,8 +243,23 @@ class MemoryStateStore:
         item = state.batches.get(batch.batch_id)
         if item is None or item.batch.status != expected:
             raise _conflict(what, [FAILED])
-        item.batch = replace(item.batch, result=_copy(batch).result, snapshot_id=batch.snapshot_id)
+        copied = _copy(batch)
+        item.batch = replace(
+            item.batch, result=copied.result, snapshot_id=batch.snapshot_id, quarantine_snapshot_id=batch.quarantine_snapshot_id,
+            redecoded_by=batch.redecoded_by, staged=copied.staged, staged_by=batch.staged_by,
+        )  # fmt: skip
         item.figures = json.loads(json.dumps(batch.figures()))
+
+    def set_staged(self, batch: Batch, expected: BatchStatus) -> None:
+        if batch.staged is None or batch.staged_by is None:
+            raise ValueError(f"pipeline {batch.pipeline_name!r}, batch {batch.batch_id}: a staged re-decode needs its manifest and run")
+        what = f"pipeline {batch.pipeline_name!r}: staging the re-decoded attempt {batch.staged.attempt} of batch {batch.batch_id}"
+        state = self._state(batch.pipeline_name, what)
+        item = state.batches.get(batch.batch_id)
+        if item is None or item.batch.status != expected:
+            raise _conflict(what, [FAILED])
+        item.batch = replace(item.batch, staged=_copy(batch).staged, staged_by=batch.staged_by)
+        item.figures = json.loads(json.dumps(item.batch.figures()))
 
     def complete_batch(self, batch: Batch, committed_at: datetime) -> None:
         what = f"pipeline {batch.pipeline_name!r}: completing the commit of batch {batch.batch_id}"
@@ -255,8 +270,11 @@ class MemoryStateStore:
         if item is None or state.head is None or not (batch_ok and head_ok):
             raise _conflict(what, [PASSED if batch_ok else FAILED, PASSED if head_ok else FAILED])
         snapshot = item.batch.snapshot_id if batch.snapshot_id is None else batch.snapshot_id
+        quarantine = item.batch.quarantine_snapshot_id if batch.quarantine_snapshot_id is None else batch.quarantine_snapshot_id
         at = datetime.fromisoformat(committed_at.isoformat())
-        item.batch = replace(item.batch, status=BatchStatus.COMMITTED, committed_at=at, snapshot_id=snapshot)
+        item.batch = replace(
+            item.batch, status=BatchStatus.COMMITTED, committed_at=at, snapshot_id=snapshot, quarantine_snapshot_id=quarantine
+        )
         state.head = replace(state.head, in_flight=None, version=state.head.version + 1)
 
     # -- progress -------------------------------------------------------------------------------------------------

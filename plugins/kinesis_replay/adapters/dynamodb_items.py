@@ -51,7 +51,7 @@ def part_sk(batch_id: int, field: str, page: int) -> str:
 # Each is kept in the batch item up to INLINE_BYTES; a longer one is cut into part items of PART_BYTES, so no item
 # nears DynamoDB's 400 KB, and the batch item says how many (``<field>_parts``). Parts are written in the same
 # transaction as the batch item that names them, so each write's conditions cover them too.
-PART_FIELDS = ("ranges", "manifest", "gaps", "extra")
+PART_FIELDS = ("ranges", "manifest", "gaps", "extra", "staged")
 INLINE_BYTES = 32 * 1024
 PART_BYTES = 300 * 1024
 
@@ -133,6 +133,7 @@ def batch_item(batch: Batch) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         "gaps": json.dumps([g.to_dict() for g in batch.gaps]) if batch.gaps else None,
         "extra": json.dumps(batch.notes.to_dict()) if batch.notes else None,
         "manifest": json.dumps(batch.result.to_dict()) if batch.result is not None else None,
+        "staged": json.dumps(batch.staged.to_dict()) if batch.staged is not None else None,
     }
     parts: list[dict[str, Any]] = []
     for name, text in fields.items():
@@ -145,6 +146,11 @@ def batch_item(batch: Batch) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         item["error"] = S(batch.error)
     if batch.snapshot_id is not None:
         item["snapshot_id"] = N(batch.snapshot_id)
+    if batch.quarantine_snapshot_id is not None:
+        item["quarantine_snapshot_id"] = N(batch.quarantine_snapshot_id)
+    for name in ("staged_by", "redecoded_by"):
+        if (value := getattr(batch, name)) is not None:
+            item[name] = S(value)
     return item, parts
 
 
@@ -198,6 +204,10 @@ def batch_from_item(item: dict[str, Any], pages: dict[str, str]) -> Batch:
             gaps=tuple(Gap.from_dict(g) for g in json_field(item, "gaps", pages) or ()),
             notes=PlanNotes.from_dict(json_field(item, "extra", pages) or {}),
             snapshot_id=int(item["snapshot_id"]["N"]) if "snapshot_id" in item else None,
+            quarantine_snapshot_id=int(item["quarantine_snapshot_id"]["N"]) if "quarantine_snapshot_id" in item else None,
+            staged=ReplayResult.from_dict(staged) if (staged := json_field(item, "staged", pages)) is not None else None,
+            staged_by=item["staged_by"]["S"] if "staged_by" in item else None,
+            redecoded_by=item["redecoded_by"]["S"] if "redecoded_by" in item else None,
         )
     except (KeyError, ValueError) as exc:
         raise StateCorruptError(f"pipeline {pipeline_name!r}: unreadable batch item {item.get('sk')}: {exc!r}. {CORRUPT_HINT}") from exc

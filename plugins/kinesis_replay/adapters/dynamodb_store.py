@@ -348,16 +348,56 @@ class DynamoDBStateStore:
             f"pipeline {batch.pipeline_name!r}: keeping the replayed attempt {batch.result.attempt} and snapshot {batch.snapshot_id} "
             f"with batch {batch.batch_id}"
         )
-        names = {"#snapshot": "snapshot_id", "#updated": "updated_at", "#status": "status", "#figures": "figures"}
-        values: dict[str, Any] = {
-            ":snapshot": N(batch.snapshot_id), ":now": S(now_iso()), ":expected": S(expected.value),
-            ":figures": S(json.dumps(batch.figures())),
-        }  # fmt: skip
-        sets = ["#snapshot = :snapshot", "#updated = :now", "#figures = :figures"]
+        names: dict[str, str] = {"#snapshot": "snapshot_id"}
+        values: dict[str, Any] = {":snapshot": N(batch.snapshot_id)}
+        sets = ["#snapshot = :snapshot"]
         removes: list[str] = []
+        plain = {
+            "quarantine_snapshot_id": None if batch.quarantine_snapshot_id is None else N(batch.quarantine_snapshot_id),
+            "redecoded_by": None if batch.redecoded_by is None else S(batch.redecoded_by),
+            "staged_by": None if batch.staged_by is None else S(batch.staged_by),
+        }
+        for attr, value in plain.items():
+            self._set_plain(attr, value, names, values, sets, removes)
         # The manifest as update_batch writes it: inline, or in part items written in the same transaction, so the
         # status condition covers them too and the ledger never names one attempt's manifest with another's snapshot.
         parts = self._set_field(batch, "manifest", json.dumps(batch.result.to_dict()), names, values, sets, removes)
+        staged = json.dumps(batch.staged.to_dict()) if batch.staged is not None else None
+        parts += self._set_field(batch, "staged", staged, names, values, sets, removes)
+        self._update_committed(batch, what, expected, names, values, sets, removes, parts)
+
+    def set_staged(self, batch: Batch, expected: BatchStatus) -> None:
+        if batch.staged is None or batch.staged_by is None:
+            raise ValueError(f"pipeline {batch.pipeline_name!r}, batch {batch.batch_id}: a staged re-decode needs its manifest and run")
+        what = f"pipeline {batch.pipeline_name!r}: staging the re-decoded attempt {batch.staged.attempt} of batch {batch.batch_id}"
+        names: dict[str, str] = {}
+        values: dict[str, Any] = {}
+        sets: list[str] = []
+        removes: list[str] = []
+        self._set_plain("staged_by", S(batch.staged_by), names, values, sets, removes)
+        parts = self._set_field(batch, "staged", json.dumps(batch.staged.to_dict()), names, values, sets, removes)
+        self._update_committed(batch, what, expected, names, values, sets, removes, parts)
+
+    @staticmethod
+    def _set_plain(
+        attr: str, value: dict[str, str] | None, names: dict[str, str], values: dict[str, Any], sets: list[str], removes: list[str]
+    ) -> None:
+        names[f"#{attr}"] = attr
+        if value is None:
+            removes.append(f"#{attr}")
+        else:
+            sets.append(f"#{attr} = :{attr}")
+            values[f":{attr}"] = value
+
+    def _update_committed(
+        self, batch: Batch, what: str, expected: BatchStatus, names: dict[str, str], values: dict[str, Any], sets: list[str],
+        removes: list[str], parts: list[dict[str, Any]],
+    ) -> None:  # fmt: skip
+        """One transaction: the batch item's update (with its figures and time), conditioned on its status, and the part
+        items of its long fields."""
+        names.update({"#updated": "updated_at", "#status": "status", "#figures": "figures"})
+        values.update({":now": S(now_iso()), ":expected": S(expected.value), ":figures": S(json.dumps(batch.figures()))})
+        sets += ["#updated = :now", "#figures = :figures"]
         expression = "SET " + ", ".join(sets) + (" REMOVE " + ", ".join(removes) if removes else "")
         self.db.transact(
             batch.pipeline_name,
@@ -379,6 +419,10 @@ class DynamoDBStateStore:
         if batch.snapshot_id is not None:
             snapshot_set, snapshot_names = ", #snapshot = :snapshot", {"#snapshot": "snapshot_id"}
             snapshot_values = {":snapshot": N(batch.snapshot_id)}
+        if batch.quarantine_snapshot_id is not None:
+            snapshot_set += ", #quarantine = :quarantine"
+            snapshot_names = {**snapshot_names, "#quarantine": "quarantine_snapshot_id"}
+            snapshot_values = {**snapshot_values, ":quarantine": N(batch.quarantine_snapshot_id)}
         self.db.transact(
             batch.pipeline_name,
             f"pipeline {batch.pipeline_name!r}: completing the commit of batch {batch.batch_id}",

@@ -333,6 +333,15 @@ class Batch:
     # The Iceberg snapshot that made the batch's rows the table's (its latest replay's, after a backfill); None
     # for a directory output, and until the commit's table step.
     snapshot_id: int | None = None
+    # The snapshot of the pipeline's quarantine table that made the batch's undecodable records its own; None when it
+    # holds none of them (no record quarantined), for a directory output, and in entries of releases before the table.
+    quarantine_snapshot_id: int | None = None
+    # A re-decode's verified attempt of a committed batch, waiting for its selection's one commit (``staged_by`` names
+    # the backfill run); the batch's ``result`` stays the committed one until that commit replaces it.
+    staged: ReplayResult | None = None
+    staged_by: str | None = None
+    # The backfill run whose re-decode made the batch's current rows, if one did.
+    redecoded_by: str | None = None
 
     def verified_result(self) -> ReplayResult:
         """The manifest verify stored with the batch; a batch that should hold one and does not is corrupt state."""
@@ -360,6 +369,11 @@ class Batch:
             "records": m.records if m else None,
             "bytes": m.bytes if m else None,
             "bad_records": m.bad_records if m else None,
+            # How the batch was decoded, whether a re-decode made its rows, and a re-decode waiting for its commit: only
+            # where there is something to say, so a day of plain batches stays as small as it was.
+            **({"decoding": m.decoding.fingerprint} if m and m.decoding != EARLIER else {}),
+            **({"redecoded": True} if self.redecoded_by is not None else {}),
+            **({"staged": self.staged_by} if self.staged_by is not None else {}),
         }
 
     def with_status(self, status: BatchStatus, **changes: Any) -> Batch:
@@ -383,6 +397,9 @@ class Batch:
             "gaps": [g.to_dict() for g in self.gaps],
             "extra": self.notes.to_dict(),
             "snapshot_id": self.snapshot_id,
+            **({"quarantine_snapshot_id": self.quarantine_snapshot_id} if self.quarantine_snapshot_id is not None else {}),
+            **({"staged": self.staged.to_dict(), "staged_by": self.staged_by} if self.staged is not None else {}),
+            **({"redecoded_by": self.redecoded_by} if self.redecoded_by is not None else {}),
         }
 
     @classmethod
@@ -403,7 +420,15 @@ class Batch:
             gaps=tuple(Gap.from_dict(g) for g in data.get("gaps", ())),
             notes=PlanNotes.from_dict(data.get("extra") or {}),
             snapshot_id=int(data["snapshot_id"]) if data.get("snapshot_id") is not None else None,
+            quarantine_snapshot_id=_int_or_none(data.get("quarantine_snapshot_id")),
+            staged=ReplayResult.from_dict(data["staged"]) if data.get("staged") is not None else None,
+            staged_by=None if data.get("staged_by") is None else str(data["staged_by"]),
+            redecoded_by=None if data.get("redecoded_by") is None else str(data["redecoded_by"]),
         )
+
+
+def _int_or_none(value: Any) -> int | None:
+    return None if value is None else int(value)
 
 
 def superseded(pipeline: PipelineConfig, batch: Batch) -> BatchSupersededError:
@@ -526,12 +551,19 @@ class StateStore(Protocol):
         ...
 
     def set_replayed(self, batch: Batch, expected: BatchStatus) -> None:
-        """Keep a backfill's replayed manifest and the table snapshot that holds its attempt, in one write conditioned on
-        the batch's status being ``expected``: the ledger never names one attempt's files with another's snapshot."""
+        """Keep a backfill's replayed manifest and the table snapshots that hold its attempt (``snapshot_id``,
+        ``quarantine_snapshot_id``) and ``redecoded_by``, and drop a staged re-decode, in one write conditioned on the
+        batch's status being ``expected``: the ledger never names one attempt's files with another's snapshot."""
+        ...
+
+    def set_staged(self, batch: Batch, expected: BatchStatus) -> None:
+        """Keep a re-decode's verified attempt (``staged``, ``staged_by``) beside the batch's committed result, conditioned
+        on its status being ``expected``: it waits there for its selection's one commit (``set_replayed``)."""
         ...
 
     def complete_batch(self, batch: Batch, committed_at: datetime) -> None:
-        """Mark the batch COMMITTED (keeping its ``snapshot_id``, if any) and clear the head's in-flight id, in one transaction."""
+        """Mark the batch COMMITTED (keeping its ``snapshot_id`` and ``quarantine_snapshot_id``, if any) and clear the
+        head's in-flight id, in one transaction."""
         ...
 
     def mark_finished(self, pipeline_name: str, shard_id: str, checkpoint: int | None) -> None:
