@@ -517,6 +517,20 @@ def test_a_table_named_twice_in_a_shared_catalog_is_refused_whatever_the_case() 
     assert "defaults to" not in message  # both named their table
 
 
+def test_a_pipeline_whose_table_is_another_pipelines_quarantine_table_is_refused() -> None:
+    entries = [glue_pipeline("orders", "s3://lake/orders"), glue_pipeline("orders-quarantine", "s3://lake/oq")]
+    loaded = parse_pipelines({"pipelines": entries}, "p.yaml")
+    assert [p.name for p in loaded.pipelines] == ["orders"]
+    assert "would commit to table kinesis_replay.orders_quarantine" in str(loaded.errors[0])
+
+
+def test_a_quarantine_name_must_be_an_identifier() -> None:
+    entry = glue_pipeline("orders", "s3://lake/orders")
+    entry["table"] = {**entry.get("table", {}), "quarantine_name": "bad-name"}
+    loaded = parse_pipelines({"pipelines": [entry]}, "p.yaml")
+    assert not loaded.pipelines and "table.quarantine_name" in str(loaded.errors[0]) and "'bad-name'" in str(loaded.errors[0])
+
+
 def test_tables_of_one_name_in_other_namespaces_or_embedded_catalogs_are_distinct() -> None:
     other_namespace = [glue_pipeline("a-b", "s3://lake/a-b"), glue_pipeline("a_b", "s3://lake/a_b", namespace="other")]
     embedded = [config(name="a-b", output="/lake/a-b")["pipelines"][0], config(name="a_b", output="/lake/a_b")["pipelines"][0]]

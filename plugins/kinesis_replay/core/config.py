@@ -245,9 +245,9 @@ def _validate_emr(r: Reader[PipelineConfig], spark: Mapping[str, Any]) -> None:
 def _validate_table(r: Reader[PipelineConfig], p: PipelineConfig, table: TableConfig) -> None:
     """The table's names are identifiers, its catalog's type is one pyiceberg knows, and the embedded catalog's output is local;
     the errors name the pipeline."""
-    for key in ("name", "namespace", "catalog"):
+    for key in ("name", "namespace", "catalog", "quarantine_name"):
         value = getattr(table, key)
-        if not IDENTIFIER.match(value):  # only a value the pipeline wrote: every default is an identifier
+        if value is not None and not IDENTIFIER.match(value):  # only a value the pipeline wrote: every default is an identifier
             hint = f"; leave it out for the default, {default_table_name(p.name)!r}" if key == "name" else ""
             r.fail(
                 f"pipeline {p.name!r} names {value!r}, which is not an identifier: it must be letters, digits and '_', "
@@ -339,8 +339,8 @@ def parse_pipelines(data: object, source: str = "<config>") -> LoadedConfig:
 
 
 def tables_clash(a: PipelineConfig, b: PipelineConfig) -> bool:
-    """Whether two pipelines would commit to one table (see TableConfig.key)."""
-    return a.table is not None and b.table is not None and a.table.key is not None and a.table.key == b.table.key
+    """Whether two pipelines would commit to one table (see TableConfig.key), their own or their quarantine tables."""
+    return a.table is not None and b.table is not None and bool(set(a.table.keys()) & set(b.table.keys()))
 
 
 def _table_clash(source: str, index: int, pipeline: PipelineConfig, other_index: int, other: PipelineConfig) -> str:

@@ -29,6 +29,7 @@ def default_table_name(pipeline_name: str) -> str:
     return f"{DEFAULT_TABLE_PREFIX}{name}" if name[:1].isdigit() else name
 
 
+QUARANTINE_SUFFIX = "_quarantine"  # the quarantine table's name is the table's with this after it, unless configured
 DEFAULT_TABLE_RULE = f"'-' becomes '_', and a leading digit gets {DEFAULT_TABLE_PREFIX!r} in front"
 _IDENTIFIER_RULE = "letters, digits and `_`, starting with a letter or `_`"
 
@@ -61,6 +62,12 @@ class TableConfig:
     )
     namespace: str = option(f"the table's namespace: {_IDENTIFIER_RULE}", default=DEFAULT_NAMESPACE)
     catalog: str = option(f"the catalog's name: {_IDENTIFIER_RULE}", default=EMBEDDED_CATALOG)
+    quarantine_name: str | None = option(
+        "the quarantine table's name (the records that could not be decoded, beside the table in its catalog and namespace): "
+        f"{_IDENTIFIER_RULE}",
+        default=None,
+        shown=f"the table's name and `{QUARANTINE_SUFFIX}` (`orders` → `orders{QUARANTINE_SUFFIX}`)",
+    )
     catalog_properties: Mapping[str, str] = option(
         "pyiceberg's catalog properties, as its docs name them",
         default_factory=dict,
@@ -85,6 +92,25 @@ class TableConfig:
         if self.embedded:
             return None
         return self.catalog.lower(), self.namespace.lower(), self.name.lower()
+
+    @property
+    def quarantine(self) -> str:
+        """The quarantine table's name: configured, or the table's with ``_quarantine`` after it."""
+        return self.quarantine_name or f"{self.name}{QUARANTINE_SUFFIX}"
+
+    @property
+    def quarantine_identifier(self) -> str:
+        return f"{self.namespace}.{self.quarantine}"
+
+    def keys(self) -> tuple[tuple[str, str, str], ...]:
+        """The keys of both of the pipeline's tables, its own and its quarantine table (none for the embedded catalog)."""
+        if self.key is None:
+            return ()
+        return self.key, (self.key[0], self.key[1], self.quarantine.lower())
+
+    def describe_quarantine(self) -> str:
+        kind = "sql, embedded" if self.embedded else str(self.catalog_properties.get("type", "catalog"))
+        return f"quarantine table {self.quarantine_identifier} in catalog {self.catalog} ({kind})"
 
     def describe(self) -> str:
         """The table's identity for people: ``table kinesis_replay.demo in catalog kinesis_replay (sql, embedded)``."""
