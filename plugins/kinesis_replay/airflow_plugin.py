@@ -151,9 +151,44 @@ def _charts(v: dict[str, Any]) -> str:
     ]
     panels = [line("lag", "Behind the tip at each plan (age of the oldest record waiting)", lag, _seconds)]
     for key, label, fmt, unit in figures:
-        marks = [Mark(h["batch_id"], h[key], f"batch {h['batch_id']}: {fmt(h[key])}{unit}") for h in done if h[key] is not None]
+        marks = [
+            Mark(h["batch_id"], h[key], f"batch {h['batch_id']}: {fmt(h[key])}{unit}{_decoded(h) if key == 'records' else ''}")
+            for h in done if h[key] is not None
+        ]  # fmt: skip
         panels.append(bars(key, label, marks, fmt))
     return f'<div class="charts">{"".join(panels)}</div>'
+
+
+def _decoded(h: dict[str, Any]) -> str:
+    """What a day's batch says of its decoding on hover, after its records: quarantined, decoded as, re-decoded, staged."""
+    from kinesis_replay.ui.status import NOT_RECORDED
+
+    said = [f"{_count(h['bad_records'])} quarantined"] if h.get("bad_records") else []
+    if h.get("decoding"):
+        said.append("decoding not recorded" if h["decoding"] == NOT_RECORDED else f"decoded as {h['decoding']}")
+    if h.get("redecoded"):
+        said.append("re-decoded")
+    if h.get("staged_by"):
+        said.append(f"re-decode waiting for commit (run {h['staged_by']})")
+    return "".join(f", {s}" for s in said)
+
+
+def _decoding_cell(b: dict[str, Any]) -> str:
+    """A batch's decoding: its fingerprint (said in full on hover), a mark when a re-decode made its rows, and a re-decode
+    of it waiting for its selection's one commit, with the run."""
+    from kinesis_replay.ui.status import NOT_RECORDED
+
+    e = html.escape
+    decoding, text = b.get("decoding"), b.get("decoding_text")
+    shown = "-" if decoding is None else e(decoding) if decoding == NOT_RECORDED else f"<code>{e(decoding)}</code>"
+    attrs = (f' data-decoding="{e(decoding)}"' if decoding else "") + (f' title="{e(text)}"' if text else "")
+    marks = []
+    if b.get("redecoded_by"):
+        marks.append(f'<span class="redecoded" title="re-decoded by backfill run {e(b["redecoded_by"])}">re-decoded</span>')
+    if b.get("staged_by"):
+        hover = f' title="{e(b["staged_decoding_text"])}"' if b.get("staged_decoding_text") else ""
+        marks.append(f'<span class="staged"{hover}>re-decode waiting for commit (run {e(b["staged_by"])})</span>')
+    return f'<td class="decoding"{attrs}>{shown}{"".join(marks)}</td>'
 
 
 def _progress(v: dict[str, Any]) -> str:
@@ -251,11 +286,12 @@ def _render(views: list[dict[str, Any]], base: str) -> str:
                 f'<details class="more-shards"><summary>{more:,} more shards</summary><table class=shards>{head}{rest}</table></details>'
             )
         parts.append("<table class=batches><tr><th>batch</th><th>status</th><th>shards</th><th>records</th>"
-                     "<th>bad</th><th>bytes</th><th>seconds</th><th>planned</th><th>gaps</th><th>snapshot</th></tr>")  # fmt: skip
+                     "<th>quarantined</th><th>bytes</th><th>seconds</th><th>planned</th><th>gaps</th><th>snapshot</th>"
+                     "<th>decoding</th></tr>")  # fmt: skip
         for b in v["batches"]:
             cells = [b["batch_id"], b["status"], b["shards"], b["records"], b["bad_records"], b["bytes"],
                      None if b["seconds"] is None else f"{b['seconds']:.1f}", b["created_at"], b["gaps"], b.get("snapshot_id")]  # fmt: skip
-            row = "".join(f"<td>{e('-' if c is None else str(c))}</td>" for c in cells)
+            row = "".join(f"<td>{e('-' if c is None else str(c))}</td>" for c in cells) + _decoding_cell(b)
             title = f' title="{e(b["error"])}"' if b["error"] else ""
             parts.append(f'<tr class="status-{e(b["status"].lower())}" data-batch="{b["batch_id"]}"{title}>{row}</tr>')
         parts.append("</table></section>")
@@ -269,7 +305,9 @@ small{{color:#777;font-weight:normal}}.status-failed td{{background:#fde8e8}}.st
 figure.chart{{margin:0}}figcaption{{font-size:.85rem;font-weight:600;margin-bottom:.2rem}}svg{{width:100%;height:auto}}
 svg .axis{{stroke:#999;stroke-width:1}}svg .tick{{font-size:11px;fill:#666}}svg rect.mark{{fill:#3b73b9}}
 svg .series{{stroke:#3b73b9;stroke-width:1.5}}svg circle.mark{{fill:#3b73b9}}svg .mark:hover{{fill:#e07b00}}
-progress{{width:10rem}}</style></head><body><h1>kinesis-replay</h1>{body}</body></html>"""
+progress{{width:10rem}}td.decoding code{{font-size:.8rem}}
+.redecoded,.staged{{margin-left:.4rem;padding:0 .3rem;border-radius:.2rem;font-size:.75rem}}.redecoded{{background:#e3eefb}}
+.staged{{background:#fff1cc}}</style></head><body><h1>kinesis-replay</h1>{body}</body></html>"""
 
 
 def create_app() -> Any:

@@ -134,6 +134,7 @@ def test_the_page_and_the_stuck_check_read_a_few_batches(long_ledger: MemoryStat
     assert view.history[-2] == {
         "batch_id": LEDGER - 1, "status": "COMMITTED", "created_at": (T0 + (LEDGER - 1) * EVERY).isoformat(),
         "seconds": EVERY.total_seconds() / 2, "records": 20, "bytes": 200, "behind_seconds": EVERY.total_seconds(), "shards": 2,
+        "bad_records": 0, "decoding": status.NOT_RECORDED, "redecoded": False, "staged_by": None,
     }  # fmt: skip
     assert view.history[-1]["status"] == "FAILED" and view.history[-1]["seconds"] is None  # batch 3000 never committed
     found = in_flight.staleness(pipeline(), counting, now)

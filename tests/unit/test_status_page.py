@@ -1,22 +1,35 @@
-"""The status page's new parts, rendered on their own: charts with the right numbers, the replay's progress, the failures."""
+"""The status page's new parts, rendered on their own: charts with the right numbers, the replay's progress, the failures,
+and each batch's quarantined records and decoding."""
 
 from __future__ import annotations
 
+import html
+import json
 import logging
 import re
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from test_ledger_reads import EVERY, CountingStore, ledger_batch
+from test_ledger_reads import T0 as LEDGER_T0
+from test_ledger_reads import pipeline as ledger_pipeline
 
+from fakes.memory_store import MemoryStateStore
+from kinesis_replay.core.decoding import Decoding
 from kinesis_replay.core.errors import ProgressNotStoredError
 from kinesis_replay.core.ranges import SequenceRange
-from kinesis_replay.core.state import Batch, BatchStatus, Progress, ReplayResult, RunKind, ShardResult
+from kinesis_replay.core.state import Batch, BatchStatus, Head, Progress, ReplayResult, RunKind, ShardResult
+from kinesis_replay.ui import status
 from kinesis_replay.ui.charts import Mark, bars, line
 from kinesis_replay.ui.status import ReplayProgress
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 S = 10**50
+DECODED = Decoding.of("json", "n INT")
+REDECODED = Decoding.of("json", "n BIGINT")
+RAW = Decoding.of("raw", None)
 
 
 def values(svg: str) -> list[tuple[int, str]]:
@@ -189,3 +202,117 @@ def test_a_backfills_progress_is_shown_against_its_committed_counts_only_while_i
     assert _backfill_progress(store, p, running, T0 + timedelta(hours=1)) is None  # silent for long: failed or killed
     finished = Progress(2, {"a": 10, "b": 10}, frozenset({"a", "b"}), T0, RunKind.BACKFILL)
     assert _backfill_progress(store, p, finished, T0 + timedelta(minutes=1)) is None
+
+
+def decoded(batch: Batch, decoding: Decoding, bad_records: int = 0) -> Batch:
+    """A committed batch of the long ledger's, decoded so (and with so many of each shard's records quarantined)."""
+    assert batch.result is not None
+    shards = tuple(replace(s, bad_records=bad_records) for s in batch.result.shards)
+    return replace(batch, result=replace(batch.result, decoding=decoding, shards=shards))
+
+
+def shown(*batches: Batch) -> tuple[dict[str, Any], str, Any]:
+    """The page of a ledger of these batches (ids from 1): its view as the JSON API serves it, its HTML, and the store's
+    reads, counted."""
+    from kinesis_replay.airflow_plugin import _render
+
+    store = MemoryStateStore()
+    store.restore("orders", Head(next_batch_id=len(batches) + 1), [], batches)
+    counting: Any = CountingStore(store)
+    view = status.pipeline_view(ledger_pipeline(), counting, LEDGER_T0 + (len(batches) + 1) * EVERY).to_dict()
+    return view, _render([json.loads(json.dumps(view))], ""), counting
+
+
+def batch_row(page: str, batch_id: int) -> str:
+    table = page.split("<table class=batches>")[1]
+    found = re.search(rf'<tr [^>]*data-batch="{batch_id}"[^>]*>(.*?)</tr>', table)
+    assert found is not None, table
+    return found.group(1)
+
+
+def records_title(page: str, batch_id: int) -> str:
+    chart = re.search(r'<figure class="chart chart-records">(.*?)</figure>', page)
+    assert chart is not None
+    found = re.search(rf'data-batch="{batch_id}" data-value="[^"]*"[^>]*><title>([^<]*)</title>', chart.group(1))
+    assert found is not None, chart.group(1)
+    return html.unescape(found.group(1))
+
+
+def test_each_batch_shows_its_quarantined_records() -> None:
+    view, page, _ = shown(decoded(ledger_batch(1), DECODED), decoded(ledger_batch(2), DECODED, bad_records=3))
+    assert [(b["batch_id"], b["bad_records"]) for b in view["batches"]] == [(2, 6), (1, 0)]
+    assert [(h["batch_id"], h["bad_records"]) for h in view["history"]] == [(1, 0), (2, 6)]
+    assert "<th>quarantined</th>" in page
+    assert re.findall(r"<td>([^<]*)</td>", batch_row(page, 2))[3:5] == ["20", "6"]  # records, quarantined
+    assert records_title(page, 2).startswith("batch 2: 20 records, 6 quarantined,")
+    assert "quarantined" not in records_title(page, 1)  # none: nothing said
+
+
+def test_each_batch_shows_the_decoding_it_was_committed_with_said_in_full_on_hover() -> None:
+    view, page, _ = shown(decoded(ledger_batch(1), DECODED), decoded(ledger_batch(2), RAW))
+    (second, first) = view["batches"]
+    assert (first["decoding"], first["decoding_text"]) == (DECODED.fingerprint, DECODED.describe())
+    assert (second["decoding"], second["decoding_text"]) == (RAW.fingerprint, "raw payloads (not decoded)")
+    assert [h["decoding"] for h in view["history"]] == [DECODED.fingerprint, RAW.fingerprint]  # a summary: the fingerprint alone
+    cell = f'<td class="decoding" data-decoding="{DECODED.fingerprint}" title="{html.escape(DECODED.describe())}">'
+    assert cell + f"<code>{DECODED.fingerprint}</code></td>" in batch_row(page, 1)
+    assert "<th>decoding</th>" in page and "json payloads, schema 'n INT', decoder json-tasks/" in html.unescape(batch_row(page, 1))
+    assert records_title(page, 1) == f"batch 1: 20 records, decoded as {DECODED.fingerprint}"
+
+
+def test_a_batch_of_a_release_that_recorded_no_decoding_says_not_recorded_and_one_without_a_result_nothing() -> None:
+    planned = replace(ledger_batch(2), status=BatchStatus.PLANNED, committed_at=None, result=None)
+    view, page, _ = shown(ledger_batch(1), planned)  # the long ledger's batches record none: a 0.1.0 manifest's
+    assert [(b["batch_id"], b["decoding"]) for b in view["batches"]] == [(2, None), (1, "not recorded")]
+    assert view["batches"][1]["decoding_text"].startswith("not recorded (a release up to 0.1.0")
+    assert [h["decoding"] for h in view["history"]] == ["not recorded", None]
+    assert '<td class="decoding" data-decoding="not recorded" title="not recorded (a release up to 0.1.0' in batch_row(page, 1)
+    assert '<td class="decoding">-</td>' in batch_row(page, 2)
+    assert records_title(page, 1) == "batch 1: 20 records, decoding not recorded"
+
+
+def test_a_re_decoded_batch_is_marked_with_the_run_that_re_decoded_it_and_the_others_are_not() -> None:
+    redecoded = replace(decoded(ledger_batch(2), REDECODED), redecoded_by="manual__2026-01-02T00:00:00+00:00")
+    view, page, _ = shown(decoded(ledger_batch(1), DECODED), redecoded)
+    assert [(b["batch_id"], b["decoding"], b["redecoded_by"]) for b in view["batches"]] == [
+        (2, REDECODED.fingerprint, "manual__2026-01-02T00:00:00+00:00"),
+        (1, DECODED.fingerprint, None),
+    ]
+    assert [h["redecoded"] for h in view["history"]] == [False, True]
+    mark = '<span class="redecoded" title="re-decoded by backfill run manual__2026-01-02T00:00:00+00:00">re-decoded</span>'
+    assert mark in batch_row(page, 2) and "re-decoded" not in batch_row(page, 1)
+    assert records_title(page, 2) == f"batch 2: 20 records, decoded as {REDECODED.fingerprint}, re-decoded"
+    assert "re-decoded" not in records_title(page, 1)
+
+
+def test_a_re_decode_waiting_for_its_commit_is_shown_with_its_run_and_the_committed_decoding_stays() -> None:
+    committed = decoded(ledger_batch(2), DECODED)
+    assert committed.result is not None
+    staged = replace(committed, staged=replace(committed.result, decoding=REDECODED, attempt="a2"), staged_by="manual__r")
+    view, page, _ = shown(decoded(ledger_batch(1), DECODED), staged)
+    assert [(b["batch_id"], b["decoding"], b["staged_by"]) for b in view["batches"]] == [
+        (2, DECODED.fingerprint, "manual__r"),  # readers still see the committed decoding until the selection commits
+        (1, DECODED.fingerprint, None),
+    ]
+    assert view["batches"][0]["staged_decoding_text"] == REDECODED.describe()
+    assert [h["staged_by"] for h in view["history"]] == [None, "manual__r"]
+    waiting = f'<span class="staged" title="{html.escape(REDECODED.describe())}">re-decode waiting for commit (run manual__r)</span>'
+    assert waiting in batch_row(page, 2) and "waiting for commit" not in batch_row(page, 1)
+    assert records_title(page, 2).endswith(", re-decode waiting for commit (run manual__r)")
+    assert "waiting for commit" not in records_title(page, 1)
+
+
+def test_the_decodings_cost_the_page_no_read() -> None:
+    plain = [ledger_batch(i) for i in range(1, 13)]
+    committed = decoded(ledger_batch(12), DECODED)
+    assert committed.result is not None
+    marked = [
+        *plain[:10],
+        replace(decoded(ledger_batch(11), REDECODED), redecoded_by="manual__a"),
+        replace(committed, staged=replace(committed.result, decoding=REDECODED), staged_by="manual__b"),
+    ]
+    reads = []
+    for batches in (plain, marked):
+        _, _, counting = shown(*batches)
+        reads.append((counting.read, counting.summaries))
+    assert reads[0] == reads[1] == (10, 12)  # the last ten batches, and the day's summaries: as many as before

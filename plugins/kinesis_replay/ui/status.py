@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypedDict
 
 from kinesis_replay.core.config import PipelineConfig
+from kinesis_replay.core.decoding import EARLIER, Decoding
 from kinesis_replay.core.errors import KinesisReplayError
 from kinesis_replay.core.formats import ProgressLine, duration
 from kinesis_replay.core.state import Batch, BatchStatus, BatchSummary, Head, Progress, RunKind, StateStore
@@ -24,6 +25,8 @@ FAILURES = 10  # the last failures listed
 # intervals, and at least BACKFILL_SHOWN_MIN (a backfill that failed or was killed stops reporting).
 BACKFILL_SHOWN_INTERVALS = 10
 BACKFILL_SHOWN_MIN = timedelta(minutes=10)
+# A batch's decoding, where its release recorded none (0.1.0): what the page shows in place of a fingerprint.
+NOT_RECORDED = "not recorded"
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,14 @@ class BatchView:
     gaps: int
     error: str | None
     snapshot_id: int | None = None  # the table snapshot that holds the batch (None: not in a table, or not yet)
+    # How the rows it holds were decoded: the decoding's fingerprint, NOT_RECORDED for a batch of a release that recorded
+    # none, None while it has no verified result; ``decoding_text`` says it in full (Decoding.describe()).
+    decoding: str | None = None
+    decoding_text: str | None = None
+    redecoded_by: str | None = None  # the backfill run whose re-decode made the batch's current rows
+    # A re-decode's verified attempt waiting for its selection's one commit: the run, and how it decoded the batch.
+    staged_by: str | None = None
+    staged_decoding_text: str | None = None
 
 
 @dataclass(frozen=True)
@@ -136,11 +147,17 @@ def last_day(store: StateStore, pipeline_name: str, head: Head, now: datetime) -
 
 
 def _history_point(b: BatchSummary) -> dict[str, Any]:
+    """A batch of the day as its stored figures say it: the fingerprint of its decoding, not the decoding itself (the
+    figures keep a day of batches small; the whole decoding is in the ledger entry, read for the last batches only)."""
     f = b.figures
     return {
         "batch_id": b.batch_id, "status": b.status.value, "created_at": b.created_at.isoformat(timespec="seconds"),
         "seconds": (b.committed_at - b.created_at).total_seconds() if b.committed_at else None,
         "records": f.get("records"), "bytes": f.get("bytes"), "behind_seconds": f.get("behind_seconds"), "shards": f.get("shards"),
+        "bad_records": f.get("bad_records"),
+        # Figures name a decoding only where one was recorded: a batch with a result and none is of a release before.
+        "decoding": f.get("decoding") or (NOT_RECORDED if f.get("records") is not None else None),
+        "redecoded": bool(f.get("redecoded")), "staged_by": f.get("staged"),
     }  # fmt: skip
 
 
@@ -281,7 +298,16 @@ def _batch_view(b: Batch) -> BatchView:
         gaps=len(b.gaps),
         error=b.error,
         snapshot_id=b.snapshot_id,
+        decoding=_fingerprint(m.decoding) if m else None,
+        decoding_text=m.decoding.describe() if m else None,
+        redecoded_by=b.redecoded_by,
+        staged_by=b.staged_by,
+        staged_decoding_text=b.staged.decoding.describe() if b.staged is not None else None,
     )
+
+
+def _fingerprint(decoding: Decoding) -> str:
+    return NOT_RECORDED if decoding == EARLIER else decoding.fingerprint
 
 
 class CatchUpFigures(TypedDict):
