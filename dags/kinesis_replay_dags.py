@@ -82,6 +82,14 @@ exist: the Kinesis replay page (Browse) says so, with the command that creates i
 Tasks: **select** chooses the batches; **replay**, one per batch, replays it, checks it against its first run and
 commits it. With `spark.emr_serverless` configured, **stage** uploads each batch's job, **replay** is its job run, and
 **check** then checks the batch against its first run and commits it (not the regular DAG's stuck check).
+**commit** is skipped, except for a re-decode.
+
+**Re-decode** with `"redecode": true` beside `batches` after a payload.schema or decoder change (a backfill of
+batches decoded otherwise is refused without it, naming both decodings): the raw records must match the first
+run's, the decoding may change. Each replayed batch waits, verified, in the ledger (the page shows it); **commit**
+then makes the whole selection (at most 100 batches) the table's in one snapshot, and its quarantined records the
+quarantine table's in one more: readers see the old decoding or the new one, never a mix
+(docs/operating.md: "Fixing the data").
 
 **Restore the table** with `{"restore_table": true}` (try `"dry_run": true` first) when the pipeline refuses
 because the table lacks committed batches: rolled back to an older snapshot, dropped from its catalog, its
@@ -293,11 +301,17 @@ def build_backfill_dag(pipeline: PipelineConfig) -> DAG:
             context["outlet_events"][asset].extra = tasks.event_extra(summary)
             return summary
 
+        @task(task_id="commit", outlets=[asset])
+        def commit_redecode(batch_ids: list[int]) -> list[tasks.BatchFigures]:
+            context = get_current_context()
+            return tasks.commit_redecode(pipeline, context["params"], context["run_id"], batch_ids)
+
         chosen = select()
         if pipeline.spark.emr_serverless is None:
-            replay.expand(batch_id=chosen)
+            replayed = replay.expand(batch_id=chosen)
         else:
-            emr_replay(pipeline, stage.expand(batch_id=chosen)) >> check_backfilled.expand(batch_id=chosen)
+            replayed = emr_replay(pipeline, stage.expand(batch_id=chosen)) >> check_backfilled.expand(batch_id=chosen)
+        replayed >> commit_redecode(chosen)
     return dag
 
 

@@ -45,7 +45,7 @@ from kinesis_replay.core.job_spec import JobSpec, KinesisEndpoint, S3Endpoint
 from kinesis_replay.core.refusals import RECOVER_PARAM
 from kinesis_replay.core.state import Batch, Progress, RunKind
 from kinesis_replay.launchers import credentials, emr_serverless, spark_submit
-from kinesis_replay.steps import backfill, in_flight, maintenance, recovery
+from kinesis_replay.steps import backfill, in_flight, maintenance, recovery, redecode
 from kinesis_replay.steps.commit import commit_batch
 from kinesis_replay.steps.plan import FINISH_COMMIT, PlanResult, plan_batch
 from kinesis_replay.steps.verify import verify_batch
@@ -549,7 +549,7 @@ def select_backfill(pipeline: PipelineConfig, params: dict[str, Any], run_id: st
     backfill.parse_selection(params["batches"])  # a mistyped selection is refused before anything is called
     client = kinesis_client(pipeline)
     in_flight.check_same_stream(pipeline, client)
-    selection, chosen = backfill.choose(pipeline, client, state_store(pipeline), params["batches"])
+    selection, chosen = backfill.choose(pipeline, client, state_store(pipeline), params["batches"], redecode=bool(params.get("redecode")))
     if params.get("dry_run"):
         for batch in chosen:
             log.info("dry run: would replay %s", backfill.describe(batch, backfill.estimate_batch(batch, pipeline.read)))
@@ -615,6 +615,20 @@ def check_backfilled(
     summary = batch_summary(pipeline, batch, "backfill")
     log.info("pipeline %s: backfilled %s", pipeline.name, summary)
     return summary
+
+
+@fail_fast
+@through_connection
+def commit_redecode(pipeline: PipelineConfig, params: dict[str, Any], run_id: str, batch_ids: list[int]) -> list[BatchFigures]:
+    """The backfill DAG's last task: a re-decode of a table output becomes visible, every chosen batch at once, in one
+    snapshot of each table (redecode.commit_redecoded). Skipped for a backfill without ``redecode``, a restore, and a
+    directory output (whose check swaps each batch in on its own)."""
+    if not params.get("redecode") or params.get(iceberg_table.RESTORE_PARAM) or pipeline.table is None:
+        raise AirflowSkipException(f"pipeline {pipeline.name}: no re-decode of a table to commit: each batch was committed by its check")
+    batches = redecode.commit_redecoded(pipeline, state_store(pipeline), batch_ids, run_id)
+    figures = [batch_summary(pipeline, b, "redecode") for b in batches]
+    log.info("pipeline %s: re-decoded %s", pipeline.name, figures)
+    return figures
 
 
 @fail_fast

@@ -13,9 +13,11 @@ the read budget and the payload's format. Credentials come from the environment 
 role), never from the spec.
 
 Each task writes its rows to Parquet with pyarrow as it reads them, in one pass (``write_as_read``), and reports what
-its files hold; the driver builds the result manifest from those reports. Rows that could not be decoded go to
-<output>/_quarantine/batch_id=<id>/, replacing what an earlier run of the batch left there, each with why in
-decode_error. The batch's rows go:
+its files hold; the driver builds the result manifest from those reports. Rows that could not be decoded, each with
+why in decode_error, go to the quarantine: for a table output, a folder of this attempt's own,
+<output>/quarantine/data/batch_id=<id>/attempt=<attempt>/, which the commit step puts in the quarantine table; for a
+directory output, <output>/_quarantine/batch_id=<id>/, replacing what an earlier run of the batch left there. The
+batch's rows go:
 
 - for a table output (the default), to a folder of this attempt's own, <output>/data/batch_id=<id>/attempt=<attempt>/,
   with batch_id as a column and each row group one shard's records in arrival order. Nothing there is visible until
@@ -66,6 +68,7 @@ from kinesis_replay.adapters.layout import (
     batch_path,
     commit_record_path,
     data_path,
+    quarantine_data_path,
     quarantine_path,
     result_path,
     staged_data_path,
@@ -191,7 +194,9 @@ def write_as_read(spark: SparkSession, spec: JobSpec, attempt: str, tasks: int, 
     remove_folder(staging_path(output, batch_id), missing_ok=True)  # what a crashed run of this batch left
     table = spec.output_format == "iceberg"
     data_folder = data_path(output, batch_id, attempt) if table else staged_data_path(output, batch_id, attempt)
-    quarantine_folder = staged_quarantine_path(output, batch_id, attempt)
+    # A table output's quarantined records are the quarantine table's, per attempt like its data files: committed to it
+    # by the commit step, never swapped. A directory output's are staged, as its rows are.
+    quarantine_folder = quarantine_data_path(output, batch_id, attempt) if table else staged_quarantine_path(output, batch_id, attempt)
     partition = batch_id if table else None
 
     def writer(task: int) -> AttemptWriter:  # in the task: its files are named for this attempt of it
@@ -208,9 +213,9 @@ def write_as_read(spark: SparkSession, spec: JobSpec, attempt: str, tasks: int, 
     if unreported:
         print(f"kinesis-replay: removed {len(unreported)} files no successful task attempt reported: {unreported[:5]}", flush=True)
     staged = is_file(commit_record_path(output, batch_id))
-    if not staged:
-        moves = [(quarantine_folder, quarantine_path(output, batch_id))]
-        swap_in(swap_record_path(output, batch_id), moves if table else [(data_folder, batch_path(output, batch_id)), *moves])
+    if not staged and not table:
+        moves = [(data_folder, batch_path(output, batch_id)), (quarantine_folder, quarantine_path(output, batch_id))]
+        swap_in(swap_record_path(output, batch_id), moves)
         remove_folder(staging_path(output, batch_id), missing_ok=True, prune_parent=True)
     return shards, done, staged
 

@@ -43,7 +43,7 @@ def test_each_pipeline_dag_runs_plan_replay_verify_commit_one_at_a_time(monkeypa
 def test_each_pipeline_has_a_manual_backfill_dag(monkeypatch: pytest.MonkeyPatch) -> None:
     dag = dagbag(ROOT / "dags" / "pipelines.yaml", monkeypatch).dags["kinesis_replay_backfill_demo"]  # type: ignore[attr-defined]
     assert type(dag.timetable).__name__ == "NullTimetable" and dag.max_active_runs == 1  # manual runs only
-    assert [t.task_id for t in dag.topological_sort()] == ["select", "replay"]
+    assert [t.task_id for t in dag.topological_sort()] == ["select", "replay", "commit"]  # commit: a re-decode's
     assert set(dag.params.keys()) == {"batches", "dry_run", "restore_table", "redecode"}
     assert [a.name for a in dag.get_task("replay").outlets] == ["kinesis_replay_demo"]
 
@@ -197,7 +197,7 @@ def test_an_emr_serverless_pipeline_stages_its_batch_then_runs_it_as_a_job_run(t
     assert dag.get_task("verify").trigger_rule == "none_failed_min_one_success"
 
     backfill = bag.dags["kinesis_replay_backfill_demo"]  # type: ignore[attr-defined]
-    assert [t.task_id for t in backfill.topological_sort()] == ["select", "stage", "replay", "check"]
+    assert [t.task_id for t in backfill.topological_sort()] == ["select", "stage", "replay", "check", "commit"]
     assert [a.name for a in backfill.get_task("check").outlets] == ["kinesis_replay_demo"]
 
 

@@ -41,7 +41,7 @@ def test_both_ways_are_tested() -> None:
 
 # The task functions the DAGs call (kinesis_replay_dags.py); each fails at once on an error a retry cannot fix.
 TASKS = ["plan", "replay", "stage", "verify", "commit", "check_staleness", "select_backfill", "backfill_batch", "stage_backfill",
-         "check_backfilled", "maintain_table"]  # fmt: skip
+         "check_backfilled", "commit_redecode", "maintain_table"]  # fmt: skip
 
 
 @pytest.mark.parametrize("name", TASKS)

@@ -237,9 +237,13 @@ class AttemptWriter:
     """Writes one task attempt's rows to ``<folder>/<name>-<n>.parquet`` (and the quarantine's), and reports them.
 
     ``batch_id``: the table's partition column, written into each data file (Iceberg reads a file's partition from its
-    statistics); None for a directory output, whose batch is in its folder's name. A quarantine file never has it.
-    ``columns``: a JSON payload's decoder (payload.schema's columns follow the row columns, in data and quarantine
-    files both); None when payloads are kept as they are.
+    statistics); None for a directory output, whose batch is in its folder's name. ``columns``: a JSON payload's
+    decoder (payload.schema's columns follow the row columns); None when payloads are kept as they are.
+
+    A table output's quarantine files are the quarantine table's: the row columns (the record's keys, its arrival, the
+    raw payload and ``decode_error``) and ``batch_id``, never payload.schema's columns, which a record that did not
+    decode has no values for; so the quarantine table's columns never change with payload.schema. A directory output's
+    quarantine files have the data files' columns (payload.schema's null), as they always had.
     """
 
     def __init__(
@@ -251,13 +255,16 @@ class AttemptWriter:
         self.batch_id = batch_id
         self.columns = columns
         rows = arrow_row_schema()
+        self.row_columns = list(range(len(rows)))
         if columns is not None:
             rows = pa.schema([*rows, *columns.fields])
         # batch_id is never null: a required column, as release 0.1.0's Spark wrote it (a literal) and created its tables
         # with. An optional one would not fit such a table (Iceberg writes no optional column into a required one),
         # while a required one fits a table whose column is optional.
-        with_batch = rows.append(pa.field(PARTITION_COLUMN, pa.int64(), nullable=False)) if batch_id is not None else rows
-        self.outputs = {DATA: _Output(data_folder, DATA, with_batch), QUARANTINE: _Output(quarantine_folder, QUARANTINE, rows)}
+        batch_field = pa.field(PARTITION_COLUMN, pa.int64(), nullable=False)
+        with_batch = rows.append(batch_field) if batch_id is not None else rows
+        quarantined = arrow_row_schema().append(batch_field) if batch_id is not None else rows
+        self.outputs = {DATA: _Output(data_folder, DATA, with_batch), QUARANTINE: _Output(quarantine_folder, QUARANTINE, quarantined)}
         self.tallies: dict[str, ShardTally] = {}
         self.files = 0
 
@@ -303,9 +310,11 @@ class AttemptWriter:
                     pass
 
     def _buffer(self, output: _Output, shard: str, rows: Any, payload_bytes: int) -> None:
-        if self.batch_id is not None and output.kind == DATA:
+        if self.batch_id is not None:
             import pyarrow as pa
 
+            if output.kind == QUARANTINE and self.columns is not None:  # the row columns only (see the class's doc)
+                rows = rows.select(self.row_columns)
             rows = rows.append_column(PARTITION_COLUMN, pa.array([self.batch_id] * rows.num_rows, pa.int64()))
         output.buffers.setdefault(shard, []).append(rows.cast(output.schema) if rows.schema != output.schema else rows)
         count, payload = output.buffered.get(shard, (0, 0))

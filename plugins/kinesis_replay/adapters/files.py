@@ -22,6 +22,7 @@ from kinesis_replay.adapters.layout import (
     batch_data_path,
     batch_path,
     data_path,
+    quarantine_data_path,
     quarantine_path,
     result_path,
     staged_data_path,
@@ -428,10 +429,20 @@ def batch_files(pipeline: PipelineConfig, batch_id: int, result: ReplayResult, s
 
 
 def quarantine_folder(pipeline: PipelineConfig, batch_id: int, result: ReplayResult, staged: bool = False) -> str:
-    """The batch's quarantine, or (``staged``) the one its attempt staged."""
+    """Where the attempt of ``result`` wrote the batch's quarantined records.
+
+    A table output's attempt writes them to a folder of its own, for the quarantine table's commit
+    (``layout.quarantine_data_path``); one of a release before the quarantine table (whose attempt folder holds none)
+    to ``layout.quarantine_path``, where they stay until the batch is replayed again. A directory output's attempt
+    stages them (``staged``: a committed batch's replay) until its check swaps them into ``layout.quarantine_path``.
+    """
+    legacy = quarantine_path(pipeline.output, batch_id)
+    if pipeline.table is not None and result.attempt is not None:
+        own = quarantine_data_path(pipeline.output, batch_id, result.attempt)
+        return own if staged or parquet_files(own) or not parquet_files(legacy) else legacy
     if staged and result.attempt is not None:
         return staged_quarantine_path(pipeline.output, batch_id, result.attempt)
-    return quarantine_path(pipeline.output, batch_id)
+    return legacy
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -51,7 +51,7 @@ from kinesis_replay.core.errors import (
     VerificationError,
 )
 from kinesis_replay.core.formats import s3_uri
-from kinesis_replay.core.holdings import Holdings, TableState
+from kinesis_replay.core.holdings import Holdings, TableState, listed
 from kinesis_replay.core.records import PARTITION_COLUMN
 from kinesis_replay.core.refusals import RESTORE_PARAM as RESTORE_PARAM  # iceberg_table.RESTORE_PARAM: the DAGs
 from kinesis_replay.core.refusals import restore_hint
@@ -448,12 +448,6 @@ def create_or_load_table(pipeline: PipelineConfig, file_schema: pa.Schema, catal
 
     Partitioned by identity(batch_id), sorted by arrival time; its properties name the pipeline and stream.
     """
-    from pyiceberg.catalog import Catalog as BaseCatalog
-    from pyiceberg.partitioning import PartitionField, PartitionSpec
-    from pyiceberg.schema import assign_fresh_schema_ids
-    from pyiceberg.table.sorting import NullOrder, SortDirection, SortField, SortOrder
-    from pyiceberg.transforms import IdentityTransform
-
     catalog = catalog or load_catalog(pipeline)
     found = load_table(pipeline, catalog)
     if found is not None:
@@ -466,33 +460,8 @@ def create_or_load_table(pipeline: PipelineConfig, file_schema: pa.Schema, catal
             "Two tables at one location share its metadata/ and data/ folders, and each one's orphan-file removal deletes the "
             "other's files. Nothing was written."
         )
-    # Spark's files carry no field ids: number the columns here, so the partition and sort fields name the right ones.
-    schema = assign_fresh_schema_ids(BaseCatalog._convert_schema_if_needed(table_schema(pipeline, file_schema)))
-    batch_field = schema.find_field(PARTITION_COLUMN)
-    spec = PartitionSpec(PartitionField(batch_field.field_id, 1000, IdentityTransform(), PARTITION_COLUMN))
-    sort_order = SortOrder()
-    if ARRIVAL_COLUMN in file_schema.names:
-        arrival = schema.find_field(ARRIVAL_COLUMN)
-        sort_order = SortOrder(SortField(arrival.field_id, IdentityTransform(), SortDirection.ASC, NullOrder.NULLS_LAST))
-    try:
-        catalog.create_namespace(config.namespace)
-    except Exception:  # NamespaceAlreadyExistsError, or the catalog's own error when another commit created it first
-        if not catalog.namespace_exists(config.namespace):
-            raise
-    properties = {
-        PIPELINE_PROPERTY: pipeline.name,
-        STREAM_PROPERTY: pipeline.stream,
-        "schema.name-mapping.default": schema.name_mapping.model_dump_json(),  # Spark's files carry no field ids
-        "write.parquet.compression-codec": "snappy",  # what Spark writes
-        # Each append adds a manifest, and the current snapshot's manifest list names every one: without merging, a
-        # commit (and a scan's planning) reads and writes one entry per batch ever committed, whatever expiry keeps.
-        # Merged (Iceberg's default threshold: 100 small manifests into one), the list stays under 100 entries.
-        "commit.manifest-merge.enabled": "true",
-        # pyiceberg would retry a lost race by re-applying the append to the new metadata, adding the batch a second
-        # time if the winner was another run of the same commit. commit_batch retries itself instead: it reloads the
-        # table, looks for its own snapshot, and recomputes the batch's files to replace.
-        COMMIT_RETRIES_PROPERTY: "0",
-    }
+    schema, spec, sort_order, properties = new_table_parts(pipeline, table_schema(pipeline, file_schema))
+    create_namespace(catalog, config.namespace)
     try:
         table = catalog.create_table(
             config.identifier,
@@ -509,6 +478,48 @@ def create_or_load_table(pipeline: PipelineConfig, file_schema: pa.Schema, catal
     check_table_owner(pipeline, table)
     log.info("pipeline %s: created %s at %s", pipeline.name, config.describe(), table.location())
     return table
+
+
+def new_table_parts(pipeline: PipelineConfig, file_schema: pa.Schema) -> tuple[Any, Any, Any, dict[str, str]]:
+    """A new table's schema, partition spec, sort order and properties, from its first files' columns: partitioned by
+    identity(batch_id), sorted by arrival time; its properties name the pipeline and stream."""
+    from pyiceberg.catalog import Catalog as BaseCatalog
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.schema import assign_fresh_schema_ids
+    from pyiceberg.table.sorting import NullOrder, SortDirection, SortField, SortOrder
+    from pyiceberg.transforms import IdentityTransform
+
+    # Spark's files carry no field ids: number the columns here, so the partition and sort fields name the right ones.
+    schema = assign_fresh_schema_ids(BaseCatalog._convert_schema_if_needed(file_schema))
+    batch_field = schema.find_field(PARTITION_COLUMN)
+    spec = PartitionSpec(PartitionField(batch_field.field_id, 1000, IdentityTransform(), PARTITION_COLUMN))
+    sort_order = SortOrder()
+    if ARRIVAL_COLUMN in file_schema.names:
+        arrival = schema.find_field(ARRIVAL_COLUMN)
+        sort_order = SortOrder(SortField(arrival.field_id, IdentityTransform(), SortDirection.ASC, NullOrder.NULLS_LAST))
+    properties = {
+        PIPELINE_PROPERTY: pipeline.name,
+        STREAM_PROPERTY: pipeline.stream,
+        "schema.name-mapping.default": schema.name_mapping.model_dump_json(),  # Spark's files carry no field ids
+        "write.parquet.compression-codec": "snappy",  # what Spark writes
+        # Each append adds a manifest, and the current snapshot's manifest list names every one: without merging, a
+        # commit (and a scan's planning) reads and writes one entry per batch ever committed, whatever expiry keeps.
+        # Merged (Iceberg's default threshold: 100 small manifests into one), the list stays under 100 entries.
+        "commit.manifest-merge.enabled": "true",
+        # pyiceberg would retry a lost race by re-applying the append to the new metadata, adding the batch a second
+        # time if the winner was another run of the same commit. commit_batch retries itself instead: it reloads the
+        # table, looks for its own snapshot, and recomputes the batch's files to replace.
+        COMMIT_RETRIES_PROPERTY: "0",
+    }
+    return schema, spec, sort_order, properties
+
+
+def create_namespace(catalog: Catalog, namespace: str) -> None:
+    try:
+        catalog.create_namespace(namespace)
+    except Exception:  # NamespaceAlreadyExistsError, or the catalog's own error when another commit created it first
+        if not catalog.namespace_exists(namespace):
+            raise
 
 
 def snapshot_properties(pipeline_name: str, batch_id: int, attempt: str, run_id: str) -> dict[str, str]:
@@ -533,6 +544,83 @@ def find_batch_snapshot(table: Table, pipeline_name: str, batch_id: int, attempt
         if (properties.get(PIPELINE_PROPERTY), properties.get(BATCH_PROPERTY), properties.get(ATTEMPT_PROPERTY)) == wanted:
             return snapshot
     return None
+
+
+def find_snapshot(table: Table, key: Mapping[str, str]) -> int | None:
+    """The snapshot of the current ancestry whose summary holds every property of ``key``: a commit made already."""
+    for snapshot in ancestry(table):
+        properties = snapshot.summary.additional_properties if snapshot.summary is not None else {}
+        if all(properties.get(k) == v for k, v in key.items()):
+            return snapshot.snapshot_id
+    return None
+
+
+def replace_batches(
+    pipeline: PipelineConfig,
+    replacements: Mapping[int, Sequence[str]],
+    records: Mapping[int, tuple[int, int]],
+    properties: Mapping[str, str],
+    key: Mapping[str, str],
+    check: TableCheck,
+) -> int:
+    """Make each batch's replacement files its rows in the table, all in one OVERWRITE snapshot: a reader sees every
+    batch's earlier files or every batch's new ones, never a mix. ``records`` gives each batch's (verified records now,
+    verified records of the replacement), so the snapshot's holdings record the new count; ``check`` runs before each
+    try, as commit_snapshot's. Idempotent: a snapshot of the ancestry whose summary holds ``key`` is returned as it is.
+    """
+    from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
+
+    paths = {b: sorted(iceberg_location(f) for f in files) for b, files in replacements.items()}
+    where = f"pipeline {pipeline.name!r}, batches {listed(sorted(paths))}, {require_table(pipeline).describe()}"
+    catalog = load_catalog(pipeline)
+    table = load_table(pipeline, catalog)
+    if table is None:
+        raise TableCommitRefusedError(f"{where}: the table does not exist, and a re-decode never creates it: {restore_hint(pipeline)}")
+    delta = sum(new - old for old, new in records.values())
+    for attempt_no in range(1, COMMIT_ATTEMPTS + 1):
+        found = find_snapshot(table, key)
+        if found is not None:
+            log.info("%s: committed already, in snapshot %d", where, found)
+            return found
+        state = table_state(table)
+        held = check(state) or state.holdings
+        try:
+            return _replace_once(table, paths, {**properties, **Holdings(held.ranges, held.records + delta).to_summary()}, where)
+        except (CommitFailedException, CommitStateUnknownException) as exc:
+            log.warning("%s: the table changed under the commit (%s); retrying against its new metadata (%d)", where, exc, attempt_no)
+            time.sleep(min(0.05 * 2**attempt_no, 2.0))
+            table = catalog.load_table(require_table(pipeline).identifier)
+    raise TableCommitError(f"{where}: {COMMIT_ATTEMPTS} commits in a row lost the race for the table; nothing was committed")
+
+
+def _replace_once(table: Table, paths: Mapping[int, list[str]], properties: dict[str, str], where: str) -> int:
+    from pyiceberg.io.pyarrow import parquet_file_to_data_file
+
+    old = [f for batch_id in paths for f in batch_data_files(table, batch_id)]
+    new = {p for ps in paths.values() for p in ps}
+    if any(f.file_path in new for f in old):
+        raise TableCommitRefusedError(f"{where}: the table already holds some of the files, in no snapshot of their own")
+    try:
+        with transaction(table) as tx:
+            first = next((p for ps in paths.values() for p in ps), None)
+            if first is not None:
+                _add_new_columns(table, tx, first, where)
+            added = [parquet_file_to_data_file(table.io, tx.table_metadata, p) for ps in paths.values() for p in ps]
+            wrong = [f.file_path for f in added if f.partition[0] not in paths]
+            if wrong:
+                raise TableCommitRefusedError(f"{where}: files {wrong} hold rows of a batch_id not replaced")
+            with tx.update_snapshot(snapshot_properties=properties).overwrite() as overwrite:
+                for data_file in old:
+                    overwrite.delete_data_file(data_file)
+                for data_file in added:
+                    overwrite.append_data_file(data_file)
+    except ValueError as exc:  # pyiceberg: a file's schema the table does not have
+        raise TableCommitRefusedError(f"{where}: the replacement files do not fit the table: {exc}") from exc
+    snapshot = table.current_snapshot()
+    if snapshot is None:  # pragma: no cover - a commit always makes a snapshot
+        raise TableCommitError(f"{where}: the commit made no snapshot")
+    log.info("%s: replaced %d files with %d in snapshot %d", where, len(old), len(added), snapshot.snapshot_id)
+    return snapshot.snapshot_id
 
 
 def batch_data_files(table: Table, batch_id: int, snapshot_id: int | None = None) -> list[DataFile]:

@@ -9,7 +9,11 @@ from kinesis_replay.core.formats import OWNER_FILE as OWNER_FILE
 from kinesis_replay.core.formats import RESULTS_DIR as RESULTS_DIR
 from kinesis_replay.core.formats import path_batch_id
 
-QUARANTINE_DIR = "_quarantine"  # records that could not be decoded, with the reason, per batch
+# A directory output's records that could not be decoded, with the reason, per batch; also where a table output of a
+# release before the quarantine table kept them (read until the batch is replayed again, which moves them into it).
+QUARANTINE_DIR = "_quarantine"
+# A table output's quarantine table's location: its own data/ and metadata/ folders under the output root.
+QUARANTINE_TABLE_DIR = "quarantine"
 STAGING_DIR = "_staging"  # where the replay job writes a batch before swapping it into place
 # A table output's data files (Iceberg's own layout under the table location, which is the output root): one folder per
 # attempt of a batch, so that a replay never overwrites a file a snapshot references. Not for reading directly.
@@ -37,6 +41,17 @@ def batch_data_path(output: str, batch_id: int) -> str:
 def quarantine_path(output: str, batch_id: int) -> str:
     """The batch's quarantine partition: rows whose payload could not be decoded, with ``decode_error`` set."""
     return f"{output.rstrip('/')}/{QUARANTINE_DIR}/batch_id={path_batch_id(batch_id)}"
+
+
+def quarantine_table_path(output: str) -> str:
+    """The quarantine table's location: ``<output>/quarantine`` (its data files under ``data/``, metadata ``metadata/``)."""
+    return f"{output.rstrip('/')}/{QUARANTINE_TABLE_DIR}"
+
+
+def quarantine_data_path(output: str, batch_id: int, attempt: str) -> str:
+    """Where one attempt of a batch writes its quarantined records, for the quarantine table's commit:
+    ``<output>/quarantine/data/batch_id=<id>/attempt=<attempt>``. Not visible until that commit."""
+    return data_path(quarantine_table_path(output), batch_id, attempt)
 
 
 def staging_path(output: str, batch_id: int) -> str:

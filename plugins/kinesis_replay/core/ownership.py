@@ -15,14 +15,17 @@ returns None to go on, or the refusal (kinesis_replay.core.refusals) that the ac
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime
 
 from kinesis_replay.core.config import PipelineConfig
+from kinesis_replay.core.decoding import EARLIER, Decoding
 from kinesis_replay.core.holdings import Commit, Holdings, Ledger, Mismatch, TableState, compare, ledger_holdings
 from kinesis_replay.core.output_root import Owner, RecordedFormat, RootSnapshot, TableSnapshot
 from kinesis_replay.core.refusals import (
     CommitRecordsOfAnother,
+    DecodingChanged,
     FormatChanged,
     HoldsAnotherRoot,
     InsideAnotherRoot,
@@ -40,7 +43,7 @@ from kinesis_replay.core.refusals import (
     TableDisagrees,
     who,
 )
-from kinesis_replay.core.state import Head
+from kinesis_replay.core.state import Batch, Head
 
 
 def format_refusal(pipeline: PipelineConfig, recorded: RecordedFormat | None) -> Refusal | None:
@@ -237,3 +240,20 @@ def job_refusal(pipeline_name: str, batch_id: int, stream: str, output_format: s
     if root.format is not None and root.format.format != output_format:
         return JobLayoutDiffers(pipeline_name, batch_id, root.root, root.format.format, output_format)
     return None
+
+
+def decoding_refusal(pipeline: PipelineConfig, batches: Iterable[Batch], redecode: bool) -> Refusal | None:
+    """A backfill writes a batch's rows again as they were: refused before anything is read when a batch's recorded
+    decoding is not the one the pipeline's payload settings make now, unless it was asked to re-decode. A batch of a
+    release that recorded none (``EARLIER``) is compared after its replay instead, value by value (core.decoded)."""
+    if redecode:
+        return None
+    now = Decoding.of(pipeline.payload.format, pipeline.payload.schema)
+    differing: dict[Decoding, list[int]] = {}
+    for batch in batches:
+        recorded = batch.result.decoding if batch.result is not None else EARLIER
+        if recorded not in (EARLIER, now):
+            differing.setdefault(recorded, []).append(batch.batch_id)
+    if not differing:
+        return None
+    return DecodingChanged(pipeline.name, now, tuple((d, tuple(ids)) for d, ids in differing.items()))

@@ -14,7 +14,14 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from kinesis_replay.core.config import PipelineConfig
-from kinesis_replay.core.errors import KinesisReplayError, OutputOwnershipError, StateLostError, TableMismatchError
+from kinesis_replay.core.decoding import Decoding
+from kinesis_replay.core.errors import (
+    DecodedValuesChangedError,
+    KinesisReplayError,
+    OutputOwnershipError,
+    StateLostError,
+    TableMismatchError,
+)
 from kinesis_replay.core.formats import COMMITS_DIR, OWNER_FILE
 from kinesis_replay.core.holdings import SHOWN_IDS, Ledger, Mismatch, TableState, listed
 from kinesis_replay.core.output_root import LocationHolding, OtherRoot, Owner
@@ -384,6 +391,26 @@ def describe_mismatch(
 
 
 # -- the replay job's own check ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DecodingChanged(Refusal):
+    """A backfill of batches decoded otherwise than the pipeline's payload settings decode now, without ``redecode``:
+    refused before anything is read, naming both decodings (and each one's batches)."""
+
+    error: ClassVar[type[KinesisReplayError]] = DecodedValuesChangedError
+    pipeline_name: str
+    now: Decoding
+    recorded: tuple[tuple[Decoding, tuple[int, ...]], ...]  # each recorded decoding that differs, and its batches
+
+    def message(self) -> str:
+        was = "; ".join(f"batches {listed(ids)} were decoded with {d.describe()}" for d, ids in self.recorded)
+        return (
+            f"pipeline {self.pipeline_name!r}: {was}; the pipeline's payload settings now decode with {self.now.describe()}. "
+            "A backfill writes a batch's rows again as they were, so it is refused before anything is read. To decode the "
+            'batches anew, trigger the backfill again with "redecode": true in its conf (docs/operating.md: "Fixing the '
+            'data"); to keep their values, put back the payload settings that decoded them.' + NOTHING_WRITTEN
+        )
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from kinesis_replay.adapters import commit_records, files, iceberg_table, layout
+from kinesis_replay.adapters import commit_records, files, iceberg_table, layout, quarantine_table
 from kinesis_replay.adapters.kinesis_client import stream_retention
 from kinesis_replay.adapters.output_root import load_root, load_table
 from kinesis_replay.core import decoded, ownership
@@ -227,12 +227,18 @@ def select_batches(pipeline_name: str, selection: Selection, ledger: Iterable[Ba
 
 
 def choose(
-    pipeline: PipelineConfig, kinesis_client: KinesisClient, store: StateStore, value: Mapping[str, Any], now: datetime | None = None
+    pipeline: PipelineConfig,
+    kinesis_client: KinesisClient,
+    store: StateStore,
+    value: Mapping[str, Any],
+    now: datetime | None = None,
+    redecode: bool = False,
 ) -> tuple[Selection, list[Batch]]:
     """The committed batches a backfill's ``batches`` parameter selects, checked before anything is read.
 
     Refused when the output is not this pipeline's, while a regular batch is in flight (the two would
-    compete for the stream's read limits), and when a range has left the stream's retention.
+    compete for the stream's read limits), when a range has left the stream's retention, and (unless ``redecode``)
+    when a batch was decoded with other payload settings than the pipeline's now, naming both.
     """
     refuse(ownership.owner_refusal(pipeline, load_root(pipeline)))
     selection = parse_selection(value)
@@ -244,6 +250,7 @@ def choose(
     newest = head.next_batch_id - 1
     retention = stream_retention(kinesis_client, pipeline.stream, pipeline.read) if selection.start_time else None
     chosen = select_batches(pipeline.name, selection, candidates(store, pipeline.name, selection, newest, retention), newest)
+    refuse(ownership.decoding_refusal(pipeline, chosen, redecode))
     if head.in_flight is not None:
         raise BackfillError(
             f"pipeline {pipeline.name}: regular batch {head.in_flight} is in flight; a backfill waits until it is committed "
@@ -377,16 +384,22 @@ def check_replayed(
                     "so its decoded values could not be compared with the earlier ones", pipeline.name, batch_id)  # fmt: skip
     if pipeline.table is not None:
         replayed = replace(batch, result=result)
+        if redecode and not restore:  # waits, verified, for its selection's one commit (commit_redecoded)
+            staged_batch = replace(batch, staged=result, staged_by=run_id or batch.run_id)
+            store.set_staged(staged_batch, expected=BatchStatus.COMMITTED)
+            log.info("pipeline %s, batch %d: re-decoded attempt %s verified; it waits for the selection's commit",
+                     pipeline.name, batch_id, result.attempt)  # fmt: skip
+            return staged_batch
         kind = Commit.RESTORE if restore else Commit.BACKFILL
         ledger = ledger_of(store.get_head(pipeline.name), pipeline, store)
         snapshot_id = commit.commit_to_table(pipeline, replayed, run_id or batch.run_id, kind, ledger)
-        # The ledger and the commit record name the replayed attempt, whose files the snapshot holds: the first run's
-        # files go with the snapshots before it, and a recovery from the commit records rebuilds what the table holds.
-        batch = replace(replayed, snapshot_id=snapshot_id)
+        quarantined = commit.quarantine_to_table(pipeline, replayed, run_id or batch.run_id)
+        # The ledger and the commit record name the replayed attempt, whose files the snapshots hold: the first run's
+        # files go with the snapshots before them, and a recovery from the commit records rebuilds what the tables hold.
+        batch = replace(replayed, snapshot_id=snapshot_id, quarantine_snapshot_id=quarantined)
         store.set_replayed(batch, expected=BatchStatus.COMMITTED)
         commit_records.write_commit_record(pipeline.output, batch)
-        if staged:  # after the table's commit, so that a check cut short before it finds the staged quarantine to check again
-            _swap_in(pipeline, batch_id, result)
+        files.remove_folder(layout.quarantine_path(pipeline.output, batch_id), missing_ok=True)  # a release's before the table
         return batch
     return replace(batch, result=result)  # a directory's ledger keeps the first run's; the caller reports this run's
 
@@ -426,6 +439,8 @@ def decoded_differences(pipeline: PipelineConfig, batch_id: int, result: ReplayR
 
     Read from the files themselves, so batches of any release compare, whatever their manifests record."""
     held = _held_files(pipeline, batch_id) + files.parquet_files(layout.quarantine_path(pipeline.output, batch_id))
+    if pipeline.table is not None:
+        held += [f.file_path for found in quarantine_table.batch_files(quarantine_table.load(pipeline), [batch_id]).values() for f in found]
     staged = files.batch_files(pipeline, batch_id, result, staged=True)
     staged += files.parquet_files(files.quarantine_folder(pipeline, batch_id, result, staged=True))
     before, after = files.read_decoded(held), files.read_decoded(staged)
@@ -447,12 +462,13 @@ def _held_files(pipeline: PipelineConfig, batch_id: int) -> list[str]:
 
 
 def _swap_in(pipeline: PipelineConfig, batch_id: int, result: ReplayResult) -> None:
-    """The verified attempt's staged folders into the batch's own: its rows (a directory output's) and its quarantine."""
+    """A directory output's verified attempt's staged folders into the batch's own: its rows and its quarantine."""
     attempt = result.attempt or ""
     output = pipeline.output
-    moves = [(layout.staged_quarantine_path(output, batch_id, attempt), layout.quarantine_path(output, batch_id))]
-    if pipeline.table is None:
-        moves.insert(0, (layout.staged_data_path(output, batch_id, attempt), layout.batch_path(output, batch_id)))
+    moves = [
+        (layout.staged_data_path(output, batch_id, attempt), layout.batch_path(output, batch_id)),
+        (layout.staged_quarantine_path(output, batch_id, attempt), layout.quarantine_path(output, batch_id)),
+    ]
     files.swap_in(layout.swap_record_path(output, batch_id), moves)
     files.remove_folder(layout.staging_path(output, batch_id), missing_ok=True, prune_parent=True)
 

@@ -7,8 +7,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import UTC, datetime
 
-from kinesis_replay.adapters import commit_records, iceberg_table, layout
-from kinesis_replay.adapters.files import attempt_paths, batch_files, parquet_files, remove_folder
+from kinesis_replay.adapters import commit_records, iceberg_table, layout, quarantine_table
+from kinesis_replay.adapters.files import attempt_paths, batch_files, parquet_files, quarantine_folder, remove_folder
 from kinesis_replay.adapters.output_root import load_root
 from kinesis_replay.core import ownership
 from kinesis_replay.core.config import PipelineConfig
@@ -31,7 +31,8 @@ def commit_batch(pipeline: PipelineConfig, store: StateStore, batch_id: int, now
     1. WRITTEN -> COMMITTING, conditioned on the batch being in flight and still WRITTEN;
     2. the batch's commit record into the output (rewritten by a resumed commit);
     3. for a table output, the batch's files into the table in one snapshot (found, not made again, by a resumed
-       commit: its summary names the attempt), and the snapshot id into the commit record;
+       commit: its summary names the attempt), then its quarantined records into the quarantine table the same way,
+       and both snapshot ids into the commit record;
     4. each shard's checkpoint from the range's previous checkpoint to its end, conditionally;
     5. COMMITTED (with the snapshot id) and the head's in-flight id cleared, in one transaction.
     A run that finds the batch COMMITTING resumes at step 2. The output must be this pipeline's (its owner record).
@@ -59,8 +60,10 @@ def commit_batch(pipeline: PipelineConfig, store: StateStore, batch_id: int, now
     if pipeline.table is not None:
         before = ledger_before(pipeline, store, batch_id)  # the batches before this one, and the ledger's rows of each
         snapshot_id = commit_to_table(pipeline, batch, run_id or batch.run_id, ledger=before)
-        batch, committed = replace(batch, snapshot_id=snapshot_id), replace(committed, snapshot_id=snapshot_id)
-        commit_records.write_commit_record(pipeline.output, committed)  # the output's copy names the snapshot before a checkpoint moves
+        quarantined = quarantine_to_table(pipeline, batch, run_id or batch.run_id)
+        batch = replace(batch, snapshot_id=snapshot_id, quarantine_snapshot_id=quarantined)
+        committed = replace(committed, snapshot_id=snapshot_id, quarantine_snapshot_id=quarantined)
+        commit_records.write_commit_record(pipeline.output, committed)  # the output's copy names the snapshots before a checkpoint moves
     results = batch.verified_result().by_shard()
 
     def advance(rng: SequenceRange) -> None:
@@ -95,7 +98,7 @@ def commit_to_table(
     files = batch_files(pipeline, batch.batch_id, result)
     attempt = result.attempt or ""  # batch_files refused a manifest without one
     # Every record quarantined: the table's columns come from a quarantine file, should this be its first batch.
-    quarantined = [] if files else parquet_files(layout.quarantine_path(pipeline.output, batch.batch_id))
+    quarantined = [] if files else parquet_files(quarantine_folder(pipeline, batch.batch_id, result))
     schema_file = quarantined[0] if quarantined else None
     ledger = ledger if ledger is not None else Ledger(batch.batch_id - 1, batch.batch_id)
     check = table_check(pipeline, kind, batch.batch_id, ledger)
@@ -116,6 +119,21 @@ def commit_to_table(
                     )
                     remove_folder(path)
     return snapshot_id
+
+
+def quarantine_to_table(pipeline: PipelineConfig, batch: Batch, run_id: str) -> int | None:
+    """Put the verified attempt's quarantined records in the quarantine table, replacing the batch's there, in one snapshot
+    (or find the snapshot that did, by the attempt its summary names); its id, or None when the batch has none and had none.
+
+    Committed after the pipeline's table, never before: the table is what the ledger's guards compare, and its
+    snapshot is the batch's commit; a commit cut short between the two is finished here by the run that resumes it."""
+    result = batch.verified_result()
+    attempt = result.attempt or ""
+    # The attempt's own folder: the quarantine folder of a batch replayed by a release before the table is kept as it is.
+    quarantined = parquet_files(layout.quarantine_data_path(pipeline.output, batch.batch_id, attempt))
+    properties = iceberg_table.snapshot_properties(pipeline.name, batch.batch_id, attempt, run_id)
+    key = {k: properties[k] for k in (iceberg_table.PIPELINE_PROPERTY, iceberg_table.BATCH_PROPERTY, iceberg_table.ATTEMPT_PROPERTY)}
+    return quarantine_table.commit(pipeline, {batch.batch_id: quarantined}, properties, key)
 
 
 def table_check(pipeline: PipelineConfig, kind: Commit, batch_id: int, ledger: Ledger) -> iceberg_table.TableCheck:
