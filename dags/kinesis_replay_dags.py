@@ -304,7 +304,10 @@ def build_backfill_dag(pipeline: PipelineConfig) -> DAG:
         @task(task_id="commit", outlets=[asset])
         def commit_redecode(batch_ids: list[int]) -> list[tasks.BatchFigures]:
             context = get_current_context()
-            return tasks.commit_redecode(pipeline, context["params"], context["run_id"], batch_ids)
+            figures = tasks.commit_redecode(pipeline, context["params"], context["run_id"], batch_ids)
+            # One event for the selection, made visible at once: each batch's figures, as a backfill's event carries one.
+            context["outlet_events"][asset].extra = {"kind": "redecode", "batches": [tasks.event_extra(f) for f in figures]}
+            return figures
 
         chosen = select()
         if pipeline.spark.emr_serverless is None:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 
 from kinesis_replay.adapters.dynamodb_store import DynamoDBStateStore
@@ -102,8 +104,10 @@ def test_too_many_bad_records_fail_the_batch_and_move_nothing(
     batch = store.get_batch(entry["name"], 1)
     assert batch.status == BatchStatus.FAILED
     assert "10 of 50 records (20.0%) could not be decoded, more than payload.max_bad_share (5.0%)" in (batch.error or "")
-    assert "_quarantine/batch_id=0000000001" in (batch.error or "")
+    folder = re.search(r"(\S*/quarantine/data/batch_id=0000000001/attempt=[^/\s]+)", batch.error or "")
+    assert folder is not None, batch.error  # the attempt's own quarantine folder: no table holds it, as nothing committed
     assert all(s.checkpoint is None for s in store.get_shards(entry["name"]).values())
+    assert len(read_output(entry["output"], quarantine=True)) == 0
     # Where the error sends the operator: each record there says why.
-    reasons = read_output(entry["output"], quarantine=True)["decode_error"].to_pylist()
+    reasons = pq.read_table(folder.group(1))["decode_error"].to_pylist()
     assert reasons == ["not valid JSON: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"] * 10

@@ -144,10 +144,12 @@ def age_batch(dynamodb: Any, table: str, pipeline_name: str, batch_id: int, wait
     )  # fmt: skip
 
 
-def output_table(output: Path | str) -> Any | None:
+def output_table(output: Path | str, quarantine: bool = False) -> Any | None:
     """The Iceberg table of an output on the embedded catalog, loaded with pyiceberg itself (not project code); None without one.
+    ``quarantine``: the output's quarantine table instead, at ``<output>/quarantine``.
 
-    The embedded catalog is pyiceberg's SQL catalog on ``<output>/_catalog/catalog.db``, holding the one table of the output.
+    The embedded catalog is pyiceberg's SQL catalog on ``<output>/_catalog/catalog.db``, holding the output's table and,
+    once a record was quarantined, its quarantine table; each is told by its location.
     """
     db = Path(output) / "_catalog" / "catalog.db"
     if not db.exists():
@@ -155,9 +157,11 @@ def output_table(output: Path | str) -> Any | None:
     from pyiceberg.catalog.sql import SqlCatalog
 
     catalog = SqlCatalog("kinesis_replay", uri=f"sqlite:///{db}", warehouse=f"file://{db.parent}")
-    tables = [t for ns in catalog.list_namespaces() for t in catalog.list_tables(ns)]
-    assert len(tables) <= 1, f"{db} holds more than one table: {tables}"
-    return catalog.load_table(tables[0]) if tables else None
+    where = f"file://{Path(output)}" + ("/quarantine" if quarantine else "")
+    tables = [catalog.load_table(t) for ns in catalog.list_namespaces() for t in catalog.list_tables(ns)]
+    found = [t for t in tables if t.location().rstrip("/") == where]
+    assert len(found) <= 1 and len(tables) <= 2, f"{db} holds more tables than an output's two: {[t.name() for t in tables]}"
+    return found[0] if found else None
 
 
 def is_table_output(output: Path | str) -> bool:
@@ -179,9 +183,17 @@ def read_output(output: Path | str, quarantine: bool = False, snapshot_id: int |
     if not quarantine and is_table_output(output):
         return table_rows(output_table(output), snapshot_id)
     root = Path(output) / "_quarantine" if quarantine else Path(output)
-    if not root.exists():
-        return pa.table({c: [] for c in EMPTY_COLUMNS})
-    return ds.dataset(str(root), format="parquet", partitioning="hive").to_table()
+    folders = ds.dataset(str(root), format="parquet", partitioning="hive").to_table() if root.exists() else None
+    if quarantine and is_table_output(output):  # the quarantine table, and the folders of a release before it
+        held = table_rows(output_table(output, quarantine=True))
+        return (
+            held
+            if folders is None
+            else pa.concat_tables(
+                [held, folders.select([c for c in folders.column_names if c in held.column_names])], promote_options="default"
+            )
+        )
+    return folders if folders is not None else pa.table({c: [] for c in EMPTY_COLUMNS})
 
 
 def table_rows(table: Any | None, snapshot_id: int | None = None) -> Any:

@@ -142,6 +142,10 @@ def _commit_once(table: Table, paths: Mapping[int, list[str]], properties: Mappi
     old = batch_files(table, paths)
     if not old and not any(paths.values()):
         return None
+    held = {f.file_path for files in old.values() for f in files}
+    if held == {p for ps in paths.values() for p in ps}:  # holds these files already (a restore of a table it outlived)
+        current = table.current_snapshot()
+        return current.snapshot_id if current is not None else None
     try:
         with iceberg_table.transaction(table) as tx:
             added = [parquet_file_to_data_file(table.io, tx.table_metadata, p) for ps in paths.values() for p in ps]

@@ -396,7 +396,8 @@ def check_replayed(
         quarantined = commit.quarantine_to_table(pipeline, replayed, run_id or batch.run_id)
         # The ledger and the commit record name the replayed attempt, whose files the snapshots hold: the first run's
         # files go with the snapshots before them, and a recovery from the commit records rebuilds what the tables hold.
-        batch = replace(replayed, snapshot_id=snapshot_id, quarantine_snapshot_id=quarantined)
+        # A re-decode staged before this replay is of files this one replaced: dropped, so that its commit cannot put them back.
+        batch = replace(replayed, snapshot_id=snapshot_id, quarantine_snapshot_id=quarantined, staged=None, staged_by=None)
         store.set_replayed(batch, expected=BatchStatus.COMMITTED)
         commit_records.write_commit_record(pipeline.output, batch)
         files.remove_folder(layout.quarantine_path(pipeline.output, batch_id), missing_ok=True)  # a release's before the table
@@ -705,7 +706,8 @@ def restore_from_files(pipeline: PipelineConfig, store: StateStore, plan: Restor
 
 def _commit_restored(pipeline: PipelineConfig, store: StateStore, batch: Batch, run_id: str, ledger: Ledger) -> Batch:
     snapshot_id = commit.commit_to_table(pipeline, batch, run_id, Commit.RESTORE, ledger)
-    restored = replace(batch, snapshot_id=snapshot_id)
+    quarantined = commit.quarantine_to_table(pipeline, batch, run_id)  # found as it is, unless the quarantine table lost it too
+    restored = replace(batch, snapshot_id=snapshot_id, quarantine_snapshot_id=quarantined, staged=None, staged_by=None)
     store.set_replayed(restored, expected=BatchStatus.COMMITTED)
     commit_records.write_commit_record(pipeline.output, restored)
     log.info("pipeline %s: batch %d restored to the table in snapshot %d", pipeline.name, batch.batch_id, snapshot_id)

@@ -34,7 +34,7 @@ from kinesis_replay.adapters.output_root import load_root
 from kinesis_replay.core import ownership
 from kinesis_replay.core.config import PipelineConfig
 from kinesis_replay.core.errors import BackfillError
-from kinesis_replay.core.holdings import Commit, listed
+from kinesis_replay.core.holdings import Commit, Holdings, TableState, listed
 from kinesis_replay.core.ledger import ledger_of
 from kinesis_replay.core.refusals import refuse
 from kinesis_replay.core.state import Batch, BatchStatus, ReplayResult, StateStore
@@ -71,8 +71,13 @@ def commit_redecoded(pipeline: PipelineConfig, store: StateStore, batch_ids: Seq
     properties = {**key, iceberg_table.RUN_PROPERTY: run_id}
     replacements = {b.batch_id: files.batch_files(pipeline, b.batch_id, _staged(b)) for b in pending}
     records = {b.batch_id: (b.verified_result().records, _staged(b).records) for b in pending}
-    ledger = ledger_of(store.get_head(pipeline.name), pipeline, store)
-    check = table_check(pipeline, Commit.BACKFILL, ids[0], ledger)
+
+    def check(state: TableState) -> Holdings | None:
+        # The ledger read again before each try: regular batches keep committing while the selection waits, and a try
+        # that lost the race to one of them must compare the table with the ledger that holds it.
+        ledger = ledger_of(store.get_head(pipeline.name), pipeline, store)
+        return table_check(pipeline, Commit.BACKFILL, ids[0], ledger)(state)
+
     snapshot_id = iceberg_table.replace_batches(pipeline, replacements, records, properties, key, check)
     quarantined = {
         b.batch_id: files.parquet_files(layout.quarantine_data_path(pipeline.output, b.batch_id, _staged(b).attempt or "")) for b in pending
