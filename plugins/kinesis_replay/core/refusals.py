@@ -25,6 +25,7 @@ from kinesis_replay.core.errors import (
 from kinesis_replay.core.formats import COMMITS_DIR, OWNER_FILE
 from kinesis_replay.core.holdings import SHOWN_IDS, Ledger, Mismatch, TableState, listed
 from kinesis_replay.core.output_root import LocationHolding, OtherRoot, Owner
+from kinesis_replay.core.schema_changes import FieldChange
 
 RECOVER_PARAM = "recover_from_output"  # the regular DAG's parameter that rebuilds a lost state table from the output
 RESTORE_PARAM = "restore_table"  # the backfill DAG's parameter that restores the table from the output and the stream
@@ -444,3 +445,17 @@ class JobLayoutDiffers(Refusal):
             f"pipeline {self.pipeline_name!r}, batch {self.batch_id}: output {self.output} holds the {self.recorded} layout and "
             f"the job was asked for output_format {self.asked}; nothing was written"
         )
+
+
+# -- the table's schema against payload.schema ---------------------------------------------------------------------
+
+SCHEMA_RUNBOOK = 'docs/operating.md: "We changed a type"'
+
+
+def schema_way_out(refused: Sequence[FieldChange]) -> str:
+    """What works today for each refused column; for a type, that a rebuild into a new table is planned, not built."""
+    fixes = "; ".join(f'for "{f.name}", {f.fix}' for f in refused if f.fix)
+    text = f"What works today: {fixes}. " if fixes else ""
+    if any(f.before is not None and f.after is not None for f in refused):
+        text += f"A rebuild into a new table under the new types is planned, not built yet: see {SCHEMA_RUNBOOK}. "
+    return text + 'What the table takes as it is: docs/table.md: "Schema changes".'
