@@ -590,7 +590,8 @@ def replace_batches(
         state = table_state(table)
         held = check(state) or state.holdings
         try:
-            return _replace_once(table, paths, {**properties, **Holdings(held.ranges, held.records + delta).to_summary()}, where)
+            summary = {**properties, **Holdings(held.ranges, held.records + delta).to_summary()}
+            return _replace_once(table, paths, summary, where, pipeline.payload.renamed_from)
         except (CommitFailedException, CommitStateUnknownException) as exc:
             log.warning("%s: the table changed under the commit (%s); retrying against its new metadata (%d)", where, exc, attempt_no)
             time.sleep(min(0.05 * 2**attempt_no, 2.0))
@@ -598,7 +599,9 @@ def replace_batches(
     raise TableCommitError(f"{where}: {COMMIT_ATTEMPTS} commits in a row lost the race for the table; nothing was committed")
 
 
-def _replace_once(table: Table, paths: Mapping[int, list[str]], properties: dict[str, str], where: str) -> int:
+def _replace_once(
+    table: Table, paths: Mapping[int, list[str]], properties: dict[str, str], where: str, renamed_from: Mapping[str, str]
+) -> int:
     from pyiceberg.io.pyarrow import parquet_file_to_data_file
 
     old = [f for batch_id in paths for f in batch_data_files(table, batch_id)]
@@ -609,7 +612,7 @@ def _replace_once(table: Table, paths: Mapping[int, list[str]], properties: dict
         with transaction(table) as tx:
             first = next((p for ps in paths.values() for p in ps), None)
             if first is not None:
-                _add_new_columns(table, tx, first, where)
+                _evolve_schema(table, tx, first, where, renamed_from)  # a widening or an added field, as a commit makes it
             added = [parquet_file_to_data_file(table.io, tx.table_metadata, p) for ps in paths.values() for p in ps]
             wrong = [f.file_path for f in added if f.partition[0] not in paths]
             if wrong:
