@@ -12,7 +12,10 @@ from kinesis_replay.adapters import iceberg_table
 from kinesis_replay.adapters.json_columns import arrow_type
 from kinesis_replay.core.config import PipelineConfig, parse_config
 from kinesis_replay.core.ddl import parse_ddl_schema
-from kinesis_replay.core.refusals import schema_way_out
+from kinesis_replay.core.errors import ConfigError
+from kinesis_replay.core.holdings import Holdings, TableState
+from kinesis_replay.core.output_root import TableSnapshot
+from kinesis_replay.core.ownership import schema_refusal
 from kinesis_replay.core.schema_changes import (
     Change,
     ColumnType,
@@ -25,6 +28,7 @@ from kinesis_replay.core.schema_changes import (
 
 INT, LONG, FLOAT, DOUBLE, STRING = (ColumnType(k) for k in ("int", "long", "float", "double", "string"))
 RUNBOOK = 'docs/operating.md: "We changed a type"'
+HELD = TableState(Holdings.of([1], 10), 10)
 
 
 def decimal(precision: int, scale: int) -> ColumnType:
@@ -53,9 +57,11 @@ def changes(schema: str | None, columns: tuple[TableColumn, ...], renamed_from: 
 
 
 def refusal(schema: str, columns: tuple[TableColumn, ...], renamed_from: dict[str, str] | None = None) -> str:
-    refused = payload_changes(pipeline(schema, renamed_from), columns).refused
-    assert refused
-    return f"{'; '.join(f.describe() for f in refused)}. {schema_way_out(refused)}"
+    refused = schema_refusal(pipeline(schema, renamed_from), TableSnapshot(HELD, columns=columns))
+    assert refused is not None
+    error = refused.as_error()
+    assert isinstance(error, ConfigError)
+    return str(error)
 
 
 def test_columns_as_they_are_change_nothing_and_the_records_own_columns_are_not_payload_schemas() -> None:
@@ -93,8 +99,10 @@ def test_sparks_narrow_integers_land_as_int_so_widening_them_to_int_changes_noth
 
 
 def test_a_removed_field_stays_in_the_table() -> None:
-    found = changes("user STRING", table(TableColumn("user", STRING), TableColumn("amount", INT)))
+    columns = table(TableColumn("user", STRING), TableColumn("amount", INT))
+    found = changes("user STRING", columns)
     assert found["amount"].change == Change.REMOVED and found["amount"].before == INT
+    assert schema_refusal(pipeline("user STRING"), TableSnapshot(HELD, columns=columns)) is None
 
 
 def test_a_raw_payload_keeps_every_column_the_table_has() -> None:
@@ -119,6 +127,7 @@ def test_int_to_string_is_refused_naming_the_field_the_types_and_the_way_out() -
     message = refusal("user STRING, amount STRING", table(TableColumn("user", STRING), TableColumn("amount", INT)))
     assert 'column "amount": the table\'s int, now string (STRING)' in message
     assert "`amount INT`" in message and "`amount_v2 STRING`" in message and RUNBOOK in message
+    assert "pipeline 'orders'" in message and "Nothing was read or written." in message
 
 
 def test_a_decimals_scale_change_is_refused_though_pyicebergs_own_check_lets_it_through() -> None:

@@ -16,6 +16,7 @@ from typing import ClassVar
 from kinesis_replay.core.config import PipelineConfig
 from kinesis_replay.core.decoding import Decoding
 from kinesis_replay.core.errors import (
+    ConfigError,
     DecodedValuesChangedError,
     KinesisReplayError,
     OutputOwnershipError,
@@ -459,3 +460,22 @@ def schema_way_out(refused: Sequence[FieldChange]) -> str:
     if any(f.before is not None and f.after is not None for f in refused):
         text += f"A rebuild into a new table under the new types is planned, not built yet: see {SCHEMA_RUNBOOK}. "
     return text + 'What the table takes as it is: docs/table.md: "Schema changes".'
+
+
+@dataclass(frozen=True)
+class SchemaChangeRefused(Refusal):
+    """payload.schema changes the table's columns in a way Iceberg cannot (core/schema_changes): refused at the plan and at
+    a backfill's choice, before anything is read."""
+
+    pipeline: PipelineConfig
+    refused: tuple[FieldChange, ...]
+    error = ConfigError
+
+    def message(self) -> str:
+        pipeline = self.pipeline
+        where = pipeline.table.describe() if pipeline.table is not None else f"the table of output {pipeline.output}"
+        changes = "; ".join(f.describe() for f in self.refused)
+        return (
+            f"pipeline {pipeline.name!r}: payload.schema changes column(s) of {where} in a way Iceberg does not: {changes}. "
+            f"{schema_way_out(self.refused)} Nothing was read or written."
+        )

@@ -236,7 +236,8 @@ def choose(
 ) -> tuple[Selection, list[Batch]]:
     """The committed batches a backfill's ``batches`` parameter selects, checked before anything is read.
 
-    Refused when the output is not this pipeline's, while a regular batch is in flight (the two would
+    Refused when the output is not this pipeline's, when payload.schema changes the table's columns in a way Iceberg
+    cannot (the replayed files could never be committed), while a regular batch is in flight (the two would
     compete for the stream's read limits), when a range has left the stream's retention, and (unless ``redecode``)
     when a batch was decoded with other payload settings than the pipeline's now, naming both.
     """
@@ -247,6 +248,7 @@ def choose(
     # each batch's rows are compared with the ledger's, so a backfill never commits over another writer's partial delete.
     ledger, held = ledger_of(head, pipeline, store), load_table(pipeline, head)
     refuse(ownership.table_refusal(pipeline, held, ledger, ledger_rows(held.state, ledger) if held else None))
+    refuse(ownership.schema_refusal(pipeline, held))  # the replayed files must fit the table as a regular batch's
     newest = head.next_batch_id - 1
     retention = stream_retention(kinesis_client, pipeline.stream, pipeline.read) if selection.start_time else None
     chosen = select_batches(pipeline.name, selection, candidates(store, pipeline.name, selection, newest, retention), newest)
