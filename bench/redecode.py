@@ -400,8 +400,8 @@ def render(r: dict[str, Any], command: str) -> str:
         "|---|---|---|---|",
         f"| commit, s: one batch's (the backfill's mean) against the re-decode's one | {one:.3f} (CPU {one_cpu:.3f}) | {rd:.3f} (CPU {rd_cpu:.3f}) | **{rd / one:.1f}×** (CPU {rd_cpu / one_cpu:.1f}×) |",
         f"| commit, s: all {n} batches | {whole:.2f} (CPU {sum(per_batch_cpu):.2f}) | {rd:.3f} (CPU {rd_cpu:.3f}) | {rd / whole:.2f}× (CPU {rd_cpu / sum(per_batch_cpu):.2f}×) |",
-        f"| of which the table's, s | {sum(bf_table.wall):.2f} | {rd_table.wall[0]:.3f} | {rd_table.wall[0] / sum(bf_table.wall):.2f}× |",
-        f"| of which the quarantine table's, s | {sum(bf_quarantine.wall):.2f} | {rd_quarantine.wall[0]:.3f} | {rd_quarantine.wall[0] / sum(bf_quarantine.wall):.2f}× |",
+        f"| of which the table's, s | {sum(bf_table.wall):.2f} (CPU {sum(bf_table.cpu):.2f}) | {rd_table.wall[0]:.3f} (CPU {rd_table.cpu[0]:.3f}) | {rd_table.wall[0] / sum(bf_table.wall):.2f}× |",
+        f"| of which the quarantine table's, s | {sum(bf_quarantine.wall):.2f} (CPU {sum(bf_quarantine.cpu):.2f}) | {rd_quarantine.wall[0]:.3f} (CPU {rd_quarantine.cpu[0]:.3f}) | {rd_quarantine.wall[0] / sum(bf_quarantine.wall):.2f}× |",
         f"| snapshots made (table + quarantine table) | {made_bf[0]} + {made_bf[1]} | {made_rd[0]} + {made_rd[1]} | |",
         f"| files the commits read | {bf_files:,} | {rd_files:,} | {rd_files / bf_files:.2f}× |",
     ]
