@@ -97,7 +97,8 @@ package: install
 	PYTHONPATH=plugins $(BIN)/python -c "from pathlib import Path; from kinesis_replay.launchers.spark_submit import package_library as p; print(p(Path('dist/kinesis_replay.zip')))" 
 
 # Sizes (records per 4-shard stream) and runs per figure, then bench-table and bench-redecode; about 20 minutes with these
-# defaults on 2 cores (BENCHMARKS.md: 17.3 minutes for bench/run.py, 0.9 for the table's commits, 1.5 for the re-decode's).
+# defaults on 2 cores (BENCHMARKS.md: 17.3 minutes for bench/run.py, 0.9 for the table's commits, 3.6 for the
+# re-decode's at a load average of 9: about 80 CPU-seconds).
 SIZES ?= 4000,40000,400000
 RUNS ?= 3
 bench: install
@@ -113,8 +114,8 @@ bench-table: install
 
 # A re-decode of REDECODE_BATCHES committed batches (at most 100, a backfill run's most) beside a backfill of the same
 # batches, on two tables built alike on the fakes (no Spark: the measure is the commit and the files it reads); the
-# re-decode's one commit against a backfill's commit of one batch, and the files each reads. About 1.5 minutes on
-# 2 cores, two thirds of it building the tables.
+# re-decode's one commit against a backfill's commit of one batch, and the files each reads. About 80 CPU-seconds,
+# mostly on one core: 3.6 minutes on 2 cores at a load average of 9, nearly half of them building the tables.
 REDECODE_BATCHES ?= 100
 bench-redecode: install
 	$(BIN)/python bench/redecode.py --batches $(REDECODE_BATCHES)
