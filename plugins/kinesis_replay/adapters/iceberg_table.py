@@ -596,8 +596,8 @@ def replace_batches(
 def _replace_once(table: Table, paths: Mapping[int, list[str]], properties: dict[str, str], where: str) -> int:
     from pyiceberg.io.pyarrow import parquet_file_to_data_file
 
-    # One scan for the whole selection, not one a batch: each read the manifest list and the manifests it kept again, half
-    # of a 100-batch re-decode's commit (BENCHMARKS.md, make bench-redecode). Filtered by the ids' range, which prunes the
+    # One scan for the whole selection, not one a batch: each read the manifest list and the manifests it kept again, three
+    # quarters of this commit for 100 batches (BENCHMARKS.md, make bench-redecode). Filtered by the ids' range, which prunes the
     # manifests as a batch's equality did, then by each file's partition (identity(batch_id)): an In filter of 100 ids
     # costs pyiceberg's evaluators the 100 literals for every file.
     old: list[DataFile] = []
