@@ -604,14 +604,7 @@ def _replace_once(
 ) -> int:
     from pyiceberg.io.pyarrow import parquet_file_to_data_file
 
-    # One scan for the whole selection, not one a batch: each read the manifest list and the manifests it kept again, three
-    # quarters of this commit for 100 batches (BENCHMARKS.md, make bench-redecode). Filtered by the ids' range, which prunes the
-    # manifests as a batch's equality did, then by each file's partition (identity(batch_id)): an In filter of 100 ids
-    # costs pyiceberg's evaluators the 100 literals for every file.
-    old: list[DataFile] = []
-    if paths and table.current_snapshot() is not None:
-        ids = f"{PARTITION_COLUMN} >= {int(min(paths))} AND {PARTITION_COLUMN} <= {int(max(paths))}"
-        old = [task.file for task in table.scan(row_filter=ids).plan_files() if task.file.partition[0] in paths]
+    old = [f for files in selection_data_files(table, paths).values() for f in files]
     new = {p for ps in paths.values() for p in ps}
     if any(f.file_path in new for f in old):
         raise TableCommitRefusedError(f"{where}: the table already holds some of the files, in no snapshot of their own")
@@ -644,6 +637,26 @@ def batch_data_files(table: Table, batch_id: int, snapshot_id: int | None = None
         return []
     scan = table.scan(row_filter=f"{PARTITION_COLUMN} = {int(batch_id)}", snapshot_id=snapshot_id)
     return [task.file for task in scan.plan_files()]
+
+
+def selection_data_files(table: Table, batch_ids: Iterable[int]) -> dict[int, list[DataFile]]:
+    """The data files of each batch named that has some in the current snapshot, found in one scan for the whole selection.
+
+    One scan a batch read the manifest list and the manifests it kept again each time: three quarters of a re-decode's
+    commit of 100 batches (BENCHMARKS.md, make bench-redecode). Filtered by the ids' range, which prunes the manifests
+    as a batch's equality does, then by each file's partition (identity(batch_id)); an In filter of 100 ids costs
+    pyiceberg's evaluators the 100 literals for every file.
+    """
+    wanted = set(batch_ids)
+    if not wanted or table.current_snapshot() is None:
+        return {}
+    ids = f"{PARTITION_COLUMN} >= {int(min(wanted))} AND {PARTITION_COLUMN} <= {int(max(wanted))}"
+    found: dict[int, list[DataFile]] = {}
+    for task in table.scan(row_filter=ids).plan_files():
+        batch_id = task.file.partition[0]
+        if batch_id in wanted:
+            found.setdefault(batch_id, []).append(task.file)
+    return found
 
 
 def read_file_schema(properties: Mapping[str, str], path: str) -> pa.Schema:

@@ -97,9 +97,7 @@ def _create(pipeline: PipelineConfig, schema_file: str, catalog: Catalog) -> Tab
 
 def batch_files(table: Table | None, batch_ids: Iterable[int]) -> dict[int, list[DataFile]]:
     """The quarantine table's current files of each batch that has some."""
-    if table is None:
-        return {}
-    return {b: found for b in batch_ids if (found := iceberg_table.batch_data_files(table, b))}
+    return iceberg_table.selection_data_files(table, batch_ids) if table is not None else {}
 
 
 def commit(
