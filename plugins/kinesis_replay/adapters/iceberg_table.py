@@ -465,21 +465,9 @@ def create_or_load_table(pipeline: PipelineConfig, file_schema: pa.Schema, catal
             "Two tables at one location share its metadata/ and data/ folders, and each one's orphan-file removal deletes the "
             "other's files. Nothing was written."
         )
-    schema, spec, sort_order, properties = new_table_parts(pipeline, table_schema(pipeline, file_schema))
+    parts = new_table_parts(pipeline, table_schema(pipeline, file_schema))
     create_namespace(catalog, config.namespace)
-    try:
-        table = catalog.create_table(
-            config.identifier,
-            schema=schema,
-            location=iceberg_location(pipeline.output),
-            partition_spec=spec,
-            sort_order=sort_order,
-            properties=properties,
-        )
-    except Exception:  # TableAlreadyExistsError, or the catalog's own error when another commit created it first
-        if not catalog.table_exists(config.identifier):
-            raise
-        table = catalog.load_table(config.identifier)
+    table = create_table(catalog, config.identifier, iceberg_location(pipeline.output), parts)
     check_table_owner(pipeline, table)
     log.info("pipeline %s: created %s at %s", pipeline.name, config.describe(), table.location())
     return table
@@ -517,6 +505,44 @@ def new_table_parts(pipeline: PipelineConfig, file_schema: pa.Schema) -> tuple[A
         COMMIT_RETRIES_PROPERTY: "0",
     }
     return schema, spec, sort_order, properties
+
+
+def create_table(catalog: Catalog, identifier: str, location: str, parts: tuple[Any, Any, Any, dict[str, str]]) -> Table:
+    """The table created with ``new_table_parts``'s parts, or the one another commit created first."""
+    schema, spec, sort_order, properties = parts
+    try:
+        return catalog.create_table(
+            identifier, schema=schema, location=location, partition_spec=spec, sort_order=sort_order, properties=properties
+        )
+    except Exception:  # TableAlreadyExistsError, or the catalog's own error when another commit created it first
+        if not catalog.table_exists(identifier):
+            raise
+        return catalog.load_table(identifier)
+
+
+def write_snapshot(tx: Transaction, properties: Mapping[str, str], old: Iterable[DataFile], added: Iterable[DataFile]) -> None:
+    """One snapshot in ``tx``: ``old`` out and ``added`` in (an OVERWRITE), or, with nothing out, ``added`` appended, merging
+    manifests as the table's properties say."""
+    old = list(old)
+    update = tx.update_snapshot(snapshot_properties=dict(properties))
+    if old:
+        with update.overwrite() as overwrite:
+            for data_file in old:
+                overwrite.delete_data_file(data_file)
+            for data_file in added:
+                overwrite.append_data_file(data_file)
+    else:
+        with update.merge_append() as append:
+            for data_file in added:
+                append.append_data_file(data_file)
+
+
+def new_snapshot_id(table: Table, where: str) -> int:
+    """The snapshot a commit just made."""
+    snapshot = table.current_snapshot()
+    if snapshot is None:  # pragma: no cover - a commit always makes a snapshot
+        raise TableCommitError(f"{where}: the commit made no snapshot")
+    return snapshot.snapshot_id
 
 
 def create_namespace(catalog: Catalog, namespace: str) -> None:
@@ -617,18 +643,12 @@ def _replace_once(
             wrong = [f.file_path for f in added if f.partition[0] not in paths]
             if wrong:
                 raise TableCommitRefusedError(f"{where}: files {wrong} hold rows of a batch_id not replaced")
-            with tx.update_snapshot(snapshot_properties=properties).overwrite() as overwrite:
-                for data_file in old:
-                    overwrite.delete_data_file(data_file)
-                for data_file in added:
-                    overwrite.append_data_file(data_file)
+            write_snapshot(tx, properties, old, added)
     except ValueError as exc:  # pyiceberg: a file's schema the table does not have
         raise TableCommitRefusedError(f"{where}: the replacement files do not fit the table: {exc}") from exc
-    snapshot = table.current_snapshot()
-    if snapshot is None:  # pragma: no cover - a commit always makes a snapshot
-        raise TableCommitError(f"{where}: the commit made no snapshot")
-    log.info("%s: replaced %d files with %d in snapshot %d", where, len(old), len(added), snapshot.snapshot_id)
-    return snapshot.snapshot_id
+    snapshot_id = new_snapshot_id(table, where)
+    log.info("%s: replaced %d files with %d in snapshot %d", where, len(old), len(added), snapshot_id)
+    return snapshot_id
 
 
 def batch_data_files(table: Table, batch_id: int, snapshot_id: int | None = None) -> list[DataFile]:
@@ -941,22 +961,12 @@ def _commit_once(
             if wrong:
                 raise TableCommitRefusedError(f"{where}: files {wrong} hold rows of another batch_id")
             counted = records if records is not None else sum(f.record_count for f in data_files)
-            update = tx.update_snapshot(snapshot_properties={**props, **held.add(batch_id, counted).to_summary()})
-            if old:  # a replay of a committed batch: its old files out and the new ones in, one OVERWRITE snapshot
-                with update.overwrite() as overwrite:
-                    for data_file in old:
-                        overwrite.delete_data_file(data_file)
-                    for data_file in data_files:
-                        overwrite.append_data_file(data_file)
-            else:
-                with update.merge_append() as append:  # merges manifests as the table's properties say
-                    for data_file in data_files:
-                        append.append_data_file(data_file)
+            # A replay of a committed batch: its old files out and the new ones in, one OVERWRITE snapshot.
+            write_snapshot(tx, {**props, **held.add(batch_id, counted).to_summary()}, old, data_files)
     except ValueError as exc:  # pyiceberg: a file's schema the table does not have
         raise TableCommitRefusedError(f"{where}: the files of attempt {attempt} do not fit the table: {exc}") from exc
-    snapshot = table.current_snapshot()
-    if snapshot is None:  # pragma: no cover - a commit always makes a snapshot
-        raise TableCommitError(f"{where}: the commit made no snapshot")
-    log.info("%s: committed attempt %s in snapshot %d (%s %d files)", where, attempt, snapshot.snapshot_id,
-             "replacing" if old else "adding", len(paths))  # fmt: skip
-    return snapshot.snapshot_id
+    snapshot_id = new_snapshot_id(table, where)
+    log.info(
+        "%s: committed attempt %s in snapshot %d (%s %d files)", where, attempt, snapshot_id, "replacing" if old else "adding", len(paths)
+    )
+    return snapshot_id
