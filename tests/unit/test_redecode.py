@@ -290,3 +290,30 @@ def test_a_regular_commit_cut_short_between_the_two_tables_is_finished_by_the_ne
     assert stored.status == BatchStatus.COMMITTED and stored.quarantine_snapshot_id == committed.quarantine_snapshot_id
     assert stored.quarantine_snapshot_id == snapshots(world.pipeline, quarantine=True)[-1]
     assert commit_records.read_commit_record(world.pipeline.output, 4).quarantine_snapshot_id == stored.quarantine_snapshot_id
+
+
+def test_a_redecode_commit_cut_short_around_a_batchs_commit_record_leaves_no_record_naming_the_earlier_attempt(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    changed = with_schema(world.pipeline, "n BIGINT, user STRING")
+    redecode_replays(world, changed, [1, 2], "backfill-1")
+    real = store_write = world.store.set_replayed
+    calls: list[int] = []
+
+    def dies_after_first(batch: Any, expected: Any) -> None:  # the worker dies after batch 1's ledger write
+        store_write(batch, expected)
+        calls.append(batch.batch_id)
+        raise OSError("the worker died")
+
+    monkeypatch.setattr(world.store, "set_replayed", dies_after_first)
+    with pytest.raises(OSError):
+        redecode.commit_redecoded(changed, world.store, [1, 2], "backfill-1")
+    monkeypatch.setattr(world.store, "set_replayed", real)
+    assert calls == [1] and world.store.get_batch("orders", 2).staged_by == "backfill-1"
+
+    done = redecode.commit_redecoded(changed, world.store, [1, 2], "backfill-1")
+
+    for batch in done:
+        record = commit_records.read_commit_record(changed.output, batch.batch_id)
+        assert (record.result, record.snapshot_id, record.redecoded_by) == (batch.result, batch.snapshot_id, "backfill-1")
+        assert record.verified_result().decoding == Decoding.of("json", "n BIGINT, user STRING")
