@@ -396,12 +396,23 @@ def _table_clash(source: str, index: int, pipeline: PipelineConfig, other_index:
     assert pipeline.table is not None  # only called for two pipelines whose tables clash
     defaulted = [p.name for p in (other, pipeline) if p.table is not None and p.table.name == default_table_name(p.name)]
     rule = f" ({' and '.join(map(repr, defaulted))}: table.name defaults to the pipeline's name, {DEFAULT_TABLE_RULE})" if defaulted else ""
+    mine, theirs = _clashing_tables(pipeline, other)
     return (
         f"{source}: pipelines[{index}] ({pipeline.name}).table: pipeline {pipeline.name!r} would commit to "
-        f"{pipeline.table.describe()}, which is already the table of pipeline {other.name!r} (pipelines[{other_index}]){rule}. "
-        "Each pipeline needs a table of its own, or one would commit its batches into the other's table; set another "
-        "table.name or table.namespace for one of them"
+        f"{mine}, which is already {theirs} of pipeline {other.name!r} (pipelines[{other_index}]){rule}. "
+        "Each pipeline needs tables of its own (its table and its quarantine table), or one would commit its batches "
+        "into the other's; set another table.name, table.quarantine_name or table.namespace for one of them"
     )
+
+
+def _clashing_tables(pipeline: PipelineConfig, other: PipelineConfig) -> tuple[str, str]:
+    """Which of ``pipeline``'s two tables is which of ``other``'s: ``(table x in catalog c (glue), "the quarantine table")``."""
+    assert pipeline.table is not None and other.table is not None  # only called for two pipelines whose tables clash
+    own, quarantine = pipeline.table.keys()
+    theirs = dict(zip(other.table.keys(), ("the table", "the quarantine table"), strict=True))
+    if own in theirs:
+        return pipeline.table.describe(), theirs[own]
+    return pipeline.table.describe_quarantine() + " (its quarantine table)", theirs[quarantine]
 
 
 def parse_config(data: object, source: str = "<config>") -> tuple[PipelineConfig, ...]:
