@@ -315,7 +315,7 @@ def build_backfill_dag(pipeline: PipelineConfig) -> DAG:
             replayed = replay.expand(batch_id=chosen)
         else:
             replayed = emr_replay(pipeline, stage.expand(batch_id=chosen)) >> check_backfilled.expand(batch_id=chosen)
-        replayed >> commit_redecode(chosen)
+        replayed >> commit_redecode(chosen)  # type: ignore[arg-type]  # the select task's XComArg: its list, at run time
     return dag
 
 

@@ -88,7 +88,7 @@ class BatchFigures(TypedDict):
     """A committed (or backfilled) batch's figures: its task's XCom and the output Asset's event (batch_summary)."""
 
     pipeline: str
-    kind: str  # "regular" or "backfill"
+    kind: str  # "regular", "backfill", "staged" (a re-decode's batch, not yet visible) or "redecode"
     batch_id: int
     shards: int
     records: int
@@ -612,7 +612,10 @@ def check_backfilled(
     A backfilled batch must hold what its first run held (same shards, counts, checksums) and decode as the output holds
     it (unless ``redecode``); then it replaces the batch's folder or the table's files (or, restoring, joins the table)."""
     batch = backfill.check_replayed(pipeline, state_store(pipeline), batch_id, run_id, restore, redecode)
-    summary = batch_summary(pipeline, batch, "backfill")
+    if batch.staged is not None and batch.staged_by == run_id:  # a re-decode of a table: readers see nothing new until ``commit``
+        summary = batch_summary(pipeline, replace(batch, result=batch.staged, snapshot_id=None), "staged")
+    else:
+        summary = batch_summary(pipeline, batch, "backfill")
     log.info("pipeline %s: backfilled %s", pipeline.name, summary)
     return summary
 

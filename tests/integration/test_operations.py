@@ -174,6 +174,11 @@ def test_a_redecode_through_the_dag_is_refused_without_asking_then_rescues_the_q
     assert batch.quarantine_snapshot_id == quarantined.current_snapshot().snapshot_id
     assert commit_record(entry["output"], 1)["redecoded_by"] == batch.redecoded_by
     assert store.get_head(entry["name"]) == head and store.get_shards(entry["name"]) == shards  # no checkpoint moved
+    # The replay's event says the batch is staged, with the re-decode's figures and no snapshot (nothing visible yet); the
+    # commit's names the snapshot that made it visible.
+    staged, committed = asset_events(backfill.dag_id)[-2:]
+    assert (staged["kind"], staged["records"], staged["bad_records"], staged["snapshot_id"]) == ("staged", 40, 0, None)
+    assert committed["kind"] == "redecode" and committed["batches"][0]["snapshot_id"] == batch.snapshot_id
 
 
 def test_a_backfill_restores_a_lost_partition_of_a_directory_output_and_moves_no_checkpoint(
