@@ -96,7 +96,8 @@ narrowing, a decimal's scale): payload.schema keeps the table's types, so the re
 payload.next_schema says the new ones. Each replayed batch is decoded with next_schema and waits, verified, in the
 ledger; **commit** switches the table to next_schema in one snapshot once every committed batch is rebuilt (run
 the rebuild again for the batches it names until then), and from then on every batch decodes with it
-(docs/operating.md: "We changed a type"). A committed batch past the stream's retention is named before anything is read.
+(docs/operating.md: "We changed a type"). A committed batch past the stream's retention is named before anything is read;
+`"copy_expired": true` copies such batches from their files instead, each replaced column cast to its new type.
 
 **Restore the table** with `{"restore_table": true}` (try `"dry_run": true` first) when the pipeline refuses
 because the table lacks committed batches: rolled back to an older snapshot, dropped from its catalog, its
@@ -277,6 +278,15 @@ def build_backfill_dag(pipeline: PipelineConfig) -> DAG:
                 description=(
                     "Decode the batches with payload.next_schema, for a type change Iceberg cannot make in place; the table "
                     "switches to it in one snapshot once every committed batch is rebuilt, regular batches landing meanwhile."
+                ),
+            ),
+            "copy_expired": Param(
+                False,
+                type="boolean",
+                title="Copy expired batches",
+                description=(
+                    "With rebuild: copy the committed batches past the stream's retention from their files, each replaced "
+                    "column cast to its new type, instead of refusing the rebuild."
                 ),
             ),
             "dry_run": Param(False, type="boolean", title="Dry run", description="Show what would be read and its cost; read nothing."),

@@ -226,7 +226,7 @@ def state_store(pipeline: PipelineConfig) -> DynamoDBStateStore:
 # the run go on for real: the first task of each DAG refuses any other key (check_params). `redecode` is the backfill's
 # re-decode of stored batches.
 REGULAR_PARAMS = ("dry_run", "acknowledge_data_loss", RECOVER_PARAM)
-BACKFILL_PARAMS = ("batches", iceberg_table.RESTORE_PARAM, "redecode", "rebuild", "dry_run")
+BACKFILL_PARAMS = ("batches", iceberg_table.RESTORE_PARAM, "redecode", "rebuild", "copy_expired", "dry_run")
 MAINTENANCE_PARAMS = ("dry_run", "orphan_age_hours")
 
 
@@ -556,8 +556,25 @@ def select_backfill(pipeline: PipelineConfig, params: dict[str, Any], run_id: st
     backfill.parse_selection(params["batches"])  # a mistyped selection is refused before anything is called
     client = kinesis_client(pipeline)
     in_flight.check_same_stream(pipeline, client)
-    redecode, rebuilding = bool(params.get("redecode")), bool(params.get("rebuild"))
-    selection, chosen = backfill.choose(pipeline, client, state_store(pipeline), params["batches"], redecode=redecode, rebuild=rebuilding)
+    redecode, rebuilding, copy_expired = bool(params.get("redecode")), bool(params.get("rebuild")), bool(params.get("copy_expired"))
+    if copy_expired and not rebuilding:
+        raise BackfillError(
+            f"pipeline {pipeline.name!r}: copy_expired is a rebuild's (it copies the batches past the stream's retention "
+            "under payload.next_schema's types): give it with rebuild: true. Nothing was run"
+        )
+    store = state_store(pipeline)
+    selection, chosen = backfill.choose(
+        pipeline, client, store, params["batches"], redecode=redecode, rebuild=rebuilding, copy_expired=copy_expired
+    )
+    if copy_expired and not params.get("dry_run"):
+        copied = rebuild.stage_copies(pipeline, client, store, run_id)
+        log.info("pipeline %s: staged copies of batches %s, past the stream's retention", pipeline.name, copied)
+    if rebuilding and not chosen:
+        raise AirflowSkipException(
+            f"pipeline {pipeline.name}: the selection {selection.describe()} holds no batch the stream still holds; those "
+            "past its retention are copied (copy_expired). Trigger the rebuild with a selection that has one to replay: "
+            "its commit task switches once every committed batch is rebuilt or copied"
+        )
     if params.get("dry_run"):
         for batch in chosen:
             log.info("dry run: would replay %s", backfill.describe(batch, backfill.estimate_batch(batch, pipeline.read)))

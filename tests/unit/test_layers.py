@@ -48,6 +48,8 @@ STEP_IMPORTS: dict[str, dict[str, str]] = {
     },
     "rebuild": {
         "commit": "a rebuild's switch makes its staged batches visible as a re-decode's commit does (commit_staged)",
+        "in_flight": "the batches a rebuild copies are those the retention check finds gone (beyond_retention)",
+        "verify": "a copied batch's files are verified as a replay's are (check_files)",
     },
 }
 STEP_FLOORS = 2  # the siblings, then backfill, recovery, redecode and rebuild

@@ -14,7 +14,7 @@ import pytest
 
 from fakes.replay import replay, table_pipeline
 from fakes.world import World
-from kinesis_replay.adapters import commit_records, iceberg_table
+from kinesis_replay.adapters import commit_records, iceberg_table, quarantine_table
 from kinesis_replay.core.config import PipelineConfig, rebuilt
 from kinesis_replay.core.errors import BackfillError, ConfigError, DataLossError, TableCommitRefusedError
 from kinesis_replay.core.holdings import Holdings
@@ -62,6 +62,14 @@ def rebuild_run(world: World, ids: list[int], run_id: str) -> rebuild.Switch:
         )
         backfill.check_replayed(rebuilt(pipeline), world.store, batch.batch_id, run_id=run_id, rebuild=True)
     return rebuild.switch(pipeline, world.store, run_id)
+
+
+def quarantine_rows(pipeline: PipelineConfig) -> dict[int, int]:
+    table = quarantine_table.load(pipeline)
+    if table is None:
+        return {}
+    ids = table.scan(selected_fields=("batch_id",)).to_arrow().column("batch_id").to_pylist()
+    return {b: ids.count(b) for b in set(ids)}
 
 
 def scan(pipeline: PipelineConfig) -> dict[int, list[object]]:
@@ -169,6 +177,53 @@ def test_a_rebuild_names_every_committed_batch_beyond_the_streams_retention_befo
     with pytest.raises(DataLossError, match=r"batches 1, 2, 3 \(3 in all\) cannot be read again"):
         backfill.choose(world.pipeline, world.kinesis, world.store, {"batch_ids": [4]}, now=world.clock.now, rebuild=True)
     assert all(world.store.get_batch("orders", b).staged is None for b in (1, 2, 3, 4))
+
+
+def test_a_rebuild_told_to_copies_the_expired_batches_from_their_files_casting_the_replaced_column(world: World) -> None:
+    put(world, 97, 900)
+    world.kinesis.put_records(StreamName="orders", Records=[{"PartitionKey": "k", "Data": b'{"n": "x"}'} for _ in range(3)])
+    assert world.cycle() is not None  # batch 4: three of its records quarantined (n is no INT)
+    world.clock.advance(seconds=int(timedelta(hours=25).total_seconds()))  # batches 1 to 4 leave the stream
+    put(world, 100, 300)
+    assert world.cycle() is not None  # batch 5, within the retention
+    quarantined = quarantine_rows(world.pipeline)
+    assert quarantined == {4: 3}
+
+    _, chosen = backfill.choose(
+        world.pipeline, world.kinesis, world.store, {"from_batch": 1, "to_batch": 5}, now=world.clock.now, rebuild=True, copy_expired=True
+    )
+    assert [b.batch_id for b in chosen] == [5]  # the others are copied, not replayed
+    assert rebuild.stage_copies(world.pipeline, world.kinesis, world.store, "rebuild-1", now=world.clock.now) == [1, 2, 3, 4]
+    copied = world.store.get_batch("orders", 1)
+    assert copied.staged is not None and copied.staged.attempt == "copy-rebuild-1" and copied.result is not None
+    assert copied.staged.records == copied.result.records and copied.staged.decoding == rebuild.next_decoding(world.pipeline)
+    replay(rebuilt(world.pipeline), world.kinesis, backfill.committed_batch(world.pipeline, world.store, 5), attempt="rebuild-1-5")
+    backfill.check_replayed(rebuilt(world.pipeline), world.store, 5, run_id="rebuild-1", rebuild=True)
+
+    switched = rebuild.switch(world.pipeline, world.store, "rebuild-1")
+
+    assert [b.batch_id for b in switched.switched] == [1, 2, 3, 4, 5]
+    expected = {b: sorted(map(str, range(100 * (b - 1), 100 * b))) for b in (1, 2, 3)}
+    assert scan(world.pipeline) == expected | {4: sorted(map(str, range(900, 997))), 5: sorted(map(str, range(300, 400)))}
+    assert quarantine_rows(world.pipeline) == quarantined  # copied as they were
+    # Copied again by a later run: nothing, each is staged no more.
+    assert rebuild.stage_copies(world.pipeline, world.kinesis, world.store, "rebuild-2", now=world.clock.now) == []
+
+
+def test_a_copy_whose_values_do_not_fit_the_new_type_is_refused_naming_the_batch(tmp_path: Path) -> None:
+    world = World(tmp_path)
+    world.pipeline = table_pipeline(tmp_path / "out", payload={"format": "json", "schema": "n BIGINT, user STRING"})
+    world.clock.advance(seconds=1)
+    big = [{"PartitionKey": "k", "Data": json.dumps({"n": 2**40 + i, "user": "u"}).encode()} for i in range(10)]
+    world.kinesis.put_records(StreamName="orders", Records=big)
+    assert world.cycle() is not None
+    world.pipeline = replace(world.pipeline, payload=replace(world.pipeline.payload, next_schema="n INT, user STRING"))  # a narrowing
+    world.clock.advance(seconds=int(timedelta(hours=25).total_seconds()))
+
+    with pytest.raises(BackfillError, match=r"batch 1: its file .* cannot be copied under payload\.next_schema's types \(n int32\)"):
+        rebuild.stage_copies(world.pipeline, world.kinesis, world.store, "rebuild-1", now=world.clock.now)
+
+    assert world.store.get_batch("orders", 1).staged is None
 
 
 def test_the_next_schema_is_refused_where_a_switch_could_not_make_it_either(world: World) -> None:

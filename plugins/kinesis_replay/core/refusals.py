@@ -516,7 +516,7 @@ class BeyondRetention(Refusal):
         return (
             f"pipeline {self.pipeline.name!r}: a rebuild re-decodes every committed batch from the stream, and batches "
             f"{listed(list(self.batch_ids))} ({len(self.batch_ids)} in all) cannot be read again: their records have left "
-            f"the stream's retention (the first: {self.first}). Nothing was read or written. Those batches can only stay "
-            "as they were decoded: keep payload.schema and land the new type under a new column name instead (an added "
-            f"column), see {SCHEMA_RUNBOOK}"
+            f"the stream's retention (the first: {self.first}). Nothing was read or written. To copy them from their files "
+            'instead, each replaced column cast to its new type, trigger the rebuild with "copy_expired": true; or keep '
+            f"payload.schema and land the new type under a new column name (an added column), see {SCHEMA_RUNBOOK}"
         )

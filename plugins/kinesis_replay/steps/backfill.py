@@ -234,6 +234,7 @@ def choose(
     now: datetime | None = None,
     redecode: bool = False,
     rebuild: bool = False,
+    copy_expired: bool = False,
 ) -> tuple[Selection, list[Batch]]:
     """The committed batches a backfill's ``batches`` parameter selects, checked before anything is read.
 
@@ -242,7 +243,8 @@ def choose(
     compete for the stream's read limits), when a range has left the stream's retention, and (unless ``redecode``)
     when a batch was decoded with other payload settings than the pipeline's now, naming both. A ``rebuild`` (which
     decodes with payload.next_schema, steps/rebuild.py) is refused instead when it cannot start, and when any committed
-    batch has left the stream's retention, naming every one: it must read them all again.
+    batch has left the stream's retention, naming every one: it must read them all again, unless ``copy_expired`` says
+    to copy those from their files (steps/rebuild.stage_copies), which leaves them out of the selection.
     """
     refuse(ownership.owner_refusal(pipeline, load_root(pipeline)))
     selection = parse_selection(value)
@@ -265,7 +267,10 @@ def choose(
             "(the pipeline's next run finishes it), so that the two never compete for the stream's read limits"
         )
     retention = retention or stream_retention(kinesis_client, pipeline.stream, pipeline.read)
-    if rebuild:  # it reads every committed batch again: those it cannot are named before any is read
+    if rebuild and copy_expired:  # those the stream no longer holds are copied from their files, not replayed
+        gone = {b.batch_id for b, _ in in_flight.beyond_retention(pipeline, chosen, retention, now or datetime.now(UTC))}
+        chosen = [b for b in chosen if b.batch_id not in gone]
+    elif rebuild:  # it reads every committed batch again: those it cannot are named before any is read
         in_flight.check_all_retention(pipeline, committed_batches(store, pipeline.name), retention, now or datetime.now(UTC))
     for batch in chosen:
         in_flight.check_retention(pipeline, batch, retention, now or datetime.now(UTC))

@@ -96,19 +96,24 @@ def check_retention(
         )
 
 
-def check_all_retention(pipeline: PipelineConfig, batches: Sequence[Batch], retention: timedelta, now: datetime) -> None:
-    """Before anything is read: every batch named is still whole in the stream, or all those that are not are named (a
-    rebuild must read every committed batch again)."""
-    gone: list[int] = []
-    first = ""
+def beyond_retention(pipeline: PipelineConfig, batches: Sequence[Batch], retention: timedelta, now: datetime) -> list[tuple[Batch, str]]:
+    """The batches named that are no longer whole in the stream (a range's first records left its retention), each with
+    the retention check's reason."""
+    gone: list[tuple[Batch, str]] = []
     for batch in batches:
         try:
             check_retention(pipeline, batch, retention, now)
         except DataLossError as exc:
-            gone.append(batch.batch_id)
-            first = first or str(exc).split(": ", 1)[-1].split(". Nothing was read")[0]
+            gone.append((batch, str(exc).split(": ", 1)[-1].split(". Nothing was read")[0]))
+    return gone
+
+
+def check_all_retention(pipeline: PipelineConfig, batches: Sequence[Batch], retention: timedelta, now: datetime) -> None:
+    """Before anything is read: every batch named is still whole in the stream, or all those that are not are named (a
+    rebuild must read every committed batch again, unless it copies those it cannot)."""
+    gone = beyond_retention(pipeline, batches, retention, now)
     if gone:
-        refuse(BeyondRetention(pipeline, tuple(gone), first))
+        refuse(BeyondRetention(pipeline, tuple(b.batch_id for b, _ in gone), gone[0][1]))
 
 
 def pending_age(batch: Batch | None, now: datetime) -> float:

@@ -30,21 +30,30 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
-from kinesis_replay.adapters import commit_records, iceberg_table
+from kinesis_replay.adapters import commit_records, files, iceberg_table, layout
 from kinesis_replay.adapters.iceberg_table import TableCheck
+from kinesis_replay.adapters.json_columns import arrow_type
+from kinesis_replay.adapters.kinesis_client import stream_retention
 from kinesis_replay.adapters.output_root import load_root
 from kinesis_replay.core import ownership
 from kinesis_replay.core.config import PipelineConfig, rebuilt
+from kinesis_replay.core.ddl import parse_ddl_schema
 from kinesis_replay.core.decoding import Decoding
 from kinesis_replay.core.errors import BackfillError
 from kinesis_replay.core.holdings import Holdings, TableState, listed
 from kinesis_replay.core.ledger import committed_batches
 from kinesis_replay.core.refusals import refuse
 from kinesis_replay.core.schema_changes import rebuild_changes
-from kinesis_replay.core.state import Batch, StateStore
+from kinesis_replay.core.state import Batch, BatchStatus, StateStore
+from kinesis_replay.steps import in_flight, verify
 from kinesis_replay.steps.commit import commit_staged
+
+if TYPE_CHECKING:
+    from types_boto3_kinesis.client import KinesisClient
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +74,58 @@ def next_decoding(pipeline: PipelineConfig) -> Decoding:
     """The decoding a rebuild stages its attempts with: payload.next_schema's."""
     payload = rebuilt(pipeline).payload
     return Decoding.of(payload.format, payload.schema)
+
+
+def stage_copies(
+    pipeline: PipelineConfig, kinesis_client: KinesisClient, store: StateStore, run_id: str, now: datetime | None = None
+) -> list[int]:
+    """A rebuild with ``copy_expired``: each committed batch the stream no longer holds whole is staged from its verified
+    files instead of a replay, as the switch needs every committed batch staged. Its data files are copied into an attempt
+    of their own with each replaced column cast to its new type (safely: a value that does not fit refuses the copy,
+    naming the batch and the column), its quarantined records copied as they are, and the copy verified as a replay's
+    attempt is (rows, keys and the row digest, per shard) before it is staged. Returns the batches staged so."""
+    from pyarrow.lib import ArrowInvalid
+
+    decoding = next_decoding(pipeline)
+    retention = stream_retention(kinesis_client, pipeline.stream, pipeline.read)
+
+    def rebuilt_already(batch: Batch) -> bool:  # switched, or staged by a rebuild's replay or copy
+        return batch.verified_result().decoding == decoding or (batch.staged is not None and batch.staged.decoding == decoding)
+
+    batches = [b for b in committed_batches(store, pipeline.name) if not rebuilt_already(b)]
+    gone = [b for b, _ in in_flight.beyond_retention(pipeline, batches, retention, now or datetime.now(UTC))]
+    if not gone:
+        return []
+    table = iceberg_table.load_table(pipeline)
+    columns = iceberg_table.table_columns(table.metadata if table is not None else None)
+    replaced = {f.name for f in rebuild_changes(pipeline, columns).replaced}
+    declared = parse_ddl_schema(rebuilt(pipeline).payload.schema or "").children
+    cast = {name: arrow_type(t) for name, t in declared if name in replaced}
+    attempt = f"copy-{run_id}".replace(":", "-").replace("+", "-")
+    target = rebuilt(pipeline)
+    for batch in gone:
+        result = batch.verified_result()
+        copied = replace(result, attempt=attempt, decoding=decoding)
+        for source in files.batch_files(pipeline, batch.batch_id, result):
+            name = source.rsplit("/", 1)[-1]
+            try:
+                files.copy_parquet(source, f"{layout.data_path(pipeline.output, batch.batch_id, attempt)}/{name}", cast)
+            except ArrowInvalid as exc:
+                raise BackfillError(
+                    f"pipeline {pipeline.name!r}, batch {batch.batch_id}: its file {source} cannot be copied under "
+                    f"payload.next_schema's types ({', '.join(f'{c} {t}' for c, t in cast.items())}): {exc}. Nothing was "
+                    "switched; the batch is past the stream's retention, so it can be neither rebuilt nor copied: keep "
+                    "payload.schema and land the new type under a new column name instead"
+                ) from exc
+        for source in files.parquet_files(files.quarantine_folder(pipeline, batch.batch_id, result)):
+            name = source.rsplit("/", 1)[-1]
+            files.copy_parquet(source, f"{layout.quarantine_data_path(pipeline.output, batch.batch_id, attempt)}/{name}")
+        verify.check_files(target, batch.batch_id, copied, fit=False)
+        store.set_staged(replace(batch, staged=copied, staged_by=run_id), expected=BatchStatus.COMMITTED)
+        log.warning("pipeline %s, batch %d: past the stream's retention, copied from attempt %s's files into attempt %s, "
+                    "columns %s cast to payload.next_schema's types", pipeline.name, batch.batch_id, result.attempt, attempt,
+                    sorted(cast))  # fmt: skip
+    return [b.batch_id for b in gone]
 
 
 @dataclass(frozen=True)
