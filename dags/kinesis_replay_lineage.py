@@ -54,14 +54,15 @@ def describe(pipeline: PipelineConfig, figures: list[Mapping[str, Any]]) -> line
     return lineage.batch_lineage(pipeline, figures, stream_arn(pipeline))
 
 
-@functools.cache
-def _stream_arn(conn_id: str, stream: str, pipeline: PipelineConfig) -> str:
-    summary = tasks.kinesis_client(pipeline).describe_stream_summary(StreamName=stream)["StreamDescriptionSummary"]
-    return str(summary["StreamARN"])
+_ARNS: dict[tuple[str, str], str] = {}  # (connection, stream) -> the stream's ARN, looked up once per process
 
 
 def stream_arn(pipeline: PipelineConfig) -> str:
-    return _stream_arn(pipeline.aws_conn_id, pipeline.stream, pipeline)
+    key = (pipeline.aws_conn_id, pipeline.stream)
+    if key not in _ARNS:
+        summary = tasks.kinesis_client(pipeline).describe_stream_summary(StreamName=pipeline.stream)["StreamDescriptionSummary"]
+        _ARNS[key] = str(summary["StreamARN"])
+    return _ARNS[key]
 
 
 def to_openlineage(found: lineage.BatchLineage) -> OperatorLineage[Any, Any]:
