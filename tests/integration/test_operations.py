@@ -139,7 +139,8 @@ def check_lineage(
         assert facet["_schemaURL"].endswith("KinesisReplayBatchRunFacet.json#/$defs/KinesisReplayBatchRunFacet"), facet
         assert facet["records"] == batch.result.records and facet["pipeline"] == entry["name"]
         assert facet["snapshot_id"] == (batch.snapshot_id if facet["kind"] == "backfill" else first[2]), facet
-        assert facet["ranges"] == [r.to_dict() for r in batch.ranges]
+        # OpenLineage's client leaves nulls out of an event (a first range's previous_checkpoint)
+        assert facet["ranges"] == [{k: v for k, v in r.to_dict().items() if v is not None} for r in batch.ranges]
         (output,) = event["outputs"]  # the table, named by its location (the embedded catalog): one dataset throughout
         assert (output["namespace"], output["name"]) == ("file", entry["output"]), output
         assert output["outputFacets"]["outputStatistics"]["rowCount"] == batch.result.records
