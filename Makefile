@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STACK := tests/stack
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help install browser demo up down test test-unit test-integration test-compose chaos bench bench-table bench-redecode bench-paced bench-ledger bench-planning bench-connect lint typecheck docs-config package stack-up stack-down clean
+.PHONY: help install browser demo up down test test-unit test-integration test-compose chaos bench bench-table bench-redecode bench-paced bench-ledger bench-planning bench-connect bench-lineage lint typecheck docs-config package stack-up stack-down clean
 
 help:
 	@echo "make demo     run the DAG for several cycles on a local stack and check every record landed exactly once"
@@ -26,6 +26,7 @@ help:
 	@echo "make bench-ledger  time the page, the backfill selection and the stuck check on a ledger of 100,000 batches"
 	@echo "make bench-planning  time a plan at 4, 100 and 1,000 shards through a proxy at Kinesis's limits"
 	@echo "make bench-connect  a one-record batch under spark-submit and as a client of a warm Spark Connect server"
+	@echo "make bench-lineage  what a commit task's OpenLineage event adds, beside the commit itself (part of make bench)"
 
 install: $(VENV)/.installed $(STACK)/node_modules/.installed browser
 
@@ -96,7 +97,7 @@ docs-config: $(VENV)/.installed
 package: install
 	PYTHONPATH=plugins $(BIN)/python -c "from pathlib import Path; from kinesis_replay.launchers.spark_submit import package_library as p; print(p(Path('dist/kinesis_replay.zip')))" 
 
-# Sizes (records per 4-shard stream) and runs per figure, then bench-table and bench-redecode; about 20 minutes with these
+# Sizes (records per 4-shard stream) and runs per figure, then bench-table, bench-redecode and bench-lineage; about 20 minutes with these
 # defaults on 2 cores (BENCHMARKS.md: 17.3 minutes for bench/run.py, 0.9 for the table's commits, 3.6 for the
 # re-decode's at a load average of 9: about 80 CPU-seconds).
 SIZES ?= 4000,40000,400000
@@ -105,6 +106,7 @@ bench: install
 	$(BIN)/python bench/run.py --sizes $(SIZES) --runs $(RUNS)
 	$(BIN)/python bench/table_commit.py --batches $(TABLE_BATCHES)
 	$(BIN)/python bench/redecode.py --batches $(REDECODE_BATCHES)
+	$(BIN)/python bench/lineage.py --shards $(LINEAGE_SHARDS) --runs $(LINEAGE_RUNS)
 
 # A batch's table commit at the 10th and the TABLE_BATCHES-th batch of one table, patched (pyiceberg_patches) and on
 # pyiceberg's own commit path side by side; about a minute on 2 cores.
@@ -119,6 +121,14 @@ bench-table: install
 REDECODE_BATCHES ?= 100
 bench-redecode: install
 	$(BIN)/python bench/redecode.py --batches $(REDECODE_BATCHES)
+
+# What a commit task's OpenLineage event adds (attach, then the provider's listener building and emitting the COMPLETE
+# event through its file transport; the stream's ARN looked up cold on kinesalite, and warm) beside the table commit
+# itself, at LINEAGE_SHARDS shards, interleaved, LINEAGE_RUNS times; about a minute on 2 cores.
+LINEAGE_SHARDS ?= 4 100 200
+LINEAGE_RUNS ?= 7
+bench-lineage: install
+	$(BIN)/python bench/lineage.py --shards $(LINEAGE_SHARDS) --runs $(LINEAGE_RUNS)
 
 # make bench measures on kinesalite, which enforces no read limit; this one reads through the throttling proxy at
 # Kinesis's per-shard limits, scaled down (SHARDS:MIB_PER_SHARD:SCALE, the limit being 2 MiB/s / SCALE) so that the

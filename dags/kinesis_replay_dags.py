@@ -48,6 +48,7 @@ from typing import Any
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 from airflow.sdk import DAG, Asset, Param, XComArg, get_current_context, task
 
+import kinesis_replay_lineage as lineage
 import kinesis_replay_tasks as tasks
 from kinesis_replay.adapters.iceberg_table import RESTORE_PARAM
 from kinesis_replay.adapters.table_maintenance import DEFAULT_ORPHAN_AGE
@@ -207,6 +208,7 @@ def build_dag(pipeline: PipelineConfig) -> DAG:
             context = get_current_context()
             summary = tasks.commit(pipeline, planned, context["run_id"])
             context["outlet_events"][asset].extra = tasks.event_extra(summary)
+            lineage.attach(context, pipeline, summary)  # its OpenLineage event, when the provider is on
             return summary
 
         @task(task_id="check", trigger_rule="none_failed", retries=0)
@@ -296,7 +298,11 @@ def build_backfill_dag(pipeline: PipelineConfig) -> DAG:
         @task(task_id="select")
         def select() -> list[int]:
             context = get_current_context()
-            return tasks.select_backfill(pipeline, context["params"], context["run_id"])
+            restored: list[tasks.BatchFigures] = []  # a restore's batches committed from the output's files, here
+            try:
+                return tasks.select_backfill(pipeline, context["params"], context["run_id"], restored)
+            finally:
+                lineage.attach(context, pipeline, restored)
 
         @task(
             task_id="replay",
@@ -313,6 +319,7 @@ def build_backfill_dag(pipeline: PipelineConfig) -> DAG:
                 bool(params.get("rebuild")),
             )  # fmt: skip
             context["outlet_events"][asset].extra = tasks.event_extra(summary)
+            lineage.attach(context, pipeline, summary)
             return summary
 
         @task(task_id="stage", map_index_template="batch {{ task.op_kwargs['batch_id'] }}")
@@ -329,6 +336,7 @@ def build_backfill_dag(pipeline: PipelineConfig) -> DAG:
                 bool(params.get("rebuild")),
             )  # fmt: skip
             context["outlet_events"][asset].extra = tasks.event_extra(summary)
+            lineage.attach(context, pipeline, summary)
             return summary
 
         @task(task_id="commit", outlets=[asset])
@@ -338,6 +346,7 @@ def build_backfill_dag(pipeline: PipelineConfig) -> DAG:
             # One event for the selection, made visible at once: each batch's figures, as a backfill's event carries one.
             kind = "rebuild" if context["params"].get("rebuild") else "redecode"
             context["outlet_events"][asset].extra = {"kind": kind, "batches": [tasks.event_extra(f) for f in figures]}
+            lineage.attach(context, pipeline, figures)
             return figures
 
         chosen = select()

@@ -475,16 +475,17 @@ def catch_up_needed(summary: BatchFigures) -> bool:
     return behind is not None and bool(behind["capped_shards"])
 
 
-def batch_summary(pipeline: PipelineConfig, batch: Batch, kind: str) -> BatchFigures:
-    """The batch's figures, sent as metrics and carried in the output Asset's event."""
+def batch_summary(pipeline: PipelineConfig, batch: Batch, kind: str, send: bool = True) -> BatchFigures:
+    """The batch's figures, sent as metrics (unless not ``send``) and carried in the output Asset's event."""
     result = batch.verified_result()
     # A regular batch: plan to commit. A backfill: its replay job's own time (the batch's commit was long before).
     seconds = (batch.committed_at - batch.created_at).total_seconds() if batch.committed_at and kind == "regular" else result.seconds
-    prefix = f"kinesis_replay.{pipeline.name}.{kind}_batch"
-    stats.gauge(f"{prefix}.records", result.records)
-    stats.gauge(f"{prefix}.bytes", result.bytes)
-    stats.gauge(f"{prefix}.bad_records", result.bad_records)
-    stats.timing(f"{prefix}.duration", seconds * 1000)
+    if send:
+        prefix = f"kinesis_replay.{pipeline.name}.{kind}_batch"
+        stats.gauge(f"{prefix}.records", result.records)
+        stats.gauge(f"{prefix}.bytes", result.bytes)
+        stats.gauge(f"{prefix}.bad_records", result.bad_records)
+        stats.timing(f"{prefix}.duration", seconds * 1000)
     summary = BatchFigures(
         pipeline=pipeline.name,
         kind=kind,
@@ -526,11 +527,14 @@ def check_staleness(pipeline: PipelineConfig) -> None:
 
 @fail_fast
 @through_connection
-def select_backfill(pipeline: PipelineConfig, params: dict[str, Any], run_id: str = "") -> list[int]:
+def select_backfill(
+    pipeline: PipelineConfig, params: dict[str, Any], run_id: str = "", restored: list[BatchFigures] | None = None
+) -> list[int]:
     """The committed batches to replay; refuses while a regular batch is in flight or when ranges left retention.
 
     With ``restore_table``: the committed batches the table lacks. Those whose verified files are still in the output
-    are committed from them here; the others are returned, for a replay from the stream each.
+    are committed from them here (their figures appended to ``restored``); the others are returned, for a replay from
+    the stream each.
     """
     check_params(pipeline, pipeline.backfill_dag_id, params, BACKFILL_PARAMS)
     if params.get("rebuild") and params.get(iceberg_table.RESTORE_PARAM):
@@ -547,7 +551,7 @@ def select_backfill(pipeline: PipelineConfig, params: dict[str, Any], run_id: st
                 "Nothing was run"
             )
         in_flight.check_same_stream(pipeline, kinesis_client(pipeline))
-        return restore_table(pipeline, bool(params.get("dry_run")), run_id)
+        return restore_table(pipeline, bool(params.get("dry_run")), run_id, restored)
     if not params.get("batches"):
         raise BackfillError(
             f'pipeline {pipeline.name}: name the batches to replay ({{"batches": {{"batch_ids": [3, 7]}}}}, or from_batch and '
@@ -585,8 +589,9 @@ def select_backfill(pipeline: PipelineConfig, params: dict[str, Any], run_id: st
     return [b.batch_id for b in chosen]
 
 
-def restore_table(pipeline: PipelineConfig, dry_run: bool, run_id: str) -> list[int]:
-    """The restore's first step: say what it puts back and from where; commit what the output's files hold."""
+def restore_table(pipeline: PipelineConfig, dry_run: bool, run_id: str, restored: list[BatchFigures] | None = None) -> list[int]:
+    """The restore's first step: say what it puts back and from where; commit what the output's files hold (their
+    figures appended to ``restored``)."""
     store = state_store(pipeline)
     plan = backfill.plan_restore(pipeline, kinesis_client(pipeline), store)
     report = plan.describe()
@@ -594,14 +599,23 @@ def restore_table(pipeline: PipelineConfig, dry_run: bool, run_id: str) -> list[
     if dry_run:
         raise AirflowSkipException(f"dry run of a restore: nothing was read or written\n{report}")
     # The batches it cannot bring back go on too: each one's own task fails, naming it (backfill.committed_batch).
-    replay_ids = [*backfill.restore_from_files(pipeline, store, plan, run_id), *plan.from_stream, *plan.lost][
-        : backfill.MAX_BATCHES_PER_RUN
-    ]
+    failed = backfill.restore_from_files(pipeline, store, plan, run_id)
+    if restored is not None:
+        restored += [restore_figures(pipeline, store.get_batch(pipeline.name, b)) for b in plan.from_files if b not in failed]
+    replay_ids = [*failed, *plan.from_stream, *plan.lost][: backfill.MAX_BATCHES_PER_RUN]
     if not replay_ids:
         raise AirflowSkipException(
             f"pipeline {pipeline.name}: restored {len(plan.from_files)} batches from the output's files; none to replay"
         )
     return sorted(replay_ids)
+
+
+def restore_figures(pipeline: PipelineConfig, batch: Batch) -> BatchFigures:
+    """A batch a restore committed from the output's files: its figures, with no replay time of its own (no metrics:
+    the restore's log names it)."""
+    summary = batch_summary(pipeline, batch, "restore", send=False)
+    summary["seconds"] = 0.0
+    return summary
 
 
 @fail_fast

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,3 +52,40 @@ def bucket(stack: object) -> str:
     name = f"lake-{uuid.uuid4().hex[:8]}"
     local_stack.s3_client().create_bucket(Bucket=name)
     return name
+
+
+@pytest.fixture
+def openlineage_events(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[], list[dict[str, Any]]]]:
+    """The OpenLineage provider on, as its plugin turns it on when a transport is configured: its listener registered
+    with the task runner's listener manager, emitting through its file transport (docs/lineage.md). Emission runs in a
+    thread of this process (``execute_in_thread``) rather than a fork of the pytest worker. Gives a reader of the
+    events emitted since."""
+    from airflow.providers.openlineage import conf
+    from airflow.providers.openlineage.plugins import listener as ol_listener
+    from airflow.sdk.listener import get_listener_manager
+
+    events = tmp_path / "openlineage.jsonl"
+    monkeypatch.setenv("AIRFLOW__OPENLINEAGE__TRANSPORT", json.dumps({"type": "file", "log_file_path": str(events), "append": True}))
+    monkeypatch.setenv("AIRFLOW__OPENLINEAGE__EXECUTE_IN_THREAD", "True")
+    monkeypatch.setenv("AIRFLOW__OPENLINEAGE__NAMESPACE", "kinesis-replay-tests")
+
+    def clear() -> None:
+        for cached in vars(conf).values():
+            if hasattr(cached, "cache_clear"):
+                cached.cache_clear()
+
+    clear()
+    assert not conf.is_disabled()
+    listener = ol_listener.get_openlineage_listener()
+    manager = get_listener_manager()
+    manager.add_listener(listener)
+
+    def read() -> list[dict[str, Any]]:
+        return [json.loads(line) for line in events.read_text().splitlines() if line.strip()] if events.exists() else []
+
+    try:
+        yield read
+    finally:
+        manager.pm.unregister(listener)
+        monkeypatch.undo()
+        clear()

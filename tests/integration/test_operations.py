@@ -69,10 +69,11 @@ def commit_record(output: str, batch_id: int) -> dict[str, Any]:
 
 
 def test_a_backfill_rewrites_batches_identically_and_readers_never_see_one_missing_partial_or_twice(
-    kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any], dags: dict[str, Any]
+    kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any], dags: dict[str, Any], request: pytest.FixtureRequest
 ) -> None:
     produced = produce(kinesis, entry["stream"], 200)
-    assert run_dag(dags["regular"]).tasks == SUCCESS
+    assert run_dag(dags["regular"]).tasks == SUCCESS  # OpenLineage off, as without a transport: no listener, no event
+    lineage_events = request.getfixturevalue("openlineage_events")  # on from here: the second batch and the backfill
     produced += produce(kinesis, entry["stream"], 100, start_index=200)
     assert run_dag(dags["regular"]).tasks == SUCCESS
     first = {b: rows_of(Path(entry["output"]), b) for b in ("1", "2")}
@@ -114,6 +115,40 @@ def test_a_backfill_rewrites_batches_identically_and_readers_never_see_one_missi
     for event in backfilled:
         replay = store.get_batch(entry["name"], event["batch_id"]).result
         assert replay is not None and event["seconds"] == round(replay.seconds, 3), (event["seconds"], replay.seconds)
+    check_lineage(lineage_events(), entry, store, {1: snapshots[1], 2: snapshots[2]}, replaced)
+
+
+def check_lineage(
+    events: list[dict[str, Any]], entry: dict[str, Any], store: DynamoDBStateStore, first: dict[int, Any], replaced: dict[int, Any]
+) -> None:
+    """The OpenLineage events of the commits (docs/lineage.md) against the ledger: batch 2's regular commit, then the
+    backfill of batches 1 and 2; none for batch 1's commit, made while OpenLineage was off."""
+    commits = [e for e in events if e["eventType"] == "COMPLETE" and "kinesisReplayBatch" in e["run"]["facets"]]
+    assert [(e["job"]["name"].rsplit(".", 1)[1], e["run"]["facets"]["kinesisReplayBatch"]["batch_id"]) for e in commits] == [
+        ("commit", 2),
+        ("replay", 1),
+        ("replay", 2),
+    ], [(e["job"]["name"], e["eventType"]) for e in events]
+    (stream,) = {json.dumps(e["inputs"], sort_keys=True) for e in commits}
+    assert json.loads(stream) == [{"namespace": "arn:aws:kinesis:us-east-1:000000000000", "name": f"stream/{entry['stream']}",
+                                   "facets": {}, "inputFacets": {}}], stream  # fmt: skip
+    for event in commits:
+        facet = event["run"]["facets"]["kinesisReplayBatch"]
+        batch = store.get_batch(entry["name"], facet["batch_id"])
+        assert batch.result is not None
+        assert facet["_schemaURL"].endswith("KinesisReplayBatchRunFacet.json#/$defs/KinesisReplayBatchRunFacet"), facet
+        assert facet["records"] == batch.result.records and facet["pipeline"] == entry["name"]
+        assert facet["snapshot_id"] == (batch.snapshot_id if facet["kind"] == "backfill" else first[2]), facet
+        # OpenLineage's client leaves nulls out of an event (a first range's previous_checkpoint)
+        assert facet["ranges"] == [{k: v for k, v in r.to_dict().items() if v is not None} for r in batch.ranges]
+        (output,) = event["outputs"]  # the table, named by its location (the embedded catalog): one dataset throughout
+        assert (output["namespace"], output["name"]) == ("file", entry["output"]), output
+        assert output["outputFacets"]["outputStatistics"]["rowCount"] == batch.result.records
+        assert output["facets"]["version"]["datasetVersion"] == str(facet["snapshot_id"])
+        assert output["facets"]["catalog"]["framework"] == "iceberg"
+    # A backfill names the same table, with the batch's new snapshot
+    assert {c["run"]["facets"]["kinesisReplayBatch"]["batch_id"]: c["run"]["facets"]["kinesisReplayBatch"]["snapshot_id"]
+            for c in commits[1:]} == replaced  # fmt: skip
 
 
 def put_numbers(kinesis: Any, stream: str, count: int, wide: int = 0, start: int = 0) -> list[Any]:
