@@ -105,3 +105,13 @@ def test_the_providers_objects_for_a_batch(monkeypatch: pytest.MonkeyPatch) -> N
     facet = json.loads(Serde.to_json(found.run_facets["kinesisReplayBatch"]))
     assert {k: facet[k] for k in ("batch_id", "snapshot_id", "ranges")} == {"batch_id": 3, "snapshot_id": 7, "ranges": FIGURES["ranges"]}
     assert facet["_producer"] == "https://github.com/kinesis-replay/kinesis-replay" and "seconds" not in facet
+
+
+def test_a_staged_batch_of_a_redecode_gives_no_lineage_until_its_commit() -> None:
+    """Staged, a re-decode's or rebuild's batch is not the table's yet: its replay task names no output."""
+    (pipeline,) = parse_config({"pipelines": [ENTRY]})
+    task = SimpleNamespace()
+    lineage.attach({"task": task}, pipeline, {**FIGURES, "kind": "staged", "snapshot_id": None})
+    assert not hasattr(task, "get_openlineage_facets_on_complete")
+    lineage.attach({"task": task}, pipeline, [{**FIGURES, "kind": "redecode"}])
+    assert hasattr(task, "get_openlineage_facets_on_complete")
