@@ -208,7 +208,7 @@ def build_dag(pipeline: PipelineConfig) -> DAG:
             context = get_current_context()
             summary = tasks.commit(pipeline, planned, context["run_id"])
             context["outlet_events"][asset].extra = tasks.event_extra(summary)
-            lineage.attach(context, pipeline, summary)  # its OpenLineage event, when the provider is on
+            lineage.attach(context, pipeline, summary, planned.get("stream_arn"))  # its OpenLineage event, when the provider is on
             return summary
 
         @task(task_id="check", trigger_rule="none_failed", retries=0)

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import kinesis_replay_tasks as tasks
+from kinesis_replay.adapters.kinesis_client import seen_stream_arn
 from kinesis_replay.core import lineage
 from kinesis_replay.core.config import PipelineConfig
 
@@ -27,21 +28,24 @@ log = logging.getLogger(__name__)
 OL_METHOD = "get_openlineage_facets_on_complete"  # the provider's name for it (extractors.base.OL_METHOD_NAME_COMPLETE)
 
 
-def attach(context: Mapping[str, Any], pipeline: PipelineConfig, committed: Mapping[str, Any] | list[Any]) -> None:
-    """Let the provider ask the running task for the lineage of what it committed (one batch's figures, or several)."""
+def attach(
+    context: Mapping[str, Any], pipeline: PipelineConfig, committed: Mapping[str, Any] | list[Any], stream_arn: str | None = None
+) -> None:
+    """Let the provider ask the running task for the lineage of what it committed (one batch's figures, or several);
+    ``stream_arn`` as an earlier task found it (the plan's), else as this task's stream check did, else looked up."""
     figures = list(committed) if isinstance(committed, list) else [committed]
     # A re-decode's or rebuild's staged batch is not the table's yet: its lineage comes with the commit task's event.
     figures = [f for f in figures if f.get("kind") != "staged"]
     if figures:
-        setattr(context["task"], OL_METHOD, functools.partial(facets_on_complete, pipeline, figures))
+        setattr(context["task"], OL_METHOD, functools.partial(facets_on_complete, pipeline, figures, known_arn=stream_arn))
 
 
 def facets_on_complete(
-    pipeline: PipelineConfig, figures: list[Mapping[str, Any]], task_instance: Any = None
+    pipeline: PipelineConfig, figures: list[Mapping[str, Any]], task_instance: Any = None, known_arn: str | None = None
 ) -> OperatorLineage[Any, Any] | None:
     """The provider's call once the task succeeded: the batch's lineage, or None (logged) when it cannot be built."""
     try:
-        return to_openlineage(describe(pipeline, figures))
+        return to_openlineage(describe(pipeline, figures, known_arn))
     except Exception as exc:  # never the commit's failure: it is done
         batches = ", ".join(str(f.get("batch_id")) for f in figures)
         log.warning(
@@ -51,16 +55,21 @@ def facets_on_complete(
         return None
 
 
-def describe(pipeline: PipelineConfig, figures: list[Mapping[str, Any]]) -> lineage.BatchLineage:
-    """The lineage of the batches: the stream's ARN (one DescribeStreamSummary call, once per process) and the figures."""
-    return lineage.batch_lineage(pipeline, figures, stream_arn(pipeline))
+def describe(pipeline: PipelineConfig, figures: list[Mapping[str, Any]], known_arn: str | None = None) -> lineage.BatchLineage:
+    """The lineage of the batches: the stream's ARN (known, or one DescribeStreamSummary call, once per process) and the
+    figures."""
+    return lineage.batch_lineage(pipeline, figures, known_arn or stream_arn(pipeline))
 
 
 _ARNS: dict[tuple[str, str], str] = {}  # (connection, stream) -> the stream's ARN, looked up once per process
 
 
 def stream_arn(pipeline: PipelineConfig) -> str:
+    """The stream's ARN: as this process's stream check saw it (a backfill's, a restore's), else looked up once."""
     key = (pipeline.aws_conn_id, pipeline.stream)
+    seen = seen_stream_arn(pipeline.stream)
+    if seen is not None:
+        return seen
     if key not in _ARNS:
         summary = tasks.kinesis_client(pipeline).describe_stream_summary(StreamName=pipeline.stream)["StreamDescriptionSummary"]
         _ARNS[key] = str(summary["StreamARN"])

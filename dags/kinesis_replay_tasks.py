@@ -29,7 +29,14 @@ from kinesis_replay import airflow_config
 from kinesis_replay.adapters import iceberg_table, layout, table_maintenance
 from kinesis_replay.adapters.dynamodb_store import DynamoDBStateStore
 from kinesis_replay.adapters.files import S3Access, reaching_s3
-from kinesis_replay.adapters.kinesis_client import CLIENT_CONFIG, POOL_CONNECTIONS, leave_throttling_to_call, pooled, stream_retention
+from kinesis_replay.adapters.kinesis_client import (
+    CLIENT_CONFIG,
+    POOL_CONNECTIONS,
+    leave_throttling_to_call,
+    pooled,
+    seen_stream_arn,
+    stream_retention,
+)
 from kinesis_replay.core.config import PipelineConfig, rebuilt
 from kinesis_replay.core.errors import (
     BackfillError,
@@ -82,6 +89,7 @@ class Planned(TypedDict):
     action: str  # REPLAY or FINISH_COMMIT: what is left to do for the batch
     resumed: bool  # the batch was planned by an earlier run
     ranges: int  # how many shards it reads
+    stream_arn: NotRequired[str | None]  # the stream's ARN as the plan found it: the commit's lineage names the stream by it
 
 
 class BatchFigures(TypedDict):
@@ -280,7 +288,13 @@ def plan(pipeline: PipelineConfig, run_id: str, params: dict[str, Any]) -> Plann
         "pipeline %s: %s batch %d (%s) with %d ranges",
         pipeline.name, "resuming" if result.resumed else "planned", batch.batch_id, batch.status.value, len(batch.ranges),
     )  # fmt: skip
-    return Planned(batch_id=batch.batch_id, action=action, resumed=result.resumed, ranges=len(batch.ranges))
+    return Planned(
+        batch_id=batch.batch_id,
+        action=action,
+        resumed=result.resumed,
+        ranges=len(batch.ranges),
+        stream_arn=seen_stream_arn(pipeline.stream),
+    )
 
 
 def dry_run_report(pipeline: PipelineConfig, result: PlanResult) -> str:
