@@ -106,8 +106,8 @@ dist: $(VENV)/.installed
 
 # make dist's wheel installed into a fresh virtualenv with uv (requirements.txt as constraints), nothing of this
 # repository on the path, a pipeline's DAG run from it by `airflow dags test` on the local stack, and its page served
-# through the installed plugin (tests/installed). Not part of `make test`; .ci/run runs it after the demo. About
-# 5 minutes with uv's cache warm, 6-7 cold (docs/testing.md).
+# through the installed plugin (tests/installed). Not part of `make test`; .ci/run runs it after the demo. 3.7 to
+# 6.3 minutes with uv's cache warm on 2 cores under load, 2 more with it cold (docs/testing.md).
 test-dist: install
 	$(BIN)/python -m pytest --installed tests/installed -p no:cacheprovider --durations=5
 
