@@ -13,7 +13,7 @@ from pathlib import Path
 
 import kinesis_replay_tasks as tasks
 from kinesis_replay.airflow_config import existing_pipelines_path
-from kinesis_replay.core.config import resolve_config_path
+from kinesis_replay.core.config import CONFIG_ENV, resolve_config_path
 from kinesis_replay.core.errors import ConfigError
 
 CONFIG_PATH = resolve_config_path(Path(__file__).with_name("pipelines.yaml"))
@@ -40,4 +40,4 @@ def report_invalid(config: str | os.PathLike[str] | None = None) -> None:
 # As this repository's DAG file it checks dags/pipelines.yaml or $KINESIS_REPLAY_CONFIG; imported by its name, as the
 # installed package's module, it checks nothing until report_invalid is called.
 if __name__ != "kinesis_replay_config_check":
-    report_invalid(CONFIG_PATH)
+    report_invalid(None if os.environ.get(CONFIG_ENV) else CONFIG_PATH)

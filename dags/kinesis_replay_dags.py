@@ -53,7 +53,7 @@ import kinesis_replay_tasks as tasks
 from kinesis_replay.adapters.iceberg_table import RESTORE_PARAM
 from kinesis_replay.adapters.table_maintenance import DEFAULT_ORPHAN_AGE
 from kinesis_replay.airflow_config import existing_pipelines_path
-from kinesis_replay.core.config import PipelineConfig, resolve_config_path
+from kinesis_replay.core.config import CONFIG_ENV, PipelineConfig, resolve_config_path
 from kinesis_replay.core.refusals import RECOVER_PARAM
 from kinesis_replay.core.roots import output_key
 from kinesis_replay.launchers import emr_serverless
@@ -404,4 +404,4 @@ def build_dags(config: str | os.PathLike[str] | None = None) -> dict[str, DAG]:
 # DAGs of dags/pipelines.yaml or $KINESIS_REPLAY_CONFIG. Imported by its name, as the installed package's module, it
 # builds none: the user's DAG file calls build_dags (docs/deployment.md, "Installing the package").
 if __name__ != "kinesis_replay_dags":
-    globals().update(build_dags(CONFIG_PATH))
+    globals().update(build_dags(None if os.environ.get(CONFIG_ENV) else CONFIG_PATH))  # an error names the variable when it is set
