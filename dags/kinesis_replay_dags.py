@@ -41,6 +41,7 @@ output; the pipeline then goes on exactly where the lost table stood.
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -52,7 +53,8 @@ import kinesis_replay_lineage as lineage
 import kinesis_replay_tasks as tasks
 from kinesis_replay.adapters.iceberg_table import RESTORE_PARAM
 from kinesis_replay.adapters.table_maintenance import DEFAULT_ORPHAN_AGE
-from kinesis_replay.core.config import PipelineConfig, resolve_config_path
+from kinesis_replay.airflow_config import existing_pipelines_path
+from kinesis_replay.core.config import CONFIG_ENV, PipelineConfig, resolve_config_path
 from kinesis_replay.core.refusals import RECOVER_PARAM
 from kinesis_replay.core.roots import output_key
 from kinesis_replay.launchers import emr_serverless
@@ -417,10 +419,28 @@ maintenance_dag_id = tasks.maintenance_dag_id
 
 MAINTENANCE_SCHEDULE = "@daily"
 
-# Only the valid pipelines: an invalid one is reported by kinesis_replay_config_check.py, as an import error of
-# that file. An import error here would mark every pipeline's DAGs stale, and the scheduler would stop them all.
-for _pipeline in tasks.load_pipelines(CONFIG_PATH).pipelines:
-    globals()[_pipeline.dag_id] = build_dag(_pipeline)
-    globals()[_pipeline.backfill_dag_id] = build_backfill_dag(_pipeline)
-    if _pipeline.table is not None:  # a plain directory output has no table to maintain
-        globals()[maintenance_dag_id(_pipeline)] = build_maintenance_dag(_pipeline)
+
+def build_dags(config: str | os.PathLike[str] | None = None) -> dict[str, DAG]:
+    """Every DAG of the config's valid pipelines, by DAG id: what a DAG file puts in its globals for Airflow to find.
+
+    ``config``: the pipelines file; else ``$KINESIS_REPLAY_CONFIG``, else pipelines.yaml in Airflow's DAGs folder, where
+    the status page looks too. A file that is not there is refused, naming the path and where it came from.
+
+    Only the valid pipelines: an invalid one is reported by kinesis_replay_config_check, as an import error of that
+    file. An import error here would mark every pipeline's DAGs stale, and the scheduler would stop them all.
+    """
+    path = existing_pipelines_path(config)
+    dags: dict[str, DAG] = {}
+    for pipeline in tasks.load_pipelines(path).pipelines:
+        dags[pipeline.dag_id] = build_dag(pipeline)
+        dags[pipeline.backfill_dag_id] = build_backfill_dag(pipeline)
+        if pipeline.table is not None:  # a plain directory output has no table to maintain
+            dags[maintenance_dag_id(pipeline)] = build_maintenance_dag(pipeline)
+    return dags
+
+
+# As a DAG file (this repository's dags/, which Airflow imports under a module name of its own), this file builds the
+# DAGs of dags/pipelines.yaml or $KINESIS_REPLAY_CONFIG. Imported by its name, as the installed package's module, it
+# builds none: the user's DAG file calls build_dags (docs/deployment.md, "Installing the package").
+if __name__ != "kinesis_replay_dags":
+    globals().update(build_dags(None if os.environ.get(CONFIG_ENV) else CONFIG_PATH))  # an error names the variable when it is set

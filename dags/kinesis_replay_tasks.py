@@ -62,8 +62,9 @@ if TYPE_CHECKING:  # the boto3 stubs are for type checking only
     from types_boto3_kinesis.client import KinesisClient
 
 log = logging.getLogger(__name__)
-# The replay job and its Data Source, shipped to Spark beside the library zip.
-SPARK_JOBS = Path(__file__).resolve().parents[1] / "spark_jobs"
+# The replay job and its Data Source, shipped to Spark beside the library zip: this repository's spark_jobs/, or the
+# installed package's kinesis_replay/spark_jobs/.
+SPARK_JOBS = spark_submit.spark_jobs_dir()
 # DynamoDB's and S3's clients: botocore retries their transient faults and throttling. Kinesis clients have a
 # policy of their own (CLIENT_CONFIG): there, throttling is paced and counted by kinesis_replay.adapters.kinesis_client.
 # The planner's and the commit's threads share the DynamoDB client too, hence the pool.

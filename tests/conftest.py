@@ -85,11 +85,15 @@ def stream(stack: object) -> Iterator[str]:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--compose", action="store_true", help="collect tests/compose: docker-compose.yml's stack under a Docker engine")
+    parser.addoption("--installed", action="store_true", help="collect tests/installed: make dist's wheel installed into a fresh venv")
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
     """tests/compose starts the Docker stack (21 minutes cold with one schedule): `make test-compose` runs it, `make test` does not."""
     if collection_path == ROOT / "tests" / "compose" and not config.getoption("--compose"):
+        return True
+    # tests/installed builds the package and installs it into a fresh virtualenv: `make test-dist` runs it, `make test` does not.
+    if collection_path == ROOT / "tests" / "installed" and not config.getoption("--installed"):
         return True
     return None
 
@@ -100,6 +104,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.integration)
         if "compose" in item.path.parts:
             item.add_marker(pytest.mark.compose)
+        if "installed" in item.path.parts:
+            item.add_marker(pytest.mark.installed)
 
 
 # The fault-schedule tests (tests/integration/test_chaos.py) each record their totals as a user property; the

@@ -8,11 +8,47 @@ from __future__ import annotations
 import importlib.util
 import os
 from datetime import UTC, datetime
+from pathlib import Path
 
 from kinesis_replay.core import config
-from kinesis_replay.core.config import LoadedConfig, PipelineConfig, PipelineError
+from kinesis_replay.core.config import CONFIG_ENV, LoadedConfig, PipelineConfig, PipelineError
+from kinesis_replay.core.errors import ConfigError
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+CONFIG_FILE = "pipelines.yaml"
+
+
+def pipelines_path(given: str | os.PathLike[str] | None = None) -> Path:
+    """The pipelines config: ``given``, else ``$KINESIS_REPLAY_CONFIG``, else pipelines.yaml in Airflow's DAGs folder.
+
+    The status page has no argument to be given: it reads the latter two, so a deployment whose DAG file passes a path
+    of its own sets the variable too (docs/deployment.md, "Installing the package").
+    """
+    if given is not None:
+        return Path(given)
+    if found := os.environ.get(CONFIG_ENV):
+        return Path(found)
+    from airflow.configuration import conf
+
+    return Path(conf.get("core", "dags_folder")) / CONFIG_FILE
+
+
+def existing_pipelines_path(given: str | os.PathLike[str] | None = None) -> Path:
+    """pipelines_path(given), refused with where it came from and how to point elsewhere when there is no such file."""
+    path = pipelines_path(given)
+    if not path.is_file():
+        source = (
+            "the path given to build_dags"
+            if given is not None
+            else (f"${CONFIG_ENV}" if os.environ.get(CONFIG_ENV) else f"pipelines.yaml in Airflow's DAGs folder (${CONFIG_ENV} is not set)")
+        )
+        raise ConfigError(
+            f"the kinesis-replay pipelines config {path} does not exist: it is {source}. Write the file there, or set "
+            f"${CONFIG_ENV} to its path (docs/configuration.md, docs/deployment.md)"
+        )
+    return path
 
 
 def load_pipelines(path: str | os.PathLike[str]) -> LoadedConfig:

@@ -8,7 +8,6 @@ import os
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from functools import cached_property
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from airflow.plugins_manager import AirflowPlugin
@@ -54,17 +53,15 @@ def _readable_by(user: "BaseUser", pipelines: Iterable[_P]) -> list[_P]:
 
 def _pipeline_views(user: "BaseUser") -> list[dict[str, Any]]:
     """The view of each configured pipeline the user may read, read through the pipeline's own connection (the hook owns the client)."""
-    from airflow.configuration import conf
     from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
 
     from kinesis_replay.adapters.dynamodb_store import DynamoDBStateStore
-    from kinesis_replay.airflow_config import load_pipelines
+    from kinesis_replay.airflow_config import load_pipelines, pipelines_path
     from kinesis_replay.core.airflow_names import missing_pool_message
-    from kinesis_replay.core.config import resolve_config_path
     from kinesis_replay.core.errors import KinesisReplayError
     from kinesis_replay.ui.status import pipeline_view
 
-    config = resolve_config_path(Path(conf.get("core", "dags_folder")) / "pipelines.yaml")
+    config = pipelines_path()  # $KINESIS_REPLAY_CONFIG, else <dags_folder>/pipelines.yaml: where the DAG factory looks by default
     views: list[dict[str, Any]] = []
     now = datetime.now(UTC)
     loaded = load_pipelines(config)

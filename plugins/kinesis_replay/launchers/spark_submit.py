@@ -28,6 +28,22 @@ from kinesis_replay.launchers import jvm_archive
 log = logging.getLogger(__name__)
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]  # kinesis_replay/, all its layers
+# Where the replay job (replay_job.py, kinesis_source.py, python_daemon.py) lives: in the installed package (make dist's
+# wheel puts spark_jobs/ inside kinesis_replay/), or beside plugins/ in this repository.
+INSTALLED_JOBS = PACKAGE_DIR / "spark_jobs"
+REPOSITORY_JOBS = PACKAGE_DIR.parents[1] / "spark_jobs"
+JOB_FILE = "replay_job.py"
+
+
+def spark_jobs_dir() -> Path:
+    """The replay job's folder, installed or in this repository; a library with neither is refused, naming both."""
+    for folder in (INSTALLED_JOBS, REPOSITORY_JOBS):
+        if (folder / JOB_FILE).is_file():
+            return folder
+    raise ConfigError(
+        f"the replay job's {JOB_FILE} is neither in {INSTALLED_JOBS} (an installed kinesis-replay) nor in {REPOSITORY_JOBS} "
+        "(its repository): reinstall the package, or run from a full checkout"
+    )
 
 
 # The job's lines that report progress or success rather than an error.
@@ -44,7 +60,7 @@ def package_library(dest: Path) -> Path:
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_suffix(".zip.tmp")
     with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
-        for path in sorted(PACKAGE_DIR.rglob("*.py")):
+        for path in sorted(p for p in PACKAGE_DIR.rglob("*.py") if INSTALLED_JOBS not in p.parents):  # the job goes beside it
             name = (Path("kinesis_replay") / path.relative_to(PACKAGE_DIR)).as_posix()
             source = path.read_bytes()
             info = zipfile.ZipInfo.from_file(path, name)
