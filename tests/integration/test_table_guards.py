@@ -85,7 +85,7 @@ def two_batches(kinesis: Any, entry: dict[str, Any], dags: dict[str, Any], first
 
 
 def test_a_rollback_is_refused_until_restored_from_the_output(
-    kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any], dags: dict[str, Any]
+    kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any], dags: dict[str, Any], request: pytest.FixtureRequest
 ) -> None:
     """Case 1: rolled back to batch 1's snapshot with pyiceberg, the next cycle committed batch 3 on top, batch 2 lost."""
     produced = two_batches(kinesis, entry, dags, 60, 40)
@@ -106,8 +106,15 @@ def test_a_rollback_is_refused_until_restored_from_the_output(
     message = refused(entry, dags["backfill"], "select", run_conf={"batches": {"batch_ids": [1]}})
     assert "it lacks batch 2" in message and rows_by_batch(entry["output"]) == {1: 60}
 
+    lineage_events = request.getfixturevalue("openlineage_events")  # on from here: the restore's commit has its event
     restore(dags, entry, store)  # batch 2's files are still in the output: committed from them, nothing replayed
     assert rows_by_batch(entry["output"]) == {1: 60, 2: 40} and ledger(store, entry["name"])["head"] == before["head"]
+    (event,) = [e for e in lineage_events() if e["eventType"] == "COMPLETE" and "kinesisReplayBatch" in e["run"]["facets"]]
+    facet, (output,) = event["run"]["facets"]["kinesisReplayBatch"], event["outputs"]
+    assert (event["job"]["name"].rsplit(".", 1)[1], facet["batch_id"], facet["kind"]) == ("select", 2, "restore")
+    current = output_table(entry["output"]).current_snapshot()
+    assert current is not None and facet["snapshot_id"] == store.get_batch(entry["name"], 2).snapshot_id == current.snapshot_id
+    assert output["outputFacets"]["outputStatistics"]["rowCount"] == 40
     assert run_dag(dags["regular"]).tasks == SUCCESS  # batch 3 now commits on a table that holds 1 and 2
     landed = check_exactly_once(produced, read_output(entry["output"]))
     assert landed.ok and landed.rows == 130, landed
