@@ -144,10 +144,16 @@ def age_batch(dynamodb: Any, table: str, pipeline_name: str, batch_id: int, wait
     )  # fmt: skip
 
 
-def output_table(output: Path | str) -> Any | None:
+# The quarantine table's property naming the pipeline's table (adapters/quarantine_table.py's QUARANTINE_PROPERTY), as a
+# reader tells the two tables of an output apart.
+QUARANTINE_OF = "kinesis-replay.quarantine-of"
+
+
+def output_table(output: Path | str, quarantine: bool = False) -> Any | None:
     """The Iceberg table of an output on the embedded catalog, loaded with pyiceberg itself (not project code); None without one.
 
-    The embedded catalog is pyiceberg's SQL catalog on ``<output>/_catalog/catalog.db``, holding the one table of the output.
+    The embedded catalog is pyiceberg's SQL catalog on ``<output>/_catalog/catalog.db``, holding the output's table and,
+    once a record was quarantined, its quarantine table (``quarantine``: that one instead).
     """
     db = Path(output) / "_catalog" / "catalog.db"
     if not db.exists():
@@ -155,9 +161,18 @@ def output_table(output: Path | str) -> Any | None:
     from pyiceberg.catalog.sql import SqlCatalog
 
     catalog = SqlCatalog("kinesis_replay", uri=f"sqlite:///{db}", warehouse=f"file://{db.parent}")
-    tables = [t for ns in catalog.list_namespaces() for t in catalog.list_tables(ns)]
-    assert len(tables) <= 1, f"{db} holds more than one table: {tables}"
-    return catalog.load_table(tables[0]) if tables else None
+    tables = []
+    for identifier in [t for ns in catalog.list_namespaces() for t in catalog.list_tables(ns)]:
+        try:
+            table = catalog.load_table(identifier)
+        except FileNotFoundError:  # its metadata is gone: which table it is, only its name (the default one) says
+            if identifier[-1].endswith("_quarantine") == quarantine:
+                raise
+            continue
+        if (QUARANTINE_OF in table.properties) == quarantine:
+            tables.append(table)
+    assert len(tables) <= 1, f"{db} holds more than one {'quarantine ' if quarantine else ''}table: {[t.name() for t in tables]}"
+    return tables[0] if tables else None
 
 
 def is_table_output(output: Path | str) -> bool:
