@@ -9,8 +9,9 @@ unreachable from some write on, or one write applied with its answer lost; two c
 run stopped after one of its tasks (as when the Airflow task process dies between steps); reads
 throttled. Every step drives the real DAGs with dag.test() and the real spark-submit job.
 
-After the steps, clean cycles drain the stream, and the checker compares the output with what
-Kinesis acknowledged. The same seed gives the same schedule.
+The pipeline decodes JSON payloads with a payload.schema, and some records do not decode: they land in the
+quarantine table. After the steps, clean cycles drain the stream, and the checker compares the output (both
+tables) with what Kinesis acknowledged. The same seed gives the same schedule.
 
 The output is a local folder with the embedded catalog, or (``--output s3``) ``s3://<bucket>/<prefix>`` on the
 moto server with the table in moto's Glue: the replay job's tasks then write their files to S3, and the Airflow side
@@ -64,6 +65,11 @@ STEP_KINDS = ("produce", "produce_aggregated", "cycle", "backfill", "split", "me
 STEP_WEIGHTS = (3, 2, 6, 1, 1, 1, 3, 1, 2, 2)
 LOSSES = ("deleted", "renamed")  # how a lose_state step loses the table
 TABLE_FAULTS = ("rollback", "drop", "lose_metadata")  # what a table step does to the Iceberg table, with Iceberg's own tools
+# The pipeline's payloads: JSON, decoded with payload.schema. Every BAD_EVERY-th record's "i" is not a number, so it
+# cannot be decoded (the batch's share of them may be any: max_bad_share is 1) and lands in the quarantine table.
+PAYLOAD = {"format": "json", "schema": "i BIGINT", "max_bad_share": 1.0}
+BAD_EVERY = 13
+DECODED_FIELDS = ("i", "seed", "agg")  # the payloads' fields, which a payload.schema may name
 DRAIN_CYCLES = 4  # clean cycles after the steps; a drained stream makes the last one idle
 OUTPUTS = ("local", "s3")  # where a schedule's pipeline writes: a local folder, or S3 (moto) with the Glue catalog
 
@@ -160,14 +166,16 @@ class OutputView:
     """A schedule's output as the checker and the operator's steps see it: with pyarrow, pyiceberg and boto3, not project code.
 
     ``root`` is the output root within ``filesystem``: an absolute path on local disk, ``bucket/prefix`` on S3.
-    ``load_table`` loads the pipeline's Iceberg table as a reader of its own would (None: no table yet). ``s3`` is the
-    checker's own S3 client, for what pyarrow's file system does not show: object ETags and uploads in progress.
+    ``load_table`` loads the pipeline's Iceberg table as a reader of its own would (None: no table yet), and
+    ``load_quarantine`` its quarantine table (None: no record quarantined yet). ``s3`` is the checker's own S3 client,
+    for what pyarrow's file system does not show: object ETags and uploads in progress.
     """
 
     uri: str  # the output as the pipeline's config names it
     filesystem: Any
     root: str
     load_table: Callable[[], Any | None]
+    load_quarantine: Callable[[], Any | None]
     s3: Any = None
 
     @classmethod
@@ -176,7 +184,8 @@ class OutputView:
 
         from stack.harness import output_table
 
-        return cls(str(output), fs.LocalFileSystem(), str(output), lambda: output_table(output))
+        tables = (lambda: output_table(output), lambda: output_table(output, quarantine=True))
+        return cls(str(output), fs.LocalFileSystem(), str(output), *tables)
 
     @classmethod
     def on_s3(cls, moto_url: str, bucket: str, prefix: str, namespace: str, table: str) -> OutputView:
@@ -189,7 +198,10 @@ class OutputView:
         endpoint = moto_url.split("://", 1)[1]
         filesystem = fs.S3FileSystem(access_key=LOCAL_KEY, secret_key=LOCAL_KEY, scheme="http", endpoint_override=endpoint, region=REGION)
         client = boto3.client("s3", endpoint_url=moto_url, region_name=REGION, aws_access_key_id=LOCAL_KEY, aws_secret_access_key=LOCAL_KEY)
-        return cls(f"s3://{bucket}/{prefix}", filesystem, f"{bucket}/{prefix}", lambda: glue_table(moto_url, namespace, table), client)
+        return cls(
+            f"s3://{bucket}/{prefix}", filesystem, f"{bucket}/{prefix}", lambda: glue_table(moto_url, namespace, table),
+            lambda: glue_table(moto_url, namespace, f"{table}_quarantine"), client,
+        )  # fmt: skip
 
     def path(self, *parts: str) -> str:
         return "/".join([self.root, *parts])
@@ -287,6 +299,7 @@ class Schedule:
             self.entry["table"] = glue_table_config(stack.moto_url, namespace)
         # Spark's start-up is most of a cycle: one local core, no UI and a JVM for short jobs keep it cheap.
         self.entry["spark"] = {"master": "local[1]", "conf": {**TEST_SPARK_CONF, "spark.sql.shuffle.partitions": "1"}}
+        self.entry["payload"] = dict(PAYLOAD)
         self.produced: list[Any] = []
         self.index = 0
 
@@ -349,13 +362,17 @@ class Schedule:
     def _key(self) -> str:
         return f"key-{self.rng.randrange(10**6)}"
 
+    def _payload(self, **extra: Any) -> bytes:
+        """The next record's payload; every BAD_EVERY-th one cannot be decoded (its "i" is no number)."""
+        self.index += 1
+        return json.dumps({"i": self.index if self.index % BAD_EVERY else f"#{self.index}", "seed": self.seed, **extra}).encode()
+
     def step_produce(self, step: Step) -> None:
         from stack.producer import Produced
 
         records = []
         for _ in range(step.n):
-            self.index += 1
-            records.append((self._key(), json.dumps({"i": self.index, "seed": self.seed}).encode()))
+            records.append((self._key(), self._payload()))
         for start in range(0, len(records), 500):
             chunk = records[start : start + 500]
             pending = list(chunk)
@@ -380,8 +397,7 @@ class Schedule:
             aggregator = RecordAggregator()
             batch = []
             for _ in range(self.rng.randint(2, 20)):
-                self.index += 1
-                key, data = self._key(), json.dumps({"i": self.index, "seed": self.seed, "agg": True}).encode()
+                key, data = self._key(), self._payload(agg=True)
                 aggregator.add_user_record(key, data)
                 batch.append((key, data))
             key, explicit_hash_key, blob = aggregator.clear_and_get().get_contents()
@@ -643,20 +659,29 @@ class Schedule:
     # -- the checker ------------------------------------------------------------------------------
 
     def check(self) -> None:
-        """The output (read with pyarrow by the shared harness) against what Kinesis acknowledged, then state and files."""
-        from stack.harness import check_exactly_once, read_output, table_history, table_rows
+        """The output (read with pyiceberg and pyarrow by the shared harness) against what Kinesis acknowledged: each record
+        once in the pipeline's table or the quarantine table, decoded as its batch's ledger entry says; then state and files."""
+        from stack.harness import check_exactly_once, table_history, table_rows
 
-        table = self.view.load_table()
-        rows = read_output(self.view.uri) if self.view.s3 is None else table_rows(table)  # an S3 output is always a table
-        result = check_exactly_once(self.produced, rows)
+        table, quarantine = self.view.load_table(), self.view.load_quarantine()
+        rows, quarantined = table_rows(table), table_rows(quarantine)  # the schedule's output is always a table
+        result = check_exactly_once(self.produced, stacked(rows, quarantined))
         self.outcome.records, self.outcome.lost, self.outcome.duplicated = result.expected, result.lost, result.duplicated
         if not result.ok:
-            self.outcome.violations.append(f"not exactly once: {result}")
-        self.outcome.violations += table_history(table)
+            self.outcome.violations.append(f"not exactly once (the table and the quarantine table): {result}")
+        self.outcome.violations += table_history(table) + [f"quarantine table: {p}" for p in table_history(quarantine)]
+        self.outcome.violations += check_decoded(self.produced, rows, quarantined, self.decodings())
         committed = self.committed()
         self.outcome.violations += (
             self.check_state() + self.check_commit_records() + check_results(self.view, committed) + check_files(self.view, committed)
         )
+
+    def decodings(self) -> dict[int, str]:
+        """Each committed batch's payload.schema, as its ledger entry says the batch was decoded."""
+        from kinesis_replay.core.state import BatchStatus
+
+        batches = [b for b in self.store.list_batches(self.name) if b.status == BatchStatus.COMMITTED]
+        return {b.batch_id: b.verified_result().decoding.schema or "" for b in batches}
 
     def committed(self) -> list[int]:
         from kinesis_replay.core.state import BatchStatus
@@ -738,10 +763,54 @@ def compact(tasks: dict[str, str]) -> str:
     return "[" + " ".join(f"{task}={state}" for task, state in tasks.items()) + "]"
 
 
+KEY_COLUMNS = ("shard_id", "sequence_number", "sub_sequence_number", "data", "batch_id")
+
+
+def stacked(*tables: Any) -> Any:
+    """The record columns of several tables' rows (the pipeline's table, the quarantine table) as one pyarrow table."""
+    import pyarrow as pa
+
+    return pa.table({c: [v for t in tables for v in t.column(c).to_pylist()] for c in KEY_COLUMNS})
+
+
+def schema_fields(schema: str) -> set[str]:
+    """The field names of a payload.schema such as ``"i BIGINT, seed BIGINT"``."""
+    return {part.split()[0] for part in schema.split(",") if part.strip()}
+
+
+def check_decoded(produced: list[Any], rows: Any, quarantined: Any, decodings: dict[int, str]) -> list[str]:
+    """The quarantine table holds exactly the records that cannot be decoded, and each row of the pipeline's table holds
+    the payload's values of the fields its batch was decoded with (``decodings``: the ledger's payload.schema of each
+    batch), and nulls for the rest of DECODED_FIELDS: the ledger, the table and the payloads agree on how each batch was
+    decoded."""
+    key = ("shard_id", "sequence_number", "sub_sequence_number")
+    undecodable = {(p.shard_id, p.sequence_number, p.sub_sequence_number) for p in produced if not isinstance(json.loads(p.data)["i"], int)}
+    held = set(zip(*(quarantined.column(c).to_pylist() for c in key), strict=True))
+    problems = []
+    if held != undecodable:
+        problems.append(
+            f"the quarantine table holds {len(held - undecodable)} records that decode, and lacks {len(undecodable - held)} "
+            f"that do not (of {len(undecodable)})"
+        )
+    fields = list(DECODED_FIELDS)
+    columns = {f: rows.column(f).to_pylist() if f in rows.column_names else [None] * rows.num_rows for f in fields}
+    wrong: dict[int, int] = {}
+    for n, (batch_id, data) in enumerate(zip(rows.column("batch_id").to_pylist(), rows.column("data").to_pylist(), strict=True)):
+        payload, decoded = json.loads(data), schema_fields(decodings.get(batch_id, ""))
+        if any(columns[f][n] != (payload.get(f) if f in decoded else None) for f in fields):
+            wrong[batch_id] = wrong.get(batch_id, 0) + 1
+    problems += [
+        f"batch {b}: {count} rows hold other values than its payloads decoded with {decodings.get(b)!r}, its ledger's schema"
+        for b, count in sorted(wrong.items())
+    ]
+    return problems
+
+
 def check_results(output: Path | OutputView, committed: list[int]) -> list[str]:
     """Each committed batch's manifest, as its commit record in the output keeps it (check_commit_records ties that to
-    the ledger's), agrees with the files of the attempt it names (read with pyarrow), shard by shard; and the batch
-    has a result manifest, which the replay job wrote and verify read.
+    the ledger's), agrees with the files of the attempt it names (read with pyarrow), shard by shard: its rows, its
+    quarantined records, and the bounds of the two together; and the batch has a result manifest, which the replay
+    job wrote and verify read.
 
     The result manifest itself is the last replay's: when two runs replayed the batch at once, it may be the one
     whose attempt the other run's commit removed, so the commit record is what names the committed files.
@@ -750,6 +819,15 @@ def check_results(output: Path | OutputView, committed: list[int]) -> list[str]:
     import pyarrow.parquet as pq
 
     view = output if isinstance(output, OutputView) else OutputView.local(output)
+
+    def read(folder: str) -> Any | None:
+        return pq.read_table(folder, filesystem=view.filesystem, columns=["shard_id", "sequence_number"]) if view.is_dir(folder) else None
+
+    def sequence_numbers(rows: Any | None, shard_id: str) -> list[int]:
+        if rows is None:
+            return []
+        return [int(s) for s in rows.filter(pc.equal(rows.column("shard_id"), shard_id))["sequence_number"].to_pylist()]
+
     problems = []
     for batch_id in committed:
         manifest_file = view.path("_manifests", f"batch_id={path_batch_id(batch_id)}.json")
@@ -761,22 +839,25 @@ def check_results(output: Path | OutputView, committed: list[int]) -> list[str]:
             problems.append(f"batch {batch_id}: no commit record at {record_file}")
             continue
         result = json.loads(view.read_text(record_file))["batch"]["manifest"]
-        data_dir = view.path(f"batch_id={path_batch_id(batch_id)}")
-        if result.get("attempt"):  # a table output: the files of the attempt the commit record names
-            data_dir = view.path("data", f"batch_id={path_batch_id(batch_id)}", f"attempt={result['attempt']}")
-        table = pq.read_table(data_dir, filesystem=view.filesystem) if view.is_dir(data_dir) else None
+        folder = f"batch_id={path_batch_id(batch_id)}"
+        data_dir, quarantine_dir = view.path(folder), view.path("_quarantine", folder)
+        if result.get("attempt"):  # a table output: the files of the attempt the commit record names, for both tables
+            data_dir = view.path("data", folder, f"attempt={result['attempt']}")
+            quarantine_dir = view.path("quarantine", "data", folder, f"attempt={result['attempt']}")
+        table, quarantined = read(data_dir), read(quarantine_dir)
         for shard in result["shards"]:
-            if table is None:
+            if table is None and shard["records"]:
                 problems.append(f"batch {batch_id}: its commit record lists shard {shard['shard_id']}, but {data_dir} is missing")
                 continue
-            rows = table.filter(pc.equal(table.column("shard_id"), shard["shard_id"]))
-            seqs = [int(s) for s in rows.column("sequence_number").to_pylist()]
-            if len(seqs) != shard["records"] or (
-                seqs and (min(seqs), max(seqs)) != (int(shard["first_sequence_number"]), int(shard["last_sequence_number"]))
+            seqs, bad = (sequence_numbers(rows, shard["shard_id"]) for rows in (table, quarantined))
+            both = seqs + bad
+            if (len(seqs), len(bad)) != (shard["records"], shard.get("bad_records", 0)) or (
+                both and (min(both), max(both)) != (int(shard["first_sequence_number"]), int(shard["last_sequence_number"]))
             ):
                 problems.append(
-                    f"batch {batch_id}, shard {shard['shard_id']}: manifest says {shard['records']} records "
-                    f"{shard['first_sequence_number']}..{shard['last_sequence_number']}, files hold {len(seqs)}"
+                    f"batch {batch_id}, shard {shard['shard_id']}: manifest says {shard['records']} records and "
+                    f"{shard.get('bad_records', 0)} quarantined, {shard['first_sequence_number']}..{shard['last_sequence_number']}; "
+                    f"files hold {len(seqs)} and {len(bad)}"
                 )
     return problems
 
@@ -785,22 +866,25 @@ def check_files(output: Path | OutputView, committed: list[int]) -> list[str]:
     """No file outside a committed batch's paths (after the drain nothing is in flight) but the owner record.
 
     A table output's metadata and catalog are its own; its data files lie under committed batches' folders
-    (a backfill's superseded attempts too, until snapshot expiry), and the table references no other.
+    (a backfill's superseded attempts too, until snapshot expiry), and the table references no other. So do the
+    quarantine table's, under ``quarantine/``.
     """
-    from kinesis_replay.adapters.layout import COMMITS_DIR, OWNER_FILE
+    from kinesis_replay.adapters.layout import COMMITS_DIR, OWNER_FILE, QUARANTINE_TABLE_DIR
 
     view = output if isinstance(output, OutputView) else OutputView.local(output)
     allowed = {f"batch_id={path_batch_id(b)}" for b in committed}
     problems = []
     if not view.is_dir(view.root):
         return problems
-    table = view.load_table()
-    if table is not None and table.current_snapshot() is not None:
-        for task in table.scan().plan_files():
-            parts = view.relative(task.file.file_path)
-            if parts[0] != "data" or parts[1] not in allowed:
-                problems.append(f"the table references {task.file.file_path}, outside every committed batch's files")
+    for name, table, under in (("table", view.load_table(), ()), ("quarantine table", view.load_quarantine(), (QUARANTINE_TABLE_DIR,))):
+        if table is not None and table.current_snapshot() is not None:
+            for task in table.scan().plan_files():
+                parts = view.relative(task.file.file_path)
+                if parts[: len(under) + 1] != (*under, "data") or parts[len(under) + 1] not in allowed:
+                    problems.append(f"the {name} references {task.file.file_path}, outside every committed batch's files")
     for parts in view.files():
+        if parts[0] == QUARANTINE_TABLE_DIR and (parts[1] == "metadata" or (parts[1] == "data" and parts[2] in allowed)):
+            continue  # the quarantine table's folders, as the table's below
         if parts[0] in allowed or (parts[0] in ("_quarantine", "data") and parts[1] in allowed):
             continue
         if parts[0] in ("metadata", "_catalog"):
