@@ -1,13 +1,15 @@
 """Randomized fault schedules over one pipeline, and a checker of exactly once that reads the output with pyarrow.
 
 A schedule is a seeded list of steps: produce records (plain or KPL-aggregated, on random partition
-keys), run a regular cycle (with or without a fault), backfill stored batches, split or merge a shard,
-and two mistakes an operator makes: losing the state table (deleted, or renamed in the config), then
-recovering it from the output; and pointing a second pipeline at the output.
+keys), run a regular cycle (with or without a fault), backfill stored batches, re-decode them after a
+payload.schema change, split or merge a shard, and two mistakes an operator makes: losing the state table
+(deleted, or renamed in the config), then recovering it from the output; and pointing a second pipeline at
+the output.
 The faults: SIGKILL to the Spark job while it reads, while it writes or after it wrote; the state table
 unreachable from some write on, or one write applied with its answer lost; two cycles at once; the
 run stopped after one of its tasks (as when the Airflow task process dies between steps); reads
-throttled. Every step drives the real DAGs with dag.test() and the real spark-submit job.
+throttled. A re-decode is cut short in its replay or its commit, then finished as an operator would.
+Every step drives the real DAGs with dag.test() and the real spark-submit job.
 
 The pipeline decodes JSON payloads with a payload.schema, and some records do not decode: they land in the
 quarantine table. After the steps, clean cycles drain the stream, and the checker compares the output (both
@@ -61,13 +63,35 @@ CYCLE_FAULTS = (
     "state_unreachable_after_table_commit", "concurrent_table_commits",
 )  # fmt: skip
 SHARDS = 2
-STEP_KINDS = ("produce", "produce_aggregated", "cycle", "backfill", "split", "merge", "lose_state", "share_output", "cap", "table")
-STEP_WEIGHTS = (3, 2, 6, 1, 1, 1, 3, 1, 2, 2)
+STEP_KINDS = (
+    "produce", "produce_aggregated", "cycle", "backfill", "split", "merge", "lose_state", "share_output", "cap", "table",
+    "redecode",
+)  # fmt: skip
+STEP_WEIGHTS = (3, 2, 6, 1, 1, 1, 3, 1, 2, 2, 2)
 LOSSES = ("deleted", "renamed")  # how a lose_state step loses the table
 TABLE_FAULTS = ("rollback", "drop", "lose_metadata")  # what a table step does to the Iceberg table, with Iceberg's own tools
+# Where a re-decode is cut short: a replay's Spark job killed; the run stopped once its replays staged the batches (the
+# worker died before the commit task); the commit task dying between the table's snapshot and the quarantine table's;
+# the state table dark from the ledger's update after both snapshots, or that update applied with its answer lost; the
+# commit task dying between a batch's ledger update and its commit record.
+# Two schedules fail the checker until the re-decode is fixed: died_before_commit_record with the recovery clear (the
+# resumed commit finds the batch's ledger entry re-decoded, and never writes its commit record again: it keeps the old
+# attempt and decoding); and a table step that rolls the table back past a re-decode's snapshot (the holdings, ranges
+# and counts, are the same, so nothing refuses it and the restore finds nothing to put back: the table holds the batch
+# decoded as it was, the ledger as re-decoded).
+REDECODE_FAULTS = (
+    "none", "kill_replay", "stop_after_replay", "died_before_quarantine", "ledger_unreachable", "ledger_lost_ack",
+    "died_before_commit_record",
+)  # fmt: skip
+# How the operator finishes a re-decode cut short: clears the run's failed tasks (the same run, so the same run id), or
+# triggers the re-decode again (a new run, which replays and stages the selection again).
+RECOVERIES = ("clear", "again")
 # The pipeline's payloads: JSON, decoded with payload.schema. Every BAD_EVERY-th record's "i" is not a number, so it
-# cannot be decoded (the batch's share of them may be any: max_bad_share is 1) and lands in the quarantine table.
+# cannot be decoded (the batch's share of them may be any: max_bad_share is 1) and lands in the quarantine table. Each
+# re-decode step adds the next of ADDED_FIELDS to the schema (a change the table accepts: a column is added); once all
+# are in, a re-decode decodes with the settings as they are.
 PAYLOAD = {"format": "json", "schema": "i BIGINT", "max_bad_share": 1.0}
+ADDED_FIELDS = ("seed BIGINT", "agg BOOLEAN")
 BAD_EVERY = 13
 DECODED_FIELDS = ("i", "seed", "agg")  # the payloads' fields, which a payload.schema may name
 DRAIN_CYCLES = 4  # clean cycles after the steps; a drained stream makes the last one idle
@@ -77,14 +101,17 @@ OUTPUTS = ("local", "s3")  # where a schedule's pipeline writes: a local folder,
 @dataclass(frozen=True)
 class Step:
     kind: str  # one of STEP_KINDS
-    fault: str = "none"  # a cycle's fault, one of CYCLE_FAULTS; how lose_state loses the table, one of LOSSES
+    fault: str = "none"  # a cycle's fault, one of CYCLE_FAULTS; how lose_state loses the table, one of LOSSES; REDECODE_FAULTS
     n: int = 0  # records or aggregates to produce; the write a state fault hits
+    recovery: str = ""  # how the operator finishes a re-decode cut short, one of RECOVERIES
 
     def __str__(self) -> str:
         if self.kind.startswith("produce"):
             return f"{self.kind} {self.n}"
         if self.kind == "cycle":
             return f"cycle fault={self.fault}" + (f" write={self.n}" if self.fault.startswith("state_") else "")
+        if self.kind == "redecode":
+            return f"redecode fault={self.fault}" + (f" recovery={self.recovery}" if self.recovery else "")
         if self.kind in ("lose_state", "table"):
             return f"{self.kind} {self.fault}"
         if self.kind == "cap":
@@ -103,9 +130,9 @@ def generate(seed: int, steps: int, spark_steps_max: int = 2) -> list[Step]:
     spark_steps = 0
     while len(schedule) < steps + 1:
         kind = rng.choices(STEP_KINDS, STEP_WEIGHTS)[0]
-        if kind in ("backfill", "lose_state", "share_output", "table") and not any(s.kind == "cycle" for s in schedule):
+        if kind in ("backfill", "lose_state", "share_output", "table", "redecode") and not any(s.kind == "cycle" for s in schedule):
             continue  # nothing committed to backfill or to lose yet, and no owner of the output to intrude on
-        if kind in ("cycle", "backfill", "lose_state"):  # a recovery runs a cycle
+        if kind in ("cycle", "backfill", "lose_state", "redecode"):  # a recovery runs a cycle
             if spark_steps >= spark_steps_max:
                 continue
             spark_steps += 1
@@ -122,6 +149,9 @@ def generate(seed: int, steps: int, spark_steps_max: int = 2) -> list[Step]:
             schedule.append(Step("table", rng.choice(TABLE_FAULTS)))
         elif kind == "cap":
             schedule.append(Step("cap", n=rng.randint(1, 400)))
+        elif kind == "redecode":
+            fault = rng.choice(REDECODE_FAULTS)
+            schedule.append(Step("redecode", fault, recovery="" if fault == "none" else rng.choice(RECOVERIES)))
         else:
             schedule.append(Step(kind))
     return schedule
@@ -444,17 +474,165 @@ class Schedule:
         self.log(f"merge {a['ShardId']} + {b['ShardId']}")
 
     def step_backfill(self, step: Step) -> None:
+        """The operator backfills committed batches. A batch decoded before a re-decode step changed payload.schema would
+        be refused (a backfill gives a batch its rows again as they were): the operator picks among those decoded as now."""
+        from kinesis_replay.core.decoding import Decoding
         from kinesis_replay.core.state import BatchStatus
         from stack.harness import run_dag
 
-        committed = [b.batch_id for b in self.store.list_batches(self.name) if b.status == BatchStatus.COMMITTED]
+        now = Decoding.of(self.entry["payload"]["format"], self.entry["payload"]["schema"])
+        batches = [b for b in self.store.list_batches(self.name) if b.status == BatchStatus.COMMITTED]
+        committed = [b.batch_id for b in batches if b.verified_result().decoding == now]
         if not committed:
-            self.log("backfill: no committed batch yet")
+            self.log(f"backfill: no committed batch {'decoded as the pipeline decodes now' if batches else 'yet'}")
             return
         chosen = sorted(self.rng.sample(committed, k=self.rng.randint(1, min(2, len(committed)))))
         dag = self.dags()[dag_ids(self.name)[1]]
         result = run_dag(dag, run_conf={"batches": {"batch_ids": chosen}})
         self.log(f"backfill {chosen}: {result.state} {compact(result.tasks)}")
+
+    def step_redecode(self, step: Step) -> None:
+        """The operator adds the next of ADDED_FIELDS to payload.schema (once all are in, the settings stay), and re-decodes
+        committed batches: the backfill DAG with ``{"batches": {...}, "redecode": true}``. The step's fault cuts the
+        re-decode short (REDECODE_FAULTS); the operator then clears the run's failed tasks or triggers it again.
+
+        Once it is done, each chosen batch's ledger entry names the run that re-decoded it and the pipeline's decoding
+        now, and no batch is left staged; in every snapshot either table made meanwhile, the selection is in one
+        decoding, the old or the new, never a mix (``one_decoding``). Refused, naming it, while a regular batch is in
+        flight: that is checked instead.
+        """
+        from datetime import UTC, datetime
+
+        from kinesis_replay.adapters import commit_records, quarantine_table
+        from stack.faults import REDECODED, SparkKiller, StateFault, dies_before
+        from stack.harness import run_dag
+
+        committed = self.committed()
+        if not committed:
+            self.log(f"{step}: no committed batch yet")
+            return
+        chosen = sorted(self.rng.sample(committed, k=self.rng.randint(1, min(2, len(committed)))))
+        payload = self.entry["payload"]
+        added = next((f for f in ADDED_FIELDS if f not in payload["schema"].split(", ")), None)
+        if added is not None:
+            self.entry["payload"] = {**payload, "schema": f"{payload['schema']}, {added}"}
+        conf = {"batches": {"batch_ids": chosen}, "redecode": True}
+        in_flight = self.store.get_head(self.name).in_flight
+        held = {which: (self.snapshot_ids(which), self.batch_files(which, chosen)) for which in ("table", "quarantine")}  # before it
+        # The run's dates: dag.test() at the same ones runs the same run again (its run id is made of them), its tasks cleared.
+        when = {"logical_date": (now := datetime.now(UTC)), "run_after": now}
+        dag = self.dags()[dag_ids(self.name)[1]]
+        # The run stops once its replays staged the batches: its commit task never runs. dag.test() marks it done instead
+        # (a partial DAG, as a cycle's stop_after_* runs, loses the replays' mapping: Airflow 3.3 fails them).
+        stopped = "^commit$" if step.fault == "stop_after_replay" else None
+        killer, died = None, None
+        if step.fault == "kill_replay":
+            killer = SparkKiller(self.name, self.kill_moment("write"), interval=0.1 if self.view.s3 is not None else 0.02)
+            killer.start()
+        elif step.fault.startswith("ledger_"):
+            self.state_proxy.arm(StateFault("unreachable" if step.fault == "ledger_unreachable" else "lost_ack", 1, marker=REDECODED))
+        try:
+            if step.fault.startswith("died_before_"):
+                cut = (quarantine_table, "commit", "the quarantine table's commit")
+                if step.fault == "died_before_commit_record":
+                    cut = (commit_records, "write_commit_record", "a re-decoded batch's commit record")
+                with dies_before(*cut) as died:
+                    first = run_dag(dag, run_conf=conf, **when)
+            else:
+                first = run_dag(dag, run_conf=conf, mark_success_pattern=stopped, **when)
+        finally:
+            if killer is not None:
+                killer.cancel()
+                killer.join()
+            if killer is not None:
+                fired = killer.fired
+            elif died is not None:
+                fired = died[0] if died else None
+            else:
+                fired = self.state_proxy.fired
+            self.state_proxy.arm(None)
+        what = f"; fault: {fired or 'did not fire'}" if step.fault not in ("none", "stop_after_replay") else ""
+        change = f"payload.schema + {added!r}" if added is not None else "payload.schema as it was"
+        tasks = {**first.tasks, "commit": "never ran"} if stopped else first.tasks
+        self.log(f"{step}: batches {chosen}, {change}: {first.state} {compact(tasks)}{what}")
+        if first.tasks.get("select") != "success":
+            if in_flight is None:
+                self.outcome.violations.append(f"{step}: the re-decode of batches {chosen} was refused with no batch in flight")
+            return
+        finished = first
+        if tasks.get("commit") != "success":
+            if step.fault in ("kill_replay", "stop_after_replay"):  # cut before its commit: readers see nothing of it yet
+                seen = [which for which, (_, files) in held.items() if self.batch_files(which, chosen) != files]
+                if seen:
+                    self.outcome.violations.append(f"{step}: the {' and the '.join(seen)} changed before the re-decode's commit")
+            again = self.dags()[dag_ids(self.name)[1]]
+            if step.recovery == "again":
+                finished = run_dag(again, run_conf=conf)
+            else:  # a failed replay is replayed again (dag.test() runs all the run's replays anew); else only the commit runs
+                replayed = None if step.fault == "kill_replay" else "^replay$"
+                finished = run_dag(again, run_conf=conf, mark_success_pattern=replayed, **when)
+            self.log(f"recovery ({step.recovery or 'none'}): {finished.state} {compact(finished.tasks)}")
+        self.outcome.violations += self.check_redecoded(step, chosen, finished, held)
+
+    def load(self, which: str) -> Any | None:
+        """The pipeline's table (``which`` "table") or its quarantine table ("quarantine"), as a reader loads it."""
+        return self.view.load_table() if which == "table" else self.view.load_quarantine()
+
+    def snapshot_ids(self, which: str) -> set[int]:
+        table = self.load(which)
+        return set() if table is None else {s.snapshot_id for s in table.metadata.snapshots}
+
+    def batch_files(self, which: str, batch_ids: list[int], snapshot_id: int | None = None) -> dict[int, frozenset[str]]:
+        """The files each batch has in the pipeline's table or the quarantine table (``which``), at its current snapshot
+        (or ``snapshot_id``), read with pyiceberg."""
+        table = self.load(which)
+        if table is None or table.current_snapshot() is None:
+            return {b: frozenset() for b in batch_ids}
+        found: dict[int, set[str]] = {b: set() for b in batch_ids}
+        for task in table.scan(snapshot_id=snapshot_id, selected_fields=("batch_id",)).plan_files():
+            batch_id = task.file.partition[0]
+            if batch_id in found:
+                found[batch_id].add(task.file.file_path)
+        return {b: frozenset(files) for b, files in found.items()}
+
+    def check_redecoded(
+        self, step: Step, chosen: list[int], finished: Any, held: dict[str, tuple[set[int], dict[int, frozenset[str]]]]
+    ) -> list[str]:
+        """After a re-decode's recovery: it committed; each chosen batch names the run and the pipeline's decoding now, none
+        is staged; every snapshot made meanwhile holds the whole selection in one decoding (``one_decoding``)."""
+        from kinesis_replay.core.decoding import Decoding
+
+        problems = []
+        if finished.tasks.get("commit") != "success":
+            problems.append(f"{step}: the re-decode of batches {chosen} was not committed once recovered: {compact(finished.tasks)}")
+        now = Decoding.of(self.entry["payload"]["format"], self.entry["payload"]["schema"])
+        for batch_id, batch in sorted(self.store.get_batches(self.name, chosen).items()):
+            if batch.redecoded_by != finished.run_id:
+                problems.append(f"{step}: batch {batch_id} names {batch.redecoded_by} as its re-decode, not run {finished.run_id}")
+            elif batch.verified_result().decoding != now:
+                problems.append(f"{step}: batch {batch_id} was re-decoded, and its ledger entry names {batch.verified_result().decoding}")
+        staged = [(b.batch_id, b.staged_by) for b in self.store.list_batches(self.name) if b.staged is not None]
+        if staged:
+            problems.append(f"{step}: batches are left staged once the re-decode is done (batch, run): {staged}")
+        for which, (snapshots, files) in held.items():
+            problems += [f"{step}: {problem}" for problem in self.one_decoding(which, snapshots, files)]
+        return problems
+
+    def one_decoding(self, which: str, snapshots: set[int], before: dict[int, frozenset[str]]) -> list[str]:
+        """Every snapshot of the pipeline's table or the quarantine table (``which``) made since it had ``snapshots``
+        holds every chosen batch in its files of then (``before``), or none of them in those: a reader saw the selection
+        in the old decoding or the new one, never a mix. A batch with no files there, then nor in the snapshot, says nothing."""
+        table = self.load(which)
+        if table is None:
+            return []
+        problems = []
+        for snapshot in [s for s in table.metadata.snapshots if s.snapshot_id not in snapshots]:
+            files = self.batch_files(which, list(before), snapshot.snapshot_id)
+            old = sorted(b for b in before if (files[b] or before[b]) and files[b] == before[b])
+            new = sorted(b for b in before if files[b] != before[b])
+            if old and new:
+                problems.append(f"{which} snapshot {snapshot.snapshot_id} holds batches {new} re-decoded, and {old} as they were")
+        return problems
 
     def step_lose_state(self, step: Step) -> None:
         """The operator loses the state table: deletes it, or renames it in the config. A cycle must refuse (once
@@ -706,7 +884,7 @@ class Schedule:
         return problems
 
     def check_state(self) -> list[str]:
-        """Nothing in flight after the drain, and each shard's checkpoint is the end of its last committed range."""
+        """Nothing in flight or staged after the drain, and each shard's checkpoint is the end of its last committed range."""
         from kinesis_replay.core.state import BatchStatus
 
         problems = []
@@ -715,6 +893,8 @@ class Schedule:
             problems.append(f"batch {head.in_flight} is still in flight after the drain")
         ends: dict[str, int] = {}
         for batch in self.store.list_batches(self.name):
+            if batch.staged is not None:
+                problems.append(f"batch {batch.batch_id} is still staged for a re-decode (run {batch.staged_by}) after the drain")
             if batch.status != BatchStatus.COMMITTED:
                 problems.append(f"batch {batch.batch_id} is {batch.status.value} after the drain")
                 continue
@@ -782,7 +962,7 @@ def check_decoded(produced: list[Any], rows: Any, quarantined: Any, decodings: d
     """The quarantine table holds exactly the records that cannot be decoded, and each row of the pipeline's table holds
     the payload's values of the fields its batch was decoded with (``decodings``: the ledger's payload.schema of each
     batch), and nulls for the rest of DECODED_FIELDS: the ledger, the table and the payloads agree on how each batch was
-    decoded."""
+    decoded (a re-decode changes all three at once)."""
     key = ("shard_id", "sequence_number", "sub_sequence_number")
     undecodable = {(p.shard_id, p.sequence_number, p.sub_sequence_number) for p in produced if not isinstance(json.loads(p.data)["i"], int)}
     held = set(zip(*(quarantined.column(c).to_pylist() for c in key), strict=True))
