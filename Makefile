@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STACK := tests/stack
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help install browser demo up down test test-unit test-integration test-compose chaos bench bench-table bench-paced bench-ledger bench-planning bench-connect lint typecheck docs-config package stack-up stack-down clean
+.PHONY: help install browser demo up down test test-unit test-integration test-compose chaos bench bench-table bench-redecode bench-paced bench-ledger bench-planning bench-connect lint typecheck docs-config package stack-up stack-down clean
 
 help:
 	@echo "make demo     run the DAG for several cycles on a local stack and check every record landed exactly once"
@@ -21,6 +21,7 @@ help:
 	@echo "make package  build dist/kinesis_replay.zip, the library for spark-submit --py-files"
 	@echo "make bench    measure replay speed against bare reads and a naive exporter; writes BENCHMARKS.md (SIZES=... RUNS=...)"
 	@echo "make bench-table  time a batch's table commit at the 10th and the 1,000th batch of a table (part of make bench)"
+	@echo "make bench-redecode  a re-decode's one commit of REDECODE_BATCHES batches beside a backfill's commit of each (part of make bench)"
 	@echo "make bench-paced  the same ways through a proxy at Kinesis's per-shard read limits, against the physical limit (PACED=...)"
 	@echo "make bench-ledger  time the page, the backfill selection and the stuck check on a ledger of 100,000 batches"
 	@echo "make bench-planning  time a plan at 4, 100 and 1,000 shards through a proxy at Kinesis's limits"
@@ -95,19 +96,29 @@ docs-config: $(VENV)/.installed
 package: install
 	PYTHONPATH=plugins $(BIN)/python -c "from pathlib import Path; from kinesis_replay.launchers.spark_submit import package_library as p; print(p(Path('dist/kinesis_replay.zip')))" 
 
-# Sizes (records per 4-shard stream) and runs per figure, then bench-table; about 18 minutes with these defaults on 2 cores
-# (BENCHMARKS.md: 17.3 minutes for bench/run.py, 0.9 for the table's commits).
+# Sizes (records per 4-shard stream) and runs per figure, then bench-table and bench-redecode; about 20 minutes with these
+# defaults on 2 cores (BENCHMARKS.md: 17.3 minutes for bench/run.py, 0.9 for the table's commits, 3.6 for the
+# re-decode's at a load average of 9: about 80 CPU-seconds).
 SIZES ?= 4000,40000,400000
 RUNS ?= 3
 bench: install
 	$(BIN)/python bench/run.py --sizes $(SIZES) --runs $(RUNS)
 	$(BIN)/python bench/table_commit.py --batches $(TABLE_BATCHES)
+	$(BIN)/python bench/redecode.py --batches $(REDECODE_BATCHES)
 
 # A batch's table commit at the 10th and the TABLE_BATCHES-th batch of one table, patched (pyiceberg_patches) and on
 # pyiceberg's own commit path side by side; about a minute on 2 cores.
 TABLE_BATCHES ?= 1000
 bench-table: install
 	$(BIN)/python bench/table_commit.py --batches $(TABLE_BATCHES)
+
+# A re-decode of REDECODE_BATCHES committed batches (at most 100, a backfill run's most) beside a backfill of the same
+# batches, on two tables built alike on the fakes (no Spark: the measure is the commit and the files it reads); the
+# re-decode's one commit against a backfill's commit of one batch, and the files each reads. About 80 CPU-seconds,
+# mostly on one core: 3.6 minutes on 2 cores at a load average of 9, nearly half of them building the tables.
+REDECODE_BATCHES ?= 100
+bench-redecode: install
+	$(BIN)/python bench/redecode.py --batches $(REDECODE_BATCHES)
 
 # make bench measures on kinesalite, which enforces no read limit; this one reads through the throttling proxy at
 # Kinesis's per-shard limits, scaled down (SHARDS:MIB_PER_SHARD:SCALE, the limit being 2 MiB/s / SCALE) so that the

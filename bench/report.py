@@ -1,7 +1,8 @@
 """BENCHMARKS.md's generated sections: the one place that reads the file, finds a section by its marker lines and writes it.
 
 Each command writes a section: `make bench` the bench section (bench/run.py, through ``write``) and the
-table-commit section (bench/table_commit.py, also `make bench-table`), `make chaos` the reliability section
+table-commit section (bench/table_commit.py, also `make bench-table`) and the re-decode section (bench/redecode.py,
+also `make bench-redecode`), `make chaos` the reliability section
 (tests/stack/chaos.py), `make bench-ledger` the ledger section (bench/ledger.py), `make bench-planning` the planning
 section (bench/planning.py), `make bench-paced` the paced section (bench/paced.py) and `make bench-connect` the
 Spark Connect section (bench/connect.py), all but the first through
@@ -60,6 +61,7 @@ PLANNING = Section("<!-- planning:start -->", "<!-- planning:end -->")
 TABLE_COMMIT = Section("<!-- table-commit:start -->", "<!-- table-commit:end -->")
 PACED = Section("<!-- paced:start -->", "<!-- paced:end -->")
 CONNECT = Section("<!-- connect:start -->", "<!-- connect:end -->")
+REDECODE = Section("<!-- redecode:start -->", "<!-- redecode:end -->")
 RELIABILITY_PLACEHOLDER = "## Reliability (make chaos)\n\nNot measured yet: `make chaos` writes this table."
 
 

@@ -258,8 +258,9 @@ def build_backfill_dag(pipeline: PipelineConfig) -> DAG:
                 type="boolean",
                 title="Re-decode",
                 description=(
-                    "Accept decoded values that differ from what the output holds for a batch (after a decoder or "
-                    "payload.schema change). Without it such a backfill is refused, naming the field; raw records must match either way."
+                    "Decode the batches anew with the pipeline's payload settings, after a payload.schema or decoder change. "
+                    "Without it a backfill of batches decoded otherwise is refused before anything is read, naming both "
+                    "decodings. The raw records must match the first run's either way; the selection becomes visible at once."
                 ),
             ),
             "dry_run": Param(False, type="boolean", title="Dry run", description="Show what would be read and its cost; read nothing."),
@@ -304,7 +305,10 @@ def build_backfill_dag(pipeline: PipelineConfig) -> DAG:
         @task(task_id="commit", outlets=[asset])
         def commit_redecode(batch_ids: list[int]) -> list[tasks.BatchFigures]:
             context = get_current_context()
-            return tasks.commit_redecode(pipeline, context["params"], context["run_id"], batch_ids)
+            figures = tasks.commit_redecode(pipeline, context["params"], context["run_id"], batch_ids)
+            # One event for the selection, made visible at once: each batch's figures, as a backfill's event carries one.
+            context["outlet_events"][asset].extra = {"kind": "redecode", "batches": [tasks.event_extra(f) for f in figures]}
+            return figures
 
         chosen = select()
         if pipeline.spark.emr_serverless is None:

@@ -87,7 +87,7 @@ def test_a_backfill_rewrites_batches_identically_and_readers_never_see_one_missi
         result = run_dag(dags["backfill"], run_conf={"batches": {"from_batch": 1, "to_batch": 2}})
     finally:
         reader.stop()
-    assert result.state == "success" and result.tasks == {"select": "success", "replay": "success"}, result
+    assert result.state == "success" and result.tasks == {"select": "success", "replay": "success", "commit": "skipped"}, result
     assert reader.problems == [] and reader.scans > 10 and len(reader.seen_snapshots) >= 2, (reader.scans, reader.seen_snapshots)
     assert check_table_history(entry["output"]) == []
     replaced = {i: store.get_batch(entry["name"], i).snapshot_id for i in (1, 2)}
@@ -116,6 +116,66 @@ def test_a_backfill_rewrites_batches_identically_and_readers_never_see_one_missi
         assert replay is not None and event["seconds"] == round(replay.seconds, 3), (event["seconds"], replay.seconds)
 
 
+def put_numbers(kinesis: Any, stream: str, count: int, wide: int) -> list[Any]:
+    """``count`` JSON records whose ``n`` is their index, the first ``wide`` of them past an INT's range (2**40 + i)."""
+    from stack.producer import Produced
+
+    records = [{"PartitionKey": f"u{i % 5}", "Data": json.dumps({"n": 2**40 + i if i < wide else i, "user": f"u{i}"}).encode()}
+               for i in range(count)]  # fmt: skip
+    answer = kinesis.put_records(StreamName=stream, Records=records)
+    assert not answer.get("FailedRecordCount")
+    return [
+        Produced(r["ShardId"], r["SequenceNumber"], rec["PartitionKey"], rec["Data"])
+        for r, rec in zip(answer["Records"], records, strict=True)
+    ]
+
+
+def test_a_redecode_through_the_dag_is_refused_without_asking_then_rescues_the_quarantined_records_in_one_snapshot(
+    kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any], tmp_path: Path, airflow_db: Path
+) -> None:
+    """Issue 46: a backfill after payload.schema changed is refused before anything is read, naming both decodings;
+    with redecode, the widened INT rescues the quarantined records: the table +10, the quarantine table -10, one new
+    snapshot of each, the holdings' records equal to Iceberg's total-records, and the ledger names the re-decode."""
+    from kinesis_replay.adapters import iceberg_table, quarantine_table
+    from kinesis_replay.core.holdings import Holdings
+
+    entry = {**entry, "payload": {"format": "json", "schema": "n INT, user STRING", "max_bad_share": 0.5}}
+    built = load_dags(tmp_path / "pipelines.yaml", entry)
+    produced = put_numbers(kinesis, entry["stream"], 40, wide=10)
+    assert run_dag(built[f"kinesis_replay_{entry['name']}"]).tasks == SUCCESS
+    pipeline = parse_config({"pipelines": [entry]})[0]
+    table, quarantined = iceberg_table.load_table(pipeline), quarantine_table.load(pipeline)
+    assert table is not None and quarantined is not None
+    assert (len(read_output(entry["output"])), len(read_output(entry["output"], quarantine=True))) == (30, 10)
+    snapshots = (len(table.metadata.snapshots), len(quarantined.metadata.snapshots))
+    ledger, head, shards = store.list_batches(entry["name"]), store.get_head(entry["name"]), store.get_shards(entry["name"])
+
+    changed = {**entry, "payload": {**entry["payload"], "schema": "n BIGINT, user STRING"}}
+    backfill = load_dags(tmp_path / "changed.yaml", changed)[f"kinesis_replay_backfill_{entry['name']}"]
+    refused = run_dag(backfill, run_conf={"batches": {"batch_ids": [1]}})
+    assert refused.state == "failed" and refused.tasks["select"] == "failed", refused
+    assert store.list_batches(entry["name"]) == ledger  # nothing was read, staged or committed
+
+    result = run_dag(backfill, run_conf={"batches": {"batch_ids": [1]}, "redecode": True})
+
+    assert result.state == "success" and result.tasks == {"select": "success", "replay": "success", "commit": "success"}, result
+    rows, bad = read_output(entry["output"]), read_output(entry["output"], quarantine=True)
+    assert (len(rows), len(bad)) == (40, 0) and sorted(rows.column("n").to_pylist()) == sorted(
+        [*range(10, 40), *(2**40 + i for i in range(10))]
+    )
+    assert check_exactly_once(produced, rows).ok
+    table, quarantined = iceberg_table.load_table(pipeline), quarantine_table.load(pipeline)
+    assert table is not None and quarantined is not None and table.current_snapshot() is not None
+    assert (len(table.metadata.snapshots), len(quarantined.metadata.snapshots)) == (snapshots[0] + 1, snapshots[1] + 1)
+    summary = table.current_snapshot().summary.additional_properties
+    assert Holdings.from_summary(summary) == Holdings.of([1], 40) and summary["total-records"] == "40"
+    batch = store.get_batch(entry["name"], 1)
+    assert batch.redecoded_by is not None and batch.staged is None and batch.snapshot_id == table.current_snapshot().snapshot_id
+    assert batch.quarantine_snapshot_id == quarantined.current_snapshot().snapshot_id
+    assert commit_record(entry["output"], 1)["redecoded_by"] == batch.redecoded_by
+    assert store.get_head(entry["name"]) == head and store.get_shards(entry["name"]) == shards  # no checkpoint moved
+
+
 def test_a_backfill_restores_a_lost_partition_of_a_directory_output_and_moves_no_checkpoint(
     kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any], tmp_path: Path, airflow_db: Path
 ) -> None:
@@ -131,7 +191,7 @@ def test_a_backfill_restores_a_lost_partition_of_a_directory_output_and_moves_no
 
     result = run_dag(built[f"kinesis_replay_backfill_{entry['name']}"], run_conf={"batches": {"batch_ids": [1]}})
 
-    assert result.state == "success" and result.tasks == {"select": "success", "replay": "success"}, result
+    assert result.state == "success" and result.tasks == {"select": "success", "replay": "success", "commit": "skipped"}, result
     assert rows_of(Path(entry["output"]), "1") == first and batch_dirs(entry["output"]) == ["batch_id=0000000001"]
     assert check_exactly_once(produced, read_output(entry["output"])).ok
     assert store.get_shards(entry["name"]) == shards and store.get_head(entry["name"]) == head  # nothing moved
@@ -140,8 +200,10 @@ def test_a_backfill_restores_a_lost_partition_of_a_directory_output_and_moves_no
 def test_a_backfill_of_a_directory_output_whose_schema_changed_is_refused_and_changes_nothing_readers_see(
     kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any], tmp_path: Path, airflow_db: Path
 ) -> None:
-    """Issue 44, case 4 and point 2: the check runs on the staged attempt, before batch_id=<id>/ is replaced, and
-    compares the decoded columns too: a payload.schema changed since the first run is refused, the folder kept whole."""
+    """Issue 44, case 4, and issue 46, point 1: a payload.schema changed since the batch's first run is refused, the
+    folder kept whole. The batch records its decoding, so the refusal comes at select, before anything is read or
+    staged; a batch of a release that recorded none is compared value by value on its staged attempt instead
+    (tests/unit/test_backfill_decoded.py)."""
     entry = {**entry, "output_format": "directory", "payload": {"format": "json", "schema": "index INT, user STRING"}}
     built = load_dags(tmp_path / "pipelines.yaml", entry)
     produced = produce(kinesis, entry["stream"], 40)
@@ -156,7 +218,8 @@ def test_a_backfill_of_a_directory_output_whose_schema_changed_is_refused_and_ch
     backfill = load_dags(tmp_path / "changed.yaml", changed)[f"kinesis_replay_backfill_{entry['name']}"]
     result = run_dag(backfill, run_conf={"batches": {"batch_ids": [1]}})
 
-    assert result.state == "failed" and result.tasks == {"select": "success", "replay": "failed"}, result
+    assert result.state == "failed" and result.tasks["select"] == "failed" and result.tasks["replay"] != "success", result
+    assert not [p for p in (Path(entry["output"]) / "_staging").rglob("*") if p.is_file()]  # nothing was read or staged
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == held  # readers see the first run's files, all of them
     assert sorted(read_output(entry["output"]).column("index").to_pylist()) == indexes
     assert check_exactly_once(produced, read_output(entry["output"])).ok
@@ -192,7 +255,9 @@ def test_a_backfill_that_names_no_batch_and_no_restore_fails_at_once_saying_what
     """batches may be left empty since the restore needs none: a run that gives neither fails in its first task."""
     (p,) = parse_config({"pipelines": [entry]})
     result = run_dag(dags["backfill"], run_conf={})
-    assert result.state == "failed" and result.tasks == {"select": "failed", "replay": "upstream_failed"}, result
+    assert result.state == "failed" and result.tasks == {"select": "failed", "replay": "upstream_failed", "commit": "upstream_failed"}, (
+        result
+    )
     with pytest.raises(AirflowFailException, match=r'name the batches to replay .* or restore the table \(\{"restore_table": true\}\)'):
         tasks.select_backfill(p, {"batches": None, "dry_run": False, "restore_table": False})
     assert store.list_batches(entry["name"]) == [] and not Path(entry["output"]).exists()
@@ -225,7 +290,7 @@ def test_dry_runs_write_and_read_nothing_and_a_backfill_is_refused_past_retentio
     caplog.clear()
     listing, ledger = table_files(entry["output"]), store.list_batches(entry["name"])
     dry = run_dag(dags["backfill"], run_conf={"batches": {"batch_ids": [1]}, "dry_run": True})
-    assert dry.tasks == {"select": "skipped", "replay": "skipped"}
+    assert dry.tasks == {"select": "skipped", "replay": "skipped", "commit": "skipped"}
     assert table_files(entry["output"]) == listing
     assert "would replay batch 1 (COMMITTED)" in caplog.text and "GetRecords calls" in caplog.text
 
@@ -234,7 +299,7 @@ def test_dry_runs_write_and_read_nothing_and_a_backfill_is_refused_past_retentio
     capfd.readouterr()
     backfill = fresh[f"kinesis_replay_backfill_{entry['name']}"]  # not the DAG object the dry run's conf was given to
     result = run_dag(backfill, run_conf={"batches": {"batch_ids": [1]}})
-    assert result.tasks == {"select": "failed", "replay": "upstream_failed"}
+    assert result.tasks == {"select": "failed", "replay": "upstream_failed", "commit": "upstream_failed"}
     logged = "".join(capfd.readouterr())  # the task's error, as Airflow logged it
     assert "batch 1, range shardId-" in logged and "more than the stream's retention of 24h" in logged
     assert table_files(entry["output"]) == listing  # untouched

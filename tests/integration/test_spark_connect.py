@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from kinesis_replay.adapters.files import read_result
-from kinesis_replay.adapters.layout import data_path, quarantine_path
+from kinesis_replay.adapters.layout import data_path, quarantine_data_path
 from kinesis_replay.core.config import PayloadConfig
 from kinesis_replay.core.job_spec import JobSpec, KinesisEndpoint
 from kinesis_replay.core.ranges import SequenceRange
@@ -70,5 +70,5 @@ def test_a_batch_replays_through_a_spark_connect_server_exactly_once(
     keys = sorted(zip(rows.column("sequence_number").to_pylist(), rows.column("sub_sequence_number").to_pylist(), strict=True))
     assert keys == sorted((p.sequence_number, p.sub_sequence_number) for p in produced)  # each record once
     assert sorted(rows.column("index").to_pylist()) == list(range(40))  # decoded by the server's Python workers
-    quarantined = pq.read_table(quarantine_path(str(output), 1))
+    quarantined = pq.read_table(quarantine_data_path(str(output), 1, result.attempt))  # for the quarantine table's commit
     assert quarantined.column("sequence_number").to_pylist() == [bad.sequence_number]

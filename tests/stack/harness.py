@@ -67,6 +67,30 @@ class RunResult:
         return all(s == "skipped" for t, s in self.tasks.items() if t != "check")
 
 
+# dag.test() sleeps a second on each pass of its loop that finds no task to run. A run whose plan is skipped or fails
+# makes one such pass per level of tasks below it (a skip or an upstream failure spreads a level a pass), and nothing
+# outside this process changes a dag.test() run's tasks (no executor, no triggerer): the next pass needs no wait. A
+# task up for retry still waits its retry delay, only in shorter steps. Only dag.test()'s own calls are shortened.
+DAG_TEST_PASS_SECONDS = 0.05
+
+
+def _shorten_dag_test_passes() -> None:
+    import sys
+    import time
+
+    from airflow.sdk import DAG
+
+    if getattr(time.sleep, "dag_test_passes", False):
+        return
+    loop, sleep = DAG.test.__code__, time.sleep
+
+    def shortened(seconds: float) -> None:
+        sleep(min(seconds, DAG_TEST_PASS_SECONDS) if sys._getframe(1).f_code is loop else seconds)
+
+    shortened.dag_test_passes = True  # type: ignore[attr-defined]
+    time.sleep = shortened
+
+
 def run_dag(dag: Any, **kwargs: Any) -> RunResult:
     """One DAG run with dag.test(): tasks run in this process, against the real endpoints and local Spark.
 
@@ -75,6 +99,7 @@ def run_dag(dag: Any, **kwargs: Any) -> RunResult:
     load the DAG anew for each task: each run here starts from the params the DAG was built with, as they do.
     """
     built = {task_id: copy.deepcopy(task.params) for task_id, task in dag.task_dict.items()}
+    _shorten_dag_test_passes()
     try:
         run = dag.test(**kwargs)
     finally:
@@ -144,16 +169,13 @@ def age_batch(dynamodb: Any, table: str, pipeline_name: str, batch_id: int, wait
     )  # fmt: skip
 
 
-# The quarantine table's property naming the pipeline's table (adapters/quarantine_table.py's QUARANTINE_PROPERTY), as a
-# reader tells the two tables of an output apart.
-QUARANTINE_OF = "kinesis-replay.quarantine-of"
-
-
 def output_table(output: Path | str, quarantine: bool = False) -> Any | None:
     """The Iceberg table of an output on the embedded catalog, loaded with pyiceberg itself (not project code); None without one.
+    ``quarantine``: the output's quarantine table instead, at ``<output>/quarantine``.
 
     The embedded catalog is pyiceberg's SQL catalog on ``<output>/_catalog/catalog.db``, holding the output's table and,
-    once a record was quarantined, its quarantine table (``quarantine``: that one instead).
+    once a record was quarantined, its quarantine table; each is told by its location (one whose metadata is gone, by
+    its default name).
     """
     db = Path(output) / "_catalog" / "catalog.db"
     if not db.exists():
@@ -161,18 +183,20 @@ def output_table(output: Path | str, quarantine: bool = False) -> Any | None:
     from pyiceberg.catalog.sql import SqlCatalog
 
     catalog = SqlCatalog("kinesis_replay", uri=f"sqlite:///{db}", warehouse=f"file://{db.parent}")
-    tables = []
-    for identifier in [t for ns in catalog.list_namespaces() for t in catalog.list_tables(ns)]:
+    where = f"file://{Path(output)}" + ("/quarantine" if quarantine else "")
+    identifiers = [t for ns in catalog.list_namespaces() for t in catalog.list_tables(ns)]
+    found = []
+    for identifier in identifiers:
         try:
             table = catalog.load_table(identifier)
-        except FileNotFoundError:  # its metadata is gone: which table it is, only its name (the default one) says
+        except FileNotFoundError:  # its metadata is gone (the fault schedules' lose_metadata): only its name says which
             if identifier[-1].endswith("_quarantine") == quarantine:
                 raise
             continue
-        if (QUARANTINE_OF in table.properties) == quarantine:
-            tables.append(table)
-    assert len(tables) <= 1, f"{db} holds more than one {'quarantine ' if quarantine else ''}table: {[t.name() for t in tables]}"
-    return tables[0] if tables else None
+        if table.location().rstrip("/") == where:
+            found.append(table)
+    assert len(found) <= 1 and len(identifiers) <= 2, f"{db} holds more tables than an output's two: {identifiers}"
+    return found[0] if found else None
 
 
 def is_table_output(output: Path | str) -> bool:
@@ -194,9 +218,17 @@ def read_output(output: Path | str, quarantine: bool = False, snapshot_id: int |
     if not quarantine and is_table_output(output):
         return table_rows(output_table(output), snapshot_id)
     root = Path(output) / "_quarantine" if quarantine else Path(output)
-    if not root.exists():
-        return pa.table({c: [] for c in EMPTY_COLUMNS})
-    return ds.dataset(str(root), format="parquet", partitioning="hive").to_table()
+    folders = ds.dataset(str(root), format="parquet", partitioning="hive").to_table() if root.exists() else None
+    if quarantine and is_table_output(output):  # the quarantine table, and the folders of a release before it
+        held = table_rows(output_table(output, quarantine=True))
+        return (
+            held
+            if folders is None
+            else pa.concat_tables(
+                [held, folders.select([c for c in folders.column_names if c in held.column_names])], promote_options="default"
+            )
+        )
+    return folders if folders is not None else pa.table({c: [] for c in EMPTY_COLUMNS})
 
 
 def table_rows(table: Any | None, snapshot_id: int | None = None) -> Any:

@@ -230,6 +230,33 @@ def test_the_bad_record_threshold_is_a_share(share: object) -> None:
         parse_config(config(payload={"max_bad_share": share}))
 
 
+def test_a_rename_names_each_new_column_of_payload_schema_with_its_old_name() -> None:
+    (p,) = parse_config(config(payload={"format": "json", "schema": "amount_eur BIGINT", "renamed_from": {"amount_eur": "amount"}}))
+    assert p.payload.renamed_from == {"amount_eur": "amount"}
+    assert parse_config(VALID)[0].payload.renamed_from == {}
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        ({"renamed_from": ["amount"]}, "must be a mapping of a column's new name to its old one"),
+        ({"renamed_from": {"a": None}}, "each entry maps a column's new name to its old name"),
+        ({"renamed_from": {"a": "a"}}, "'a' is renamed from itself"),
+        ({"renamed_from": {"a": " b"}}, "has spaces before or after it"),
+        ({"renamed_from": {"a": "x", "b": "x"}}, "names 'x' as the old name of more than one column"),
+        ({"format": "raw", "schema": None, "renamed_from": {"a": "x"}}, "only allowed with format json and a payload.schema"),
+        ({"renamed_from": {"c": "x"}}, "renames 'x' to 'c', which is not a top-level column of payload.schema (a, b)"),
+        ({"renamed_from": {"a": "b"}}, "payload.schema still declares 'b': a renamed column is the new name's only"),
+        ({"renamed_from": {"a": "shard_id"}}, "renames 'shard_id', a column every row carries"),
+    ],
+)
+def test_a_bad_rename_is_refused_naming_the_key_and_the_names(payload: dict[str, Any], message: str) -> None:
+    given = {k: v for k, v in {"format": "json", "schema": "a INT, b STRING", **payload}.items() if v is not None}
+    with pytest.raises(ConfigError, match=r"payload\.renamed_from: ") as refused:
+        parse_config(config(payload=given))
+    assert message in str(refused.value)
+
+
 EMR = {
     "application_id": "00fabcdefgh12345",
     "execution_role_arn": "arn:aws:iam::123456789012:role/kinesis-replay-orders",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -296,13 +297,17 @@ def test_orphan_removal_refused_removes_nothing_but_expiry_runs_and_the_reason_i
 
 
 class HeadOnly:
-    """A state store that holds one pipeline's head item, or none (a lost state table): all maintenance reads of it."""
+    """A state store that holds one pipeline's head item, or none (a lost state table), and no batch entry: all maintenance
+    reads of it (the head; the entries of the batches that hold removable files, for a re-decode staged there)."""
 
     def __init__(self, head: Head) -> None:
         self.head = head
 
     def get_head(self, pipeline_name: str) -> Head:
         return self.head
+
+    def get_batches(self, pipeline_name: str, batch_ids: Iterable[int]) -> dict[int, Batch]:
+        return {}
 
 
 def cut_short_commit(root: Path) -> tuple[PipelineConfig, list[str]]:

@@ -54,14 +54,18 @@ from kinesis_replay.core.formats import s3_uri
 from kinesis_replay.core.holdings import Holdings, TableState, listed
 from kinesis_replay.core.records import PARTITION_COLUMN
 from kinesis_replay.core.refusals import RESTORE_PARAM as RESTORE_PARAM  # iceberg_table.RESTORE_PARAM: the DAGs
-from kinesis_replay.core.refusals import restore_hint
+from kinesis_replay.core.refusals import restore_hint, schema_way_out
+from kinesis_replay.core.schema_changes import Change, ColumnType, FieldChange, TableColumn, file_changes
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyiceberg.catalog import Catalog
+    from pyiceberg.io import FileIO
     from pyiceberg.manifest import DataFile
     from pyiceberg.table import Table, Transaction
+    from pyiceberg.table.metadata import TableMetadata
     from pyiceberg.table.snapshots import Snapshot
+    from pyiceberg.types import IcebergType
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +82,7 @@ STREAM_PROPERTY = "kinesis-replay.stream"
 # no check now (Iceberg does not roll properties back with snapshots), and no longer written.
 COMMITTED_THROUGH_PROPERTY = "kinesis-replay.committed-through"
 COMMIT_RETRIES_PROPERTY = "commit.retry.num-retries"
+NAME_MAPPING_PROPERTY = "schema.name-mapping.default"  # how a file's columns are found by name (the files carry no field ids)
 COMMIT_ATTEMPTS = 10  # a commit that lost the race for the table is retried against the new metadata this often
 
 
@@ -460,21 +465,9 @@ def create_or_load_table(pipeline: PipelineConfig, file_schema: pa.Schema, catal
             "Two tables at one location share its metadata/ and data/ folders, and each one's orphan-file removal deletes the "
             "other's files. Nothing was written."
         )
-    schema, spec, sort_order, properties = new_table_parts(pipeline, table_schema(pipeline, file_schema))
+    parts = new_table_parts(pipeline, table_schema(pipeline, file_schema))
     create_namespace(catalog, config.namespace)
-    try:
-        table = catalog.create_table(
-            config.identifier,
-            schema=schema,
-            location=iceberg_location(pipeline.output),
-            partition_spec=spec,
-            sort_order=sort_order,
-            properties=properties,
-        )
-    except Exception:  # TableAlreadyExistsError, or the catalog's own error when another commit created it first
-        if not catalog.table_exists(config.identifier):
-            raise
-        table = catalog.load_table(config.identifier)
+    table = create_table(catalog, config.identifier, iceberg_location(pipeline.output), parts)
     check_table_owner(pipeline, table)
     log.info("pipeline %s: created %s at %s", pipeline.name, config.describe(), table.location())
     return table
@@ -512,6 +505,44 @@ def new_table_parts(pipeline: PipelineConfig, file_schema: pa.Schema) -> tuple[A
         COMMIT_RETRIES_PROPERTY: "0",
     }
     return schema, spec, sort_order, properties
+
+
+def create_table(catalog: Catalog, identifier: str, location: str, parts: tuple[Any, Any, Any, dict[str, str]]) -> Table:
+    """The table created with ``new_table_parts``'s parts, or the one another commit created first."""
+    schema, spec, sort_order, properties = parts
+    try:
+        return catalog.create_table(
+            identifier, schema=schema, location=location, partition_spec=spec, sort_order=sort_order, properties=properties
+        )
+    except Exception:  # TableAlreadyExistsError, or the catalog's own error when another commit created it first
+        if not catalog.table_exists(identifier):
+            raise
+        return catalog.load_table(identifier)
+
+
+def write_snapshot(tx: Transaction, properties: Mapping[str, str], old: Iterable[DataFile], added: Iterable[DataFile]) -> None:
+    """One snapshot in ``tx``: ``old`` out and ``added`` in (an OVERWRITE), or, with nothing out, ``added`` appended, merging
+    manifests as the table's properties say."""
+    old = list(old)
+    update = tx.update_snapshot(snapshot_properties=dict(properties))
+    if old:
+        with update.overwrite() as overwrite:
+            for data_file in old:
+                overwrite.delete_data_file(data_file)
+            for data_file in added:
+                overwrite.append_data_file(data_file)
+    else:
+        with update.merge_append() as append:
+            for data_file in added:
+                append.append_data_file(data_file)
+
+
+def new_snapshot_id(table: Table, where: str) -> int:
+    """The snapshot a commit just made."""
+    snapshot = table.current_snapshot()
+    if snapshot is None:  # pragma: no cover - a commit always makes a snapshot
+        raise TableCommitError(f"{where}: the commit made no snapshot")
+    return snapshot.snapshot_id
 
 
 def create_namespace(catalog: Catalog, namespace: str) -> None:
@@ -585,7 +616,8 @@ def replace_batches(
         state = table_state(table)
         held = check(state) or state.holdings
         try:
-            return _replace_once(table, paths, {**properties, **Holdings(held.ranges, held.records + delta).to_summary()}, where)
+            summary = {**properties, **Holdings(held.ranges, held.records + delta).to_summary()}
+            return _replace_once(table, paths, summary, where, pipeline.payload.renamed_from)
         except (CommitFailedException, CommitStateUnknownException) as exc:
             log.warning("%s: the table changed under the commit (%s); retrying against its new metadata (%d)", where, exc, attempt_no)
             time.sleep(min(0.05 * 2**attempt_no, 2.0))
@@ -593,10 +625,12 @@ def replace_batches(
     raise TableCommitError(f"{where}: {COMMIT_ATTEMPTS} commits in a row lost the race for the table; nothing was committed")
 
 
-def _replace_once(table: Table, paths: Mapping[int, list[str]], properties: dict[str, str], where: str) -> int:
+def _replace_once(
+    table: Table, paths: Mapping[int, list[str]], properties: dict[str, str], where: str, renamed_from: Mapping[str, str]
+) -> int:
     from pyiceberg.io.pyarrow import parquet_file_to_data_file
 
-    old = [f for batch_id in paths for f in batch_data_files(table, batch_id)]
+    old = [f for files in selection_data_files(table, paths).values() for f in files]
     new = {p for ps in paths.values() for p in ps}
     if any(f.file_path in new for f in old):
         raise TableCommitRefusedError(f"{where}: the table already holds some of the files, in no snapshot of their own")
@@ -604,23 +638,17 @@ def _replace_once(table: Table, paths: Mapping[int, list[str]], properties: dict
         with transaction(table) as tx:
             first = next((p for ps in paths.values() for p in ps), None)
             if first is not None:
-                _add_new_columns(table, tx, first, where)
+                _evolve_schema(table, tx, first, where, renamed_from)  # a widening or an added field, as a commit makes it
             added = [parquet_file_to_data_file(table.io, tx.table_metadata, p) for ps in paths.values() for p in ps]
             wrong = [f.file_path for f in added if f.partition[0] not in paths]
             if wrong:
                 raise TableCommitRefusedError(f"{where}: files {wrong} hold rows of a batch_id not replaced")
-            with tx.update_snapshot(snapshot_properties=properties).overwrite() as overwrite:
-                for data_file in old:
-                    overwrite.delete_data_file(data_file)
-                for data_file in added:
-                    overwrite.append_data_file(data_file)
+            write_snapshot(tx, properties, old, added)
     except ValueError as exc:  # pyiceberg: a file's schema the table does not have
         raise TableCommitRefusedError(f"{where}: the replacement files do not fit the table: {exc}") from exc
-    snapshot = table.current_snapshot()
-    if snapshot is None:  # pragma: no cover - a commit always makes a snapshot
-        raise TableCommitError(f"{where}: the commit made no snapshot")
-    log.info("%s: replaced %d files with %d in snapshot %d", where, len(old), len(added), snapshot.snapshot_id)
-    return snapshot.snapshot_id
+    snapshot_id = new_snapshot_id(table, where)
+    log.info("%s: replaced %d files with %d in snapshot %d", where, len(old), len(added), snapshot_id)
+    return snapshot_id
 
 
 def batch_data_files(table: Table, batch_id: int, snapshot_id: int | None = None) -> list[DataFile]:
@@ -629,6 +657,26 @@ def batch_data_files(table: Table, batch_id: int, snapshot_id: int | None = None
         return []
     scan = table.scan(row_filter=f"{PARTITION_COLUMN} = {int(batch_id)}", snapshot_id=snapshot_id)
     return [task.file for task in scan.plan_files()]
+
+
+def selection_data_files(table: Table, batch_ids: Iterable[int]) -> dict[int, list[DataFile]]:
+    """The data files of each batch named that has some in the current snapshot, found in one scan for the whole selection.
+
+    One scan a batch read the manifest list and the manifests it kept again each time: three quarters of a re-decode's
+    commit of 100 batches (BENCHMARKS.md, make bench-redecode). Filtered by the ids' range, which prunes the manifests
+    as a batch's equality does, then by each file's partition (identity(batch_id)); an In filter of 100 ids costs
+    pyiceberg's evaluators the 100 literals for every file.
+    """
+    wanted = set(batch_ids)
+    if not wanted or table.current_snapshot() is None:
+        return {}
+    ids = f"{PARTITION_COLUMN} >= {int(min(wanted))} AND {PARTITION_COLUMN} <= {int(max(wanted))}"
+    found: dict[int, list[DataFile]] = {}
+    for task in table.scan(row_filter=ids).plan_files():
+        batch_id = task.file.partition[0]
+        if batch_id in wanted:
+            found.setdefault(batch_id, []).append(task.file)
+    return found
 
 
 def read_file_schema(properties: Mapping[str, str], path: str) -> pa.Schema:
@@ -644,9 +692,11 @@ def read_file_schema(properties: Mapping[str, str], path: str) -> pa.Schema:
 def check_files_fit(pipeline: PipelineConfig, batch_id: int, attempt: str, files: Iterable[str]) -> None:
     """Before anything commits: the table (if it exists yet) is this pipeline's, and the attempt's files fit it.
 
-    Columns the table lacks are allowed: the commit adds them (a field added to payload.schema). A column whose
-    type no longer matches the table's is refused, naming it: the commit could never succeed, and it must fail
-    here, while the batch can still be replayed, not after the checkpoints' commit has begun.
+    By the rules of core/schema_changes (``file_changes``): a column the table lacks is added by the commit (a field added
+    to payload.schema), a type Iceberg widens is widened by it, a column payload.renamed_from names is renamed by it; a
+    column narrower than the table's (a batch written before its widening) is read widened. Any other change is refused,
+    naming the column: the commit could never succeed, and it must fail here, while the batch can still be replayed, not
+    after the checkpoints' commit has begun. The plan refuses the same changes of payload.schema before anything is read.
     """
     import pyarrow as pa
     from pyiceberg.io.pyarrow import _check_pyarrow_schema_compatible
@@ -658,22 +708,61 @@ def check_files_fit(pipeline: PipelineConfig, batch_id: int, attempt: str, files
         return
     file_schema = read_file_schema(catalog.properties, paths[0])
     schema = table.schema()
-    known, changed = {column.name for column in schema.fields}, []
-    for field in file_schema:
-        if field.name not in known:
-            continue  # a new column: the commit adds it
-        column = schema.find_field(field.name)
-        try:
-            _check_pyarrow_schema_compatible(schema.select(field.name), pa.schema([field]), format_version=table.format_version)
+    changes = file_changes(file_columns(file_schema), pipeline.payload.renamed_from, table_columns(table.metadata))
+    refused = list(changes.refused)
+    known = {column.name for column in schema.fields}
+    for change in changes.of(Change.UNCHANGED):
+        if change.name not in known:
+            continue  # a file of before a rename: its column is found through the name mapping (_data_file)
+        try:  # nullability, which the rules leave out: a column the table requires (0.1.0's batch_id) is required in the files
+            _check_pyarrow_schema_compatible(
+                schema.select(change.name), pa.schema([file_schema.field(change.name)]), format_version=table.format_version
+            )
         except ValueError:
-            changed.append(f"{field.name} (the table's {column.field_type}, the files' {field.type})")
-    if changed:
+            why = f"the table requires a value in every row, and the files' {change.after} column is optional"
+            refused.append(FieldChange(change.name, Change.REFUSED, why=why))
+    if refused:
         raise VerificationError(
             f"pipeline {pipeline.name!r}, batch {batch_id}: the files of attempt {attempt} ({paths[0]}) do not fit "
-            f"{require_table(pipeline).describe()}: columns whose type changed: {', '.join(changed)}. Iceberg adds "
-            "columns; it does not change a column's type in place (was a field of payload.schema changed?). Nothing was "
-            "committed; the batch stays in flight."
+            f"{require_table(pipeline).describe()}: {'; '.join(f.describe() for f in refused)}. {schema_way_out(refused)} "
+            "Nothing was committed; the batch stays in flight."
         )
+
+
+def column_type(t: IcebergType) -> ColumnType:
+    """An Iceberg type as the core's ColumnType (core/schema_changes): its kind, a decimal's precision and scale, a nested
+    type's fields by name; no field ids, no nullability."""
+    from pyiceberg.types import DecimalType, ListType, MapType, StructType
+
+    if isinstance(t, DecimalType):
+        return ColumnType("decimal", (t.precision, t.scale))
+    if isinstance(t, ListType):
+        return ColumnType("list", (), (("element", column_type(t.element_type)),))
+    if isinstance(t, MapType):
+        return ColumnType("map", (), (("key", column_type(t.key_type)), ("value", column_type(t.value_type))))
+    if isinstance(t, StructType):
+        return ColumnType("struct", (), tuple((f.name, column_type(f.field_type)) for f in t.fields))
+    return ColumnType(str(t))
+
+
+def table_columns(metadata: TableMetadata | None) -> tuple[TableColumn, ...]:
+    """The table's top-level columns as the core's TableColumns, each with the other names its field id has in the table's
+    name mapping (its names before a rename); none without a table. Read from metadata already loaded: no catalog call."""
+    if metadata is None:
+        return ()
+    mapping = metadata.name_mapping()
+    names = {f.field_id: f.names for f in mapping} if mapping is not None else {}
+    return tuple(
+        TableColumn(f.name, column_type(f.field_type), tuple(n for n in names.get(f.field_id, ()) if n != f.name))
+        for f in metadata.schema().fields
+    )
+
+
+def file_columns(file_schema: pa.Schema) -> list[tuple[str, ColumnType]]:
+    """A file's columns as the core's ColumnTypes: the Iceberg types pyiceberg reads them as (an int8 column is an int)."""
+    from pyiceberg.catalog import Catalog as BaseCatalog
+
+    return [(f.name, column_type(f.field_type)) for f in BaseCatalog._convert_schema_if_needed(file_schema).fields]
 
 
 TableCheck = Callable[[TableState], Holdings | None]
@@ -706,8 +795,9 @@ def commit_snapshot(
     ``create`` says so (the first batch of a pipeline, or a restore), never by a backfill. A batch with no data file
     (every record quarantined) still gets its snapshot, which adds nothing (or removes what an earlier attempt held):
     the ledger and a resumed commit find it like any other. ``schema_file`` gives the table's columns when such a
-    batch is the table's first; without one (every record gone), the record's own columns do. Columns the files have
-    and the table lacks are added in the same snapshot. ``before_commit(table)`` runs just before each try (a test's hook).
+    batch is the table's first; without one (every record gone), the record's own columns do. The table's columns
+    change in the same snapshot, as core/schema_changes says (``_evolve_schema``: columns added, widened, renamed).
+    ``before_commit(table)`` runs just before each try (a test's hook).
     """
     from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
 
@@ -734,7 +824,9 @@ def commit_snapshot(
         if before_commit is not None:
             before_commit(table)
         try:
-            return _commit_once(table, batch_id, paths, props, where, held if held is not None else state.holdings, records)
+            return _commit_once(
+                table, batch_id, paths, props, where, held if held is not None else state.holdings, records, pipeline.payload.renamed_from
+            )
         except (CommitFailedException, CommitStateUnknownException) as exc:
             # Lost the race (or the catalog's answer): reload, and look for this attempt's snapshot before trying again.
             log.warning("%s: the table changed under the commit (%s); retrying against its new metadata (%d)", where, exc, attempt_no)
@@ -789,24 +881,73 @@ def transaction(table: Table, autocommit: bool = False) -> Transaction:
     return pyiceberg_patches.transaction(table, autocommit=autocommit)
 
 
-def _add_new_columns(table: Table, tx: Transaction, path: str, where: str) -> None:
-    """Columns the file has and the table lacks (a field added to payload.schema) join the table in ``tx``."""
+def _evolve_schema(table: Table, tx: Transaction, path: str, where: str, renamed_from: Mapping[str, str]) -> None:
+    """The table's columns made to take the file's in ``tx``, before its files are added, as core/schema_changes decides:
+    a column the table lacks is added (a field added to payload.schema), a type Iceberg widens is widened (int to long,
+    float to double, a decimal's precision), a column payload.renamed_from names is renamed, its old name kept in the
+    table's name mapping so that the files written before still read under the new one. A change the rules refuse was
+    refused at the plan and at verify; one met here all the same (the config changed since) is refused, naming it."""
+    import pyarrow as pa
+    from pyiceberg.catalog import Catalog as BaseCatalog
+    from pyiceberg.table.name_mapping import create_mapping_from_schema
+
     file_schema = read_file_schema(table.io.properties, path)
-    known = {field.name for field in table.schema().fields}
-    added = [name for name in file_schema.names if name not in known]
-    if added:
-        log.info("%s: adding columns %s to the table", where, added)
-        with tx.update_schema() as schema_update:
-            schema_update.union_by_name(file_schema)
+    metadata = tx.table_metadata
+    changes = file_changes(file_columns(file_schema), renamed_from, table_columns(metadata))
+    if changes.refused:
+        raise TableCommitRefusedError(
+            f"{where}: the files ({path}) do not fit the table: {'; '.join(f.describe() for f in changes.refused)}. "
+            f"{schema_way_out(changes.refused)}"
+        )
+    if not changes.changes_table:
+        return
+    added, promoted, renamed = (changes.of(c) for c in (Change.ADDED, Change.PROMOTED, Change.RENAMED))
+    log.info("%s: adding columns %s, widening %s, renaming %s", where, [c.name for c in added],
+             [f"{c.name} ({c.before} to {c.after})" for c in promoted], [f"{c.renamed_from} to {c.name}" for c in renamed])  # fmt: skip
+    if renamed and metadata.name_mapping() is None:  # pyiceberg keeps the old name only in a mapping the table has
+        tx.set_properties({NAME_MAPPING_PROPERTY: create_mapping_from_schema(metadata.schema()).model_dump_json()})
+    # The files' Iceberg types by name (converted with no field ids: every id is -1, so never looked up by id).
+    types = {f.name: f.field_type for f in BaseCatalog._convert_schema_if_needed(file_schema).fields}
+    with tx.update_schema() as update:
+        for change in (*promoted, *renamed):
+            if change.before != change.after:  # by the table's name: the update resolves names in the schema it started from
+                update.update_column(change.table_name, field_type=types[change.name])
+        for change in renamed:
+            update.rename_column(change.table_name, change.name)
+        if added:
+            update.union_by_name(pa.schema([file_schema.field(c.name) for c in added]))
+
+
+def _data_file(io: FileIO, metadata: TableMetadata, path: str) -> DataFile:
+    """pyiceberg's ``parquet_file_to_data_file`` (add_files'), for a file that may name a column as it was before a rename.
+
+    pyiceberg 0.12 matches a file's columns with the schema's current names only, not the table's name mapping, and
+    refuses a file written before a rename (a batch restored from its files). Such a file is checked against the schema
+    with each renamed column under the name the file gives it: the same field ids, so the data file and its statistics
+    are the column's, and readers find its values under the new name through the name mapping.
+    """
+    from pyiceberg.io.pyarrow import parquet_file_to_data_file
+    from pyiceberg.schema import Schema
+
+    earlier = {alias: column.name for column in table_columns(metadata) for alias in column.aliases}
+    if earlier:
+        names = read_file_schema(io.properties, path).names
+        as_written = {earlier[n]: n for n in names if n in earlier and earlier[n] not in names}
+        if as_written:
+            schema = metadata.schema()
+            fields = [f.model_copy(update={"name": as_written.get(f.name, f.name)}) for f in schema.fields]
+            named = Schema(*fields, schema_id=schema.schema_id, identifier_field_ids=schema.identifier_field_ids)
+            schemas = [named if s.schema_id == schema.schema_id else s for s in metadata.schemas]
+            metadata = metadata.model_copy(update={"schemas": schemas})
+    return parquet_file_to_data_file(io, metadata, path)
 
 
 def _commit_once(
-    table: Table, batch_id: int, paths: list[str], props: dict[str, str], where: str, held: Holdings, records: int | None
-) -> int:
+    table: Table, batch_id: int, paths: list[str], props: dict[str, str], where: str, held: Holdings, records: int | None,
+    renamed_from: Mapping[str, str],
+) -> int:  # fmt: skip
     """One try: the batch's current files (if any) out and ``paths`` in, in one snapshot of ``table``'s metadata, whose
     summary records the table's holdings with the batch (``held`` and it)."""
-    from pyiceberg.io.pyarrow import parquet_file_to_data_file
-
     attempt = props[ATTEMPT_PROPERTY]
     old = batch_data_files(table, batch_id)
     if any(f.file_path in set(paths) for f in old):
@@ -814,28 +955,18 @@ def _commit_once(
     try:
         with transaction(table) as tx:
             if paths:
-                _add_new_columns(table, tx, paths[0], where)
-            data_files = [parquet_file_to_data_file(table.io, tx.table_metadata, p) for p in paths]
+                _evolve_schema(table, tx, paths[0], where, renamed_from)
+            data_files = [_data_file(table.io, tx.table_metadata, p) for p in paths]
             wrong = [f.file_path for f in data_files if f.partition[0] != batch_id]
             if wrong:
                 raise TableCommitRefusedError(f"{where}: files {wrong} hold rows of another batch_id")
             counted = records if records is not None else sum(f.record_count for f in data_files)
-            update = tx.update_snapshot(snapshot_properties={**props, **held.add(batch_id, counted).to_summary()})
-            if old:  # a replay of a committed batch: its old files out and the new ones in, one OVERWRITE snapshot
-                with update.overwrite() as overwrite:
-                    for data_file in old:
-                        overwrite.delete_data_file(data_file)
-                    for data_file in data_files:
-                        overwrite.append_data_file(data_file)
-            else:
-                with update.merge_append() as append:  # merges manifests as the table's properties say
-                    for data_file in data_files:
-                        append.append_data_file(data_file)
+            # A replay of a committed batch: its old files out and the new ones in, one OVERWRITE snapshot.
+            write_snapshot(tx, {**props, **held.add(batch_id, counted).to_summary()}, old, data_files)
     except ValueError as exc:  # pyiceberg: a file's schema the table does not have
         raise TableCommitRefusedError(f"{where}: the files of attempt {attempt} do not fit the table: {exc}") from exc
-    snapshot = table.current_snapshot()
-    if snapshot is None:  # pragma: no cover - a commit always makes a snapshot
-        raise TableCommitError(f"{where}: the commit made no snapshot")
-    log.info("%s: committed attempt %s in snapshot %d (%s %d files)", where, attempt, snapshot.snapshot_id,
-             "replacing" if old else "adding", len(paths))  # fmt: skip
-    return snapshot.snapshot_id
+    snapshot_id = new_snapshot_id(table, where)
+    log.info(
+        "%s: committed attempt %s in snapshot %d (%s %d files)", where, attempt, snapshot_id, "replacing" if old else "adding", len(paths)
+    )
+    return snapshot_id

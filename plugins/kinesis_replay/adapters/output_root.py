@@ -73,8 +73,10 @@ def load_table(pipeline: PipelineConfig, head: Head | None = None) -> TableSnaps
         if not pipeline.table.embedded:
             iceberg_table.load_catalog(pipeline)
         return None
-    state = iceberg_table.table_state(iceberg_table.existing_table(pipeline))
-    return TableSnapshot(state, None if state.exists else iceberg_table.location_tables(pipeline))
+    table = iceberg_table.existing_table(pipeline)
+    state = iceberg_table.table_state(table)
+    columns = iceberg_table.table_columns(table.metadata if table is not None else None)  # read from the metadata loaded
+    return TableSnapshot(state, None if state.exists else iceberg_table.location_tables(pipeline), columns)
 
 
 def load_job_root(output: str) -> RootSnapshot:

@@ -77,19 +77,8 @@ def _create(pipeline: PipelineConfig, schema_file: str, catalog: Catalog) -> Tab
     file_schema = iceberg_table.read_file_schema(catalog.properties, schema_file)
     schema, spec, sort_order, properties = iceberg_table.new_table_parts(pipeline, file_schema)
     iceberg_table.create_namespace(catalog, config.namespace)
-    try:
-        table = catalog.create_table(
-            config.quarantine_identifier,
-            schema=schema,
-            location=location(pipeline),
-            partition_spec=spec,
-            sort_order=sort_order,
-            properties={**properties, QUARANTINE_PROPERTY: config.identifier},
-        )
-    except Exception:  # TableAlreadyExistsError, or the catalog's own error when another commit created it first
-        if not catalog.table_exists(config.quarantine_identifier):
-            raise
-        table = catalog.load_table(config.quarantine_identifier)
+    parts = (schema, spec, sort_order, {**properties, QUARANTINE_PROPERTY: config.identifier})
+    table = iceberg_table.create_table(catalog, config.quarantine_identifier, location(pipeline), parts)
     _check_owner(pipeline, table)
     log.info("pipeline %s: created %s at %s", pipeline.name, config.describe_quarantine(), table.location())
     return table
@@ -97,9 +86,7 @@ def _create(pipeline: PipelineConfig, schema_file: str, catalog: Catalog) -> Tab
 
 def batch_files(table: Table | None, batch_ids: Iterable[int]) -> dict[int, list[DataFile]]:
     """The quarantine table's current files of each batch that has some."""
-    if table is None:
-        return {}
-    return {b: found for b in batch_ids if (found := iceberg_table.batch_data_files(table, b))}
+    return iceberg_table.selection_data_files(table, batch_ids) if table is not None else {}
 
 
 def commit(
@@ -142,28 +129,20 @@ def _commit_once(table: Table, paths: Mapping[int, list[str]], properties: Mappi
     old = batch_files(table, paths)
     if not old and not any(paths.values()):
         return None
+    held = {f.file_path for files in old.values() for f in files}
+    if held == {p for ps in paths.values() for p in ps}:  # holds these files already (a restore of a table it outlived)
+        current = table.current_snapshot()
+        return current.snapshot_id if current is not None else None
     try:
         with iceberg_table.transaction(table) as tx:
             added = [parquet_file_to_data_file(table.io, tx.table_metadata, p) for ps in paths.values() for p in ps]
             wrong = [f.file_path for f in added if f.partition[0] not in paths]
             if wrong:
                 raise TableCommitRefusedError(f"{where}: files {wrong} hold records of another batch_id")
-            update = tx.update_snapshot(snapshot_properties=dict(properties))
-            if old:
-                with update.overwrite() as overwrite:
-                    for data_file in (f for files in old.values() for f in files):
-                        overwrite.delete_data_file(data_file)
-                    for data_file in added:
-                        overwrite.append_data_file(data_file)
-            else:
-                with update.merge_append() as append:
-                    for data_file in added:
-                        append.append_data_file(data_file)
+            iceberg_table.write_snapshot(tx, properties, (f for files in old.values() for f in files), added)
     except ValueError as exc:  # pyiceberg: a file's schema the table does not have
         raise TableCommitRefusedError(f"{where}: the quarantine files do not fit the table: {exc}") from exc
-    snapshot = table.current_snapshot()
-    if snapshot is None:  # pragma: no cover - a commit always makes a snapshot
-        raise TableCommitError(f"{where}: the commit made no snapshot")
+    snapshot_id = iceberg_table.new_snapshot_id(table, where)
     log.info("%s: committed %d quarantine files, replacing %d, in snapshot %d", where, len(added),
-             sum(len(f) for f in old.values()), snapshot.snapshot_id)  # fmt: skip
-    return snapshot.snapshot_id
+             sum(len(f) for f in old.values()), snapshot_id)  # fmt: skip
+    return snapshot_id

@@ -348,8 +348,9 @@ def attempt_of(path: str) -> str | None:
 
 Committing = Callable[[set[int]], Collection[int]]
 """Of the batches named, those whose commit began and has no snapshot yet (``commit_records.unfinished_commits``)."""
-Replayed = Callable[[set[int]], Mapping[int, str]]
-"""Of the batches named, the attempt each one's last replay wrote (``commit_records.last_replayed_attempts``)."""
+Replayed = Callable[[set[int]], Mapping[int, Collection[str]]]
+"""Of the batches named, the attempts that wait for a commit: each one's last replay (``commit_records.last_replayed_attempts``)
+and a re-decode's, staged in the ledger (``Batch.staged``)."""
 
 
 def _committing(table: Table, candidates: list[str], committing: Committing | None) -> list[int]:
@@ -493,7 +494,7 @@ def remove_orphan_files(
     failed: list[str] = []
     for path in candidates:
         batch, attempt = batch_of(path), attempt_of(path)
-        if batch in kept or (batch is not None and attempt is not None and last.get(batch) == attempt):
+        if batch in kept or (batch is not None and attempt is not None and attempt in last.get(batch, ())):
             flying += 1  # a commit cut short, or a replay (a backfill's) whose commit is still to come
         else:
             removed.append(path)

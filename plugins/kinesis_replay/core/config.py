@@ -83,6 +83,26 @@ def _check_schema(schema: str) -> str:
     return schema
 
 
+def _renamed_from(value: object) -> dict[str, str]:
+    """payload.renamed_from: a mapping of column names, each new one to its old one; what payload.schema must then say is
+    validate()'s (_validate_renames)."""
+    renames = value or {}
+    if not isinstance(renames, Mapping):
+        raise ValueError(f"must be a mapping of a column's new name to its old one, such as {{amount_eur: amount}}, got {renames!r}")
+    for new, old in renames.items():
+        if not isinstance(new, str) or not isinstance(old, str) or not new or not old:
+            raise ValueError(f"{new!r}: {old!r}: each entry maps a column's new name to its old name, both names")
+        exact(new, "the column name ")
+        exact(old, "the column name ")
+        if new == old:
+            raise ValueError(f"{new!r} is renamed from itself; leave it out")
+    olds = list(renames.values())
+    twice = sorted({old for old in olds if olds.count(old) > 1})
+    if twice:
+        raise ValueError(f"names {', '.join(repr(o) for o in twice)} as the old name of more than one column: a column is renamed once")
+    return dict(renames)
+
+
 @section
 class PayloadConfig:
     """How payloads are decoded: kept as raw bytes, or parsed as JSON into the columns of a declared schema."""
@@ -99,6 +119,12 @@ class PayloadConfig:
     )
     max_bad_share: float = option(
         "the batch fails when a larger share of its records cannot be decoded", default=0.05, minimum=0, maximum=1
+    )
+    renamed_from: Mapping[str, str] = option(
+        "columns of `payload.schema` renamed, each new name to its old one (`{amount_eur: amount}`): the table's column is "
+        "renamed, and its rows landed before keep their values under the new name (see [Schema changes](table.md#schema-changes))",
+        default_factory=dict,
+        parse=_renamed_from,
     )
 
 
@@ -221,12 +247,34 @@ def validate(r: Reader[PipelineConfig], p: PipelineConfig) -> None:
         r.fail("is required when format is json (a Spark DDL string, such as 'user STRING, amount DOUBLE')", "payload.schema")
     if p.payload.format == "raw" and p.payload.schema is not None:
         r.fail("is only allowed with format json", "payload.schema")
+    if p.payload.renamed_from:
+        _validate_renames(r, p.payload)
     if p.spark.emr_serverless is not None:
         _validate_emr(r, r.data["spark"])
     if p.table is None and r.has("table"):
         r.fail("is only allowed with output_format iceberg (a directory output has no table)", "table")
     if p.table is not None:
         _validate_table(r, p, p.table)
+
+
+def _validate_renames(r: Reader[PipelineConfig], payload: PayloadConfig) -> None:
+    """Each new name of payload.renamed_from is a column of payload.schema, and no old one is: the rename takes the old name
+    away (the table's column is renamed, and the rows landed under it read under the new name)."""
+    if payload.schema is None:
+        r.fail("is only allowed with format json and a payload.schema, whose columns it renames", "payload.renamed_from")
+    columns = [name for name, _ in parse_ddl_schema(payload.schema).children]  # _check_schema parsed it already
+    for new, old in payload.renamed_from.items():
+        if new not in columns:
+            r.fail(f"renames {old!r} to {new!r}, which is not a top-level column of payload.schema ({', '.join(columns)})",
+                   "payload.renamed_from")  # fmt: skip
+        if old in columns:
+            r.fail(
+                f"renames {old!r} to {new!r}, and payload.schema still declares {old!r}: a renamed column is the new name's "
+                f"only. Drop {old!r} from payload.schema, or this entry to keep both as two columns",
+                "payload.renamed_from",
+            )
+        if old.lower() in RECORD_COLUMNS:
+            r.fail(f"renames {old!r}, a column every row carries: only payload.schema's columns are renamed", "payload.renamed_from")
 
 
 def _validate_emr(r: Reader[PipelineConfig], spark: Mapping[str, Any]) -> None:

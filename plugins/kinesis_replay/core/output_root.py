@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from kinesis_replay.core.holdings import TableState
+from kinesis_replay.core.schema_changes import TableColumn
 from kinesis_replay.core.state import Batch
 
 if TYPE_CHECKING:
@@ -90,10 +91,12 @@ class LocationHolding(Protocol):
 @dataclass(frozen=True)
 class TableSnapshot:
     """A table output's current snapshot as the holdings check reads it, and, when there is no table, what its location
-    holds (an ``iceberg_table.LocationTables``, or None)."""
+    holds (an ``iceberg_table.LocationTables``, or None); ``columns``: the table's top-level columns, for the schema
+    check (core/schema_changes), empty when there is no table."""
 
     state: TableState
     taken: LocationHolding | None = None
+    columns: tuple[TableColumn, ...] = ()
 
 
 @dataclass(frozen=True)

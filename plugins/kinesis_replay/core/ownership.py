@@ -10,7 +10,9 @@ returns None to go on, or the refusal (kinesis_replay.core.refusals) that the ac
   stream's start, and replace committed batches); nor one ahead of it, the output moved or deleted (``before_plan``);
 - a new root inside another pipeline's root, or holding one, is never claimed, whatever config file or deployment the
   other comes from (``claim``);
-- a table output's current snapshot holds exactly the batches the ledger says are committed (``table_refusal``).
+- a table output's current snapshot holds exactly the batches the ledger says are committed (``table_refusal``);
+- a table output's columns change only as Iceberg changes a column in place (``schema_refusal``, by the rules of
+  kinesis_replay.core.schema_changes).
 """
 
 from __future__ import annotations
@@ -37,12 +39,14 @@ from kinesis_replay.core.refusals import (
     OutputLacksCommitted,
     OwnedByAnotherPipeline,
     Refusal,
+    SchemaChangeRefused,
     StateBehindOutput,
     StateMissingButOutputHolds,
     StreamCreatedAgain,
     TableDisagrees,
     who,
 )
+from kinesis_replay.core.schema_changes import payload_changes
 from kinesis_replay.core.state import Batch, Head
 
 
@@ -205,6 +209,15 @@ def table_refusal(
         return None
     mismatch = compare(table.state, ledger, verified)
     return TableDisagrees(pipeline, table.state, ledger, mismatch, table.taken) if mismatch is not None else None
+
+
+def schema_refusal(pipeline: PipelineConfig, table: TableSnapshot | None) -> Refusal | None:
+    """payload.schema asks of the table's columns only what Iceberg does in place: add, widen, rename (each applied by the
+    batch's commit), or keep a column it no longer declares. None when no table was loaded, or it has no columns yet."""
+    if table is None or not table.columns:
+        return None
+    refused = payload_changes(pipeline, table.columns).refused
+    return SchemaChangeRefused(pipeline, refused) if refused else None
 
 
 def commit_verdict(

@@ -16,6 +16,7 @@ from typing import ClassVar
 from kinesis_replay.core.config import PipelineConfig
 from kinesis_replay.core.decoding import Decoding
 from kinesis_replay.core.errors import (
+    ConfigError,
     DecodedValuesChangedError,
     KinesisReplayError,
     OutputOwnershipError,
@@ -25,6 +26,7 @@ from kinesis_replay.core.errors import (
 from kinesis_replay.core.formats import COMMITS_DIR, OWNER_FILE
 from kinesis_replay.core.holdings import SHOWN_IDS, Ledger, Mismatch, TableState, listed
 from kinesis_replay.core.output_root import LocationHolding, OtherRoot, Owner
+from kinesis_replay.core.schema_changes import FieldChange
 
 RECOVER_PARAM = "recover_from_output"  # the regular DAG's parameter that rebuilds a lost state table from the output
 RESTORE_PARAM = "restore_table"  # the backfill DAG's parameter that restores the table from the output and the stream
@@ -443,4 +445,37 @@ class JobLayoutDiffers(Refusal):
         return (
             f"pipeline {self.pipeline_name!r}, batch {self.batch_id}: output {self.output} holds the {self.recorded} layout and "
             f"the job was asked for output_format {self.asked}; nothing was written"
+        )
+
+
+# -- the table's schema against payload.schema ---------------------------------------------------------------------
+
+SCHEMA_RUNBOOK = 'docs/operating.md: "We changed a type"'
+
+
+def schema_way_out(refused: Sequence[FieldChange]) -> str:
+    """What works today for each refused column; for a type, that a rebuild into a new table is planned, not built."""
+    fixes = "; ".join(f'for "{f.name}", {f.fix}' for f in refused if f.fix)
+    text = f"What works today: {fixes}. " if fixes else ""
+    if any(f.before is not None and f.after is not None for f in refused):
+        text += f"A rebuild into a new table under the new types is planned, not built yet: see {SCHEMA_RUNBOOK}. "
+    return text + 'What the table takes as it is: docs/table.md: "Schema changes".'
+
+
+@dataclass(frozen=True)
+class SchemaChangeRefused(Refusal):
+    """payload.schema changes the table's columns in a way Iceberg cannot (core/schema_changes): refused at the plan and at
+    a backfill's choice, before anything is read."""
+
+    pipeline: PipelineConfig
+    refused: tuple[FieldChange, ...]
+    error = ConfigError
+
+    def message(self) -> str:
+        pipeline = self.pipeline
+        where = pipeline.table.describe() if pipeline.table is not None else f"the table of output {pipeline.output}"
+        changes = "; ".join(f.describe() for f in self.refused)
+        return (
+            f"pipeline {pipeline.name!r}: payload.schema changes column(s) of {where} in a way Iceberg does not: {changes}. "
+            f"{schema_way_out(self.refused)} Nothing was read or written."
         )

@@ -236,7 +236,8 @@ def choose(
 ) -> tuple[Selection, list[Batch]]:
     """The committed batches a backfill's ``batches`` parameter selects, checked before anything is read.
 
-    Refused when the output is not this pipeline's, while a regular batch is in flight (the two would
+    Refused when the output is not this pipeline's, when payload.schema changes the table's columns in a way Iceberg
+    cannot (the replayed files could never be committed), while a regular batch is in flight (the two would
     compete for the stream's read limits), when a range has left the stream's retention, and (unless ``redecode``)
     when a batch was decoded with other payload settings than the pipeline's now, naming both.
     """
@@ -247,6 +248,7 @@ def choose(
     # each batch's rows are compared with the ledger's, so a backfill never commits over another writer's partial delete.
     ledger, held = ledger_of(head, pipeline, store), load_table(pipeline, head)
     refuse(ownership.table_refusal(pipeline, held, ledger, ledger_rows(held.state, ledger) if held else None))
+    refuse(ownership.schema_refusal(pipeline, held))  # the replayed files must fit the table as a regular batch's
     newest = head.next_batch_id - 1
     retention = stream_retention(kinesis_client, pipeline.stream, pipeline.read) if selection.start_time else None
     chosen = select_batches(pipeline.name, selection, candidates(store, pipeline.name, selection, newest, retention), newest)
@@ -396,7 +398,8 @@ def check_replayed(
         quarantined = commit.quarantine_to_table(pipeline, replayed, run_id or batch.run_id)
         # The ledger and the commit record name the replayed attempt, whose files the snapshots hold: the first run's
         # files go with the snapshots before them, and a recovery from the commit records rebuilds what the tables hold.
-        batch = replace(replayed, snapshot_id=snapshot_id, quarantine_snapshot_id=quarantined)
+        # A re-decode staged before this replay is of files this one replaced: dropped, so that its commit cannot put them back.
+        batch = replace(replayed, snapshot_id=snapshot_id, quarantine_snapshot_id=quarantined, staged=None, staged_by=None)
         store.set_replayed(batch, expected=BatchStatus.COMMITTED)
         commit_records.write_commit_record(pipeline.output, batch)
         files.remove_folder(layout.quarantine_path(pipeline.output, batch_id), missing_ok=True)  # a release's before the table
@@ -705,7 +708,8 @@ def restore_from_files(pipeline: PipelineConfig, store: StateStore, plan: Restor
 
 def _commit_restored(pipeline: PipelineConfig, store: StateStore, batch: Batch, run_id: str, ledger: Ledger) -> Batch:
     snapshot_id = commit.commit_to_table(pipeline, batch, run_id, Commit.RESTORE, ledger)
-    restored = replace(batch, snapshot_id=snapshot_id)
+    quarantined = commit.quarantine_to_table(pipeline, batch, run_id)  # found as it is, unless the quarantine table lost it too
+    restored = replace(batch, snapshot_id=snapshot_id, quarantine_snapshot_id=quarantined, staged=None, staged_by=None)
     store.set_replayed(restored, expected=BatchStatus.COMMITTED)
     commit_records.write_commit_record(pipeline.output, restored)
     log.info("pipeline %s: batch %d restored to the table in snapshot %d", pipeline.name, batch.batch_id, snapshot_id)

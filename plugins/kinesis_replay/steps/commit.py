@@ -118,6 +118,7 @@ def commit_to_table(
                         "pipeline %s, batch %d: removing attempt %s, which no snapshot references", pipeline.name, batch.batch_id, other
                     )
                     remove_folder(path)
+                    remove_folder(layout.quarantine_data_path(pipeline.output, batch.batch_id, other), missing_ok=True)
     return snapshot_id
 
 

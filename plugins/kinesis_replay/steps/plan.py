@@ -136,13 +136,15 @@ def plan_batch(
 
 
 def check_before_plan(pipeline: PipelineConfig, head: Head, store: StateStore | None = None, claim: bool = True) -> RootSnapshot:
-    """Before a plan writes anything: the output root is this pipeline's (or no one's yet), and it and its table agree
-    with the state table's ``head`` (ownership.before_plan, ownership.table_refusal); the root as loaded, for the claim."""
+    """Before a plan writes anything: the output root is this pipeline's (or no one's yet), it and its table agree with
+    the state table's ``head`` (ownership.before_plan, ownership.table_refusal), and payload.schema changes the table's
+    columns only as Iceberg can (ownership.schema_refusal); the root as loaded, for the claim."""
     root = load_root(pipeline, head, claim=claim)
     refuse(ownership.before_plan(pipeline, head, root))
     root = replace(root, table=load_table(pipeline, head))  # read once the root is known to be the pipeline's
     ledger = ledger_of(head, pipeline, store)
     refuse(ownership.table_refusal(pipeline, root.table, ledger, ledger_rows(root.table.state, ledger) if root.table else None))
+    refuse(ownership.schema_refusal(pipeline, root.table))  # before anything is read: the commit could not take the batch
     return root
 
 

@@ -151,17 +151,20 @@ def check_table_records(pipeline: PipelineConfig, records: Sequence[Batch]) -> N
 
 
 def in_table(pipeline: PipelineConfig, batch: Batch) -> Batch:
-    """A recovered batch with the snapshot that holds it in the table, committing it first if its commit was cut short."""
+    """A recovered batch with the snapshots that hold it in the table and the quarantine table, committing it first if its
+    commit was cut short."""
     if batch.snapshot_id is not None:
         return batch
     # As a restore does: the table may lack earlier batches too (rolled back, dropped), which the plan then refuses
     # and the restore puts back; a regular commit's check would refuse this one, and no ledger would ever be written.
     ledger = Ledger(batch.batch_id)
-    snapshot_id = commit.commit_to_table(pipeline, batch, f"recovery of {batch.run_id}", Commit.RESTORE, ledger)
-    record = replace(batch, snapshot_id=snapshot_id, notes=replace(batch.notes, restored_from=None))
+    run_id = f"recovery of {batch.run_id}"
+    snapshot_id = commit.commit_to_table(pipeline, batch, run_id, Commit.RESTORE, ledger)
+    quarantined = commit.quarantine_to_table(pipeline, batch, run_id)  # the second table, as a resumed commit finishes it
+    record = replace(batch, snapshot_id=snapshot_id, quarantine_snapshot_id=quarantined, notes=replace(batch.notes, restored_from=None))
     commit_records.write_commit_record(pipeline.output, record)
     log.info("pipeline %s: batch %d is in the table in snapshot %d", pipeline.name, batch.batch_id, snapshot_id)
-    return replace(batch, snapshot_id=snapshot_id)
+    return replace(batch, snapshot_id=snapshot_id, quarantine_snapshot_id=quarantined)
 
 
 def recover(pipeline: PipelineConfig, kinesis_client: KinesisClient, store: StateStore, now: datetime, dry_run: bool = False) -> Recovery:

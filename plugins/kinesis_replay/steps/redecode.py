@@ -13,8 +13,8 @@ When every batch of the selection is staged, ``commit_redecoded`` makes them vis
    for the whole selection, never a mix, never a gap;
 2. one snapshot of the quarantine table does the same for the quarantined records (a record the new decoding
    rescues leaves it; one it cannot read joins it);
-3. each batch's ledger entry takes the staged attempt as its result, both snapshot ids and ``redecoded_by``, and its
-   commit record is written again.
+3. each batch's commit record is written again, naming them, and then its ledger entry takes the staged attempt as
+   its result, both snapshot ids and ``redecoded_by``.
 
 Each step finds its own work already done by the run id in its snapshot's summary, so a resumed commit (a retried
 task, a crash between the two tables) finishes what is left and never commits twice. pyiceberg 0.12 has no branch
@@ -34,7 +34,7 @@ from kinesis_replay.adapters.output_root import load_root
 from kinesis_replay.core import ownership
 from kinesis_replay.core.config import PipelineConfig
 from kinesis_replay.core.errors import BackfillError
-from kinesis_replay.core.holdings import Commit, listed
+from kinesis_replay.core.holdings import Commit, Holdings, TableState, listed
 from kinesis_replay.core.ledger import ledger_of
 from kinesis_replay.core.refusals import refuse
 from kinesis_replay.core.state import Batch, BatchStatus, ReplayResult, StateStore
@@ -63,6 +63,8 @@ def commit_redecoded(pipeline: PipelineConfig, store: StateStore, batch_ids: Seq
             "failed, or another backfill staged them since. Nothing was committed: readers still see every batch of the "
             "selection as it was. Clear the failed tasks of this run to replay them, or trigger the re-decode again"
         )
+    for batch in done:  # re-decoded by this run's commit, which may have been cut short before the batch's commit record
+        commit_records.write_commit_record(pipeline.output, batch)
     if not pending:
         log.info("pipeline %s: the re-decode of run %s is committed already", pipeline.name, run_id)
         return [found[b] for b in sorted(found)]
@@ -71,8 +73,13 @@ def commit_redecoded(pipeline: PipelineConfig, store: StateStore, batch_ids: Seq
     properties = {**key, iceberg_table.RUN_PROPERTY: run_id}
     replacements = {b.batch_id: files.batch_files(pipeline, b.batch_id, _staged(b)) for b in pending}
     records = {b.batch_id: (b.verified_result().records, _staged(b).records) for b in pending}
-    ledger = ledger_of(store.get_head(pipeline.name), pipeline, store)
-    check = table_check(pipeline, Commit.BACKFILL, ids[0], ledger)
+
+    def check(state: TableState) -> Holdings | None:
+        # The ledger read again before each try: regular batches keep committing while the selection waits, and a try
+        # that lost the race to one of them must compare the table with the ledger that holds it.
+        ledger = ledger_of(store.get_head(pipeline.name), pipeline, store)
+        return table_check(pipeline, Commit.BACKFILL, ids[0], ledger)(state)
+
     snapshot_id = iceberg_table.replace_batches(pipeline, replacements, records, properties, key, check)
     quarantined = {
         b.batch_id: files.parquet_files(layout.quarantine_data_path(pipeline.output, b.batch_id, _staged(b).attempt or "")) for b in pending
@@ -84,8 +91,10 @@ def commit_redecoded(pipeline: PipelineConfig, store: StateStore, batch_ids: Seq
             batch, result=batch.staged, snapshot_id=snapshot_id, staged=None, staged_by=None, redecoded_by=run_id,
             quarantine_snapshot_id=quarantine_id if quarantine_id is not None else batch.quarantine_snapshot_id,
         )  # fmt: skip
-        store.set_replayed(redecoded, expected=BatchStatus.COMMITTED)
+        # The output's copy first: it names the snapshots the tables now hold whatever becomes of the ledger's write, and
+        # a commit resumed after the ledger's write writes it again (below), so neither can keep the earlier attempt.
         commit_records.write_commit_record(pipeline.output, redecoded)
+        store.set_replayed(redecoded, expected=BatchStatus.COMMITTED)
         files.remove_folder(layout.quarantine_path(pipeline.output, batch.batch_id), missing_ok=True)  # a release's before the table
         committed.append(redecoded)
     log.info("pipeline %s: re-decoded batches %s are the table's in snapshot %d of %s (quarantine: %s)", pipeline.name,
