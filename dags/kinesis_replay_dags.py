@@ -91,6 +91,14 @@ then makes the whole selection (at most 100 batches) the table's in one snapshot
 quarantine table's in one more: readers see the old decoding or the new one, never a mix
 (docs/operating.md: "Fixing the data").
 
+**Rebuild** with `"rebuild": true` beside `batches`, for a type change Iceberg cannot make in place (int to string, a
+narrowing, a decimal's scale): payload.schema keeps the table's types, so the regular batches keep landing, and
+payload.next_schema says the new ones. Each replayed batch is decoded with next_schema and waits, verified, in the
+ledger; **commit** switches the table to next_schema in one snapshot once every committed batch is rebuilt (run
+the rebuild again for the batches it names until then), and from then on every batch decodes with it
+(docs/operating.md: "We changed a type"). A committed batch past the stream's retention is named before anything is read;
+`"copy_expired": true` copies such batches from their files instead, each replaced column cast to its new type.
+
 **Restore the table** with `{"restore_table": true}` (try `"dry_run": true` first) when the pipeline refuses
 because the table lacks committed batches: rolled back to an older snapshot, dropped from its catalog, its
 metadata deleted or restored from an older file, or rows deleted by another writer. It puts back exactly the
@@ -263,6 +271,24 @@ def build_backfill_dag(pipeline: PipelineConfig) -> DAG:
                     "decodings. The raw records must match the first run's either way; the selection becomes visible at once."
                 ),
             ),
+            "rebuild": Param(
+                False,
+                type="boolean",
+                title="Rebuild",
+                description=(
+                    "Decode the batches with payload.next_schema, for a type change Iceberg cannot make in place; the table "
+                    "switches to it in one snapshot once every committed batch is rebuilt, regular batches landing meanwhile."
+                ),
+            ),
+            "copy_expired": Param(
+                False,
+                type="boolean",
+                title="Copy expired batches",
+                description=(
+                    "With rebuild: copy the committed batches past the stream's retention from their files, each replaced "
+                    "column cast to its new type, instead of refusing the rebuild."
+                ),
+            ),
             "dry_run": Param(False, type="boolean", title="Dry run", description="Show what would be read and its cost; read nothing."),
         },
     ) as dag:
@@ -283,22 +309,25 @@ def build_backfill_dag(pipeline: PipelineConfig) -> DAG:
             context = get_current_context()
             params = context["params"]
             summary = tasks.backfill_batch(
-                pipeline, batch_id, context["run_id"], bool(params.get(RESTORE_PARAM)), bool(params.get("redecode"))
-            )
+                pipeline, batch_id, context["run_id"], bool(params.get(RESTORE_PARAM)), bool(params.get("redecode")),
+                bool(params.get("rebuild")),
+            )  # fmt: skip
             context["outlet_events"][asset].extra = tasks.event_extra(summary)
             return summary
 
         @task(task_id="stage", map_index_template="batch {{ task.op_kwargs['batch_id'] }}")
         def stage(batch_id: int) -> emr_serverless.JobRun:
-            return tasks.stage_backfill(pipeline, batch_id, bool(get_current_context()["params"].get(RESTORE_PARAM)))
+            params = get_current_context()["params"]
+            return tasks.stage_backfill(pipeline, batch_id, bool(params.get(RESTORE_PARAM)), bool(params.get("rebuild")))
 
         @task(task_id="check", outlets=[asset], map_index_template="batch {{ task.op_kwargs['batch_id'] }}")
         def check_backfilled(batch_id: int) -> tasks.BatchFigures:
             context = get_current_context()
             params = context["params"]
             summary = tasks.check_backfilled(
-                pipeline, batch_id, context["run_id"], bool(params.get(RESTORE_PARAM)), bool(params.get("redecode"))
-            )
+                pipeline, batch_id, context["run_id"], bool(params.get(RESTORE_PARAM)), bool(params.get("redecode")),
+                bool(params.get("rebuild")),
+            )  # fmt: skip
             context["outlet_events"][asset].extra = tasks.event_extra(summary)
             return summary
 
@@ -307,7 +336,8 @@ def build_backfill_dag(pipeline: PipelineConfig) -> DAG:
             context = get_current_context()
             figures = tasks.commit_redecode(pipeline, context["params"], context["run_id"], batch_ids)
             # One event for the selection, made visible at once: each batch's figures, as a backfill's event carries one.
-            context["outlet_events"][asset].extra = {"kind": "redecode", "batches": [tasks.event_extra(f) for f in figures]}
+            kind = "rebuild" if context["params"].get("rebuild") else "redecode"
+            context["outlet_events"][asset].extra = {"kind": kind, "batches": [tasks.event_extra(f) for f in figures]}
             return figures
 
         chosen = select()
@@ -315,7 +345,7 @@ def build_backfill_dag(pipeline: PipelineConfig) -> DAG:
             replayed = replay.expand(batch_id=chosen)
         else:
             replayed = emr_replay(pipeline, stage.expand(batch_id=chosen)) >> check_backfilled.expand(batch_id=chosen)
-        replayed >> commit_redecode(chosen)
+        replayed >> commit_redecode(chosen)  # type: ignore[arg-type]  # the select task's XComArg: its list, at run time
     return dag
 
 

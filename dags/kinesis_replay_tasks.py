@@ -30,7 +30,7 @@ from kinesis_replay.adapters import iceberg_table, layout, table_maintenance
 from kinesis_replay.adapters.dynamodb_store import DynamoDBStateStore
 from kinesis_replay.adapters.files import S3Access, reaching_s3
 from kinesis_replay.adapters.kinesis_client import CLIENT_CONFIG, POOL_CONNECTIONS, leave_throttling_to_call, pooled, stream_retention
-from kinesis_replay.core.config import PipelineConfig
+from kinesis_replay.core.config import PipelineConfig, rebuilt
 from kinesis_replay.core.errors import (
     BackfillError,
     ConfigError,
@@ -45,7 +45,7 @@ from kinesis_replay.core.job_spec import JobSpec, KinesisEndpoint, S3Endpoint
 from kinesis_replay.core.refusals import RECOVER_PARAM
 from kinesis_replay.core.state import Batch, Progress, RunKind
 from kinesis_replay.launchers import credentials, emr_serverless, spark_submit
-from kinesis_replay.steps import backfill, in_flight, maintenance, recovery, redecode
+from kinesis_replay.steps import backfill, in_flight, maintenance, rebuild, recovery, redecode
 from kinesis_replay.steps.commit import commit_batch
 from kinesis_replay.steps.plan import FINISH_COMMIT, PlanResult, plan_batch
 from kinesis_replay.steps.verify import verify_batch
@@ -88,7 +88,7 @@ class BatchFigures(TypedDict):
     """A committed (or backfilled) batch's figures: its task's XCom and the output Asset's event (batch_summary)."""
 
     pipeline: str
-    kind: str  # "regular" or "backfill"
+    kind: str  # "regular", "backfill", "staged" (a re-decode's batch, not yet visible) or "redecode"
     batch_id: int
     shards: int
     records: int
@@ -136,7 +136,9 @@ def through_connection(step: Callable[Concatenate[PipelineConfig, _P], _R]) -> C
     def run(pipeline: PipelineConfig, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
         with reaching_s3(s3_access(pipeline)):
             try:
-                return step(pipeline, *args, **kwargs)
+                # Once a rebuild switched the table to payload.next_schema, every task decodes with it (a catalog read
+                # only for a pipeline that sets one).
+                return step(rebuild.as_decoded(pipeline), *args, **kwargs)
             except Exception as exc:
                 missing = no_credentials(pipeline, exc)
                 if missing is not None:
@@ -224,7 +226,7 @@ def state_store(pipeline: PipelineConfig) -> DynamoDBStateStore:
 # the run go on for real: the first task of each DAG refuses any other key (check_params). `redecode` is the backfill's
 # re-decode of stored batches.
 REGULAR_PARAMS = ("dry_run", "acknowledge_data_loss", RECOVER_PARAM)
-BACKFILL_PARAMS = ("batches", iceberg_table.RESTORE_PARAM, "redecode", "dry_run")
+BACKFILL_PARAMS = ("batches", iceberg_table.RESTORE_PARAM, "redecode", "rebuild", "copy_expired", "dry_run")
 MAINTENANCE_PARAMS = ("dry_run", "orphan_age_hours")
 
 
@@ -531,6 +533,11 @@ def select_backfill(pipeline: PipelineConfig, params: dict[str, Any], run_id: st
     are committed from them here; the others are returned, for a replay from the stream each.
     """
     check_params(pipeline, pipeline.backfill_dag_id, params, BACKFILL_PARAMS)
+    if params.get("rebuild") and params.get(iceberg_table.RESTORE_PARAM):
+        raise BackfillError(
+            f"pipeline {pipeline.name!r}: give either rebuild or {iceberg_table.RESTORE_PARAM}, not both: a restore puts back "
+            "batches as they were committed, a rebuild decodes them anew with payload.next_schema. Nothing was run"
+        )
     if params.get(iceberg_table.RESTORE_PARAM):
         if params.get("batches"):
             raise BackfillError(
@@ -549,7 +556,25 @@ def select_backfill(pipeline: PipelineConfig, params: dict[str, Any], run_id: st
     backfill.parse_selection(params["batches"])  # a mistyped selection is refused before anything is called
     client = kinesis_client(pipeline)
     in_flight.check_same_stream(pipeline, client)
-    selection, chosen = backfill.choose(pipeline, client, state_store(pipeline), params["batches"], redecode=bool(params.get("redecode")))
+    redecode, rebuilding, copy_expired = bool(params.get("redecode")), bool(params.get("rebuild")), bool(params.get("copy_expired"))
+    if copy_expired and not rebuilding:
+        raise BackfillError(
+            f"pipeline {pipeline.name!r}: copy_expired is a rebuild's (it copies the batches past the stream's retention "
+            "under payload.next_schema's types): give it with rebuild: true. Nothing was run"
+        )
+    store = state_store(pipeline)
+    selection, chosen = backfill.choose(
+        pipeline, client, store, params["batches"], redecode=redecode, rebuild=rebuilding, copy_expired=copy_expired
+    )
+    if copy_expired and not params.get("dry_run"):
+        copied = rebuild.stage_copies(pipeline, client, store, run_id)
+        log.info("pipeline %s: staged copies of batches %s, past the stream's retention", pipeline.name, copied)
+    if rebuilding and not chosen:
+        raise AirflowSkipException(
+            f"pipeline {pipeline.name}: the selection {selection.describe()} holds no batch the stream still holds; those "
+            "past its retention are copied (copy_expired). Trigger the rebuild with a selection that has one to replay: "
+            "its commit task switches once every committed batch is rebuilt or copied"
+        )
     if params.get("dry_run"):
         for batch in chosen:
             log.info("dry run: would replay %s", backfill.describe(batch, backfill.estimate_batch(batch, pipeline.read)))
@@ -582,21 +607,24 @@ def restore_table(pipeline: PipelineConfig, dry_run: bool, run_id: str) -> list[
 @fail_fast
 @through_connection
 def backfill_batch(
-    pipeline: PipelineConfig, batch_id: int, run_id: str = "", restore: bool = False, redecode: bool = False
+    pipeline: PipelineConfig, batch_id: int, run_id: str = "", restore: bool = False, redecode: bool = False, rebuild: bool = False
 ) -> BatchFigures:
-    """Replay one committed batch into its own paths and check it holds what it held; never touches a checkpoint."""
+    """Replay one committed batch into its own paths and check it holds what it held; never touches a checkpoint. A
+    ``rebuild``'s decodes with payload.next_schema (steps/rebuild.py)."""
+    pipeline = rebuilt(pipeline) if rebuild else pipeline
     client = kinesis_client(pipeline)
     in_flight.check_same_stream(pipeline, client)  # as the regular run's: the select task's check, again just before Spark starts
     submit(
         pipeline, backfill.committed_batch(pipeline, state_store(pipeline), batch_id, client if restore else None), kind=RunKind.BACKFILL
     )
-    return check_backfilled(pipeline, batch_id, run_id, restore, redecode)
+    return check_backfilled(pipeline, batch_id, run_id, restore, redecode, rebuild)
 
 
 @fail_fast
 @through_connection
-def stage_backfill(pipeline: PipelineConfig, batch_id: int, restore: bool = False) -> emr_serverless.JobRun:
+def stage_backfill(pipeline: PipelineConfig, batch_id: int, restore: bool = False, rebuild: bool = False) -> emr_serverless.JobRun:
     """Stage one committed batch for an EMR Serverless replay (the backfill DAG's counterpart of stage())."""
+    pipeline = rebuilt(pipeline) if rebuild else pipeline
     client = kinesis_client(pipeline)
     in_flight.check_same_stream(pipeline, client)
     return stage_emr(pipeline, backfill.committed_batch(pipeline, state_store(pipeline), batch_id, client if restore else None))
@@ -605,14 +633,18 @@ def stage_backfill(pipeline: PipelineConfig, batch_id: int, restore: bool = Fals
 @fail_fast
 @through_connection
 def check_backfilled(
-    pipeline: PipelineConfig, batch_id: int, run_id: str = "", restore: bool = False, redecode: bool = False
+    pipeline: PipelineConfig, batch_id: int, run_id: str = "", restore: bool = False, redecode: bool = False, rebuild: bool = False
 ) -> BatchFigures:
     """The backfill DAG's task ``check`` after an EMR Serverless replay, and the end of backfill_batch otherwise.
 
     A backfilled batch must hold what its first run held (same shards, counts, checksums) and decode as the output holds
     it (unless ``redecode``); then it replaces the batch's folder or the table's files (or, restoring, joins the table)."""
-    batch = backfill.check_replayed(pipeline, state_store(pipeline), batch_id, run_id, restore, redecode)
-    summary = batch_summary(pipeline, batch, "backfill")
+    pipeline = rebuilt(pipeline) if rebuild else pipeline
+    batch = backfill.check_replayed(pipeline, state_store(pipeline), batch_id, run_id, restore, redecode, rebuild)
+    if batch.staged is not None and batch.staged_by == run_id:  # a re-decode of a table: readers see nothing new until ``commit``
+        summary = batch_summary(pipeline, replace(batch, result=batch.staged, snapshot_id=None), "staged")
+    else:
+        summary = batch_summary(pipeline, batch, "backfill")
     log.info("pipeline %s: backfilled %s", pipeline.name, summary)
     return summary
 
@@ -622,7 +654,15 @@ def check_backfilled(
 def commit_redecode(pipeline: PipelineConfig, params: dict[str, Any], run_id: str, batch_ids: list[int]) -> list[BatchFigures]:
     """The backfill DAG's last task: a re-decode of a table output becomes visible, every chosen batch at once, in one
     snapshot of each table (redecode.commit_redecoded). Skipped for a backfill without ``redecode``, a restore, and a
-    directory output (whose check swaps each batch in on its own)."""
+    directory output (whose check swaps each batch in on its own). A ``rebuild``'s switches the table to
+    payload.next_schema once every committed batch is rebuilt (rebuild.switch), and is skipped, naming the batches
+    still to rebuild, until then."""
+    if params.get("rebuild") and pipeline.table is not None:
+        found = rebuild.switch(pipeline, state_store(pipeline), run_id)
+        if found.waiting:  # nothing committed: readers see the table as it was, and the page the staged batches
+            raise AirflowSkipException(found.describe(pipeline))
+        log.info("%s", found.describe(pipeline))
+        return [batch_summary(pipeline, b, "rebuild") for b in found.switched]
     if not params.get("redecode") or params.get(iceberg_table.RESTORE_PARAM) or pipeline.table is None:
         raise AirflowSkipException(f"pipeline {pipeline.name}: no re-decode of a table to commit: each batch was committed by its check")
     batches = redecode.commit_redecoded(pipeline, state_store(pipeline), batch_ids, run_id)

@@ -44,7 +44,7 @@ def test_each_pipeline_has_a_manual_backfill_dag(monkeypatch: pytest.MonkeyPatch
     dag = dagbag(ROOT / "dags" / "pipelines.yaml", monkeypatch).dags["kinesis_replay_backfill_demo"]  # type: ignore[attr-defined]
     assert type(dag.timetable).__name__ == "NullTimetable" and dag.max_active_runs == 1  # manual runs only
     assert [t.task_id for t in dag.topological_sort()] == ["select", "replay", "commit"]  # commit: a re-decode's
-    assert set(dag.params.keys()) == {"batches", "dry_run", "restore_table", "redecode"}
+    assert set(dag.params.keys()) == {"batches", "dry_run", "restore_table", "redecode", "rebuild", "copy_expired"}
     assert [a.name for a in dag.get_task("replay").outlets] == ["kinesis_replay_demo"]
 
 

@@ -31,7 +31,11 @@ def snapshot(world: World) -> tuple[Any, ...]:
     ("task", "params", "allowed"),
     [
         ("plan", {"dry_run": False, "dryrun": True}, "dry_run, acknowledge_data_loss, recover_from_output"),
-        ("select_backfill", {"batches": {"batch_ids": [1]}, "dryrun": True}, "batches, restore_table, redecode, dry_run"),
+        (
+            "select_backfill",
+            {"batches": {"batch_ids": [1]}, "dryrun": True},
+            "batches, restore_table, redecode, rebuild, copy_expired, dry_run",
+        ),
         ("maintain_table", {"dry_run": False, "orphan_age_hour": 1}, "dry_run, orphan_age_hours"),
     ],
 )
@@ -69,6 +73,22 @@ def test_a_restore_given_batches_is_refused_saying_what_each_does(world: World) 
     with pytest.raises(AirflowFailException, match=r"give either restore_table or batches, not both\. restore_table puts back") as refused:
         tasks.select_backfill(world.pipeline, params, "manual__1")
     assert "batches replays the batches it names" in str(refused.value) and "Nothing was run" in str(refused.value)
+    assert snapshot(world) == before
+
+
+def test_a_rebuild_with_a_restore_is_refused_saying_what_each_does(world: World) -> None:
+    before = snapshot(world)
+    params = {"restore_table": True, "rebuild": True, "dry_run": False}
+    with pytest.raises(AirflowFailException, match=r"give either rebuild or restore_table, not both: a restore puts back") as refused:
+        tasks.select_backfill(world.pipeline, params, "manual__1")
+    assert "payload.next_schema" in str(refused.value) and "Nothing was run" in str(refused.value)
+    assert snapshot(world) == before
+
+
+def test_copy_expired_without_a_rebuild_is_refused_naming_what_it_is_for(world: World) -> None:
+    before = snapshot(world)
+    with pytest.raises(AirflowFailException, match=r"copy_expired is a rebuild's .* give it with rebuild: true\. Nothing was run"):
+        tasks.select_backfill(world.pipeline, {"batches": {"batch_ids": [1]}, "copy_expired": True}, "manual__1")
     assert snapshot(world) == before
 
 

@@ -116,12 +116,13 @@ def test_a_backfill_rewrites_batches_identically_and_readers_never_see_one_missi
         assert replay is not None and event["seconds"] == round(replay.seconds, 3), (event["seconds"], replay.seconds)
 
 
-def put_numbers(kinesis: Any, stream: str, count: int, wide: int) -> list[Any]:
-    """``count`` JSON records whose ``n`` is their index, the first ``wide`` of them past an INT's range (2**40 + i)."""
+def put_numbers(kinesis: Any, stream: str, count: int, wide: int = 0, start: int = 0) -> list[Any]:
+    """``count`` JSON records whose ``n`` is their index from ``start``, the first ``wide`` of them past an INT's range
+    (2**40 + i)."""
     from stack.producer import Produced
 
     records = [{"PartitionKey": f"u{i % 5}", "Data": json.dumps({"n": 2**40 + i if i < wide else i, "user": f"u{i}"}).encode()}
-               for i in range(count)]  # fmt: skip
+               for i in range(start, start + count)]  # fmt: skip
     answer = kinesis.put_records(StreamName=stream, Records=records)
     assert not answer.get("FailedRecordCount")
     return [
@@ -130,7 +131,7 @@ def put_numbers(kinesis: Any, stream: str, count: int, wide: int) -> list[Any]:
     ]
 
 
-def test_a_redecode_through_the_dag_is_refused_without_asking_then_rescues_the_quarantined_records_in_one_snapshot(
+def test_a_redecode_through_the_dag_is_refused_without_asking_then_rescues_the_quarantined_records_then_a_rebuild_switches(
     kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any], tmp_path: Path, airflow_db: Path
 ) -> None:
     """Issue 46: a backfill after payload.schema changed is refused before anything is read, naming both decodings;
@@ -174,6 +175,29 @@ def test_a_redecode_through_the_dag_is_refused_without_asking_then_rescues_the_q
     assert batch.quarantine_snapshot_id == quarantined.current_snapshot().snapshot_id
     assert commit_record(entry["output"], 1)["redecoded_by"] == batch.redecoded_by
     assert store.get_head(entry["name"]) == head and store.get_shards(entry["name"]) == shards  # no checkpoint moved
+    # The replay's event says the batch is staged, with the re-decode's figures and no snapshot (nothing visible yet); the
+    # commit's names the snapshot that made it visible.
+    staged, committed = asset_events(backfill.dag_id)[-2:]
+    assert (staged["kind"], staged["records"], staged["bad_records"], staged["snapshot_id"]) == ("staged", 40, 0, None)
+    assert committed["kind"] == "redecode" and committed["batches"][0]["snapshot_id"] == batch.snapshot_id
+
+    # Issue 46, point 6, through Airflow and Spark: BIGINT to STRING is no change Iceberg makes in place. A rebuild with
+    # payload.next_schema decodes batch 1 anew and switches the table; the next regular run decodes with it unasked.
+    nexted = {**changed, "payload": {**changed["payload"], "next_schema": "n STRING, user STRING"}}
+    built = load_dags(tmp_path / "next.yaml", nexted)
+    rebuilt = run_dag(built[f"kinesis_replay_backfill_{entry['name']}"], run_conf={"batches": {"batch_ids": [1]}, "rebuild": True})
+    assert rebuilt.state == "success" and rebuilt.tasks == {"select": "success", "replay": "success", "commit": "success"}, rebuilt
+    table = iceberg_table.load_table(pipeline)
+    assert table is not None and str(table.schema().find_field("n").field_type) == "string"
+    assert table.current_snapshot().summary.additional_properties["kinesis-replay.rebuild"]  # type: ignore[union-attr]
+    more = put_numbers(kinesis, entry["stream"], 20, start=100)
+    assert run_dag(built[f"kinesis_replay_{entry['name']}"]).tasks == SUCCESS
+    rows = read_output(entry["output"])
+    assert rows.num_rows == 60 and check_exactly_once([*produced, *more], rows).ok
+    assert sorted(rows.column("n").to_pylist()) == sorted(
+        [*map(str, range(10, 40)), *(str(2**40 + i) for i in range(10)), *map(str, range(100, 120))]
+    )
+    assert store.get_batch(entry["name"], 2).verified_result().decoding.schema == "n STRING, user STRING"
 
 
 def test_a_backfill_restores_a_lost_partition_of_a_directory_output_and_moves_no_checkpoint(

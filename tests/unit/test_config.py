@@ -526,8 +526,9 @@ def test_two_pipelines_whose_default_tables_are_one_table_of_a_shared_catalog_ar
     assert loaded.error_for("a_b") == (
         "p.yaml: pipelines[1] (a_b).table: pipeline 'a_b' would commit to table kinesis_replay.a_b in catalog glue (glue), "
         "which is already the table of pipeline 'a-b' (pipelines[0]) ('a-b' and 'a_b': table.name defaults to the "
-        "pipeline's name, '-' becomes '_', and a leading digit gets 'p_' in front). Each pipeline needs a table of its own, "
-        "or one would commit its batches into the other's table; set another table.name or table.namespace for one of them"
+        "pipeline's name, '-' becomes '_', and a leading digit gets 'p_' in front). Each pipeline needs tables of its own "
+        "(its table and its quarantine table), or one would commit its batches into the other's; set another table.name, "
+        "table.quarantine_name or table.namespace for one of them"
     )
 
 
@@ -548,7 +549,20 @@ def test_a_pipeline_whose_table_is_another_pipelines_quarantine_table_is_refused
     entries = [glue_pipeline("orders", "s3://lake/orders"), glue_pipeline("orders-quarantine", "s3://lake/oq")]
     loaded = parse_pipelines({"pipelines": entries}, "p.yaml")
     assert [p.name for p in loaded.pipelines] == ["orders"]
-    assert "would commit to table kinesis_replay.orders_quarantine" in str(loaded.errors[0])
+    assert (
+        "would commit to table kinesis_replay.orders_quarantine in catalog glue (glue), which is already the quarantine "
+        "table of pipeline 'orders'" in str(loaded.errors[0])
+    )
+
+
+def test_a_pipeline_whose_quarantine_table_is_another_pipelines_table_is_refused_naming_it() -> None:
+    entries = [glue_pipeline("orders_quarantine", "s3://lake/oq"), glue_pipeline("orders", "s3://lake/orders")]
+    loaded = parse_pipelines({"pipelines": entries}, "p.yaml")
+    assert [p.name for p in loaded.pipelines] == ["orders_quarantine"]
+    assert (
+        "would commit to quarantine table kinesis_replay.orders_quarantine in catalog glue (glue) (its quarantine table), "
+        "which is already the table of pipeline 'orders_quarantine'" in str(loaded.errors[0])
+    )
 
 
 def test_a_quarantine_name_must_be_an_identifier() -> None:

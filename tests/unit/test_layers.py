@@ -44,10 +44,15 @@ STEP_IMPORTS: dict[str, dict[str, str]] = {
         "commit": "a recovered batch whose commit was cut short is put in the table as a restore does (commit_to_table)",
     },
     "redecode": {
-        "commit": "a re-decode's one snapshot is checked against the ledger before each try as a commit's is (table_check)",
+        "commit": "a re-decode's staged batches are made visible as every staged selection is (commit_staged)",
+    },
+    "rebuild": {
+        "commit": "a rebuild's switch makes its staged batches visible as a re-decode's commit does (commit_staged)",
+        "in_flight": "the batches a rebuild copies are those the retention check finds gone (beyond_retention)",
+        "verify": "a copied batch's files are verified as a replay's are (check_files)",
     },
 }
-STEP_FLOORS = 2  # the siblings, then backfill, recovery and redecode
+STEP_FLOORS = 2  # the siblings, then backfill, recovery, redecode and rebuild
 
 
 def layer_folders() -> list[str]:
@@ -174,10 +179,10 @@ def test_steps_import_only_the_siblings_named() -> None:
 
 
 def test_the_steps_are_two_floors() -> None:
-    """The siblings on one floor, backfill, recovery and redecode above them, and no third floor."""
+    """The siblings on one floor, backfill, recovery, redecode and rebuild above them, and no third floor."""
     built = floors(step_imports())
     assert max(built.values()) <= STEP_FLOORS, built
-    assert {step for step, floor in built.items() if floor == STEP_FLOORS} == {"backfill", "recovery", "redecode"}
+    assert {step for step, floor in built.items() if floor == STEP_FLOORS} == {"backfill", "recovery", "redecode", "rebuild"}
     assert floors({"recovery": {"backfill"}, "backfill": {"commit"}, "commit": set()})["recovery"] == 3  # a chain is seen
 
 

@@ -625,6 +625,91 @@ def replace_batches(
     raise TableCommitError(f"{where}: {COMMIT_ATTEMPTS} commits in a row lost the race for the table; nothing was committed")
 
 
+def switch_table(
+    pipeline: PipelineConfig,
+    replacements: Mapping[int, Sequence[str]],
+    records: Mapping[int, tuple[int, int]],
+    properties: Mapping[str, str],
+    key: Mapping[str, str],
+    check: TableCheck,
+    replaced: Sequence[tuple[str, str]] = (),
+) -> int:
+    """A rebuild's switch: every batch of the table replaced by its rebuilt files, and each of the ``replaced`` columns
+    (the table's name, the new name) dropped and added again under the type the rebuilt files hold, in one OVERWRITE
+    snapshot. The new column has a new field id, which the table's name mapping now gives its name: the files before
+    the switch, held by older snapshots only, read it as null (their values stay theirs, under the dropped column's id).
+    Refused, committing nothing, when the table holds a batch with no rebuilt files (one committed since the rebuild
+    began: rebuild it, then switch). ``pipeline`` is the pipeline as it decodes after the switch (config.rebuilt);
+    otherwise as replace_batches, whose retries and idempotence it shares."""
+    from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
+
+    paths = {b: sorted(iceberg_location(f) for f in files) for b, files in replacements.items()}
+    where = f"pipeline {pipeline.name!r}, the rebuild of {require_table(pipeline).describe()}"
+    catalog = load_catalog(pipeline)
+    table = load_table(pipeline, catalog)
+    if table is None:
+        raise TableCommitRefusedError(f"{where}: the table does not exist, and a rebuild never creates it: {restore_hint(pipeline)}")
+    delta = sum(new - old for old, new in records.values())
+    for attempt_no in range(1, COMMIT_ATTEMPTS + 1):
+        found = find_snapshot(table, key)
+        if found is not None:
+            log.info("%s: switched already, in snapshot %d", where, found)
+            return found
+        state = table_state(table)
+        held = check(state) or state.holdings
+        try:
+            summary = {**properties, **Holdings(held.ranges, held.records + delta).to_summary()}
+            return _switch_once(table, paths, summary, where, pipeline.payload.renamed_from, replaced)
+        except (CommitFailedException, CommitStateUnknownException) as exc:
+            log.warning("%s: the table changed under the switch (%s); retrying against its new metadata (%d)", where, exc, attempt_no)
+            time.sleep(min(0.05 * 2**attempt_no, 2.0))
+            table = catalog.load_table(require_table(pipeline).identifier)
+    raise TableCommitError(f"{where}: {COMMIT_ATTEMPTS} commits in a row lost the race for the table; nothing was committed")
+
+
+def _switch_once(
+    table: Table,
+    paths: Mapping[int, list[str]],
+    properties: dict[str, str],
+    where: str,
+    renamed_from: Mapping[str, str],
+    replaced: Sequence[tuple[str, str]],
+) -> int:
+    from pyiceberg.catalog import Catalog as BaseCatalog
+
+    old = [task.file for task in table.scan().plan_files()] if table.current_snapshot() is not None else []
+    uncovered = sorted({int(f.partition[0]) for f in old} - set(paths))
+    if uncovered:
+        raise TableCommitRefusedError(
+            f"{where}: the table holds batches {listed(uncovered)} that have no rebuilt files (committed since the rebuild "
+            "began, or replayed by a backfill since their rebuild): trigger the rebuild again, which rebuilds only those, "
+            "and it switches once every batch is rebuilt. Nothing was switched"
+        )
+    first = next((p for ps in paths.values() for p in ps), None)
+    try:
+        with transaction(table) as tx:
+            if replaced:
+                file_schema = read_file_schema(table.io.properties, first) if first is not None else None
+                types = {f.name: f.field_type for f in BaseCatalog._convert_schema_if_needed(file_schema).fields} if file_schema else {}
+                with tx.update_schema() as update:
+                    for table_name, name in replaced:  # the name mapping gives the name to the new column (pyiceberg's update_mapping)
+                        update.delete_column(table_name)
+                        if name in types:  # else no batch has a row yet: the first one's commit adds the column
+                            update.add_column(name, types[name])
+            if first is not None:
+                _evolve_schema(table, tx, first, where, renamed_from)  # the other changes: added, widened, renamed
+            added = [_data_file(table.io, tx.table_metadata, p) for ps in paths.values() for p in ps]
+            wrong = [f.file_path for f in added if f.partition[0] not in paths]
+            if wrong:
+                raise TableCommitRefusedError(f"{where}: files {wrong} hold rows of a batch_id not rebuilt")
+            write_snapshot(tx, properties, old, added)
+    except ValueError as exc:  # pyiceberg: a file's schema the table does not have
+        raise TableCommitRefusedError(f"{where}: the rebuilt files do not fit the table's new schema: {exc}") from exc
+    snapshot_id = new_snapshot_id(table, where)
+    log.info("%s: replaced columns %s and all %d files with %d in snapshot %d", where, list(replaced), len(old), len(added), snapshot_id)
+    return snapshot_id
+
+
 def _replace_once(
     table: Table, paths: Mapping[int, list[str]], properties: dict[str, str], where: str, renamed_from: Mapping[str, str]
 ) -> int:

@@ -6,7 +6,7 @@ import os
 import re
 import sys
 from collections.abc import Iterator, Mapping
-from dataclasses import Field, dataclass, field
+from dataclasses import Field, dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -120,12 +120,30 @@ class PayloadConfig:
     max_bad_share: float = option(
         "the batch fails when a larger share of its records cannot be decoded", default=0.05, minimum=0, maximum=1
     )
+    next_schema: str | None = option(
+        "with `json`: the schema a rebuild decodes with (a Spark DDL string, as `schema`), for a change Iceberg cannot make "
+        "in place, such as `amount` from `INT` to `STRING`: the backfill DAG's `rebuild` re-decodes the committed batches "
+        "with it while regular batches keep landing, then switches the table to it in one snapshot; from then on every "
+        "batch decodes with it (see [Rebuilding the table](operating.md#we-changed-a-type))",
+        default=None,
+        padded=True,
+        check=_check_schema,
+    )
     renamed_from: Mapping[str, str] = option(
         "columns of `payload.schema` renamed, each new name to its old one (`{amount_eur: amount}`): the table's column is "
         "renamed, and its rows landed before keep their values under the new name (see [Schema changes](table.md#schema-changes))",
         default_factory=dict,
         parse=_renamed_from,
     )
+
+
+def rebuilt(pipeline: PipelineConfig) -> PipelineConfig:
+    """The pipeline as it decodes once its table is rebuilt: payload.next_schema as its payload.schema (itself, with none).
+    A rebuild's replays decode so before the switch, and every task after it (steps/rebuild.as_decoded)."""
+    payload = pipeline.payload
+    if payload.next_schema is None:
+        return pipeline
+    return replace(pipeline, payload=replace(payload, schema=payload.next_schema, next_schema=None))
 
 
 # The two layouts of a pipeline's output: an Apache Iceberg table (the default), or today's plain directories.
@@ -247,6 +265,8 @@ def validate(r: Reader[PipelineConfig], p: PipelineConfig) -> None:
         r.fail("is required when format is json (a Spark DDL string, such as 'user STRING, amount DOUBLE')", "payload.schema")
     if p.payload.format == "raw" and p.payload.schema is not None:
         r.fail("is only allowed with format json", "payload.schema")
+    if p.payload.next_schema is not None:
+        _validate_next_schema(r, p.payload)
     if p.payload.renamed_from:
         _validate_renames(r, p.payload)
     if p.spark.emr_serverless is not None:
@@ -255,6 +275,14 @@ def validate(r: Reader[PipelineConfig], p: PipelineConfig) -> None:
         r.fail("is only allowed with output_format iceberg (a directory output has no table)", "table")
     if p.table is not None:
         _validate_table(r, p, p.table)
+
+
+def _validate_next_schema(r: Reader[PipelineConfig], payload: PayloadConfig) -> None:
+    """payload.next_schema replaces payload.schema once a rebuild switches the table: another JSON schema."""
+    if payload.format != "json" or payload.schema is None:
+        r.fail("is only allowed with format json and a payload.schema, which it replaces once the table is rebuilt", "payload.next_schema")
+    elif payload.next_schema == payload.schema:
+        r.fail("is payload.schema itself: leave it out (a rebuild decodes with a schema other than the table's)", "payload.next_schema")
 
 
 def _validate_renames(r: Reader[PipelineConfig], payload: PayloadConfig) -> None:
@@ -396,12 +424,23 @@ def _table_clash(source: str, index: int, pipeline: PipelineConfig, other_index:
     assert pipeline.table is not None  # only called for two pipelines whose tables clash
     defaulted = [p.name for p in (other, pipeline) if p.table is not None and p.table.name == default_table_name(p.name)]
     rule = f" ({' and '.join(map(repr, defaulted))}: table.name defaults to the pipeline's name, {DEFAULT_TABLE_RULE})" if defaulted else ""
+    mine, theirs = _clashing_tables(pipeline, other)
     return (
         f"{source}: pipelines[{index}] ({pipeline.name}).table: pipeline {pipeline.name!r} would commit to "
-        f"{pipeline.table.describe()}, which is already the table of pipeline {other.name!r} (pipelines[{other_index}]){rule}. "
-        "Each pipeline needs a table of its own, or one would commit its batches into the other's table; set another "
-        "table.name or table.namespace for one of them"
+        f"{mine}, which is already {theirs} of pipeline {other.name!r} (pipelines[{other_index}]){rule}. "
+        "Each pipeline needs tables of its own (its table and its quarantine table), or one would commit its batches "
+        "into the other's; set another table.name, table.quarantine_name or table.namespace for one of them"
     )
+
+
+def _clashing_tables(pipeline: PipelineConfig, other: PipelineConfig) -> tuple[str, str]:
+    """Which of ``pipeline``'s two tables is which of ``other``'s: ``(table x in catalog c (glue), "the quarantine table")``."""
+    assert pipeline.table is not None and other.table is not None  # only called for two pipelines whose tables clash
+    own, quarantine = pipeline.table.keys()
+    theirs = dict(zip(other.table.keys(), ("the table", "the quarantine table"), strict=True))
+    if own in theirs:
+        return pipeline.table.describe(), theirs[own]
+    return pipeline.table.describe_quarantine() + " (its quarantine table)", theirs[quarantine]
 
 
 def parse_config(data: object, source: str = "<config>") -> tuple[PipelineConfig, ...]:

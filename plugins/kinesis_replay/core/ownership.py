@@ -17,11 +17,11 @@ returns None to go on, or the refusal (kinesis_replay.core.refusals) that the ac
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from kinesis_replay.core.config import PipelineConfig
+from kinesis_replay.core.config import PipelineConfig, rebuilt
 from kinesis_replay.core.decoding import EARLIER, Decoding
 from kinesis_replay.core.holdings import Commit, Holdings, Ledger, Mismatch, TableState, compare, ledger_holdings
 from kinesis_replay.core.output_root import Owner, RecordedFormat, RootSnapshot, TableSnapshot
@@ -38,6 +38,7 @@ from kinesis_replay.core.refusals import (
     OfAnotherStream,
     OutputLacksCommitted,
     OwnedByAnotherPipeline,
+    RebuildRefused,
     Refusal,
     SchemaChangeRefused,
     StateBehindOutput,
@@ -46,7 +47,7 @@ from kinesis_replay.core.refusals import (
     TableDisagrees,
     who,
 )
-from kinesis_replay.core.schema_changes import payload_changes
+from kinesis_replay.core.schema_changes import TableColumn, payload_changes, rebuild_changes
 from kinesis_replay.core.state import Batch, Head
 
 
@@ -218,6 +219,35 @@ def schema_refusal(pipeline: PipelineConfig, table: TableSnapshot | None) -> Ref
         return None
     refused = payload_changes(pipeline, table.columns).refused
     return SchemaChangeRefused(pipeline, refused) if refused else None
+
+
+def switched(pipeline: PipelineConfig, columns: Sequence[TableColumn]) -> bool:
+    """Whether the table was switched to payload.next_schema by a rebuild: its columns take the next schema as they are,
+    and no longer the pipeline's payload.schema (which Iceberg could not have changed into them in place)."""
+    if pipeline.payload.next_schema is None or not columns:
+        return False
+    return bool(payload_changes(pipeline, columns).refused) and not payload_changes(rebuilt(pipeline), columns).refused
+
+
+def rebuild_refusal(pipeline: PipelineConfig, table: TableSnapshot | None) -> Refusal | None:
+    """A rebuild re-decodes a table output's committed batches with payload.next_schema, then switches the table to it:
+    refused before anything is read with no next schema, no table to rebuild, a table switched already, or a next schema
+    that a switch cannot make either (a name that clashes in case, or that a rename still maps)."""
+    if pipeline.payload.next_schema is None:
+        why = (
+            "payload.next_schema is not set: a rebuild decodes with it (payload.schema keeps the table's types, next_schema "
+            "the new), unless the table was switched to it already, and the pipeline decodes with it now"
+        )
+        return RebuildRefused(pipeline, why)
+    if pipeline.table is None or table is None or not table.columns:
+        return RebuildRefused(pipeline, "a rebuild re-decodes the batches of an Iceberg table, and there is no table with columns yet")
+    if switched(pipeline, table.columns):
+        why = "the table was switched to payload.next_schema already: make it payload.schema, and remove payload.next_schema"
+        return RebuildRefused(pipeline, why)
+    refused = rebuild_changes(pipeline, table.columns).refused
+    if refused:
+        return RebuildRefused(pipeline, "payload.next_schema: " + "; ".join(f"{f.describe()} ({f.fix})" for f in refused))
+    return None
 
 
 def commit_verdict(

@@ -17,6 +17,7 @@ from kinesis_replay.core.config import PipelineConfig
 from kinesis_replay.core.decoding import Decoding
 from kinesis_replay.core.errors import (
     ConfigError,
+    DataLossError,
     DecodedValuesChangedError,
     KinesisReplayError,
     OutputOwnershipError,
@@ -454,11 +455,15 @@ SCHEMA_RUNBOOK = 'docs/operating.md: "We changed a type"'
 
 
 def schema_way_out(refused: Sequence[FieldChange]) -> str:
-    """What works today for each refused column; for a type, that a rebuild into a new table is planned, not built."""
+    """The ways out for each refused column; for a type, the rebuild too."""
     fixes = "; ".join(f'for "{f.name}", {f.fix}' for f in refused if f.fix)
-    text = f"What works today: {fixes}. " if fixes else ""
+    text = f"Either {fixes}. " if fixes else ""
     if any(f.before is not None and f.after is not None for f in refused):
-        text += f"A rebuild into a new table under the new types is planned, not built yet: see {SCHEMA_RUNBOOK}. "
+        text += (
+            "Or keep the new types and rebuild the table under them, while regular batches keep landing: put the table's "
+            "schema back in payload.schema, the new one in payload.next_schema, and trigger the backfill DAG with "
+            f"rebuild: true until it switches (see {SCHEMA_RUNBOOK}). "
+        )
     return text + 'What the table takes as it is: docs/table.md: "Schema changes".'
 
 
@@ -478,4 +483,40 @@ class SchemaChangeRefused(Refusal):
         return (
             f"pipeline {pipeline.name!r}: payload.schema changes column(s) of {where} in a way Iceberg does not: {changes}. "
             f"{schema_way_out(self.refused)} Nothing was read or written."
+        )
+
+
+# -- a rebuild under payload.next_schema ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RebuildRefused(Refusal):
+    """A rebuild that cannot start (or switch): refused before anything is read, with the reason and the way out."""
+
+    pipeline: PipelineConfig
+    why: str
+    error = ConfigError
+
+    def message(self) -> str:
+        pipeline = self.pipeline
+        where = pipeline.table.describe() if pipeline.table is not None else f"the output {pipeline.output}"
+        return f"pipeline {pipeline.name!r}: no rebuild of {where}: {self.why}. Nothing was read or written."
+
+
+@dataclass(frozen=True)
+class BeyondRetention(Refusal):
+    """Committed batches a rebuild cannot read again: their first records have left the stream's retention."""
+
+    pipeline: PipelineConfig
+    batch_ids: tuple[int, ...]
+    first: str  # the first one's range and age, as the retention check says it
+    error = DataLossError
+
+    def message(self) -> str:
+        return (
+            f"pipeline {self.pipeline.name!r}: a rebuild re-decodes every committed batch from the stream, and batches "
+            f"{listed(list(self.batch_ids))} ({len(self.batch_ids)} in all) cannot be read again: their records have left "
+            f"the stream's retention (the first: {self.first}). Nothing was read or written. To copy them from their files "
+            'instead, each replaced column cast to its new type, trigger the rebuild with "copy_expired": true; or keep '
+            f"payload.schema and land the new type under a new column name (an added column), see {SCHEMA_RUNBOOK}"
         )

@@ -21,7 +21,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
-from kinesis_replay.core.config import RECORD_COLUMNS, PipelineConfig
+from kinesis_replay.core.config import RECORD_COLUMNS, PipelineConfig, rebuilt
 from kinesis_replay.core.ddl import DdlType, ddl_name, parse_ddl_schema
 
 # payload.schema's types as the replay's files land in the table (adapters/json_columns' Arrow types, as pyiceberg
@@ -112,6 +112,7 @@ class Change(StrEnum):
     RENAMED = "renamed"  # the table's column renamed (and widened, when its type is wider)
     REMOVED = "removed"  # no longer in payload.schema: stays in the table, null in new batches
     REFUSED = "refused"
+    REPLACED = "replaced"  # a rebuild's: a change Iceberg refuses in place, made by a new column of the name (a new field id)
 
 
 @dataclass(frozen=True)
@@ -151,6 +152,10 @@ class SchemaChanges:
     @property
     def refused(self) -> tuple[FieldChange, ...]:
         return self.of(Change.REFUSED)
+
+    @property
+    def replaced(self) -> tuple[FieldChange, ...]:
+        return self.of(Change.REPLACED)
 
     @property
     def changes_table(self) -> bool:
@@ -195,6 +200,19 @@ def payload_changes(pipeline: PipelineConfig, table: Sequence[TableColumn]) -> S
     declared = parse_ddl_schema(payload.schema).children if payload.format == "json" and payload.schema else ()
     new = [(name, column_type(t)) for name, t in declared]
     return _decide(new, payload.renamed_from, table, RECORD_COLUMNS, planned=True)
+
+
+def rebuild_changes(pipeline: PipelineConfig, table: Sequence[TableColumn]) -> SchemaChanges:
+    """What a rebuild with payload.next_schema does to the table's columns: payload_changes' rules, except that a column
+    whose type Iceberg cannot change in place (a narrowing, a change of kind, a decimal's scale) is replaced: the switch
+    drops it and adds a new column of the name and the new type, which only the rebuilt files hold. A name refused for
+    another reason (a case clash, an old name a rename still maps) stays refused. The pipeline's own schema with none."""
+    found = payload_changes(rebuilt(pipeline), table)
+
+    def typed(f: FieldChange) -> bool:  # refused for its type, not its name
+        return f.change == Change.REFUSED and f.before is not None and f.after is not None
+
+    return SchemaChanges(tuple(replace(f, change=Change.REPLACED, why="", fix="") if typed(f) else f for f in found.fields))
 
 
 def file_changes(files: Sequence[tuple[str, ColumnType]], renamed_from: Mapping[str, str], table: Sequence[TableColumn]) -> SchemaChanges:

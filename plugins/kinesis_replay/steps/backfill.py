@@ -24,7 +24,7 @@ from kinesis_replay.core.errors import (
 )
 from kinesis_replay.core.formats import MAX_BATCH_ID
 from kinesis_replay.core.holdings import Commit, Ledger, Mismatch, TableState, compare, listed
-from kinesis_replay.core.ledger import ledger_of, ledger_rows
+from kinesis_replay.core.ledger import committed_batches, ledger_of, ledger_rows
 from kinesis_replay.core.ranges import SequenceRange
 from kinesis_replay.core.records import digest_hash
 from kinesis_replay.core.refusals import describe_mismatch, recovery_hint, refuse
@@ -233,13 +233,18 @@ def choose(
     value: Mapping[str, Any],
     now: datetime | None = None,
     redecode: bool = False,
+    rebuild: bool = False,
+    copy_expired: bool = False,
 ) -> tuple[Selection, list[Batch]]:
     """The committed batches a backfill's ``batches`` parameter selects, checked before anything is read.
 
     Refused when the output is not this pipeline's, when payload.schema changes the table's columns in a way Iceberg
     cannot (the replayed files could never be committed), while a regular batch is in flight (the two would
     compete for the stream's read limits), when a range has left the stream's retention, and (unless ``redecode``)
-    when a batch was decoded with other payload settings than the pipeline's now, naming both.
+    when a batch was decoded with other payload settings than the pipeline's now, naming both. A ``rebuild`` (which
+    decodes with payload.next_schema, steps/rebuild.py) is refused instead when it cannot start, and when any committed
+    batch has left the stream's retention, naming every one: it must read them all again, unless ``copy_expired`` says
+    to copy those from their files (steps/rebuild.stage_copies), which leaves them out of the selection.
     """
     refuse(ownership.owner_refusal(pipeline, load_root(pipeline)))
     selection = parse_selection(value)
@@ -248,17 +253,25 @@ def choose(
     # each batch's rows are compared with the ledger's, so a backfill never commits over another writer's partial delete.
     ledger, held = ledger_of(head, pipeline, store), load_table(pipeline, head)
     refuse(ownership.table_refusal(pipeline, held, ledger, ledger_rows(held.state, ledger) if held else None))
-    refuse(ownership.schema_refusal(pipeline, held))  # the replayed files must fit the table as a regular batch's
+    if rebuild:
+        refuse(ownership.rebuild_refusal(pipeline, held))
+    else:
+        refuse(ownership.schema_refusal(pipeline, held))  # the replayed files must fit the table as a regular batch's
     newest = head.next_batch_id - 1
     retention = stream_retention(kinesis_client, pipeline.stream, pipeline.read) if selection.start_time else None
     chosen = select_batches(pipeline.name, selection, candidates(store, pipeline.name, selection, newest, retention), newest)
-    refuse(ownership.decoding_refusal(pipeline, chosen, redecode))
+    refuse(ownership.decoding_refusal(pipeline, chosen, redecode or rebuild))
     if head.in_flight is not None:
         raise BackfillError(
             f"pipeline {pipeline.name}: regular batch {head.in_flight} is in flight; a backfill waits until it is committed "
             "(the pipeline's next run finishes it), so that the two never compete for the stream's read limits"
         )
     retention = retention or stream_retention(kinesis_client, pipeline.stream, pipeline.read)
+    if rebuild and copy_expired:  # those the stream no longer holds are copied from their files, not replayed
+        gone = {b.batch_id for b, _ in in_flight.beyond_retention(pipeline, chosen, retention, now or datetime.now(UTC))}
+        chosen = [b for b in chosen if b.batch_id not in gone]
+    elif rebuild:  # it reads every committed batch again: those it cannot are named before any is read
+        in_flight.check_all_retention(pipeline, committed_batches(store, pipeline.name), retention, now or datetime.now(UTC))
     for batch in chosen:
         in_flight.check_retention(pipeline, batch, retention, now or datetime.now(UTC))
     return selection, chosen
@@ -349,7 +362,13 @@ def committed_batch(
 
 
 def check_replayed(
-    pipeline: PipelineConfig, store: StateStore, batch_id: int, run_id: str = "", restore: bool = False, redecode: bool = False
+    pipeline: PipelineConfig,
+    store: StateStore,
+    batch_id: int,
+    run_id: str = "",
+    restore: bool = False,
+    redecode: bool = False,
+    rebuild: bool = False,
 ) -> Batch:
     """A backfilled batch must hold what its first run held: shard by shard, the same rows and checksum; and decode as
     the output holds it (``decoded_differences``), unless ``redecode`` says to accept a new decoding.
@@ -360,7 +379,11 @@ def check_replayed(
     batch's in one snapshot, whose id the ledger and the commit record keep. Until that snapshot, readers see the
     batch's earlier files; from it on, the new ones: never both, never none. The replaced files stay for older
     snapshots until snapshot expiry removes them.
+
+    A ``rebuild``'s attempt (decoded with payload.next_schema: ``pipeline`` is config.rebuilt's) is staged as a
+    re-decode's, and is not held to the table's columns as they are: its switch changes them (steps/rebuild.py).
     """
+    redecode = redecode or rebuild
     batch = store.get_batch(pipeline.name, batch_id)
     first_run = batch.verified_result()
     result = files.read_result(pipeline.output, batch_id)
@@ -371,7 +394,7 @@ def check_replayed(
     else:
         # The job stages a committed batch's folders, and names the attempt; one that found no commit record swapped them.
         staged = result.attempt is not None and files.is_file(layout.commit_record_path(pipeline.output, batch_id))
-    verify.check_files(pipeline, batch_id, result, staged)
+    verify.check_files(pipeline, batch_id, result, staged, fit=not rebuild)
     _check_raw(pipeline, batch_id, first_run, result)
     if staged:
         what = "restore" if restore else "backfill"

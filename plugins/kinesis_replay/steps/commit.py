@@ -3,24 +3,27 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import UTC, datetime
 
-from kinesis_replay.adapters import commit_records, iceberg_table, layout, quarantine_table
+from kinesis_replay.adapters import commit_records, files, iceberg_table, layout, quarantine_table
 from kinesis_replay.adapters.files import attempt_paths, batch_files, parquet_files, quarantine_folder, remove_folder
+from kinesis_replay.adapters.iceberg_table import TableCheck
 from kinesis_replay.adapters.output_root import load_root
 from kinesis_replay.core import ownership
 from kinesis_replay.core.config import PipelineConfig
 from kinesis_replay.core.errors import (
+    BackfillError,
     StateConflictError,
     VerificationError,
 )
-from kinesis_replay.core.holdings import Commit, Holdings, Ledger, TableState
-from kinesis_replay.core.ledger import ledger_before, ledger_rows
+from kinesis_replay.core.holdings import Commit, Holdings, Ledger, TableState, listed
+from kinesis_replay.core.ledger import ledger_before, ledger_of, ledger_rows
 from kinesis_replay.core.ranges import SequenceRange
 from kinesis_replay.core.refusals import Refusal, refuse
-from kinesis_replay.core.state import Batch, BatchStatus, StateStore, range_checkpoint, superseded
+from kinesis_replay.core.state import Batch, BatchStatus, ReplayResult, StateStore, range_checkpoint, superseded
 
 log = logging.getLogger(__name__)
 
@@ -152,3 +155,60 @@ def table_check(pipeline: PipelineConfig, kind: Commit, batch_id: int, ledger: L
         return verdict
 
     return check
+
+
+TableReplace = Callable[
+    [PipelineConfig, Mapping[int, Sequence[str]], Mapping[int, tuple[int, int]], Mapping[str, str], Mapping[str, str], TableCheck], int
+]
+"""How the staged batches' files replace theirs in the pipeline's table, in one snapshot (iceberg_table.replace_batches,
+or a rebuild's switch_table)."""
+
+
+def commit_staged(
+    pipeline: PipelineConfig,
+    store: StateStore,
+    pending: Sequence[Batch],
+    run_id: str,
+    key: Mapping[str, str],
+    replace_in_table: TableReplace,
+) -> list[Batch]:
+    """The staged attempts of ``pending`` made the batches' rows: one snapshot of the table (``replace_in_table``), one of
+    the quarantine table, then each batch's commit record and ledger entry; returns the batches as the ledger holds them."""
+    ids = [b.batch_id for b in pending]
+    properties = {**key, iceberg_table.RUN_PROPERTY: run_id}
+    replacements = {b.batch_id: files.batch_files(pipeline, b.batch_id, _staged(b)) for b in pending}
+    records = {b.batch_id: (b.verified_result().records, _staged(b).records) for b in pending}
+
+    def check(state: TableState) -> Holdings | None:
+        # The ledger read again before each try: regular batches keep committing while the selection waits, and a try
+        # that lost the race to one of them must compare the table with the ledger that holds it.
+        ledger = ledger_of(store.get_head(pipeline.name), pipeline, store)
+        return table_check(pipeline, Commit.BACKFILL, ids[0], ledger)(state)
+
+    snapshot_id = replace_in_table(pipeline, replacements, records, properties, key, check)
+    quarantined = {
+        b.batch_id: files.parquet_files(layout.quarantine_data_path(pipeline.output, b.batch_id, _staged(b).attempt or "")) for b in pending
+    }
+    quarantine_id = quarantine_table.commit(pipeline, quarantined, properties, key)
+    committed = []
+    for batch in pending:
+        redecoded = replace(
+            batch, result=batch.staged, snapshot_id=snapshot_id, staged=None, staged_by=None, redecoded_by=run_id,
+            quarantine_snapshot_id=quarantine_id if quarantine_id is not None else batch.quarantine_snapshot_id,
+        )  # fmt: skip
+        # The output's copy first: it names the snapshots the tables now hold whatever becomes of the ledger's write, and
+        # a commit resumed after the ledger's write writes it again (commit_redecoded), so neither keeps the earlier attempt.
+        commit_records.write_commit_record(pipeline.output, redecoded)
+        store.set_replayed(redecoded, expected=BatchStatus.COMMITTED)
+        files.remove_folder(layout.quarantine_path(pipeline.output, batch.batch_id), missing_ok=True)  # a release's before the table
+        committed.append(redecoded)
+    table = iceberg_table.require_table(pipeline)
+    log.info("pipeline %s: re-decoded batches %s are the table's in snapshot %d of %s (quarantine: %s)", pipeline.name,
+             listed(ids), snapshot_id, table.describe(), quarantine_id)  # fmt: skip
+    return committed
+
+
+def _staged(batch: Batch) -> ReplayResult:
+    if batch.staged is None:  # pragma: no cover - pending batches are staged
+        raise BackfillError(f"pipeline {batch.pipeline_name!r}, batch {batch.batch_id}: no staged re-decode")
+    return batch.staged

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -19,7 +19,7 @@ from kinesis_replay.core.errors import (
 )
 from kinesis_replay.core.formats import arrival_age, duration
 from kinesis_replay.core.output_root import RootSnapshot
-from kinesis_replay.core.refusals import refuse
+from kinesis_replay.core.refusals import BeyondRetention, refuse
 from kinesis_replay.core.state import FINISH_COMMIT, Batch, BatchStatus, StateStore, superseded
 from kinesis_replay.core.state import committed_meanwhile as committed_meanwhile  # in_flight.committed_meanwhile: the DAG's tasks
 
@@ -94,6 +94,26 @@ def check_retention(
             f"{duration(retention.total_seconds())}, so its first records are gone. Nothing was read. To accept "
             f'the loss, trigger a run with {{"acknowledge_data_loss": ["{rng.shard_id}"]}}'
         )
+
+
+def beyond_retention(pipeline: PipelineConfig, batches: Sequence[Batch], retention: timedelta, now: datetime) -> list[tuple[Batch, str]]:
+    """The batches named that are no longer whole in the stream (a range's first records left its retention), each with
+    the retention check's reason."""
+    gone: list[tuple[Batch, str]] = []
+    for batch in batches:
+        try:
+            check_retention(pipeline, batch, retention, now)
+        except DataLossError as exc:
+            gone.append((batch, str(exc).split(": ", 1)[-1].split(". Nothing was read")[0]))
+    return gone
+
+
+def check_all_retention(pipeline: PipelineConfig, batches: Sequence[Batch], retention: timedelta, now: datetime) -> None:
+    """Before anything is read: every batch named is still whole in the stream, or all those that are not are named (a
+    rebuild must read every committed batch again, unless it copies those it cannot)."""
+    gone = beyond_retention(pipeline, batches, retention, now)
+    if gone:
+        refuse(BeyondRetention(pipeline, tuple(b.batch_id for b, _ in gone), gone[0][1]))
 
 
 def pending_age(batch: Batch | None, now: datetime) -> float:

@@ -27,18 +27,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import replace
 
-from kinesis_replay.adapters import commit_records, files, iceberg_table, layout, quarantine_table
+from kinesis_replay.adapters import commit_records, iceberg_table
 from kinesis_replay.adapters.output_root import load_root
 from kinesis_replay.core import ownership
 from kinesis_replay.core.config import PipelineConfig
 from kinesis_replay.core.errors import BackfillError
-from kinesis_replay.core.holdings import Commit, Holdings, TableState, listed
-from kinesis_replay.core.ledger import ledger_of
+from kinesis_replay.core.holdings import listed
 from kinesis_replay.core.refusals import refuse
-from kinesis_replay.core.state import Batch, BatchStatus, ReplayResult, StateStore
-from kinesis_replay.steps.commit import table_check
+from kinesis_replay.core.state import Batch, StateStore
+from kinesis_replay.steps.commit import commit_staged
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +48,6 @@ def commit_redecoded(pipeline: PipelineConfig, store: StateStore, batch_ids: Seq
     returns the batches as the ledger now holds them. Refused, changing nothing, when any of them is not staged by
     this run (its replay failed, or another run staged it since)."""
     refuse(ownership.owner_refusal(pipeline, load_root(pipeline)))
-    table = iceberg_table.require_table(pipeline)
     found = store.get_batches(pipeline.name, batch_ids)
     done = [b for b in found.values() if b.staged is None and b.redecoded_by == run_id]  # a resumed commit's finished ones
     pending = [found[b] for b in sorted(found) if found[b].staged_by == run_id and found[b].staged is not None]
@@ -68,41 +65,6 @@ def commit_redecoded(pipeline: PipelineConfig, store: StateStore, batch_ids: Seq
     if not pending:
         log.info("pipeline %s: the re-decode of run %s is committed already", pipeline.name, run_id)
         return [found[b] for b in sorted(found)]
-    ids = [b.batch_id for b in pending]
     key = {iceberg_table.PIPELINE_PROPERTY: pipeline.name, REDECODE_PROPERTY: run_id}
-    properties = {**key, iceberg_table.RUN_PROPERTY: run_id}
-    replacements = {b.batch_id: files.batch_files(pipeline, b.batch_id, _staged(b)) for b in pending}
-    records = {b.batch_id: (b.verified_result().records, _staged(b).records) for b in pending}
-
-    def check(state: TableState) -> Holdings | None:
-        # The ledger read again before each try: regular batches keep committing while the selection waits, and a try
-        # that lost the race to one of them must compare the table with the ledger that holds it.
-        ledger = ledger_of(store.get_head(pipeline.name), pipeline, store)
-        return table_check(pipeline, Commit.BACKFILL, ids[0], ledger)(state)
-
-    snapshot_id = iceberg_table.replace_batches(pipeline, replacements, records, properties, key, check)
-    quarantined = {
-        b.batch_id: files.parquet_files(layout.quarantine_data_path(pipeline.output, b.batch_id, _staged(b).attempt or "")) for b in pending
-    }
-    quarantine_id = quarantine_table.commit(pipeline, quarantined, properties, key)
-    committed = []
-    for batch in pending:
-        redecoded = replace(
-            batch, result=batch.staged, snapshot_id=snapshot_id, staged=None, staged_by=None, redecoded_by=run_id,
-            quarantine_snapshot_id=quarantine_id if quarantine_id is not None else batch.quarantine_snapshot_id,
-        )  # fmt: skip
-        # The output's copy first: it names the snapshots the tables now hold whatever becomes of the ledger's write, and
-        # a commit resumed after the ledger's write writes it again (below), so neither can keep the earlier attempt.
-        commit_records.write_commit_record(pipeline.output, redecoded)
-        store.set_replayed(redecoded, expected=BatchStatus.COMMITTED)
-        files.remove_folder(layout.quarantine_path(pipeline.output, batch.batch_id), missing_ok=True)  # a release's before the table
-        committed.append(redecoded)
-    log.info("pipeline %s: re-decoded batches %s are the table's in snapshot %d of %s (quarantine: %s)", pipeline.name,
-             listed(ids), snapshot_id, table.describe(), quarantine_id)  # fmt: skip
+    committed = commit_staged(pipeline, store, pending, run_id, key, iceberg_table.replace_batches)
     return sorted([*done, *committed], key=lambda b: b.batch_id)
-
-
-def _staged(batch: Batch) -> ReplayResult:
-    if batch.staged is None:  # pragma: no cover - pending batches are staged
-        raise BackfillError(f"pipeline {batch.pipeline_name!r}, batch {batch.batch_id}: no staged re-decode")
-    return batch.staged

@@ -65,17 +65,18 @@ def _reaches_further(gap: Gap, than: Gap) -> bool:
     return gap.first_available is None or gap.first_available > than.first_available
 
 
-def check_files(pipeline: PipelineConfig, batch_id: int, result: ReplayResult, staged: bool = False) -> None:
+def check_files(pipeline: PipelineConfig, batch_id: int, result: ReplayResult, staged: bool = False, fit: bool = True) -> None:
     """The batch's files hold exactly the rows the manifest describes, shard by shard, before anything is committed.
 
     Per shard: the rows (and bad rows in the quarantine) the manifest counts, each (sequence number, sub-sequence
     number) once, and the manifest's row digest recomputed from the files with pyarrow (records.row_digest), with the hash it names.
     ``staged``: the files the manifest's attempt staged (a backfill's), before they are swapped into the batch's folders.
+    ``fit``: a table output's files fit the table's columns as they are (all but a rebuild's, whose switch changes them).
     """
     where = f"pipeline {pipeline.name!r}, batch {batch_id}"
     quarantine = quarantine_folder(pipeline, batch_id, result, staged)
     data_files = batch_files(pipeline, batch_id, result, staged)
-    if pipeline.table is not None:
+    if pipeline.table is not None and fit:
         # What would make the table commit fail every time fails here, while the batch can still be replayed.
         iceberg_table.check_files_fit(pipeline, batch_id, result.attempt or "", data_files)
     hashes = {digest_hash(digest, f"{where}, shard {shard_id}") for shard_id, digest in result.digests().items()}
