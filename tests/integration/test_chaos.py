@@ -30,8 +30,10 @@ from stack.faults import StateFault, StateTableProxy
 # (9096, 11102), roll it back past a backfill's snapshot (3113) and delete its metadata (16710), each then restored as
 # docs/operating.md says; 11102 then adds a field to payload.schema and re-decodes the batch, its commit task dying
 # between the table's snapshot and the quarantine table's, and clears the failed task (a recovery that triggers the
-# re-decode again replays it again: a Spark job more). No seed takes the re-decode's died_before_commit_record, nor
-# rolls the table back after a re-decode: both fail the checker until the re-decode is fixed (REDECODE_FAULTS' note).
+# re-decode again replays it again: a Spark job more). No seed rolls the table back after a re-decode, which fails the
+# checker until the restore tells a re-decoded batch from the batch as it was (REDECODE_FAULTS' note); none takes the
+# re-decode's died_before_commit_record either, which failed the checker when these seeds were chosen and passes since
+# the re-decode's commit writes each batch's commit record first (the cover holds as it was: each step still acts).
 SEEDS = (2730, 2842, 3113, 4709, 5750, 9096, 11102, 16710, 17869)
 STEPS = 3
 SPARK_STEPS = 2

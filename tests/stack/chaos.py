@@ -73,12 +73,13 @@ TABLE_FAULTS = ("rollback", "drop", "lose_metadata")  # what a table step does t
 # Where a re-decode is cut short: a replay's Spark job killed; the run stopped once its replays staged the batches (the
 # worker died before the commit task); the commit task dying between the table's snapshot and the quarantine table's;
 # the state table dark from the ledger's update after both snapshots, or that update applied with its answer lost; the
-# commit task dying between a batch's ledger update and its commit record.
-# Two schedules fail the checker until the re-decode is fixed: died_before_commit_record with the recovery clear (the
-# resumed commit finds the batch's ledger entry re-decoded, and never writes its commit record again: it keeps the old
-# attempt and decoding); and a table step that rolls the table back past a re-decode's snapshot (the holdings, ranges
-# and counts, are the same, so nothing refuses it and the restore finds nothing to put back: the table holds the batch
-# decoded as it was, the ledger as re-decoded).
+# commit task dying before a batch's commit record, which the commit writes before the batch's ledger update.
+# died_before_commit_record with the recovery clear failed the checker until the re-decode's commit wrote each record
+# before its ledger entry (a resumed commit found the entry re-decoded and never wrote the record again: it kept the
+# old attempt and decoding); seed 1643 (steps 3) takes it and passes. One schedule still fails the checker: a table
+# step that rolls the table back past a re-decode's snapshot (seed 4241: the holdings, ranges and counts, are the same,
+# so nothing refuses it and the restore finds nothing to put back: the table holds the batch decoded as it was, the
+# ledger as re-decoded).
 REDECODE_FAULTS = (
     "none", "kill_replay", "stop_after_replay", "died_before_quarantine", "ledger_unreachable", "ledger_lost_ack",
     "died_before_commit_record",
