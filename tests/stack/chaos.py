@@ -922,14 +922,16 @@ class TableCommitter(threading.Thread):
 
     def run(self) -> None:
         while not self._halt.is_set():
-            table = self.load_table()
-            if table is not None:
-                try:
+            try:
+                # Loading races too: two first opens of an embedded catalog both create its tables ("table iceberg_tables
+                # already exists"). Uncaught, that ended this thread, and the cycle ran on without its concurrent writer.
+                table = self.load_table()
+                if table is not None:
                     with table.transaction() as tx:
                         tx.set_properties({"chaos.concurrent-commit": str(self.commits)})
                     self.commits += 1
-                except Exception:  # it lost a race itself (or the catalog was busy): try again
-                    pass
+            except Exception:  # it lost a race itself (or the catalog was busy): try again
+                pass
             self._halt.wait(0.02)
 
     def stop(self) -> None:
