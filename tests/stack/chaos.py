@@ -1,16 +1,19 @@
 """Randomized fault schedules over one pipeline, and a checker of exactly once that reads the output with pyarrow.
 
 A schedule is a seeded list of steps: produce records (plain or KPL-aggregated, on random partition
-keys), run a regular cycle (with or without a fault), backfill stored batches, split or merge a shard,
-and two mistakes an operator makes: losing the state table (deleted, or renamed in the config), then
-recovering it from the output; and pointing a second pipeline at the output.
+keys), run a regular cycle (with or without a fault), backfill stored batches, re-decode them after a
+payload.schema change, split or merge a shard, and two mistakes an operator makes: losing the state table
+(deleted, or renamed in the config), then recovering it from the output; and pointing a second pipeline at
+the output.
 The faults: SIGKILL to the Spark job while it reads, while it writes or after it wrote; the state table
 unreachable from some write on, or one write applied with its answer lost; two cycles at once; the
 run stopped after one of its tasks (as when the Airflow task process dies between steps); reads
-throttled. Every step drives the real DAGs with dag.test() and the real spark-submit job.
+throttled. A re-decode is cut short in its replay or its commit, then finished as an operator would.
+Every step drives the real DAGs with dag.test() and the real spark-submit job.
 
-After the steps, clean cycles drain the stream, and the checker compares the output with what
-Kinesis acknowledged. The same seed gives the same schedule.
+The pipeline decodes JSON payloads with a payload.schema, and some records do not decode: they land in the
+quarantine table. After the steps, clean cycles drain the stream, and the checker compares the output (both
+tables) with what Kinesis acknowledged. The same seed gives the same schedule.
 
 The output is a local folder with the embedded catalog, or (``--output s3``) ``s3://<bucket>/<prefix>`` on the
 moto server with the table in moto's Glue: the replay job's tasks then write their files to S3, and the Airflow side
@@ -60,10 +63,38 @@ CYCLE_FAULTS = (
     "state_unreachable_after_table_commit", "concurrent_table_commits",
 )  # fmt: skip
 SHARDS = 2
-STEP_KINDS = ("produce", "produce_aggregated", "cycle", "backfill", "split", "merge", "lose_state", "share_output", "cap", "table")
-STEP_WEIGHTS = (3, 2, 6, 1, 1, 1, 3, 1, 2, 2)
+STEP_KINDS = (
+    "produce", "produce_aggregated", "cycle", "backfill", "split", "merge", "lose_state", "share_output", "cap", "table",
+    "redecode",
+)  # fmt: skip
+STEP_WEIGHTS = (3, 2, 6, 1, 1, 1, 3, 1, 2, 2, 2)
 LOSSES = ("deleted", "renamed")  # how a lose_state step loses the table
 TABLE_FAULTS = ("rollback", "drop", "lose_metadata")  # what a table step does to the Iceberg table, with Iceberg's own tools
+# Where a re-decode is cut short: a replay's Spark job killed; the run stopped once its replays staged the batches (the
+# worker died before the commit task); the commit task dying between the table's snapshot and the quarantine table's;
+# the state table dark from the ledger's update after both snapshots, or that update applied with its answer lost; the
+# commit task dying before a batch's commit record, which the commit writes before the batch's ledger update.
+# died_before_commit_record with the recovery clear failed the checker until the re-decode's commit wrote each record
+# before its ledger entry (a resumed commit found the entry re-decoded and never wrote the record again: it kept the
+# old attempt and decoding); seed 1643 (steps 3) takes it and passes. One schedule still fails the checker: a table
+# step that rolls the table back past a re-decode's snapshot (seed 4241: the holdings, ranges and counts, are the same,
+# so nothing refuses it and the restore finds nothing to put back: the table holds the batch decoded as it was, the
+# ledger as re-decoded).
+REDECODE_FAULTS = (
+    "none", "kill_replay", "stop_after_replay", "died_before_quarantine", "ledger_unreachable", "ledger_lost_ack",
+    "died_before_commit_record",
+)  # fmt: skip
+# How the operator finishes a re-decode cut short: clears the run's failed tasks (the same run, so the same run id), or
+# triggers the re-decode again (a new run, which replays and stages the selection again).
+RECOVERIES = ("clear", "again")
+# The pipeline's payloads: JSON, decoded with payload.schema. Every BAD_EVERY-th record's "i" is not a number, so it
+# cannot be decoded (the batch's share of them may be any: max_bad_share is 1) and lands in the quarantine table. Each
+# re-decode step adds the next of ADDED_FIELDS to the schema (a change the table accepts: a column is added); once all
+# are in, a re-decode decodes with the settings as they are.
+PAYLOAD = {"format": "json", "schema": "i BIGINT", "max_bad_share": 1.0}
+ADDED_FIELDS = ("seed BIGINT", "agg BOOLEAN")
+BAD_EVERY = 13
+DECODED_FIELDS = ("i", "seed", "agg")  # the payloads' fields, which a payload.schema may name
 DRAIN_CYCLES = 4  # clean cycles after the steps; a drained stream makes the last one idle
 OUTPUTS = ("local", "s3")  # where a schedule's pipeline writes: a local folder, or S3 (moto) with the Glue catalog
 
@@ -71,14 +102,17 @@ OUTPUTS = ("local", "s3")  # where a schedule's pipeline writes: a local folder,
 @dataclass(frozen=True)
 class Step:
     kind: str  # one of STEP_KINDS
-    fault: str = "none"  # a cycle's fault, one of CYCLE_FAULTS; how lose_state loses the table, one of LOSSES
+    fault: str = "none"  # a cycle's fault, one of CYCLE_FAULTS; how lose_state loses the table, one of LOSSES; REDECODE_FAULTS
     n: int = 0  # records or aggregates to produce; the write a state fault hits
+    recovery: str = ""  # how the operator finishes a re-decode cut short, one of RECOVERIES
 
     def __str__(self) -> str:
         if self.kind.startswith("produce"):
             return f"{self.kind} {self.n}"
         if self.kind == "cycle":
             return f"cycle fault={self.fault}" + (f" write={self.n}" if self.fault.startswith("state_") else "")
+        if self.kind == "redecode":
+            return f"redecode fault={self.fault}" + (f" recovery={self.recovery}" if self.recovery else "")
         if self.kind in ("lose_state", "table"):
             return f"{self.kind} {self.fault}"
         if self.kind == "cap":
@@ -97,9 +131,9 @@ def generate(seed: int, steps: int, spark_steps_max: int = 2) -> list[Step]:
     spark_steps = 0
     while len(schedule) < steps + 1:
         kind = rng.choices(STEP_KINDS, STEP_WEIGHTS)[0]
-        if kind in ("backfill", "lose_state", "share_output", "table") and not any(s.kind == "cycle" for s in schedule):
+        if kind in ("backfill", "lose_state", "share_output", "table", "redecode") and not any(s.kind == "cycle" for s in schedule):
             continue  # nothing committed to backfill or to lose yet, and no owner of the output to intrude on
-        if kind in ("cycle", "backfill", "lose_state"):  # a recovery runs a cycle
+        if kind in ("cycle", "backfill", "lose_state", "redecode"):  # a recovery runs a cycle
             if spark_steps >= spark_steps_max:
                 continue
             spark_steps += 1
@@ -116,6 +150,9 @@ def generate(seed: int, steps: int, spark_steps_max: int = 2) -> list[Step]:
             schedule.append(Step("table", rng.choice(TABLE_FAULTS)))
         elif kind == "cap":
             schedule.append(Step("cap", n=rng.randint(1, 400)))
+        elif kind == "redecode":
+            fault = rng.choice(REDECODE_FAULTS)
+            schedule.append(Step("redecode", fault, recovery="" if fault == "none" else rng.choice(RECOVERIES)))
         else:
             schedule.append(Step(kind))
     return schedule
@@ -160,14 +197,16 @@ class OutputView:
     """A schedule's output as the checker and the operator's steps see it: with pyarrow, pyiceberg and boto3, not project code.
 
     ``root`` is the output root within ``filesystem``: an absolute path on local disk, ``bucket/prefix`` on S3.
-    ``load_table`` loads the pipeline's Iceberg table as a reader of its own would (None: no table yet). ``s3`` is the
-    checker's own S3 client, for what pyarrow's file system does not show: object ETags and uploads in progress.
+    ``load_table`` loads the pipeline's Iceberg table as a reader of its own would (None: no table yet), and
+    ``load_quarantine`` its quarantine table (None: no record quarantined yet). ``s3`` is the checker's own S3 client,
+    for what pyarrow's file system does not show: object ETags and uploads in progress.
     """
 
     uri: str  # the output as the pipeline's config names it
     filesystem: Any
     root: str
     load_table: Callable[[], Any | None]
+    load_quarantine: Callable[[], Any | None]
     s3: Any = None
 
     @classmethod
@@ -176,7 +215,8 @@ class OutputView:
 
         from stack.harness import output_table
 
-        return cls(str(output), fs.LocalFileSystem(), str(output), lambda: output_table(output))
+        tables = (lambda: output_table(output), lambda: output_table(output, quarantine=True))
+        return cls(str(output), fs.LocalFileSystem(), str(output), *tables)
 
     @classmethod
     def on_s3(cls, moto_url: str, bucket: str, prefix: str, namespace: str, table: str) -> OutputView:
@@ -189,7 +229,10 @@ class OutputView:
         endpoint = moto_url.split("://", 1)[1]
         filesystem = fs.S3FileSystem(access_key=LOCAL_KEY, secret_key=LOCAL_KEY, scheme="http", endpoint_override=endpoint, region=REGION)
         client = boto3.client("s3", endpoint_url=moto_url, region_name=REGION, aws_access_key_id=LOCAL_KEY, aws_secret_access_key=LOCAL_KEY)
-        return cls(f"s3://{bucket}/{prefix}", filesystem, f"{bucket}/{prefix}", lambda: glue_table(moto_url, namespace, table), client)
+        return cls(
+            f"s3://{bucket}/{prefix}", filesystem, f"{bucket}/{prefix}", lambda: glue_table(moto_url, namespace, table),
+            lambda: glue_table(moto_url, namespace, f"{table}_quarantine"), client,
+        )  # fmt: skip
 
     def path(self, *parts: str) -> str:
         return "/".join([self.root, *parts])
@@ -287,6 +330,7 @@ class Schedule:
             self.entry["table"] = glue_table_config(stack.moto_url, namespace)
         # Spark's start-up is most of a cycle: one local core, no UI and a JVM for short jobs keep it cheap.
         self.entry["spark"] = {"master": "local[1]", "conf": {**TEST_SPARK_CONF, "spark.sql.shuffle.partitions": "1"}}
+        self.entry["payload"] = dict(PAYLOAD)
         self.produced: list[Any] = []
         self.index = 0
 
@@ -349,13 +393,17 @@ class Schedule:
     def _key(self) -> str:
         return f"key-{self.rng.randrange(10**6)}"
 
+    def _payload(self, **extra: Any) -> bytes:
+        """The next record's payload; every BAD_EVERY-th one cannot be decoded (its "i" is no number)."""
+        self.index += 1
+        return json.dumps({"i": self.index if self.index % BAD_EVERY else f"#{self.index}", "seed": self.seed, **extra}).encode()
+
     def step_produce(self, step: Step) -> None:
         from stack.producer import Produced
 
         records = []
         for _ in range(step.n):
-            self.index += 1
-            records.append((self._key(), json.dumps({"i": self.index, "seed": self.seed}).encode()))
+            records.append((self._key(), self._payload()))
         for start in range(0, len(records), 500):
             chunk = records[start : start + 500]
             pending = list(chunk)
@@ -380,8 +428,7 @@ class Schedule:
             aggregator = RecordAggregator()
             batch = []
             for _ in range(self.rng.randint(2, 20)):
-                self.index += 1
-                key, data = self._key(), json.dumps({"i": self.index, "seed": self.seed, "agg": True}).encode()
+                key, data = self._key(), self._payload(agg=True)
                 aggregator.add_user_record(key, data)
                 batch.append((key, data))
             key, explicit_hash_key, blob = aggregator.clear_and_get().get_contents()
@@ -428,17 +475,165 @@ class Schedule:
         self.log(f"merge {a['ShardId']} + {b['ShardId']}")
 
     def step_backfill(self, step: Step) -> None:
+        """The operator backfills committed batches. A batch decoded before a re-decode step changed payload.schema would
+        be refused (a backfill gives a batch its rows again as they were): the operator picks among those decoded as now."""
+        from kinesis_replay.core.decoding import Decoding
         from kinesis_replay.core.state import BatchStatus
         from stack.harness import run_dag
 
-        committed = [b.batch_id for b in self.store.list_batches(self.name) if b.status == BatchStatus.COMMITTED]
+        now = Decoding.of(self.entry["payload"]["format"], self.entry["payload"]["schema"])
+        batches = [b for b in self.store.list_batches(self.name) if b.status == BatchStatus.COMMITTED]
+        committed = [b.batch_id for b in batches if b.verified_result().decoding == now]
         if not committed:
-            self.log("backfill: no committed batch yet")
+            self.log(f"backfill: no committed batch {'decoded as the pipeline decodes now' if batches else 'yet'}")
             return
         chosen = sorted(self.rng.sample(committed, k=self.rng.randint(1, min(2, len(committed)))))
         dag = self.dags()[dag_ids(self.name)[1]]
         result = run_dag(dag, run_conf={"batches": {"batch_ids": chosen}})
         self.log(f"backfill {chosen}: {result.state} {compact(result.tasks)}")
+
+    def step_redecode(self, step: Step) -> None:
+        """The operator adds the next of ADDED_FIELDS to payload.schema (once all are in, the settings stay), and re-decodes
+        committed batches: the backfill DAG with ``{"batches": {...}, "redecode": true}``. The step's fault cuts the
+        re-decode short (REDECODE_FAULTS); the operator then clears the run's failed tasks or triggers it again.
+
+        Once it is done, each chosen batch's ledger entry names the run that re-decoded it and the pipeline's decoding
+        now, and no batch is left staged; in every snapshot either table made meanwhile, the selection is in one
+        decoding, the old or the new, never a mix (``one_decoding``). Refused, naming it, while a regular batch is in
+        flight: that is checked instead.
+        """
+        from datetime import UTC, datetime
+
+        from kinesis_replay.adapters import commit_records, quarantine_table
+        from stack.faults import REDECODED, SparkKiller, StateFault, dies_before
+        from stack.harness import run_dag
+
+        committed = self.committed()
+        if not committed:
+            self.log(f"{step}: no committed batch yet")
+            return
+        chosen = sorted(self.rng.sample(committed, k=self.rng.randint(1, min(2, len(committed)))))
+        payload = self.entry["payload"]
+        added = next((f for f in ADDED_FIELDS if f not in payload["schema"].split(", ")), None)
+        if added is not None:
+            self.entry["payload"] = {**payload, "schema": f"{payload['schema']}, {added}"}
+        conf = {"batches": {"batch_ids": chosen}, "redecode": True}
+        in_flight = self.store.get_head(self.name).in_flight
+        held = {which: (self.snapshot_ids(which), self.batch_files(which, chosen)) for which in ("table", "quarantine")}  # before it
+        # The run's dates: dag.test() at the same ones runs the same run again (its run id is made of them), its tasks cleared.
+        when = {"logical_date": (now := datetime.now(UTC)), "run_after": now}
+        dag = self.dags()[dag_ids(self.name)[1]]
+        # The run stops once its replays staged the batches: its commit task never runs. dag.test() marks it done instead
+        # (a partial DAG, as a cycle's stop_after_* runs, loses the replays' mapping: Airflow 3.3 fails them).
+        stopped = "^commit$" if step.fault == "stop_after_replay" else None
+        killer, died = None, None
+        if step.fault == "kill_replay":
+            killer = SparkKiller(self.name, self.kill_moment("write"), interval=0.1 if self.view.s3 is not None else 0.02)
+            killer.start()
+        elif step.fault.startswith("ledger_"):
+            self.state_proxy.arm(StateFault("unreachable" if step.fault == "ledger_unreachable" else "lost_ack", 1, marker=REDECODED))
+        try:
+            if step.fault.startswith("died_before_"):
+                cut = (quarantine_table, "commit", "the quarantine table's commit")
+                if step.fault == "died_before_commit_record":
+                    cut = (commit_records, "write_commit_record", "a re-decoded batch's commit record")
+                with dies_before(*cut) as died:
+                    first = run_dag(dag, run_conf=conf, **when)
+            else:
+                first = run_dag(dag, run_conf=conf, mark_success_pattern=stopped, **when)
+        finally:
+            if killer is not None:
+                killer.cancel()
+                killer.join()
+            if killer is not None:
+                fired = killer.fired
+            elif died is not None:
+                fired = died[0] if died else None
+            else:
+                fired = self.state_proxy.fired
+            self.state_proxy.arm(None)
+        what = f"; fault: {fired or 'did not fire'}" if step.fault not in ("none", "stop_after_replay") else ""
+        change = f"payload.schema + {added!r}" if added is not None else "payload.schema as it was"
+        tasks = {**first.tasks, "commit": "never ran"} if stopped else first.tasks
+        self.log(f"{step}: batches {chosen}, {change}: {first.state} {compact(tasks)}{what}")
+        if first.tasks.get("select") != "success":
+            if in_flight is None:
+                self.outcome.violations.append(f"{step}: the re-decode of batches {chosen} was refused with no batch in flight")
+            return
+        finished = first
+        if tasks.get("commit") != "success":
+            if step.fault in ("kill_replay", "stop_after_replay"):  # cut before its commit: readers see nothing of it yet
+                seen = [which for which, (_, files) in held.items() if self.batch_files(which, chosen) != files]
+                if seen:
+                    self.outcome.violations.append(f"{step}: the {' and the '.join(seen)} changed before the re-decode's commit")
+            again = self.dags()[dag_ids(self.name)[1]]
+            if step.recovery == "again":
+                finished = run_dag(again, run_conf=conf)
+            else:  # a failed replay is replayed again (dag.test() runs all the run's replays anew); else only the commit runs
+                replayed = None if step.fault == "kill_replay" else "^replay$"
+                finished = run_dag(again, run_conf=conf, mark_success_pattern=replayed, **when)
+            self.log(f"recovery ({step.recovery or 'none'}): {finished.state} {compact(finished.tasks)}")
+        self.outcome.violations += self.check_redecoded(step, chosen, finished, held)
+
+    def load(self, which: str) -> Any | None:
+        """The pipeline's table (``which`` "table") or its quarantine table ("quarantine"), as a reader loads it."""
+        return self.view.load_table() if which == "table" else self.view.load_quarantine()
+
+    def snapshot_ids(self, which: str) -> set[int]:
+        table = self.load(which)
+        return set() if table is None else {s.snapshot_id for s in table.metadata.snapshots}
+
+    def batch_files(self, which: str, batch_ids: list[int], snapshot_id: int | None = None) -> dict[int, frozenset[str]]:
+        """The files each batch has in the pipeline's table or the quarantine table (``which``), at its current snapshot
+        (or ``snapshot_id``), read with pyiceberg."""
+        table = self.load(which)
+        if table is None or table.current_snapshot() is None:
+            return {b: frozenset() for b in batch_ids}
+        found: dict[int, set[str]] = {b: set() for b in batch_ids}
+        for task in table.scan(snapshot_id=snapshot_id, selected_fields=("batch_id",)).plan_files():
+            batch_id = task.file.partition[0]
+            if batch_id in found:
+                found[batch_id].add(task.file.file_path)
+        return {b: frozenset(files) for b, files in found.items()}
+
+    def check_redecoded(
+        self, step: Step, chosen: list[int], finished: Any, held: dict[str, tuple[set[int], dict[int, frozenset[str]]]]
+    ) -> list[str]:
+        """After a re-decode's recovery: it committed; each chosen batch names the run and the pipeline's decoding now, none
+        is staged; every snapshot made meanwhile holds the whole selection in one decoding (``one_decoding``)."""
+        from kinesis_replay.core.decoding import Decoding
+
+        problems = []
+        if finished.tasks.get("commit") != "success":
+            problems.append(f"{step}: the re-decode of batches {chosen} was not committed once recovered: {compact(finished.tasks)}")
+        now = Decoding.of(self.entry["payload"]["format"], self.entry["payload"]["schema"])
+        for batch_id, batch in sorted(self.store.get_batches(self.name, chosen).items()):
+            if batch.redecoded_by != finished.run_id:
+                problems.append(f"{step}: batch {batch_id} names {batch.redecoded_by} as its re-decode, not run {finished.run_id}")
+            elif batch.verified_result().decoding != now:
+                problems.append(f"{step}: batch {batch_id} was re-decoded, and its ledger entry names {batch.verified_result().decoding}")
+        staged = [(b.batch_id, b.staged_by) for b in self.store.list_batches(self.name) if b.staged is not None]
+        if staged:
+            problems.append(f"{step}: batches are left staged once the re-decode is done (batch, run): {staged}")
+        for which, (snapshots, files) in held.items():
+            problems += [f"{step}: {problem}" for problem in self.one_decoding(which, snapshots, files)]
+        return problems
+
+    def one_decoding(self, which: str, snapshots: set[int], before: dict[int, frozenset[str]]) -> list[str]:
+        """Every snapshot of the pipeline's table or the quarantine table (``which``) made since it had ``snapshots``
+        holds every chosen batch in its files of then (``before``), or none of them in those: a reader saw the selection
+        in the old decoding or the new one, never a mix. A batch with no files there, then nor in the snapshot, says nothing."""
+        table = self.load(which)
+        if table is None:
+            return []
+        problems = []
+        for snapshot in [s for s in table.metadata.snapshots if s.snapshot_id not in snapshots]:
+            files = self.batch_files(which, list(before), snapshot.snapshot_id)
+            old = sorted(b for b in before if (files[b] or before[b]) and files[b] == before[b])
+            new = sorted(b for b in before if files[b] != before[b])
+            if old and new:
+                problems.append(f"{which} snapshot {snapshot.snapshot_id} holds batches {new} re-decoded, and {old} as they were")
+        return problems
 
     def step_lose_state(self, step: Step) -> None:
         """The operator loses the state table: deletes it, or renames it in the config. A cycle must refuse (once
@@ -643,20 +838,29 @@ class Schedule:
     # -- the checker ------------------------------------------------------------------------------
 
     def check(self) -> None:
-        """The output (read with pyarrow by the shared harness) against what Kinesis acknowledged, then state and files."""
-        from stack.harness import check_exactly_once, read_output, table_history, table_rows
+        """The output (read with pyiceberg and pyarrow by the shared harness) against what Kinesis acknowledged: each record
+        once in the pipeline's table or the quarantine table, decoded as its batch's ledger entry says; then state and files."""
+        from stack.harness import check_exactly_once, table_history, table_rows
 
-        table = self.view.load_table()
-        rows = read_output(self.view.uri) if self.view.s3 is None else table_rows(table)  # an S3 output is always a table
-        result = check_exactly_once(self.produced, rows)
+        table, quarantine = self.view.load_table(), self.view.load_quarantine()
+        rows, quarantined = table_rows(table), table_rows(quarantine)  # the schedule's output is always a table
+        result = check_exactly_once(self.produced, stacked(rows, quarantined))
         self.outcome.records, self.outcome.lost, self.outcome.duplicated = result.expected, result.lost, result.duplicated
         if not result.ok:
-            self.outcome.violations.append(f"not exactly once: {result}")
-        self.outcome.violations += table_history(table)
+            self.outcome.violations.append(f"not exactly once (the table and the quarantine table): {result}")
+        self.outcome.violations += table_history(table) + [f"quarantine table: {p}" for p in table_history(quarantine)]
+        self.outcome.violations += check_decoded(self.produced, rows, quarantined, self.decodings())
         committed = self.committed()
         self.outcome.violations += (
             self.check_state() + self.check_commit_records() + check_results(self.view, committed) + check_files(self.view, committed)
         )
+
+    def decodings(self) -> dict[int, str]:
+        """Each committed batch's payload.schema, as its ledger entry says the batch was decoded."""
+        from kinesis_replay.core.state import BatchStatus
+
+        batches = [b for b in self.store.list_batches(self.name) if b.status == BatchStatus.COMMITTED]
+        return {b.batch_id: b.verified_result().decoding.schema or "" for b in batches}
 
     def committed(self) -> list[int]:
         from kinesis_replay.core.state import BatchStatus
@@ -681,7 +885,7 @@ class Schedule:
         return problems
 
     def check_state(self) -> list[str]:
-        """Nothing in flight after the drain, and each shard's checkpoint is the end of its last committed range."""
+        """Nothing in flight or staged after the drain, and each shard's checkpoint is the end of its last committed range."""
         from kinesis_replay.core.state import BatchStatus
 
         problems = []
@@ -690,6 +894,8 @@ class Schedule:
             problems.append(f"batch {head.in_flight} is still in flight after the drain")
         ends: dict[str, int] = {}
         for batch in self.store.list_batches(self.name):
+            if batch.staged is not None:
+                problems.append(f"batch {batch.batch_id} is still staged for a re-decode (run {batch.staged_by}) after the drain")
             if batch.status != BatchStatus.COMMITTED:
                 problems.append(f"batch {batch.batch_id} is {batch.status.value} after the drain")
                 continue
@@ -716,14 +922,16 @@ class TableCommitter(threading.Thread):
 
     def run(self) -> None:
         while not self._halt.is_set():
-            table = self.load_table()
-            if table is not None:
-                try:
+            try:
+                # Loading races too: two first opens of an embedded catalog both create its tables ("table iceberg_tables
+                # already exists"). Uncaught, that ended this thread, and the cycle ran on without its concurrent writer.
+                table = self.load_table()
+                if table is not None:
                     with table.transaction() as tx:
                         tx.set_properties({"chaos.concurrent-commit": str(self.commits)})
                     self.commits += 1
-                except Exception:  # it lost a race itself (or the catalog was busy): try again
-                    pass
+            except Exception:  # it lost a race itself (or the catalog was busy): try again
+                pass
             self._halt.wait(0.02)
 
     def stop(self) -> None:
@@ -738,10 +946,54 @@ def compact(tasks: dict[str, str]) -> str:
     return "[" + " ".join(f"{task}={state}" for task, state in tasks.items()) + "]"
 
 
+KEY_COLUMNS = ("shard_id", "sequence_number", "sub_sequence_number", "data", "batch_id")
+
+
+def stacked(*tables: Any) -> Any:
+    """The record columns of several tables' rows (the pipeline's table, the quarantine table) as one pyarrow table."""
+    import pyarrow as pa
+
+    return pa.table({c: [v for t in tables for v in t.column(c).to_pylist()] for c in KEY_COLUMNS})
+
+
+def schema_fields(schema: str) -> set[str]:
+    """The field names of a payload.schema such as ``"i BIGINT, seed BIGINT"``."""
+    return {part.split()[0] for part in schema.split(",") if part.strip()}
+
+
+def check_decoded(produced: list[Any], rows: Any, quarantined: Any, decodings: dict[int, str]) -> list[str]:
+    """The quarantine table holds exactly the records that cannot be decoded, and each row of the pipeline's table holds
+    the payload's values of the fields its batch was decoded with (``decodings``: the ledger's payload.schema of each
+    batch), and nulls for the rest of DECODED_FIELDS: the ledger, the table and the payloads agree on how each batch was
+    decoded (a re-decode changes all three at once)."""
+    key = ("shard_id", "sequence_number", "sub_sequence_number")
+    undecodable = {(p.shard_id, p.sequence_number, p.sub_sequence_number) for p in produced if not isinstance(json.loads(p.data)["i"], int)}
+    held = set(zip(*(quarantined.column(c).to_pylist() for c in key), strict=True))
+    problems = []
+    if held != undecodable:
+        problems.append(
+            f"the quarantine table holds {len(held - undecodable)} records that decode, and lacks {len(undecodable - held)} "
+            f"that do not (of {len(undecodable)})"
+        )
+    fields = list(DECODED_FIELDS)
+    columns = {f: rows.column(f).to_pylist() if f in rows.column_names else [None] * rows.num_rows for f in fields}
+    wrong: dict[int, int] = {}
+    for n, (batch_id, data) in enumerate(zip(rows.column("batch_id").to_pylist(), rows.column("data").to_pylist(), strict=True)):
+        payload, decoded = json.loads(data), schema_fields(decodings.get(batch_id, ""))
+        if any(columns[f][n] != (payload.get(f) if f in decoded else None) for f in fields):
+            wrong[batch_id] = wrong.get(batch_id, 0) + 1
+    problems += [
+        f"batch {b}: {count} rows hold other values than its payloads decoded with {decodings.get(b)!r}, its ledger's schema"
+        for b, count in sorted(wrong.items())
+    ]
+    return problems
+
+
 def check_results(output: Path | OutputView, committed: list[int]) -> list[str]:
     """Each committed batch's manifest, as its commit record in the output keeps it (check_commit_records ties that to
-    the ledger's), agrees with the files of the attempt it names (read with pyarrow), shard by shard; and the batch
-    has a result manifest, which the replay job wrote and verify read.
+    the ledger's), agrees with the files of the attempt it names (read with pyarrow), shard by shard: its rows, its
+    quarantined records, and the bounds of the two together; and the batch has a result manifest, which the replay
+    job wrote and verify read.
 
     The result manifest itself is the last replay's: when two runs replayed the batch at once, it may be the one
     whose attempt the other run's commit removed, so the commit record is what names the committed files.
@@ -750,6 +1002,15 @@ def check_results(output: Path | OutputView, committed: list[int]) -> list[str]:
     import pyarrow.parquet as pq
 
     view = output if isinstance(output, OutputView) else OutputView.local(output)
+
+    def read(folder: str) -> Any | None:
+        return pq.read_table(folder, filesystem=view.filesystem, columns=["shard_id", "sequence_number"]) if view.is_dir(folder) else None
+
+    def sequence_numbers(rows: Any | None, shard_id: str) -> list[int]:
+        if rows is None:
+            return []
+        return [int(s) for s in rows.filter(pc.equal(rows.column("shard_id"), shard_id))["sequence_number"].to_pylist()]
+
     problems = []
     for batch_id in committed:
         manifest_file = view.path("_manifests", f"batch_id={path_batch_id(batch_id)}.json")
@@ -761,22 +1022,25 @@ def check_results(output: Path | OutputView, committed: list[int]) -> list[str]:
             problems.append(f"batch {batch_id}: no commit record at {record_file}")
             continue
         result = json.loads(view.read_text(record_file))["batch"]["manifest"]
-        data_dir = view.path(f"batch_id={path_batch_id(batch_id)}")
-        if result.get("attempt"):  # a table output: the files of the attempt the commit record names
-            data_dir = view.path("data", f"batch_id={path_batch_id(batch_id)}", f"attempt={result['attempt']}")
-        table = pq.read_table(data_dir, filesystem=view.filesystem) if view.is_dir(data_dir) else None
+        folder = f"batch_id={path_batch_id(batch_id)}"
+        data_dir, quarantine_dir = view.path(folder), view.path("_quarantine", folder)
+        if result.get("attempt"):  # a table output: the files of the attempt the commit record names, for both tables
+            data_dir = view.path("data", folder, f"attempt={result['attempt']}")
+            quarantine_dir = view.path("quarantine", "data", folder, f"attempt={result['attempt']}")
+        table, quarantined = read(data_dir), read(quarantine_dir)
         for shard in result["shards"]:
-            if table is None:
+            if table is None and shard["records"]:
                 problems.append(f"batch {batch_id}: its commit record lists shard {shard['shard_id']}, but {data_dir} is missing")
                 continue
-            rows = table.filter(pc.equal(table.column("shard_id"), shard["shard_id"]))
-            seqs = [int(s) for s in rows.column("sequence_number").to_pylist()]
-            if len(seqs) != shard["records"] or (
-                seqs and (min(seqs), max(seqs)) != (int(shard["first_sequence_number"]), int(shard["last_sequence_number"]))
+            seqs, bad = (sequence_numbers(rows, shard["shard_id"]) for rows in (table, quarantined))
+            both = seqs + bad
+            if (len(seqs), len(bad)) != (shard["records"], shard.get("bad_records", 0)) or (
+                both and (min(both), max(both)) != (int(shard["first_sequence_number"]), int(shard["last_sequence_number"]))
             ):
                 problems.append(
-                    f"batch {batch_id}, shard {shard['shard_id']}: manifest says {shard['records']} records "
-                    f"{shard['first_sequence_number']}..{shard['last_sequence_number']}, files hold {len(seqs)}"
+                    f"batch {batch_id}, shard {shard['shard_id']}: manifest says {shard['records']} records and "
+                    f"{shard.get('bad_records', 0)} quarantined, {shard['first_sequence_number']}..{shard['last_sequence_number']}; "
+                    f"files hold {len(seqs)} and {len(bad)}"
                 )
     return problems
 
@@ -785,22 +1049,25 @@ def check_files(output: Path | OutputView, committed: list[int]) -> list[str]:
     """No file outside a committed batch's paths (after the drain nothing is in flight) but the owner record.
 
     A table output's metadata and catalog are its own; its data files lie under committed batches' folders
-    (a backfill's superseded attempts too, until snapshot expiry), and the table references no other.
+    (a backfill's superseded attempts too, until snapshot expiry), and the table references no other. So do the
+    quarantine table's, under ``quarantine/``.
     """
-    from kinesis_replay.adapters.layout import COMMITS_DIR, OWNER_FILE
+    from kinesis_replay.adapters.layout import COMMITS_DIR, OWNER_FILE, QUARANTINE_TABLE_DIR
 
     view = output if isinstance(output, OutputView) else OutputView.local(output)
     allowed = {f"batch_id={path_batch_id(b)}" for b in committed}
     problems = []
     if not view.is_dir(view.root):
         return problems
-    table = view.load_table()
-    if table is not None and table.current_snapshot() is not None:
-        for task in table.scan().plan_files():
-            parts = view.relative(task.file.file_path)
-            if parts[0] != "data" or parts[1] not in allowed:
-                problems.append(f"the table references {task.file.file_path}, outside every committed batch's files")
+    for name, table, under in (("table", view.load_table(), ()), ("quarantine table", view.load_quarantine(), (QUARANTINE_TABLE_DIR,))):
+        if table is not None and table.current_snapshot() is not None:
+            for task in table.scan().plan_files():
+                parts = view.relative(task.file.file_path)
+                if parts[: len(under) + 1] != (*under, "data") or parts[len(under) + 1] not in allowed:
+                    problems.append(f"the {name} references {task.file.file_path}, outside every committed batch's files")
     for parts in view.files():
+        if parts[0] == QUARANTINE_TABLE_DIR and (parts[1] == "metadata" or (parts[1] == "data" and parts[2] in allowed)):
+            continue  # the quarantine table's folders, as the table's below
         if parts[0] in allowed or (parts[0] in ("_quarantine", "data") and parts[1] in allowed):
             continue
         if parts[0] in ("metadata", "_catalog"):

@@ -1,7 +1,9 @@
-"""Faults for the chaos schedules: a state-table proxy that goes dark or loses an answer, and a Spark job killer.
+"""Faults for the chaos schedules: a state-table proxy that goes dark or loses an answer, a Spark job killer, and a task
+that dies just before a call.
 
-Both act from outside the code under test, as the faults they stand for do: the proxy sits between the
-Airflow tasks and DynamoDB on the wire, and the killer sends SIGKILL to the spark-submit process group.
+The first two act from outside the code under test, as the faults they stand for do: the proxy sits between the
+Airflow tasks and DynamoDB on the wire, and the killer sends SIGKILL to the spark-submit process group. Between two
+commits to the embedded catalog there is no wire to cut: ``dies_before`` stands in for the task process dying there.
 
     proxy = StateTableProxy("http://127.0.0.1:5000").start()
     proxy.arm(StateFault("lost_ack", write=3))  # the 3rd write is applied, and its answer never arrives
@@ -14,6 +16,8 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -41,6 +45,10 @@ class StateFault:
 # In the body of a checkpoint's advance (DynamoDBStateStore.advance_checkpoint), and of no other write: the commit's
 # writes after its table commit. Dark from the first of them on, the batch is in the table and no checkpoint moved.
 TABLE_COMMITTED = b'":new"'
+# In the body of a re-decode's ledger update (DynamoDBStateStore.set_replayed of a batch with redecoded_by), and of no
+# other write: a plain backfill's update removes the attribute, staging a re-decode never names it. The first such write
+# comes after both of the re-decode's snapshots, the table's and the quarantine table's.
+REDECODED = b'":redecoded_by"'
 
 
 class StateTableProxy(LocalServer):
@@ -169,3 +177,30 @@ class SparkKiller(threading.Thread):
                     pass
                 return
             time.sleep(0.02 if pid is None else self.interval)
+
+
+class TaskDied(Exception):
+    """The task process died here (dies_before): the task fails, and nothing after this point ran."""
+
+
+@contextmanager
+def dies_before(module: Any, name: str, what: str) -> Iterator[list[str]]:
+    """The first call of ``module.name`` while in the block raises TaskDied before it does anything, as if the task
+    process had died just before it; later calls go through. Yields a list that names the call once it fired.
+
+    Tasks run in this process (dag.test()), so the module is the one they call through: a call looked up on the module
+    at call time (``quarantine_table.commit(...)``), as the project's steps make them, is cut here.
+    """
+    original, fired = getattr(module, name), []
+
+    def cut(*args: Any, **kwargs: Any) -> Any:
+        if fired:
+            return original(*args, **kwargs)
+        fired.append(f"the task died before {what}")
+        raise TaskDied(f"chaos: the task process died before {what}")
+
+    setattr(module, name, cut)
+    try:
+        yield fired
+    finally:
+        setattr(module, name, original)
