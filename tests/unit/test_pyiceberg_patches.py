@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from dataclasses import replace
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -184,3 +185,122 @@ def test_unpatched_blocks_nest_and_end() -> None:
             assert not pyiceberg_patches.active()
         assert not pyiceberg_patches.active()
     assert pyiceberg_patches.active()
+
+
+# -- a commit's files made into DataFiles, and the data files a scan selects ------------------------------------------
+
+
+def varied_table(root: Path) -> Any:
+    """A table of every kind of column a file can hold (long strings and binaries, whose bounds are truncated; decimals
+    stored as INT32, INT64 and FIXED_LEN_BYTE_ARRAY; nested columns, whose bounds are not kept), with a column of each
+    metrics mode, partitioned by identity(batch_id) as the pipeline's table is."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    catalog = SqlCatalog("t", uri=f"sqlite:///{root}/catalog.db", warehouse=f"file://{root}")
+    catalog.create_namespace("lake")
+    schema, spec, sort_order, _ = iceberg_table.new_table_parts(pipeline(root), varied_file(root / "first.parquet", 1, 0).schema)
+    properties = {
+        "write.metadata.metrics.column.note": "none",
+        "write.metadata.metrics.column.count_only": "counts",
+        "write.metadata.metrics.column.word": "truncate(4)",
+        "write.metadata.metrics.column.sequence_number": "full",
+    }
+    return catalog.create_table("lake.t", schema, partition_spec=spec, sort_order=sort_order, properties=properties)
+
+
+def varied_file(path: Path, batch_id: int, seed: int, drop: tuple[str, ...] = (), row_group_size: int = 3) -> pa.Table:
+    """A file of ``varied_table``'s columns (less ``drop``), several row groups, nulls here and there; returns its rows."""
+    import decimal
+
+    n = 8
+    rows = pa.table({
+        "shard_id": [f"shardId-{seed}"] * n,
+        "sequence_number": [f"{seed:04d}-{i:030d}" for i in range(n)],  # longer than the default truncate(16)
+        "approximate_arrival_timestamp": pa.array([datetime(2026, 1, 1, 0, 0, i, tzinfo=UTC) for i in range(n)], pa.timestamp("us", "UTC")),
+        "data": pa.array([b"\xff" * (20 + i) if i % 3 else None for i in range(n)], pa.binary()),
+        "word": [None if i == seed % n else f"w{seed}{i}xyzzy" for i in range(n)],
+        "note": [f"n{i}" for i in range(n)],
+        "count_only": pa.array([i * seed for i in range(n)], pa.int64()),
+        "small": pa.array([i - seed for i in range(n)], pa.int32()),
+        "ratio": pa.array([i / (seed + 1) if i != 2 else float("nan") for i in range(n)], pa.float64()),
+        "flag": [i % 2 == 0 for i in range(n)],
+        "day": pa.array([date(2026, 1, 1 + i) for i in range(n)], pa.date32()),
+        "price": pa.array([decimal.Decimal(f"{seed}{i}.25") for i in range(n)], pa.decimal128(7, 2)),  # INT32
+        "amount": pa.array([decimal.Decimal(f"-{seed}{i}.125") for i in range(n)], pa.decimal128(15, 3)),  # INT64
+        "total": pa.array([decimal.Decimal(f"{seed}{i}1234567890123.5") for i in range(n)], pa.decimal128(30, 1)),  # FLBA
+        "tags": pa.array([[f"t{i}", "u"] if i % 2 else [] for i in range(n)], pa.list_(pa.string())),
+        "place": pa.array([{"city": f"c{i}", "zip": i} for i in range(n)], pa.struct([("city", pa.string()), ("zip", pa.int64())])),
+        "attrs": pa.array([[("k", i)] for i in range(n)], pa.map_(pa.string(), pa.int64())),
+        "batch_id": pa.array([batch_id] * n, pa.int64()),
+    })  # fmt: skip
+    rows = rows.drop_columns(list(drop))
+    pq.write_table(rows, path, row_group_size=row_group_size, store_decimal_as_integer=True)
+    return rows
+
+
+def test_data_files_are_pyicebergs_own_field_for_field(tmp_path: Path) -> None:
+    """What pyiceberg_patches.data_files makes of a commit's files is, file for file and field for field, what
+    pyiceberg's parquet_file_to_data_file makes of each: fails when pyiceberg's internals change under the patch."""
+    from pyiceberg.io.pyarrow import parquet_file_to_data_file
+
+    table = varied_table(tmp_path)
+    folder = tmp_path / "files"
+    folder.mkdir()
+    paths = []
+    for n, drop in enumerate(((), (), ("word", "place"), (), ("note",))):  # three file schemas, one of them twice over
+        varied_file(folder / f"{n}.parquet", batch_id=n + 1, seed=n, drop=drop)
+        paths.append(f"file://{folder}/{n}.parquet")
+    footers = iceberg_table.read_footers(table.io, paths)
+    assert [f.path for f in footers] == paths
+
+    theirs = [parquet_file_to_data_file(table.io, table.metadata, p) for p in paths]
+    ours = pyiceberg_patches.data_files(table.io, table.metadata, footers)
+    assert ours == theirs
+    # What the comparison covers: bounds kept, truncated, left out by the metrics modes, and kept for no nested column.
+    first = theirs[0]
+    by_name = {f.name: f.field_id for f in table.schema().fields}
+    assert first.lower_bounds[by_name["word"]] == b"w01x" and by_name["note"] not in first.lower_bounds
+    assert by_name["count_only"] in first.value_counts and by_name["count_only"] not in first.lower_bounds
+    assert len(first.upper_bounds[by_name["sequence_number"]]) == 35 and len(first.split_offsets) == 3
+    assert [f.partition[0] for f in ours] == [1, 2, 3, 4, 5] and [f.file_size_in_bytes for f in ours] == [
+        Path(p.removeprefix("file://")).stat().st_size for p in paths
+    ]
+
+    with pyiceberg_patches.unpatched():  # pyiceberg's own function, each footer read again
+        assert pyiceberg_patches.data_files(table.io, table.metadata, footers) == theirs
+
+
+def test_data_files_check_each_file_schema_as_pyiceberg_does(tmp_path: Path) -> None:
+    """The schema check runs once for each distinct file schema, never once for all: a file that does not fit is
+    refused with pyiceberg's own error, wherever it comes among files that fit."""
+    from pyiceberg.io.pyarrow import parquet_file_to_data_file
+
+    table = varied_table(tmp_path)
+    good, bad = tmp_path / "good.parquet", tmp_path / "bad.parquet"
+    varied_file(good, batch_id=1, seed=1)
+    rows = varied_file(bad, batch_id=2, seed=2)
+    pq.write_table(rows.append_column("stranger", pa.array(["?"] * rows.num_rows)), bad)
+    paths = [f"file://{good}", f"file://{bad}"]
+    with pytest.raises(ValueError) as theirs:
+        parquet_file_to_data_file(table.io, table.metadata, paths[1])
+    with pytest.raises(ValueError) as ours:
+        pyiceberg_patches.data_files(table.io, table.metadata, iceberg_table.read_footers(table.io, paths))
+    assert str(ours.value) == str(theirs.value) and "stranger" in str(ours.value)
+
+
+def test_data_files_of_files_written_before_a_rename_take_the_columns_field_ids(tmp_path: Path) -> None:
+    """Files that name a column as it was before a rename and files that name it as it is now, in one call: each file's
+    statistics under the column's field id, as each file alone gets them."""
+    p = pipeline(tmp_path)
+    before = write_attempt(tmp_path, 1, "a", 3, user=pa.array(["ann", "bob", "cy"]))
+    iceberg_table.commit_snapshot(p, 1, "a", before, "run-1")
+    renamed = replace(p, payload=replace(p.payload, renamed_from={"customer": "user"}))
+    after = write_attempt(tmp_path, 2, "a", 2, customer=pa.array(["dee", "eve"]))
+    iceberg_table.commit_snapshot(renamed, 2, "a", after, "run-2")
+    table = iceberg_table.load_table(renamed)
+    customer = table.schema().find_field("customer").field_id
+    paths = [iceberg_table.iceberg_location(f) for f in (*after, *before)]
+    made = iceberg_table.data_files(table.io, table.metadata, iceberg_table.read_footers(table.io, paths))
+    alone = [iceberg_table.data_files(table.io, table.metadata, iceberg_table.read_footers(table.io, [f]))[0] for f in paths]
+    assert made == alone
+    assert [(f.lower_bounds[customer], f.upper_bounds[customer]) for f in made] == [(b"dee", b"eve"), (b"ann", b"cy")]

@@ -10,6 +10,15 @@ table's load, then the catalog's check that it is still current): at the 1,000th
 3. ``parse_each_metadata_file_once``: the SQL and Glue catalogs' check inside their commit reuses the load's parse
    while their pointer still names the same metadata file.
 
+And one that is not on the commit path's history but on its files: pyiceberg's ``parquet_file_to_data_file`` (its
+``add_files``') builds, for every file a commit adds, the statistics plan and the column mapping of the table's schema
+and converts the file's schema to check it against the table's: three quarters of its time, the same work for every
+file of a commit (a re-decode's commit adds about 200; BENCHMARKS.md, ``make bench-redecode``). So:
+
+4. ``data_files``: a commit's files made into DataFiles with that work done once per commit (the schema check once per
+   distinct file schema), from footers the caller read (``iceberg_table.read_footers``); the same DataFiles, field
+   for field (tests/unit/test_pyiceberg_patches.py compares them with ``parquet_file_to_data_file``'s).
+
 Each is written against pyiceberg's internals, which change without notice. So at import this module checks the
 installed pyiceberg's version against ``WRITTEN_FOR``, and the shape of everything the patches replace or call
 (each exists, with the parameters the patches pass). Only when everything matches are the patches applied
@@ -29,13 +38,17 @@ import functools
 import importlib.metadata
 import inspect
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyiceberg.catalog import Catalog
+    from pyiceberg.io import FileIO
+    from pyiceberg.manifest import DataFile
     from pyiceberg.table import StagedTable, Table, Transaction
+    from pyiceberg.table.metadata import TableMetadata
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +119,22 @@ SHAPE: dict[str, Shape] = {
     "pyiceberg.catalog.sql.IcebergTables.metadata_location": None,
     "pyiceberg.catalog.glue.GlueCatalog._convert_glue_to_iceberg": ("self", "glue_table"),
     "pyiceberg.catalog.glue.METADATA_LOCATION": "metadata_location",
+    # 4. data_files: parquet_file_to_data_file's steps, taken one by one (its own body, for pyiceberg's path).
+    "pyiceberg.io.pyarrow.parquet_file_to_data_file": ("io", "table_metadata", "file_path"),
+    "pyiceberg.io.pyarrow._check_pyarrow_schema_compatible": (
+        "requested_schema",
+        "provided_schema",
+        "downcast_ns_timestamp_to_us",
+        "format_version",
+    ),
+    "pyiceberg.io.pyarrow.compute_statistics_plan": ("schema", "table_properties"),
+    "pyiceberg.io.pyarrow.parquet_path_to_id_mapping": ("schema",),
+    "pyiceberg.io.pyarrow.data_file_statistics_from_parquet_metadata": ("parquet_metadata", "stats_columns", "parquet_column_mapping"),
+    "pyiceberg.io.pyarrow.DataFileStatistics.partition": ("self", "partition_spec", "schema"),
+    "pyiceberg.io.pyarrow.DataFileStatistics.to_serialized_dict": ("self",),
+    "pyiceberg.manifest.DataFile.from_args": classmethod,
+    "pyiceberg.manifest.DataFileContent.DATA": None,
+    "pyiceberg.manifest.FileFormat.PARQUET": None,
 }
 
 
@@ -331,6 +360,72 @@ def _reusing_last(convert: Any, location_of: Any) -> Any:
         return table
 
     return reuse
+
+
+class Footer(Protocol):
+    """A Parquet file's footer as ``iceberg_table.read_footers`` reads it (``iceberg_table.Footer``)."""
+
+    @property
+    def path(self) -> str: ...
+    @property
+    def metadata(self) -> Any: ...  # pyarrow.parquet.FileMetaData
+    @property
+    def schema(self) -> pa.Schema: ...
+    @property
+    def size(self) -> int: ...
+
+
+def data_files(io: FileIO, table_metadata: TableMetadata, footers: Sequence[Footer]) -> list[DataFile]:
+    """The DataFiles of a commit's files, in ``footers``' order: what pyiceberg 0.12's ``parquet_file_to_data_file``
+    makes of each, with its per-file work that depends only on the table done once per call when ``active()``.
+
+    pyiceberg's function reads the file's footer, converts the file's schema to an Iceberg schema to check it against
+    the table's, builds the statistics plan and the parquet-path-to-field-id mapping of the table's schema, then the
+    file's statistics and its DataFile. Here the footers come read (``iceberg_table.read_footers``: the same reads,
+    through the same FileIO, its size ``len`` of the same input file); the plan and the mapping are built once; the
+    schema check runs once for each distinct file schema (the same Arrow schema, its metadata included, gets the same
+    answer against the same table schema); the statistics, the partition and the DataFile are each file's own, by
+    pyiceberg's own functions. Not ``active()``: pyiceberg's function for each file (which reads each footer again).
+    """
+    from pyiceberg.io.pyarrow import parquet_file_to_data_file
+
+    if not active():
+        return [parquet_file_to_data_file(io, table_metadata, footer.path) for footer in footers]
+    from pyiceberg.io.pyarrow import (
+        _check_pyarrow_schema_compatible,
+        compute_statistics_plan,
+        data_file_statistics_from_parquet_metadata,
+        parquet_path_to_id_mapping,
+    )
+    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+
+    schema, spec = table_metadata.schema(), table_metadata.spec()
+    stats_columns = compute_statistics_plan(schema, table_metadata.properties)
+    column_mapping = parquet_path_to_id_mapping(schema)
+    checked: list[pa.Schema] = []
+    found = []
+    for footer in footers:
+        if not any(footer.schema.equals(known, check_metadata=True) for known in checked):
+            _check_pyarrow_schema_compatible(schema, footer.schema, format_version=table_metadata.format_version)
+            checked.append(footer.schema)
+        statistics = data_file_statistics_from_parquet_metadata(
+            parquet_metadata=footer.metadata, stats_columns=stats_columns, parquet_column_mapping=column_mapping
+        )
+        found.append(
+            DataFile.from_args(
+                content=DataFileContent.DATA,
+                file_path=footer.path,
+                file_format=FileFormat.PARQUET,
+                partition=statistics.partition(spec, schema),
+                file_size_in_bytes=footer.size,
+                sort_order_id=None,
+                spec_id=table_metadata.default_spec_id,
+                equality_ids=None,
+                key_metadata=None,
+                **statistics.to_serialized_dict(),
+            )
+        )
+    return found
 
 
 decide()
