@@ -304,3 +304,22 @@ def test_data_files_of_files_written_before_a_rename_take_the_columns_field_ids(
     alone = [iceberg_table.data_files(table.io, table.metadata, iceberg_table.read_footers(table.io, [f]))[0] for f in paths]
     assert made == alone
     assert [(f.lower_bounds[customer], f.upper_bounds[customer]) for f in made] == [(b"dee", b"eve"), (b"ann", b"cy")]
+
+
+def test_scan_data_files_are_the_files_pyicebergs_plan_files_plans(tmp_path: Path) -> None:
+    """The data files a filter selects, with and without the patch, in any snapshot: pyiceberg's plan_files' files."""
+    p = pipeline(tmp_path)
+    for batch_id in range(1, 6):
+        iceberg_table.commit_snapshot(p, batch_id, "a", write_attempt(tmp_path, batch_id, "a", batch_id), f"run-{batch_id}")
+    iceberg_table.commit_snapshot(p, 3, "b", write_attempt(tmp_path, 3, "b", 2), "backfill")  # an OVERWRITE: 3's first file out
+    table = iceberg_table.load_table(p)
+    first = table.metadata.snapshots[1].snapshot_id
+    filters = ["batch_id = 3", "batch_id >= 2 AND batch_id <= 4", "batch_id = 9", "batch_id >= 4"]
+    for row_filter in filters:
+        for snapshot_id in (None, first):
+            theirs = [t.file for t in table.scan(row_filter=row_filter, snapshot_id=snapshot_id).plan_files()]
+            ours = pyiceberg_patches.scan_data_files(table, row_filter, snapshot_id)
+            assert ours == theirs, (row_filter, snapshot_id)
+            with pyiceberg_patches.unpatched():
+                assert pyiceberg_patches.scan_data_files(table, row_filter, snapshot_id) == theirs
+    assert [f.file_path.rsplit("/", 2)[-2] for f in pyiceberg_patches.scan_data_files(table, "batch_id = 3")] == ["attempt=b"]

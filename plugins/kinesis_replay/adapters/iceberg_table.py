@@ -652,10 +652,11 @@ def _replace_once(
 
 def batch_data_files(table: Table, batch_id: int, snapshot_id: int | None = None) -> list[DataFile]:
     """The data files that hold the batch in the current (or the given) snapshot: pruned by the partition."""
+    from kinesis_replay.adapters import pyiceberg_patches
+
     if table.current_snapshot() is None:
         return []
-    scan = table.scan(row_filter=f"{PARTITION_COLUMN} = {int(batch_id)}", snapshot_id=snapshot_id)
-    return [task.file for task in scan.plan_files()]
+    return pyiceberg_patches.scan_data_files(table, f"{PARTITION_COLUMN} = {int(batch_id)}", snapshot_id)
 
 
 def selection_data_files(table: Table, batch_ids: Iterable[int]) -> dict[int, list[DataFile]]:
@@ -666,15 +667,17 @@ def selection_data_files(table: Table, batch_ids: Iterable[int]) -> dict[int, li
     as a batch's equality does, then by each file's partition (identity(batch_id)); an In filter of 100 ids costs
     pyiceberg's evaluators the 100 literals for every file.
     """
+    from kinesis_replay.adapters import pyiceberg_patches
+
     wanted = set(batch_ids)
     if not wanted or table.current_snapshot() is None:
         return {}
     ids = f"{PARTITION_COLUMN} >= {int(min(wanted))} AND {PARTITION_COLUMN} <= {int(max(wanted))}"
     found: dict[int, list[DataFile]] = {}
-    for task in table.scan(row_filter=ids).plan_files():
-        batch_id = task.file.partition[0]
+    for data_file in pyiceberg_patches.scan_data_files(table, ids):
+        batch_id = data_file.partition[0]
         if batch_id in wanted:
-            found.setdefault(batch_id, []).append(task.file)
+            found.setdefault(batch_id, []).append(data_file)
     return found
 
 

@@ -18,6 +18,9 @@ file of a commit (a re-decode's commit adds about 200; BENCHMARKS.md, ``make ben
 4. ``data_files``: a commit's files made into DataFiles with that work done once per commit (the schema check once per
    distinct file schema), from footers the caller read (``iceberg_table.read_footers``); the same DataFiles, field
    for field (tests/unit/test_pyiceberg_patches.py compares them with ``parquet_file_to_data_file``'s).
+5. ``scan_data_files``: the data files a scan's filter selects, without the residual filter pyiceberg's ``plan_files``
+   computes for each file (binding the filter again for every file: four fifths of the scan of a re-decode's 100
+   batches), which a commit never reads: the same files, from the same manifests, pruned the same way.
 
 Each is written against pyiceberg's internals, which change without notice. So at import this module checks the
 installed pyiceberg's version against ``WRITTEN_FOR``, and the shape of everything the patches replace or call
@@ -135,6 +138,12 @@ SHAPE: dict[str, Shape] = {
     "pyiceberg.manifest.DataFile.from_args": classmethod,
     "pyiceberg.manifest.DataFileContent.DATA": None,
     "pyiceberg.manifest.FileFormat.PARQUET": None,
+    # 5. scan_data_files: the planner DataScan.plan_files plans with, its step before the residuals.
+    "pyiceberg.table.ManifestGroupPlanner.__init__": ("self", "table_metadata", "io", "row_filter", "case_sensitive", "options"),
+    "pyiceberg.table.ManifestGroupPlanner.plan_manifest_entries": ("self", "manifests"),
+    "pyiceberg.table.DataScan._plan_files_local": ("self",),
+    "pyiceberg.table.TableScan.snapshot": ("self",),
+    "pyiceberg.manifest.DataFileContent.EQUALITY_DELETES": None,
 }
 
 
@@ -425,6 +434,38 @@ def data_files(io: FileIO, table_metadata: TableMetadata, footers: Sequence[Foot
                 **statistics.to_serialized_dict(),
             )
         )
+    return found
+
+
+def scan_data_files(table: Table, row_filter: str, snapshot_id: int | None = None) -> list[DataFile]:
+    """The data files of ``table``'s current (or given) snapshot that ``row_filter`` may select: ``table.scan(row_filter,
+    snapshot_id).plan_files()``'s files, in its order, without the scan tasks' residual filters when ``active()``.
+
+    pyiceberg 0.12's ``plan_files`` reads the manifests through its ``ManifestGroupPlanner`` (pruned by the partition
+    summaries, then each entry by its partition and its column metrics), then builds a task for each file with a
+    residual, binding the filter again for each file: at 100 files, four fifths of the scan. Here the planner's entries
+    are taken as they come; a table with equality deletes is refused as ``plan_files`` refuses it.
+    """
+    scan = table.scan(row_filter=row_filter, snapshot_id=snapshot_id)
+    if not active():
+        return [task.file for task in scan.plan_files()]
+    from pyiceberg.manifest import DataFileContent
+    from pyiceberg.table import ManifestGroupPlanner
+
+    snapshot = scan.snapshot()
+    if snapshot is None:
+        return []
+    planner = ManifestGroupPlanner(
+        table_metadata=scan.table_metadata, io=scan.io, row_filter=scan.row_filter, case_sensitive=scan.case_sensitive, options=scan.options
+    )
+    found = []
+    for entries in planner.plan_manifest_entries(snapshot.manifests(scan.io)):
+        for entry in entries:
+            content = entry.data_file.content
+            if content == DataFileContent.DATA:
+                found.append(entry.data_file)
+            elif content == DataFileContent.EQUALITY_DELETES:
+                raise ValueError("PyIceberg does not yet support equality deletes: https://github.com/apache/iceberg/issues/6568")
     return found
 
 
