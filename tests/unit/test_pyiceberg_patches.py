@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pyarrow as pa
@@ -213,8 +214,11 @@ def varied_table(root: Path) -> Any:
     return catalog.create_table("lake.t", schema, partition_spec=spec, sort_order=sort_order, properties=properties)
 
 
-def varied_file(path: Path, batch_id: int, seed: int, drop: tuple[str, ...] = (), row_group_size: int = 3) -> pa.Table:
-    """A file of ``varied_table``'s columns (less ``drop``), several row groups, nulls here and there; returns its rows."""
+def varied_file(
+    path: Path, batch_id: int, seed: int, drop: tuple[str, ...] = (), row_group_size: int = 3, statistics: bool | list[str] = True
+) -> pa.Table:
+    """A file of ``varied_table``'s columns (less ``drop``), several row groups, nulls here and there, ``statistics`` written
+    for every column or those named; returns its rows."""
     import decimal
 
     n = 8
@@ -223,7 +227,7 @@ def varied_file(path: Path, batch_id: int, seed: int, drop: tuple[str, ...] = ()
         "sequence_number": [f"{seed:04d}-{i:030d}" for i in range(n)],  # longer than the default truncate(16)
         "approximate_arrival_timestamp": pa.array([datetime(2026, 1, 1, 0, 0, i, tzinfo=UTC) for i in range(n)], pa.timestamp("us", "UTC")),
         "data": pa.array([b"\xff" * (20 + i) if i % 3 else None for i in range(n)], pa.binary()),
-        "word": [None if i == seed % n else f"w{seed}{i}xyzzy" for i in range(n)],
+        "word": pa.array([None if i == seed % n or seed == 5 else f"w{seed}{i}xyzzy" for i in range(n)], pa.string()),  # file 5: all null
         "note": [f"n{i}" for i in range(n)],
         "count_only": pa.array([i * seed for i in range(n)], pa.int64()),
         "small": pa.array([i - seed for i in range(n)], pa.int32()),
@@ -239,7 +243,7 @@ def varied_file(path: Path, batch_id: int, seed: int, drop: tuple[str, ...] = ()
         "batch_id": pa.array([batch_id] * n, pa.int64()),
     })  # fmt: skip
     rows = rows.drop_columns(list(drop))
-    pq.write_table(rows, path, row_group_size=row_group_size, store_decimal_as_integer=True)
+    pq.write_table(rows, path, row_group_size=row_group_size, store_decimal_as_integer=True, write_statistics=statistics)
     return rows
 
 
@@ -252,8 +256,11 @@ def test_data_files_are_pyicebergs_own_field_for_field(tmp_path: Path) -> None:
     folder = tmp_path / "files"
     folder.mkdir()
     paths = []
-    for n, drop in enumerate(((), (), ("word", "place"), (), ("note",))):  # three file schemas, one of them twice over
-        varied_file(folder / f"{n}.parquet", batch_id=n + 1, seed=n, drop=drop)
+    # Three file schemas, one of them four times over; a file with no statistics, one with some; a column all null.
+    drops = ((), (), ("word", "place"), (), ("note",), (), (), ())
+    for n, drop in enumerate(drops):
+        statistics = {6: False, 7: ["word", "small", "price", "total", "batch_id"]}.get(n, True)
+        varied_file(folder / f"{n}.parquet", batch_id=n + 1, seed=n, drop=drop, statistics=statistics)
         paths.append(f"file://{folder}/{n}.parquet")
     footers = iceberg_table.read_footers(table.io, paths)
     assert [f.path for f in footers] == paths
@@ -267,7 +274,10 @@ def test_data_files_are_pyicebergs_own_field_for_field(tmp_path: Path) -> None:
     assert first.lower_bounds[by_name["word"]] == b"w01x" and by_name["note"] not in first.lower_bounds
     assert by_name["count_only"] in first.value_counts and by_name["count_only"] not in first.lower_bounds
     assert len(first.upper_bounds[by_name["sequence_number"]]) == 35 and len(first.split_offsets) == 3
-    assert [f.partition[0] for f in ours] == [1, 2, 3, 4, 5] and [f.file_size_in_bytes for f in ours] == [
+    assert ours[6].lower_bounds == {} and ours[6].null_value_counts == {} and ours[6].partition[0] is None
+    assert set(ours[7].lower_bounds) == {by_name[c] for c in ("word", "small", "price", "total", "batch_id")}
+    assert by_name["word"] not in ours[5].lower_bounds and ours[5].null_value_counts[by_name["word"]] == 8
+    assert [f.partition[0] for f in ours] == [1, 2, 3, 4, 5, 6, None, 8] and [f.file_size_in_bytes for f in ours] == [
         Path(p.removeprefix("file://")).stat().st_size for p in paths
     ]
 
@@ -328,3 +338,56 @@ def test_scan_data_files_are_the_files_pyicebergs_plan_files_plans(tmp_path: Pat
             with pyiceberg_patches.unpatched():
                 assert whole(pyiceberg_patches.scan_data_files(table, row_filter, snapshot_id)) == whole(theirs)
     assert [f.file_path.rsplit("/", 2)[-2] for f in pyiceberg_patches.scan_data_files(table, "batch_id = 3")] == ["attempt=b"]
+
+
+class _Chunk:
+    """A column chunk's metadata as pyarrow reads it, but with no statistics (``missing``) or statistics that pyarrow
+    cannot read (``unreadable``): what a file of another writer may hold in some row groups and not in others."""
+
+    def __init__(self, chunk: Any, missing: bool, unreadable: bool) -> None:
+        self._chunk, self.is_stats_set, self._unreadable = chunk, chunk.is_stats_set and not missing, unreadable
+
+    @property
+    def statistics(self) -> Any:
+        if self._unreadable:
+            raise pa.lib.ArrowNotImplementedError("unreadable statistics")
+        return self._chunk.statistics
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._chunk, name)
+
+
+class _Footer:
+    """A file's metadata with ``missing`` and ``unreadable`` statistics in some row groups: {row group: column positions}."""
+
+    def __init__(self, metadata: Any, missing: dict[int, set[int]], unreadable: dict[int, set[int]]) -> None:
+        self._metadata, self._missing, self._unreadable = metadata, missing, unreadable
+
+    def row_group(self, r: int) -> Any:
+        row_group = self._metadata.row_group(r)
+        missing, unreadable = self._missing.get(r, set()), self._unreadable.get(r, set())
+        return SimpleNamespace(column=lambda pos: _Chunk(row_group.column(pos), pos in missing, pos in unreadable))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._metadata, name)
+
+
+def test_statistics_missing_or_unreadable_in_some_row_groups_drop_the_columns_bounds_as_pyiceberg_does(tmp_path: Path) -> None:
+    from pyiceberg.io.pyarrow import compute_statistics_plan, data_file_statistics_from_parquet_metadata, parquet_path_to_id_mapping
+
+    table = varied_table(tmp_path)
+    varied_file(tmp_path / "f.parquet", batch_id=1, seed=3)
+    metadata = pq.read_metadata(tmp_path / "f.parquet")
+    assert metadata.num_row_groups == 3
+    schema = table.schema()
+    plan, mapping = compute_statistics_plan(schema, table.properties), parquet_path_to_id_mapping(schema)
+    names = [metadata.schema.column(i).path for i in range(metadata.num_columns)]
+    word, small, day = names.index("word"), names.index("small"), names.index("day")
+    footer = _Footer(metadata, missing={1: {word, small}}, unreadable={2: {day}})
+    theirs = data_file_statistics_from_parquet_metadata(footer, plan, mapping)
+    columns = {field_id: pyiceberg_patches._Column(collector) for field_id, collector in plan.items()}
+    ours = pyiceberg_patches._file_statistics(footer, mapping, columns)
+    assert ours.to_serialized_dict() == theirs.to_serialized_dict()
+    assert ours.partition(table.spec(), schema) == theirs.partition(table.spec(), schema)
+    dropped = {schema.find_field(name).field_id for name in ("word", "small", "day")}
+    assert dropped.isdisjoint(ours.to_serialized_dict()["lower_bounds"]) and dropped.isdisjoint(ours.null_value_counts)
