@@ -933,15 +933,16 @@ class Footer:
 
 def read_footers(io: FileIO, paths: Sequence[str]) -> list[Footer]:
     """The footers of ``paths`` through the table's FileIO, in their order: the reads pyiceberg's ``add_files`` makes of
-    each file (open, footer, size), in pyiceberg's own thread pool (as its ``add_files`` reads them) when there are several:
-    on S3 each file is a few requests, and a re-decode's commit reads about 200."""
+    each file (open, footer), in pyiceberg's own thread pool (as its ``add_files`` reads them) when there are several:
+    on S3 each file is a few requests, and a re-decode's commit reads about 200. The size is the open file's (its end),
+    where pyiceberg asks the file system for it again (``len`` of the input file: a stat, or a HEAD request on S3)."""
     import pyarrow.parquet as pq
 
     def read(path: str) -> Footer:
-        input_file = io.new_input(path)
-        with input_file.open() as stream:
+        with io.new_input(path).open() as stream:
             metadata = pq.read_metadata(stream)
-        return Footer(path, metadata, metadata.schema.to_arrow_schema(), len(input_file))
+            size = stream.seek(0, os.SEEK_END)
+        return Footer(path, metadata, metadata.schema.to_arrow_schema(), size)
 
     if len(paths) < 2:
         return [read(p) for p in paths]
