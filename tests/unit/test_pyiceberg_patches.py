@@ -391,3 +391,39 @@ def test_statistics_missing_or_unreadable_in_some_row_groups_drop_the_columns_bo
     assert ours.partition(table.spec(), schema) == theirs.partition(table.spec(), schema)
     dropped = {schema.find_field(name).field_id for name in ("word", "small", "day")}
     assert dropped.isdisjoint(ours.to_serialized_dict()["lower_bounds"]) and dropped.isdisjoint(ours.null_value_counts)
+
+
+def test_an_overwrite_binds_its_partitions_once_and_replaces_the_same_files_as_pyicebergs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A re-decode's OVERWRITE of several batches builds one manifest evaluator (pyiceberg's own: one per pass over the
+    manifests) and makes the same table."""
+    import pyiceberg.table.update.snapshot as snapshot
+
+    built: Counter[str] = Counter()
+    own = snapshot.manifest_evaluator
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        built["patched" if pyiceberg_patches.active() else "own"] += 1
+        return own(*args, **kwargs)
+
+    monkeypatch.setattr(snapshot, "manifest_evaluator", counted)
+
+    def redecode(root: Path) -> Any:
+        p = pipeline(root)
+        for batch_id in range(1, 6):
+            iceberg_table.commit_snapshot(p, batch_id, "a", write_attempt(root, batch_id, "a", batch_id), f"run-{batch_id}")
+        replacements = {b: write_attempt(root, b, "r", b + 1) for b in (2, 3, 4)}
+        records = {b: (b, b + 1) for b in replacements}
+        key = {iceberg_table.PIPELINE_PROPERTY: p.name, "kinesis-replay.redecode": "rd"}
+        iceberg_table.replace_batches(p, replacements, records, {**key, iceberg_table.RUN_PROPERTY: "rd"}, key, lambda _state: None)
+        return contents(iceberg_table.load_table(p))
+
+    patched = redecode(tmp_path / "patched")
+    assert built == Counter(patched=1)
+    with pyiceberg_patches.unpatched():
+        own_table = redecode(tmp_path / "own")
+    assert built["own"] == 2
+    assert own_table == patched
+    assert patched["partitions"] == [(1, 1, 1), (2, 3, 1), (3, 4, 1), (4, 5, 1), (5, 5, 1)]
+    assert [op for op, _, _ in patched["snapshots"]][-1] == "overwrite"

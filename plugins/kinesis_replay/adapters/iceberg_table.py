@@ -524,10 +524,12 @@ def create_table(catalog: Catalog, identifier: str, location: str, parts: tuple[
 def write_snapshot(tx: Transaction, properties: Mapping[str, str], old: Iterable[DataFile], added: Iterable[DataFile]) -> None:
     """One snapshot in ``tx``: ``old`` out and ``added`` in (an OVERWRITE), or, with nothing out, ``added`` appended, merging
     manifests as the table's properties say."""
+    from kinesis_replay.adapters import pyiceberg_patches
+
     old = list(old)
     update = tx.update_snapshot(snapshot_properties=dict(properties))
     if old:
-        with update.overwrite() as overwrite:
+        with pyiceberg_patches.share_manifest_evaluators(update.overwrite()) as overwrite:
             for data_file in old:
                 overwrite.delete_data_file(data_file)
             for data_file in added:

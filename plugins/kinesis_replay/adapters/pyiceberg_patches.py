@@ -23,6 +23,9 @@ file of a commit (a re-decode's commit adds about 200; BENCHMARKS.md, ``make ben
 5. ``scan_data_files``: the data files a scan's filter selects, without the residual filter pyiceberg's ``plan_files``
    computes for each file (binding the filter again for every file: four fifths of the scan of a re-decode's 100
    batches), which a commit never reads: the same files, from the same manifests, pruned the same way.
+6. ``share_manifest_evaluators``: an OVERWRITE's two passes over the current manifests (the entries it deletes, the
+   manifests it keeps or rewrites) each bind the replaced files' partitions (an Or of one predicate a partition: 100
+   for a re-decode) into a manifest evaluator of their own; here the second reuses the first's.
 
 Each is written against pyiceberg's internals, which change without notice. So at import this module checks the
 installed pyiceberg's version against ``WRITTEN_FOR``, and the shape of everything the patches replace or call
@@ -168,6 +171,11 @@ SHAPE: dict[str, Shape] = {
     "pyiceberg.table.DataScan._plan_files_local": ("self",),
     "pyiceberg.table.TableScan.snapshot": ("self",),
     "pyiceberg.manifest.DataFileContent.EQUALITY_DELETES": None,
+    # 6. share_manifest_evaluators: the method it memoizes on one producer, what the evaluator is built from, its callers.
+    "pyiceberg.table.update.snapshot._SnapshotProducer._build_manifest_evaluator": ("self", "spec_id"),
+    "pyiceberg.table.update.snapshot._SnapshotProducer.partition_filters": functools.cached_property,
+    "pyiceberg.table.update.snapshot._OverwriteFiles._deleted_entries": ("self",),
+    "pyiceberg.table.update.snapshot._OverwriteFiles._existing_manifests": ("self",),
 }
 
 
@@ -654,6 +662,34 @@ def scan_data_files(table: Table, row_filter: str, snapshot_id: int | None = Non
             elif content == DataFileContent.EQUALITY_DELETES:
                 raise ValueError("PyIceberg does not yet support equality deletes: https://github.com/apache/iceberg/issues/6568")
     return found
+
+
+def share_manifest_evaluators(producer: Any) -> Any:
+    """``producer`` (an OVERWRITE's ``_OverwriteFiles``) building each spec's manifest evaluator once for its partition
+    filter, when ``active()``; as pyiceberg made it otherwise.
+
+    pyiceberg 0.12's OVERWRITE binds the replaced files' partitions (one predicate a partition, OR'ed) into a manifest
+    evaluator in each of its two passes over the current manifests (``_deleted_entries``, then ``_existing_manifests``):
+    for a re-decode's 100 batches, binding 100 predicates twice on each table. The evaluator depends on the spec, the
+    schema and the spec's partition filter; it is reused while the filter is the same object (``_manifests`` replaces
+    it, never mutates it, when it adds the replaced files' partitions), and built again for a new one. The two passes
+    run one after the other (the second starts once the first's results are all read), so no evaluator is used by two
+    threads that pyiceberg's own would not be.
+    """
+    if not active():
+        return producer
+    build = producer._build_manifest_evaluator
+    built: dict[int, tuple[Any, Any]] = {}  # spec id -> (the partition filter it was built for, the evaluator)
+
+    def evaluator(spec_id: int) -> Any:
+        partition_filter = producer.partition_filters[spec_id]
+        known = built.get(spec_id)
+        if known is None or known[0] is not partition_filter:
+            known = built[spec_id] = (partition_filter, build(spec_id))
+        return known[1]
+
+    setattr(producer, "_build_manifest_evaluator", evaluator)  # noqa: B010 - this producer's, not the class's
+    return producer
 
 
 decide()
