@@ -136,6 +136,13 @@ class Meter:
     def __getitem__(self, label: str) -> Measure:
         return self.phases.get(label) or Measure()
 
+    def commit_way(self) -> str | None:
+        """The way ("backfill" or "re-decode") whose table commit is open, if one is."""
+        for way, labels in COMMITS.items():
+            if any(label in labels for label in self._open):
+                return way
+        return None
+
 
 @contextlib.contextmanager
 def patched(target: Any, name: str, wrapper: Callable[[Callable[..., Any]], Callable[..., Any]]) -> Iterator[None]:
@@ -146,6 +153,36 @@ def patched(target: Any, name: str, wrapper: Callable[[Callable[..., Any]], Call
         yield
     finally:
         setattr(target, name, original)
+
+
+# The tables' commits of each way, and the steps inside them timed on their own (``iceberg_table``'s functions).
+COMMITS = {
+    "backfill": ("backfill table commit", "backfill quarantine commit"),
+    "re-decode": ("re-decode table commit", "re-decode quarantine commit"),
+}
+STEPS = {
+    "read_footers": "reading the added files' footers",
+    "data_files": "making their DataFiles (statistics)",
+    "batch_data_files": "finding the replaced files (scans)",
+    "selection_data_files": "finding the replaced files (scans)",
+    "write_snapshot": "writing the snapshot (manifests, summary)",
+}
+
+
+def within_commit(meter: Meter, step: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Timed as ``<way> commit: <step>`` inside a way's table commit, not timed elsewhere."""
+
+    def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            way = meter.commit_way()
+            if way is None:
+                return original(*args, **kwargs)
+            with meter.phase(f"{way} commit: {step}"):
+                return original(*args, **kwargs)
+
+        return call
+
+    return wrap
 
 
 def timed(meter: Meter, label: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -318,6 +355,8 @@ def run(batches: int, records: int, progress: Callable[[str], None]) -> dict[str
             patches.enter_context(patched(commit, "commit_to_table", timed(meter, "backfill table commit")))
             patches.enter_context(patched(commit, "quarantine_to_table", timed(meter, "backfill quarantine commit")))
             patches.enter_context(patched(iceberg_table, "replace_batches", timed(meter, "re-decode table commit")))
+            for name, step in STEPS.items():
+                patches.enter_context(patched(iceberg_table, name, within_commit(meter, step)))
             for batch_id in ids:  # interleaved, so that the machine's load falls on both ways alike
                 with meter.phase("backfill"):
                     with meter.phase("backfill replay"):
@@ -408,6 +447,11 @@ def render(r: dict[str, Any], command: str) -> str:
     lines += [
         f"| of which {kind} | {bf_opened[kind]:,} | {rd_opened[kind]:,} | {ratio(rd_opened[kind], bf_opened[kind])} |" for kind in KINDS
     ]
+    lines += [
+        "| where the commits' CPU goes, s: a backfill commit's (the mean) against the re-decode's one, by step | | | |",
+        *steps(p, n, one_cpu, rd_cpu),
+        f"| the re-decode's commit less one backfill commit, per batch beyond the first, ms (CPU) | | {(rd - one) / max(n - 1, 1) * 1000:.2f} ({(rd_cpu - one_cpu) / max(n - 1, 1) * 1000:.2f}) | |",
+    ]
     bf_way, rd_way = p["backfill"], p["re-decode"]
     lines += [
         f"| the whole way, s: replays, checks and commits | {sum(bf_way.wall):.2f} | {sum(rd_way.wall):.2f} | {sum(rd_way.wall) / sum(bf_way.wall):.2f}× |",
@@ -427,6 +471,24 @@ def render(r: dict[str, Any], command: str) -> str:
         f"min {min(per_batch) * 1000:.1f}, max {max(per_batch) * 1000:.1f}.",
     ]
     return "\n".join(lines)
+
+
+def steps(p: dict[str, Measure], n: int, one_cpu: float, rd_cpu: float) -> list[str]:
+    """A row per step of the tables' commits (CPU, s): a backfill commit's mean, the re-decode's, and the rest of each."""
+    rows, bf_steps, rd_steps = [], 0.0, 0.0
+    for step in dict.fromkeys(STEPS.values()):
+        bf, rd = sum(p[f"backfill commit: {step}"].cpu) / n, sum(p[f"re-decode commit: {step}"].cpu)
+        bf_steps, rd_steps = bf_steps + bf, rd_steps + rd
+        rows.append(f"| of which {step} | {bf:.4f} | {rd:.4f} | {ratio_of(rd, bf)} |")
+    rest_bf, rest_rd = one_cpu - bf_steps, rd_cpu - rd_steps
+    rows.append(
+        f"| of which the rest (catalog and table loads, checks, the catalog's commit) | {rest_bf:.4f} | {rest_rd:.4f} | {ratio_of(rest_rd, rest_bf)} |"
+    )
+    return rows
+
+
+def ratio_of(a: float, b: float) -> str:
+    return f"{a / b:.1f}×" if b > 0 else ""
 
 
 def ratio(a: int, b: int) -> str:

@@ -18,7 +18,7 @@ POLICY = ROOT / "plugins" / "kinesis_replay" / "iam_policy.json"
 SOURCE_GLOBS = ("plugins/kinesis_replay/**/*.py", "spark_jobs/*.py", "dags/*.py")
 SERVICES = ("kinesis", "dynamodb")
 # Modules that call no Kinesis or DynamoDB API: pyiceberg's Table.scan is a table scan, not DynamoDB's Scan.
-NO_AWS_CLIENT = {"plugins/kinesis_replay/adapters/iceberg_table.py"}
+NO_AWS_CLIENT = {"plugins/kinesis_replay/adapters/iceberg_table.py", "plugins/kinesis_replay/adapters/pyiceberg_patches.py"}
 
 # IAM has no TransactWriteItems action: each item of a transaction is authorized as its own action.
 TRANSACT_ITEM_ACTIONS = {"Put": "PutItem", "Update": "UpdateItem", "Delete": "DeleteItem", "ConditionCheck": "ConditionCheckItem"}

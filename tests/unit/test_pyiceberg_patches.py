@@ -5,8 +5,10 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from dataclasses import replace
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pyarrow as pa
@@ -184,3 +186,244 @@ def test_unpatched_blocks_nest_and_end() -> None:
             assert not pyiceberg_patches.active()
         assert not pyiceberg_patches.active()
     assert pyiceberg_patches.active()
+
+
+# -- a commit's files made into DataFiles, and the data files a scan selects ------------------------------------------
+
+
+def whole(data_files: list[Any]) -> list[list[Any]]:
+    """Each DataFile's every field (pyiceberg's DataFile compares its path only)."""
+    return [[f[i] for i in range(len(f))] for f in data_files]
+
+
+def varied_table(root: Path) -> Any:
+    """A table of every kind of column a file can hold (long strings and binaries, whose bounds are truncated; decimals
+    stored as INT32, INT64 and FIXED_LEN_BYTE_ARRAY; nested columns, whose bounds are not kept), with a column of each
+    metrics mode, partitioned by identity(batch_id) as the pipeline's table is."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    catalog = SqlCatalog("t", uri=f"sqlite:///{root}/catalog.db", warehouse=f"file://{root}")
+    catalog.create_namespace("lake")
+    schema, spec, sort_order, _ = iceberg_table.new_table_parts(pipeline(root), varied_file(root / "first.parquet", 1, 0).schema)
+    properties = {
+        "write.metadata.metrics.column.note": "none",
+        "write.metadata.metrics.column.count_only": "counts",
+        "write.metadata.metrics.column.word": "truncate(4)",
+        "write.metadata.metrics.column.sequence_number": "full",
+    }
+    return catalog.create_table("lake.t", schema, partition_spec=spec, sort_order=sort_order, properties=properties)
+
+
+def varied_file(
+    path: Path, batch_id: int, seed: int, drop: tuple[str, ...] = (), row_group_size: int = 3, statistics: bool | list[str] = True
+) -> pa.Table:
+    """A file of ``varied_table``'s columns (less ``drop``), several row groups, nulls here and there, ``statistics`` written
+    for every column or those named; returns its rows."""
+    import decimal
+
+    n = 8
+    rows = pa.table({
+        "shard_id": [f"shardId-{seed}"] * n,
+        "sequence_number": [f"{seed:04d}-{i:030d}" for i in range(n)],  # longer than the default truncate(16)
+        "approximate_arrival_timestamp": pa.array([datetime(2026, 1, 1, 0, 0, i, tzinfo=UTC) for i in range(n)], pa.timestamp("us", "UTC")),
+        "data": pa.array([b"\xff" * (20 + i) if i % 3 else None for i in range(n)], pa.binary()),
+        "word": pa.array([None if i == seed % n or seed == 5 else f"w{seed}{i}xyzzy" for i in range(n)], pa.string()),  # file 5: all null
+        "note": [f"n{i}" for i in range(n)],
+        "count_only": pa.array([i * seed for i in range(n)], pa.int64()),
+        "small": pa.array([i - seed for i in range(n)], pa.int32()),
+        "ratio": pa.array([i / (seed + 1) if i != 2 else float("nan") for i in range(n)], pa.float64()),
+        "flag": [i % 2 == 0 for i in range(n)],
+        "day": pa.array([date(2026, 1, 1 + i) for i in range(n)], pa.date32()),
+        "price": pa.array([decimal.Decimal(f"{seed}{i}.25") for i in range(n)], pa.decimal128(7, 2)),  # INT32
+        "amount": pa.array([decimal.Decimal(f"-{seed}{i}.125") for i in range(n)], pa.decimal128(15, 3)),  # INT64
+        "total": pa.array([decimal.Decimal(f"{seed}{i}1234567890123.5") for i in range(n)], pa.decimal128(30, 1)),  # FLBA
+        "tags": pa.array([[f"t{i}", "u"] if i % 2 else [] for i in range(n)], pa.list_(pa.string())),
+        "place": pa.array([{"city": f"c{i}", "zip": i} for i in range(n)], pa.struct([("city", pa.string()), ("zip", pa.int64())])),
+        "attrs": pa.array([[("k", i)] for i in range(n)], pa.map_(pa.string(), pa.int64())),
+        "batch_id": pa.array([batch_id] * n, pa.int64()),
+    })  # fmt: skip
+    rows = rows.drop_columns(list(drop))
+    pq.write_table(rows, path, row_group_size=row_group_size, store_decimal_as_integer=True, write_statistics=statistics)
+    return rows
+
+
+def test_data_files_are_pyicebergs_own_field_for_field(tmp_path: Path) -> None:
+    """What pyiceberg_patches.data_files makes of a commit's files is, file for file and field for field, what
+    pyiceberg's parquet_file_to_data_file makes of each: fails when pyiceberg's internals change under the patch."""
+    from pyiceberg.io.pyarrow import parquet_file_to_data_file
+
+    table = varied_table(tmp_path)
+    folder = tmp_path / "files"
+    folder.mkdir()
+    paths = []
+    # Three file schemas, one of them four times over; a file with no statistics, one with some; a column all null.
+    drops = ((), (), ("word", "place"), (), ("note",), (), (), ())
+    for n, drop in enumerate(drops):
+        statistics = {6: False, 7: ["word", "small", "price", "total", "batch_id"]}.get(n, True)
+        varied_file(folder / f"{n}.parquet", batch_id=n + 1, seed=n, drop=drop, statistics=statistics)
+        paths.append(f"file://{folder}/{n}.parquet")
+    footers = iceberg_table.read_footers(table.io, paths)
+    assert [f.path for f in footers] == paths
+
+    theirs = [parquet_file_to_data_file(table.io, table.metadata, p) for p in paths]
+    ours = pyiceberg_patches.data_files(table.io, table.metadata, footers)
+    assert whole(ours) == whole(theirs)
+    # What the comparison covers: bounds kept, truncated, left out by the metrics modes, and kept for no nested column.
+    first = theirs[0]
+    by_name = {f.name: f.field_id for f in table.schema().fields}
+    assert first.lower_bounds[by_name["word"]] == b"w01x" and by_name["note"] not in first.lower_bounds
+    assert by_name["count_only"] in first.value_counts and by_name["count_only"] not in first.lower_bounds
+    assert len(first.upper_bounds[by_name["sequence_number"]]) == 35 and len(first.split_offsets) == 3
+    assert ours[6].lower_bounds == {} and ours[6].null_value_counts == {} and ours[6].partition[0] is None
+    assert set(ours[7].lower_bounds) == {by_name[c] for c in ("word", "small", "price", "total", "batch_id")}
+    assert by_name["word"] not in ours[5].lower_bounds and ours[5].null_value_counts[by_name["word"]] == 8
+    assert [f.partition[0] for f in ours] == [1, 2, 3, 4, 5, 6, None, 8] and [f.file_size_in_bytes for f in ours] == [
+        Path(p.removeprefix("file://")).stat().st_size for p in paths
+    ]
+
+    with pyiceberg_patches.unpatched():  # pyiceberg's own function, each footer read again
+        assert whole(pyiceberg_patches.data_files(table.io, table.metadata, footers)) == whole(theirs)
+
+
+def test_data_files_check_each_file_schema_as_pyiceberg_does(tmp_path: Path) -> None:
+    """The schema check runs once for each distinct file schema, never once for all: a file that does not fit is
+    refused with pyiceberg's own error, wherever it comes among files that fit."""
+    from pyiceberg.io.pyarrow import parquet_file_to_data_file
+
+    table = varied_table(tmp_path)
+    good, bad = tmp_path / "good.parquet", tmp_path / "bad.parquet"
+    varied_file(good, batch_id=1, seed=1)
+    rows = varied_file(bad, batch_id=2, seed=2)
+    pq.write_table(rows.append_column("stranger", pa.array(["?"] * rows.num_rows)), bad)
+    paths = [f"file://{good}", f"file://{bad}"]
+    with pytest.raises(ValueError) as theirs:
+        parquet_file_to_data_file(table.io, table.metadata, paths[1])
+    with pytest.raises(ValueError) as ours:
+        pyiceberg_patches.data_files(table.io, table.metadata, iceberg_table.read_footers(table.io, paths))
+    assert str(ours.value) == str(theirs.value) and "stranger" in str(ours.value)
+
+
+def test_data_files_of_files_written_before_a_rename_take_the_columns_field_ids(tmp_path: Path) -> None:
+    """Files that name a column as it was before a rename and files that name it as it is now, in one call: each file's
+    statistics under the column's field id, as each file alone gets them."""
+    p = pipeline(tmp_path)
+    before = write_attempt(tmp_path, 1, "a", 3, user=pa.array(["ann", "bob", "cy"]))
+    iceberg_table.commit_snapshot(p, 1, "a", before, "run-1")
+    renamed = replace(p, payload=replace(p.payload, renamed_from={"customer": "user"}))
+    after = write_attempt(tmp_path, 2, "a", 2, customer=pa.array(["dee", "eve"]))
+    iceberg_table.commit_snapshot(renamed, 2, "a", after, "run-2")
+    table = iceberg_table.load_table(renamed)
+    customer = table.schema().find_field("customer").field_id
+    paths = [iceberg_table.iceberg_location(f) for f in (*after, *before)]
+    made = iceberg_table.data_files(table.io, table.metadata, iceberg_table.read_footers(table.io, paths))
+    alone = [iceberg_table.data_files(table.io, table.metadata, iceberg_table.read_footers(table.io, [f]))[0] for f in paths]
+    assert whole(made) == whole(alone)
+    assert [(f.lower_bounds[customer], f.upper_bounds[customer]) for f in made] == [(b"dee", b"eve"), (b"ann", b"cy")]
+
+
+def test_scan_data_files_are_the_files_pyicebergs_plan_files_plans(tmp_path: Path) -> None:
+    """The data files a filter selects, with and without the patch, in any snapshot: pyiceberg's plan_files' files."""
+    p = pipeline(tmp_path)
+    for batch_id in range(1, 6):
+        iceberg_table.commit_snapshot(p, batch_id, "a", write_attempt(tmp_path, batch_id, "a", batch_id), f"run-{batch_id}")
+    iceberg_table.commit_snapshot(p, 3, "b", write_attempt(tmp_path, 3, "b", 2), "backfill")  # an OVERWRITE: 3's first file out
+    table = iceberg_table.load_table(p)
+    first = table.metadata.snapshots[1].snapshot_id
+    filters = ["batch_id = 3", "batch_id >= 2 AND batch_id <= 4", "batch_id = 9", "batch_id >= 4"]
+    for row_filter in filters:
+        for snapshot_id in (None, first):
+            theirs = [t.file for t in table.scan(row_filter=row_filter, snapshot_id=snapshot_id).plan_files()]
+            ours = pyiceberg_patches.scan_data_files(table, row_filter, snapshot_id)
+            assert whole(ours) == whole(theirs), (row_filter, snapshot_id)
+            with pyiceberg_patches.unpatched():
+                assert whole(pyiceberg_patches.scan_data_files(table, row_filter, snapshot_id)) == whole(theirs)
+    assert [f.file_path.rsplit("/", 2)[-2] for f in pyiceberg_patches.scan_data_files(table, "batch_id = 3")] == ["attempt=b"]
+
+
+class _Chunk:
+    """A column chunk's metadata as pyarrow reads it, but with no statistics (``missing``) or statistics that pyarrow
+    cannot read (``unreadable``): what a file of another writer may hold in some row groups and not in others."""
+
+    def __init__(self, chunk: Any, missing: bool, unreadable: bool) -> None:
+        self._chunk, self.is_stats_set, self._unreadable = chunk, chunk.is_stats_set and not missing, unreadable
+
+    @property
+    def statistics(self) -> Any:
+        if self._unreadable:
+            raise pa.lib.ArrowNotImplementedError("unreadable statistics")
+        return self._chunk.statistics
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._chunk, name)
+
+
+class _Footer:
+    """A file's metadata with ``missing`` and ``unreadable`` statistics in some row groups: {row group: column positions}."""
+
+    def __init__(self, metadata: Any, missing: dict[int, set[int]], unreadable: dict[int, set[int]]) -> None:
+        self._metadata, self._missing, self._unreadable = metadata, missing, unreadable
+
+    def row_group(self, r: int) -> Any:
+        row_group = self._metadata.row_group(r)
+        missing, unreadable = self._missing.get(r, set()), self._unreadable.get(r, set())
+        return SimpleNamespace(column=lambda pos: _Chunk(row_group.column(pos), pos in missing, pos in unreadable))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._metadata, name)
+
+
+def test_statistics_missing_or_unreadable_in_some_row_groups_drop_the_columns_bounds_as_pyiceberg_does(tmp_path: Path) -> None:
+    from pyiceberg.io.pyarrow import compute_statistics_plan, data_file_statistics_from_parquet_metadata, parquet_path_to_id_mapping
+
+    table = varied_table(tmp_path)
+    varied_file(tmp_path / "f.parquet", batch_id=1, seed=3)
+    metadata = pq.read_metadata(tmp_path / "f.parquet")
+    assert metadata.num_row_groups == 3
+    schema = table.schema()
+    plan, mapping = compute_statistics_plan(schema, table.properties), parquet_path_to_id_mapping(schema)
+    names = [metadata.schema.column(i).path for i in range(metadata.num_columns)]
+    word, small, day = names.index("word"), names.index("small"), names.index("day")
+    footer = _Footer(metadata, missing={1: {word, small}}, unreadable={2: {day}})
+    theirs = data_file_statistics_from_parquet_metadata(footer, plan, mapping)
+    columns = {field_id: pyiceberg_patches._Column(collector) for field_id, collector in plan.items()}
+    ours = pyiceberg_patches._file_statistics(footer, mapping, columns)
+    assert ours.to_serialized_dict() == theirs.to_serialized_dict()
+    assert ours.partition(table.spec(), schema) == theirs.partition(table.spec(), schema)
+    dropped = {schema.find_field(name).field_id for name in ("word", "small", "day")}
+    assert dropped.isdisjoint(ours.to_serialized_dict()["lower_bounds"]) and dropped.isdisjoint(ours.null_value_counts)
+
+
+def test_an_overwrite_binds_its_partitions_once_and_replaces_the_same_files_as_pyicebergs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A re-decode's OVERWRITE of several batches builds one manifest evaluator (pyiceberg's own: one per pass over the
+    manifests) and makes the same table."""
+    import pyiceberg.table.update.snapshot as snapshot
+
+    built: Counter[str] = Counter()
+    own = snapshot.manifest_evaluator
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        built["patched" if pyiceberg_patches.active() else "own"] += 1
+        return own(*args, **kwargs)
+
+    monkeypatch.setattr(snapshot, "manifest_evaluator", counted)
+
+    def redecode(root: Path) -> Any:
+        p = pipeline(root)
+        for batch_id in range(1, 6):
+            iceberg_table.commit_snapshot(p, batch_id, "a", write_attempt(root, batch_id, "a", batch_id), f"run-{batch_id}")
+        replacements = {b: write_attempt(root, b, "r", b + 1) for b in (2, 3, 4)}
+        records = {b: (b, b + 1) for b in replacements}
+        key = {iceberg_table.PIPELINE_PROPERTY: p.name, "kinesis-replay.redecode": "rd"}
+        iceberg_table.replace_batches(p, replacements, records, {**key, iceberg_table.RUN_PROPERTY: "rd"}, key, lambda _state: None)
+        return contents(iceberg_table.load_table(p))
+
+    patched = redecode(tmp_path / "patched")
+    assert built == Counter(patched=1)
+    with pyiceberg_patches.unpatched():
+        own_table = redecode(tmp_path / "own")
+    assert built["own"] == 2
+    assert own_table == patched
+    assert patched["partitions"] == [(1, 1, 1), (2, 3, 1), (3, 4, 1), (4, 5, 1), (5, 5, 1)]
+    assert [op for op, _, _ in patched["snapshots"]][-1] == "overwrite"

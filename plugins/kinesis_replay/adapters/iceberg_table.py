@@ -59,6 +59,7 @@ from kinesis_replay.core.schema_changes import Change, ColumnType, FieldChange, 
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    import pyarrow.parquet as pq
     from pyiceberg.catalog import Catalog
     from pyiceberg.io import FileIO
     from pyiceberg.manifest import DataFile
@@ -523,10 +524,12 @@ def create_table(catalog: Catalog, identifier: str, location: str, parts: tuple[
 def write_snapshot(tx: Transaction, properties: Mapping[str, str], old: Iterable[DataFile], added: Iterable[DataFile]) -> None:
     """One snapshot in ``tx``: ``old`` out and ``added`` in (an OVERWRITE), or, with nothing out, ``added`` appended, merging
     manifests as the table's properties say."""
+    from kinesis_replay.adapters import pyiceberg_patches
+
     old = list(old)
     update = tx.update_snapshot(snapshot_properties=dict(properties))
     if old:
-        with update.overwrite() as overwrite:
+        with pyiceberg_patches.share_manifest_evaluators(update.overwrite()) as overwrite:
             for data_file in old:
                 overwrite.delete_data_file(data_file)
             for data_file in added:
@@ -713,18 +716,16 @@ def _switch_once(
 def _replace_once(
     table: Table, paths: Mapping[int, list[str]], properties: dict[str, str], where: str, renamed_from: Mapping[str, str]
 ) -> int:
-    from pyiceberg.io.pyarrow import parquet_file_to_data_file
-
     old = [f for files in selection_data_files(table, paths).values() for f in files]
-    new = {p for ps in paths.values() for p in ps}
-    if any(f.file_path in new for f in old):
+    new = [p for ps in paths.values() for p in ps]
+    if not {f.file_path for f in old}.isdisjoint(new):
         raise TableCommitRefusedError(f"{where}: the table already holds some of the files, in no snapshot of their own")
     try:
+        footers = read_footers(table.io, new)
         with transaction(table) as tx:
-            first = next((p for ps in paths.values() for p in ps), None)
-            if first is not None:
-                _evolve_schema(table, tx, first, where, renamed_from)  # a widening or an added field, as a commit makes it
-            added = [parquet_file_to_data_file(table.io, tx.table_metadata, p) for ps in paths.values() for p in ps]
+            if footers:
+                _evolve_schema(tx, footers[0], where, renamed_from)  # a widening or an added field, as a commit makes it
+            added = data_files(table.io, tx.table_metadata, footers)
             wrong = [f.file_path for f in added if f.partition[0] not in paths]
             if wrong:
                 raise TableCommitRefusedError(f"{where}: files {wrong} hold rows of a batch_id not replaced")
@@ -738,10 +739,11 @@ def _replace_once(
 
 def batch_data_files(table: Table, batch_id: int, snapshot_id: int | None = None) -> list[DataFile]:
     """The data files that hold the batch in the current (or the given) snapshot: pruned by the partition."""
+    from kinesis_replay.adapters import pyiceberg_patches
+
     if table.current_snapshot() is None:
         return []
-    scan = table.scan(row_filter=f"{PARTITION_COLUMN} = {int(batch_id)}", snapshot_id=snapshot_id)
-    return [task.file for task in scan.plan_files()]
+    return pyiceberg_patches.scan_data_files(table, f"{PARTITION_COLUMN} = {int(batch_id)}", snapshot_id)
 
 
 def selection_data_files(table: Table, batch_ids: Iterable[int]) -> dict[int, list[DataFile]]:
@@ -752,15 +754,17 @@ def selection_data_files(table: Table, batch_ids: Iterable[int]) -> dict[int, li
     as a batch's equality does, then by each file's partition (identity(batch_id)); an In filter of 100 ids costs
     pyiceberg's evaluators the 100 literals for every file.
     """
+    from kinesis_replay.adapters import pyiceberg_patches
+
     wanted = set(batch_ids)
     if not wanted or table.current_snapshot() is None:
         return {}
     ids = f"{PARTITION_COLUMN} >= {int(min(wanted))} AND {PARTITION_COLUMN} <= {int(max(wanted))}"
     found: dict[int, list[DataFile]] = {}
-    for task in table.scan(row_filter=ids).plan_files():
-        batch_id = task.file.partition[0]
+    for data_file in pyiceberg_patches.scan_data_files(table, ids):
+        batch_id = data_file.partition[0]
         if batch_id in wanted:
-            found.setdefault(batch_id, []).append(task.file)
+            found.setdefault(batch_id, []).append(data_file)
     return found
 
 
@@ -798,7 +802,7 @@ def check_files_fit(pipeline: PipelineConfig, batch_id: int, attempt: str, files
     known = {column.name for column in schema.fields}
     for change in changes.of(Change.UNCHANGED):
         if change.name not in known:
-            continue  # a file of before a rename: its column is found through the name mapping (_data_file)
+            continue  # a file of before a rename: its column is found through the name mapping (data_files)
         try:  # nullability, which the rules leave out: a column the table requires (0.1.0's batch_id) is required in the files
             _check_pyarrow_schema_compatible(
                 schema.select(change.name), pa.schema([file_schema.field(change.name)]), format_version=table.format_version
@@ -966,8 +970,8 @@ def transaction(table: Table, autocommit: bool = False) -> Transaction:
     return pyiceberg_patches.transaction(table, autocommit=autocommit)
 
 
-def _evolve_schema(table: Table, tx: Transaction, path: str, where: str, renamed_from: Mapping[str, str]) -> None:
-    """The table's columns made to take the file's in ``tx``, before its files are added, as core/schema_changes decides:
+def _evolve_schema(tx: Transaction, footer: Footer, where: str, renamed_from: Mapping[str, str]) -> None:
+    """The table's columns made to take the file's (``footer``'s) in ``tx``, before its files are added, as core/schema_changes decides:
     a column the table lacks is added (a field added to payload.schema), a type Iceberg widens is widened (int to long,
     float to double, a decimal's precision), a column payload.renamed_from names is renamed, its old name kept in the
     table's name mapping so that the files written before still read under the new one. A change the rules refuse was
@@ -976,7 +980,7 @@ def _evolve_schema(table: Table, tx: Transaction, path: str, where: str, renamed
     from pyiceberg.catalog import Catalog as BaseCatalog
     from pyiceberg.table.name_mapping import create_mapping_from_schema
 
-    file_schema = read_file_schema(table.io.properties, path)
+    file_schema, path = footer.schema, footer.path
     metadata = tx.table_metadata
     changes = file_changes(file_columns(file_schema), renamed_from, table_columns(metadata))
     if changes.refused:
@@ -1003,28 +1007,71 @@ def _evolve_schema(table: Table, tx: Transaction, path: str, where: str, renamed
             update.union_by_name(pa.schema([file_schema.field(c.name) for c in added]))
 
 
-def _data_file(io: FileIO, metadata: TableMetadata, path: str) -> DataFile:
-    """pyiceberg's ``parquet_file_to_data_file`` (add_files'), for a file that may name a column as it was before a rename.
+@dataclass(frozen=True)
+class Footer:
+    """A Parquet file's footer as a commit reads it once: for its schema (the table's columns may change to take it) and
+    for its DataFile (statistics, row count), with the file's size."""
+
+    path: str
+    metadata: pq.FileMetaData
+    schema: pa.Schema
+    size: int
+
+
+def read_footers(io: FileIO, paths: Sequence[str]) -> list[Footer]:
+    """The footers of ``paths`` through the table's FileIO, in their order: the reads pyiceberg's ``add_files`` makes of
+    each file (open, footer), in pyiceberg's own thread pool (as its ``add_files`` reads them) when there are several:
+    on S3 each file is a few requests, and a re-decode's commit reads about 200. The size is the open file's (its end),
+    where pyiceberg asks the file system for it again (``len`` of the input file: a stat, or a HEAD request on S3)."""
+    import pyarrow.parquet as pq
+
+    def read(path: str) -> Footer:
+        with io.new_input(path).open() as stream:
+            metadata = pq.read_metadata(stream)
+            size = stream.seek(0, os.SEEK_END)
+        return Footer(path, metadata, metadata.schema.to_arrow_schema(), size)
+
+    if len(paths) < 2:
+        return [read(p) for p in paths]
+    from pyiceberg.utils.concurrent import ExecutorFactory
+
+    return list(ExecutorFactory.get_or_create().map(read, paths))
+
+
+def data_files(io: FileIO, metadata: TableMetadata, footers: Sequence[Footer]) -> list[DataFile]:
+    """The DataFiles of a commit's files (``footers``, read by ``read_footers``), in their order: pyiceberg's
+    ``parquet_file_to_data_file`` (add_files'), its work per table done once per commit (``pyiceberg_patches.data_files``),
+    for files that may name a column as it was before a rename.
 
     pyiceberg 0.12 matches a file's columns with the schema's current names only, not the table's name mapping, and
     refuses a file written before a rename (a batch restored from its files). Such a file is checked against the schema
     with each renamed column under the name the file gives it: the same field ids, so the data file and its statistics
     are the column's, and readers find its values under the new name through the name mapping.
     """
-    from pyiceberg.io.pyarrow import parquet_file_to_data_file
     from pyiceberg.schema import Schema
 
+    from kinesis_replay.adapters import pyiceberg_patches
+
     earlier = {alias: column.name for column in table_columns(metadata) for alias in column.aliases}
-    if earlier:
-        names = read_file_schema(io.properties, path).names
-        as_written = {earlier[n]: n for n in names if n in earlier and earlier[n] not in names}
+    groups: dict[tuple[tuple[str, str], ...], list[int]] = {}  # the files' names for renamed columns -> the files' positions
+    for i, footer in enumerate(footers):
+        names = footer.schema.names if earlier else []
+        as_written = tuple(sorted((earlier[n], n) for n in names if n in earlier and earlier[n] not in names))
+        groups.setdefault(as_written, []).append(i)
+    found: list[DataFile | None] = [None] * len(footers)
+    for as_written, positions in groups.items():
+        named_metadata = metadata
         if as_written:
+            renamed = dict(as_written)
             schema = metadata.schema()
-            fields = [f.model_copy(update={"name": as_written.get(f.name, f.name)}) for f in schema.fields]
+            fields = [f.model_copy(update={"name": renamed.get(f.name, f.name)}) for f in schema.fields]
             named = Schema(*fields, schema_id=schema.schema_id, identifier_field_ids=schema.identifier_field_ids)
             schemas = [named if s.schema_id == schema.schema_id else s for s in metadata.schemas]
-            metadata = metadata.model_copy(update={"schemas": schemas})
-    return parquet_file_to_data_file(io, metadata, path)
+            named_metadata = metadata.model_copy(update={"schemas": schemas})
+        made = pyiceberg_patches.data_files(io, named_metadata, [footers[i] for i in positions])
+        for i, data_file in zip(positions, made, strict=True):
+            found[i] = data_file
+    return [f for f in found if f is not None]
 
 
 def _commit_once(
@@ -1038,16 +1085,17 @@ def _commit_once(
     if any(f.file_path in set(paths) for f in old):
         raise TableCommitRefusedError(f"{where}: the table already holds files of attempt {attempt}, in no snapshot of its own")
     try:
+        footers = read_footers(table.io, paths)
         with transaction(table) as tx:
-            if paths:
-                _evolve_schema(table, tx, paths[0], where, renamed_from)
-            data_files = [_data_file(table.io, tx.table_metadata, p) for p in paths]
-            wrong = [f.file_path for f in data_files if f.partition[0] != batch_id]
+            if footers:
+                _evolve_schema(tx, footers[0], where, renamed_from)
+            added = data_files(table.io, tx.table_metadata, footers)
+            wrong = [f.file_path for f in added if f.partition[0] != batch_id]
             if wrong:
                 raise TableCommitRefusedError(f"{where}: files {wrong} hold rows of another batch_id")
-            counted = records if records is not None else sum(f.record_count for f in data_files)
+            counted = records if records is not None else sum(f.record_count for f in added)
             # A replay of a committed batch: its old files out and the new ones in, one OVERWRITE snapshot.
-            write_snapshot(tx, {**props, **held.add(batch_id, counted).to_summary()}, old, data_files)
+            write_snapshot(tx, {**props, **held.add(batch_id, counted).to_summary()}, old, added)
     except ValueError as exc:  # pyiceberg: a file's schema the table does not have
         raise TableCommitRefusedError(f"{where}: the files of attempt {attempt} do not fit the table: {exc}") from exc
     snapshot_id = new_snapshot_id(table, where)

@@ -10,6 +10,23 @@ table's load, then the catalog's check that it is still current): at the 1,000th
 3. ``parse_each_metadata_file_once``: the SQL and Glue catalogs' check inside their commit reuses the load's parse
    while their pointer still names the same metadata file.
 
+And one that is not on the commit path's history but on its files: pyiceberg's ``parquet_file_to_data_file`` (its
+``add_files``') builds, for every file a commit adds, the statistics plan and the column mapping of the table's schema
+and converts the file's schema to check it against the table's: three quarters of its time, the same work for every
+file of a commit (a re-decode's commit adds about 200; BENCHMARKS.md, ``make bench-redecode``). So:
+
+4. ``data_files``: a commit's files made into DataFiles with that work done once per commit (the schema check once per
+   distinct file schema), from footers the caller read (``iceberg_table.read_footers``), and each file's statistics
+   taken from its footer without pyiceberg's per-column-chunk overhead (``_file_statistics``: half its time); the
+   same DataFiles, field for field (tests/unit/test_pyiceberg_patches.py compares them with
+   ``parquet_file_to_data_file``'s on files of every column kind and metrics mode).
+5. ``scan_data_files``: the data files a scan's filter selects, without the residual filter pyiceberg's ``plan_files``
+   computes for each file (binding the filter again for every file: four fifths of the scan of a re-decode's 100
+   batches), which a commit never reads: the same files, from the same manifests, pruned the same way.
+6. ``share_manifest_evaluators``: an OVERWRITE's two passes over the current manifests (the entries it deletes, the
+   manifests it keeps or rewrites) each bind the replaced files' partitions (an Or of one predicate a partition: 100
+   for a re-decode) into a manifest evaluator of their own; here the second reuses the first's.
+
 Each is written against pyiceberg's internals, which change without notice. So at import this module checks the
 installed pyiceberg's version against ``WRITTEN_FOR``, and the shape of everything the patches replace or call
 (each exists, with the parameters the patches pass). Only when everything matches are the patches applied
@@ -29,13 +46,17 @@ import functools
 import importlib.metadata
 import inspect
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyiceberg.catalog import Catalog
+    from pyiceberg.io import FileIO
+    from pyiceberg.manifest import DataFile
     from pyiceberg.table import StagedTable, Table, Transaction
+    from pyiceberg.table.metadata import TableMetadata
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +127,55 @@ SHAPE: dict[str, Shape] = {
     "pyiceberg.catalog.sql.IcebergTables.metadata_location": None,
     "pyiceberg.catalog.glue.GlueCatalog._convert_glue_to_iceberg": ("self", "glue_table"),
     "pyiceberg.catalog.glue.METADATA_LOCATION": "metadata_location",
+    # 4. data_files: parquet_file_to_data_file's steps, taken one by one (its own body, for pyiceberg's path).
+    "pyiceberg.io.pyarrow.parquet_file_to_data_file": ("io", "table_metadata", "file_path"),
+    "pyiceberg.io.pyarrow._check_pyarrow_schema_compatible": (
+        "requested_schema",
+        "provided_schema",
+        "downcast_ns_timestamp_to_us",
+        "format_version",
+    ),
+    "pyiceberg.io.pyarrow.compute_statistics_plan": ("schema", "table_properties"),
+    "pyiceberg.io.pyarrow.parquet_path_to_id_mapping": ("schema",),
+    # _file_statistics: data_file_statistics_from_parquet_metadata and StatsAggregator's bounds, step by step.
+    "pyiceberg.io.pyarrow.data_file_statistics_from_parquet_metadata": ("parquet_metadata", "stats_columns", "parquet_column_mapping"),
+    "pyiceberg.io.pyarrow.StatisticsCollector.__dataclass_fields__": {"field_id", "iceberg_type", "mode", "column_name"},
+    "pyiceberg.io.pyarrow.MetricsMode.__dataclass_fields__": {"type", "length"},
+    "pyiceberg.io.pyarrow.MetricModeTypes.NONE": None,
+    "pyiceberg.io.pyarrow.MetricModeTypes.COUNTS": None,
+    "pyiceberg.io.pyarrow.StatsAggregator.__init__": ("self", "iceberg_type", "physical_type_string", "trunc_length"),
+    "pyiceberg.io.pyarrow.StatsAggregator.min_as_bytes": ("self",),
+    "pyiceberg.io.pyarrow.StatsAggregator.max_as_bytes": ("self",),
+    "pyiceberg.io.fileformat.DataFileStatistics.__dataclass_fields__": {
+        "record_count",
+        "column_sizes",
+        "value_counts",
+        "null_value_counts",
+        "nan_value_counts",
+        "column_aggregates",
+        "split_offsets",
+    },
+    "pyiceberg.conversions.to_bytes": ("primitive_type", "_"),
+    "pyiceberg.transforms.TruncateTransform.transform": ("self", "source"),
+    "pyiceberg.utils.truncate.truncate_upper_bound_text_string": ("value", "trunc_length"),
+    "pyiceberg.utils.truncate.truncate_upper_bound_binary_string": ("value", "trunc_length"),
+    "pyiceberg.utils.decimal.unscaled_to_decimal": ("unscaled", "scale"),
+    "pyiceberg.io.pyarrow.DataFileStatistics.partition": ("self", "partition_spec", "schema"),
+    "pyiceberg.io.pyarrow.DataFileStatistics.to_serialized_dict": ("self",),
+    "pyiceberg.manifest.DataFile.from_args": classmethod,
+    "pyiceberg.manifest.DataFileContent.DATA": None,
+    "pyiceberg.manifest.FileFormat.PARQUET": None,
+    # 5. scan_data_files: the planner DataScan.plan_files plans with, its step before the residuals.
+    "pyiceberg.table.ManifestGroupPlanner.__init__": ("self", "table_metadata", "io", "row_filter", "case_sensitive", "options"),
+    "pyiceberg.table.ManifestGroupPlanner.plan_manifest_entries": ("self", "manifests"),
+    "pyiceberg.table.DataScan._plan_files_local": ("self",),
+    "pyiceberg.table.TableScan.snapshot": ("self",),
+    "pyiceberg.manifest.DataFileContent.EQUALITY_DELETES": None,
+    # 6. share_manifest_evaluators: the method it memoizes on one producer, what the evaluator is built from, its callers.
+    "pyiceberg.table.update.snapshot._SnapshotProducer._build_manifest_evaluator": ("self", "spec_id"),
+    "pyiceberg.table.update.snapshot._SnapshotProducer.partition_filters": functools.cached_property,
+    "pyiceberg.table.update.snapshot._OverwriteFiles._deleted_entries": ("self",),
+    "pyiceberg.table.update.snapshot._OverwriteFiles._existing_manifests": ("self",),
 }
 
 
@@ -331,6 +401,295 @@ def _reusing_last(convert: Any, location_of: Any) -> Any:
         return table
 
     return reuse
+
+
+class Footer(Protocol):
+    """A Parquet file's footer as ``iceberg_table.read_footers`` reads it (``iceberg_table.Footer``)."""
+
+    @property
+    def path(self) -> str: ...
+    @property
+    def metadata(self) -> Any: ...  # pyarrow.parquet.FileMetaData
+    @property
+    def schema(self) -> pa.Schema: ...
+    @property
+    def size(self) -> int: ...
+
+
+def data_files(io: FileIO, table_metadata: TableMetadata, footers: Sequence[Footer]) -> list[DataFile]:
+    """The DataFiles of a commit's files, in ``footers``' order: what pyiceberg 0.12's ``parquet_file_to_data_file``
+    makes of each, with its per-file work that depends only on the table done once per call when ``active()``.
+
+    pyiceberg's function reads the file's footer, converts the file's schema to an Iceberg schema to check it against
+    the table's, builds the statistics plan and the parquet-path-to-field-id mapping of the table's schema, then the
+    file's statistics and its DataFile. Here the footers come read (``iceberg_table.read_footers``: the same reads,
+    through the same FileIO, its size ``len`` of the same input file); the plan and the mapping are built once; the
+    schema check runs once for each distinct file schema (the same Arrow schema, its metadata included, gets the same
+    answer against the same table schema); each file's statistics are its own (``_file_statistics``), and its
+    partition, bounds and DataFile are made by pyiceberg's own functions. Not ``active()``: pyiceberg's function for
+    each file (which reads each footer again).
+    """
+    from pyiceberg.io.pyarrow import parquet_file_to_data_file
+
+    if not active():
+        return [parquet_file_to_data_file(io, table_metadata, footer.path) for footer in footers]
+    from pyiceberg.io.pyarrow import _check_pyarrow_schema_compatible, compute_statistics_plan, parquet_path_to_id_mapping
+    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+
+    schema, spec = table_metadata.schema(), table_metadata.spec()
+    stats_columns = compute_statistics_plan(schema, table_metadata.properties)
+    column_mapping = parquet_path_to_id_mapping(schema)
+    columns = {field_id: _Column(collector) for field_id, collector in stats_columns.items()}
+    checked: list[pa.Schema] = []
+    found = []
+    for footer in footers:
+        if not any(footer.schema.equals(known, check_metadata=True) for known in checked):
+            _check_pyarrow_schema_compatible(schema, footer.schema, format_version=table_metadata.format_version)
+            checked.append(footer.schema)
+        statistics = _file_statistics(footer.metadata, column_mapping, columns)
+        found.append(
+            DataFile.from_args(
+                content=DataFileContent.DATA,
+                file_path=footer.path,
+                file_format=FileFormat.PARQUET,
+                partition=statistics.partition(spec, schema),
+                file_size_in_bytes=footer.size,
+                sort_order_id=None,
+                spec_id=table_metadata.default_spec_id,
+                equality_ids=None,
+                key_metadata=None,
+                **statistics.to_serialized_dict(),
+            )
+        )
+    return found
+
+
+class _Column:
+    """What a column's statistics need of the plan (a StatisticsCollector), worked out once per commit, not per chunk."""
+
+    def __init__(self, collector: Any) -> None:
+        from pyiceberg.io.pyarrow import MetricModeTypes
+        from pyiceberg.transforms import TruncateTransform
+        from pyiceberg.types import BinaryType, DecimalType, StringType
+
+        self.collector = collector
+        self.type = collector.iceberg_type
+        self.none = collector.mode.type == MetricModeTypes.NONE
+        self.counts = collector.mode.type == MetricModeTypes.COUNTS
+        self.trunc_length: int | None = collector.mode.length
+        self.truncate: Any = TruncateTransform(width=self.trunc_length).transform(self.type) if self.trunc_length is not None else None
+        self.string, self.binary = isinstance(self.type, StringType), isinstance(self.type, BinaryType)
+        self.scale: int | None = self.type.scale if isinstance(self.type, DecimalType) else None
+        self.physical_types: set[str] = set()  # the physical types pyiceberg's StatsAggregator accepted for this column
+
+    def check_physical_type(self, physical_type: str) -> None:
+        """Refused as pyiceberg refuses it (a StatsAggregator's constructor, once per physical type)."""
+        if physical_type in self.physical_types:
+            return
+        from pyiceberg.io.pyarrow import StatsAggregator
+
+        try:
+            StatsAggregator(self.type, physical_type, self.trunc_length)
+        except ValueError as e:
+            raise ValueError(f"{e} for column '{self.collector.column_name}'") from e
+        self.physical_types.add(physical_type)
+
+
+class _Bounds:
+    """A column's bounds in one file: pyiceberg's StatsAggregator (what DataFileStatistics reads of it: ``current_min``,
+    ``current_max``, ``min_as_bytes``, ``max_as_bytes``), its truncation built once per commit instead of once a file."""
+
+    __slots__ = ("column", "current_max", "current_min")
+
+    def __init__(self, column: _Column) -> None:
+        self.column = column
+        self.current_min: Any = None
+        self.current_max: Any = None
+
+    def min_as_bytes(self) -> bytes | None:
+        from pyiceberg.conversions import to_bytes
+
+        column, value = self.column, self.current_min
+        if value is None:
+            return None
+        return to_bytes(column.type, value if column.truncate is None else column.truncate(value))
+
+    def update(self, statistics: Any, physical_type: str) -> None:
+        """StatsAggregator's ``update_min`` and ``update_max`` with a column chunk's statistics, as pyiceberg reads them
+        (a decimal stored as an integer from its unscaled raw bounds)."""
+        column = self.column
+        if column.scale is not None and physical_type != "FIXED_LEN_BYTE_ARRAY":
+            from pyiceberg.utils.decimal import unscaled_to_decimal
+
+            low, high = statistics.min_raw, statistics.max_raw
+            if low is not None:
+                low = unscaled_to_decimal(low, column.scale)
+                self.current_min = low if self.current_min is None else min(low, self.current_min)
+            if high is not None:
+                high = unscaled_to_decimal(high, column.scale)
+                self.current_max = high if self.current_max is None else max(high, self.current_max)
+            return
+        low, high = statistics.min, statistics.max
+        if self.current_min is None:
+            self.current_min = low
+        elif low is not None:
+            self.current_min = min(low, self.current_min)
+        if self.current_max is None:
+            self.current_max = high
+        elif high is not None:
+            self.current_max = max(high, self.current_max)
+
+    def max_as_bytes(self) -> bytes | None:
+        from pyiceberg.conversions import to_bytes
+        from pyiceberg.utils.truncate import truncate_upper_bound_binary_string, truncate_upper_bound_text_string
+
+        column, value = self.column, self.current_max
+        if value is None:
+            return None
+        if column.string:
+            if not isinstance(value, str):
+                raise ValueError("Expected the current_max to be a string")
+            text = truncate_upper_bound_text_string(value, column.trunc_length)
+            return to_bytes(column.type, text) if text is not None else None
+        if column.binary:
+            if not isinstance(value, bytes):
+                raise ValueError("Expected the current_max to be bytes")
+            binary = truncate_upper_bound_binary_string(value, column.trunc_length)
+            return to_bytes(column.type, binary) if binary is not None else None
+        if column.trunc_length is not None:
+            raise ValueError(f"{column.type} cannot be truncated")
+        return to_bytes(column.type, value)
+
+
+def _file_statistics(metadata: Any, column_mapping: dict[str, int], columns: dict[int, _Column]) -> Any:
+    """pyiceberg 0.12's ``data_file_statistics_from_parquet_metadata``, step for step, its per-column-chunk overhead left
+    out: it builds two MetricsModes (``Singleton``s, looked up by their arguments) for every column of every row group
+    to compare the column's mode with, and a StatsAggregator (which checks the column's physical type) for every
+    column of every file. Here each column's mode and type are worked out once a commit (``columns``: the statistics
+    plan's columns by field id)."""
+    import pyarrow
+    from pyiceberg.io.fileformat import DataFileStatistics
+
+    column_sizes: dict[int, int] = {}
+    value_counts: dict[int, int] = {}
+    split_offsets: list[int] = []
+    null_value_counts: dict[int, int] = {}
+    bounds: dict[int, _Bounds] = {}
+    invalidate_col: set[int] = set()
+    for r in range(metadata.num_row_groups):
+        row_group = metadata.row_group(r)
+        split_offsets.append(_split_offset(row_group.column(0)))
+        for pos in range(metadata.num_columns):
+            chunk = row_group.column(pos)
+            field_id = column_mapping[chunk.path_in_schema]
+            column = columns[field_id]
+            column_sizes[field_id] = column_sizes.get(field_id, 0) + chunk.total_compressed_size
+            if column.none:
+                continue
+            value_counts[field_id] = value_counts.get(field_id, 0) + chunk.num_values
+            if not chunk.is_stats_set:
+                invalidate_col.add(field_id)
+                _pyiceberg_log.warning("PyArrow statistics missing for column %d when writing file", pos)
+                continue
+            try:
+                statistics = chunk.statistics
+                if statistics.has_null_count:
+                    null_value_counts[field_id] = null_value_counts.get(field_id, 0) + statistics.null_count
+                if column.counts:
+                    continue
+                physical_type = statistics.physical_type
+                found = bounds.get(field_id)
+                if found is None:
+                    column.check_physical_type(physical_type)
+                    found = bounds[field_id] = _Bounds(column)
+                found.update(statistics, physical_type)
+            except pyarrow.lib.ArrowNotImplementedError as e:
+                invalidate_col.add(field_id)
+                _pyiceberg_log.warning(e)
+    split_offsets.sort()
+    for field_id in invalidate_col:
+        bounds.pop(field_id, None)
+        null_value_counts.pop(field_id, None)
+    return DataFileStatistics(
+        record_count=metadata.num_rows,
+        column_sizes=column_sizes,
+        value_counts=value_counts,
+        null_value_counts=null_value_counts,
+        nan_value_counts={},
+        column_aggregates=bounds,  # type: ignore[arg-type]  # read as StatsAggregators are: bounds and *_as_bytes
+        split_offsets=split_offsets,
+    )
+
+
+def _split_offset(first_column: Any) -> int:
+    """Where a row group starts: its first column's dictionary page, if it comes first, else its first data page."""
+    data_offset, dictionary_offset = first_column.data_page_offset, first_column.dictionary_page_offset
+    if first_column.has_dictionary_page and dictionary_offset < data_offset:
+        return int(dictionary_offset)
+    return int(data_offset)
+
+
+_pyiceberg_log = logging.getLogger("pyiceberg.io.pyarrow")  # where pyiceberg's own statistics warn
+
+
+def scan_data_files(table: Table, row_filter: str, snapshot_id: int | None = None) -> list[DataFile]:
+    """The data files of ``table``'s current (or given) snapshot that ``row_filter`` may select: ``table.scan(row_filter,
+    snapshot_id).plan_files()``'s files, in its order, without the scan tasks' residual filters when ``active()``.
+
+    pyiceberg 0.12's ``plan_files`` reads the manifests through its ``ManifestGroupPlanner`` (pruned by the partition
+    summaries, then each entry by its partition and its column metrics), then builds a task for each file with a
+    residual, binding the filter again for each file: at 100 files, four fifths of the scan. Here the planner's entries
+    are taken as they come; a table with equality deletes is refused as ``plan_files`` refuses it.
+    """
+    scan = table.scan(row_filter=row_filter, snapshot_id=snapshot_id)
+    if not active():
+        return [task.file for task in scan.plan_files()]
+    from pyiceberg.manifest import DataFileContent
+    from pyiceberg.table import ManifestGroupPlanner
+
+    snapshot = scan.snapshot()
+    if snapshot is None:
+        return []
+    planner = ManifestGroupPlanner(
+        table_metadata=scan.table_metadata, io=scan.io, row_filter=scan.row_filter, case_sensitive=scan.case_sensitive, options=scan.options
+    )
+    found = []
+    for entries in planner.plan_manifest_entries(snapshot.manifests(scan.io)):
+        for entry in entries:
+            content = entry.data_file.content
+            if content == DataFileContent.DATA:
+                found.append(entry.data_file)
+            elif content == DataFileContent.EQUALITY_DELETES:
+                raise ValueError("PyIceberg does not yet support equality deletes: https://github.com/apache/iceberg/issues/6568")
+    return found
+
+
+def share_manifest_evaluators(producer: Any) -> Any:
+    """``producer`` (an OVERWRITE's ``_OverwriteFiles``) building each spec's manifest evaluator once for its partition
+    filter, when ``active()``; as pyiceberg made it otherwise.
+
+    pyiceberg 0.12's OVERWRITE binds the replaced files' partitions (one predicate a partition, OR'ed) into a manifest
+    evaluator in each of its two passes over the current manifests (``_deleted_entries``, then ``_existing_manifests``):
+    for a re-decode's 100 batches, binding 100 predicates twice on each table. The evaluator depends on the spec, the
+    schema and the spec's partition filter; it is reused while the filter is the same object (``_manifests`` replaces
+    it, never mutates it, when it adds the replaced files' partitions), and built again for a new one. The two passes
+    run one after the other (the second starts once the first's results are all read), so no evaluator is used by two
+    threads that pyiceberg's own would not be.
+    """
+    if not active():
+        return producer
+    build = producer._build_manifest_evaluator
+    built: dict[int, tuple[Any, Any]] = {}  # spec id -> (the partition filter it was built for, the evaluator)
+
+    def evaluator(spec_id: int) -> Any:
+        partition_filter = producer.partition_filters[spec_id]
+        known = built.get(spec_id)
+        if known is None or known[0] is not partition_filter:
+            known = built[spec_id] = (partition_filter, build(spec_id))
+        return known[1]
+
+    setattr(producer, "_build_manifest_evaluator", evaluator)  # noqa: B010 - this producer's, not the class's
+    return producer
 
 
 decide()

@@ -124,8 +124,6 @@ def commit(
 
 def _commit_once(table: Table, paths: Mapping[int, list[str]], properties: Mapping[str, str], where: str) -> int | None:
     """One try: the batches' current files out and ``paths`` in, in one snapshot; None when neither has any."""
-    from pyiceberg.io.pyarrow import parquet_file_to_data_file
-
     old = batch_files(table, paths)
     if not old and not any(paths.values()):
         return None
@@ -134,8 +132,9 @@ def _commit_once(table: Table, paths: Mapping[int, list[str]], properties: Mappi
         current = table.current_snapshot()
         return current.snapshot_id if current is not None else None
     try:
+        footers = iceberg_table.read_footers(table.io, [p for ps in paths.values() for p in ps])
         with iceberg_table.transaction(table) as tx:
-            added = [parquet_file_to_data_file(table.io, tx.table_metadata, p) for ps in paths.values() for p in ps]
+            added = iceberg_table.data_files(table.io, tx.table_metadata, footers)
             wrong = [f.file_path for f in added if f.partition[0] not in paths]
             if wrong:
                 raise TableCommitRefusedError(f"{where}: files {wrong} hold records of another batch_id")
