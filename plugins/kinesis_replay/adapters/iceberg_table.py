@@ -688,20 +688,20 @@ def _switch_once(
             "began, or replayed by a backfill since their rebuild): trigger the rebuild again, which rebuilds only those, "
             "and it switches once every batch is rebuilt. Nothing was switched"
         )
-    first = next((p for ps in paths.values() for p in ps), None)
     try:
+        footers = read_footers(table.io, [p for ps in paths.values() for p in ps])
         with transaction(table) as tx:
             if replaced:
-                file_schema = read_file_schema(table.io.properties, first) if first is not None else None
+                file_schema = footers[0].schema if footers else None
                 types = {f.name: f.field_type for f in BaseCatalog._convert_schema_if_needed(file_schema).fields} if file_schema else {}
                 with tx.update_schema() as update:
                     for table_name, name in replaced:  # the name mapping gives the name to the new column (pyiceberg's update_mapping)
                         update.delete_column(table_name)
                         if name in types:  # else no batch has a row yet: the first one's commit adds the column
                             update.add_column(name, types[name])
-            if first is not None:
-                _evolve_schema(table, tx, first, where, renamed_from)  # the other changes: added, widened, renamed
-            added = [_data_file(table.io, tx.table_metadata, p) for ps in paths.values() for p in ps]
+            if footers:
+                _evolve_schema(tx, footers[0], where, renamed_from)  # the other changes: added, widened, renamed
+            added = data_files(table.io, tx.table_metadata, footers)
             wrong = [f.file_path for f in added if f.partition[0] not in paths]
             if wrong:
                 raise TableCommitRefusedError(f"{where}: files {wrong} hold rows of a batch_id not rebuilt")
