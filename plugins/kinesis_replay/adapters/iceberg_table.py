@@ -602,30 +602,12 @@ def replace_batches(
     verified records of the replacement), so the snapshot's holdings record the new count; ``check`` runs before each
     try, as commit_snapshot's. Idempotent: a snapshot of the ancestry whose summary holds ``key`` is returned as it is.
     """
-    from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
-
     paths = {b: sorted(iceberg_location(f) for f in files) for b, files in replacements.items()}
     where = f"pipeline {pipeline.name!r}, batches {listed(sorted(paths))}, {require_table(pipeline).describe()}"
-    catalog = load_catalog(pipeline)
-    table = load_table(pipeline, catalog)
-    if table is None:
-        raise TableCommitRefusedError(f"{where}: the table does not exist, and a re-decode never creates it: {restore_hint(pipeline)}")
-    delta = sum(new - old for old, new in records.values())
-    for attempt_no in range(1, COMMIT_ATTEMPTS + 1):
-        found = find_snapshot(table, key)
-        if found is not None:
-            log.info("%s: committed already, in snapshot %d", where, found)
-            return found
-        state = table_state(table)
-        held = check(state) or state.holdings
-        try:
-            summary = {**properties, **Holdings(held.ranges, held.records + delta).to_summary()}
-            return _replace_once(table, paths, summary, where, pipeline.payload.renamed_from)
-        except (CommitFailedException, CommitStateUnknownException) as exc:
-            log.warning("%s: the table changed under the commit (%s); retrying against its new metadata (%d)", where, exc, attempt_no)
-            time.sleep(min(0.05 * 2**attempt_no, 2.0))
-            table = catalog.load_table(require_table(pipeline).identifier)
-    raise TableCommitError(f"{where}: {COMMIT_ATTEMPTS} commits in a row lost the race for the table; nothing was committed")
+    renamed_from = pipeline.payload.renamed_from
+    return _replace_retrying(
+        pipeline, where, records, properties, key, check, lambda t, summary: _replace_once(t, paths, summary, where, renamed_from)
+    )
 
 
 def switch_table(
@@ -644,27 +626,45 @@ def switch_table(
     Refused, committing nothing, when the table holds a batch with no rebuilt files (one committed since the rebuild
     began: rebuild it, then switch). ``pipeline`` is the pipeline as it decodes after the switch (config.rebuilt);
     otherwise as replace_batches, whose retries and idempotence it shares."""
-    from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
-
     paths = {b: sorted(iceberg_location(f) for f in files) for b, files in replacements.items()}
     where = f"pipeline {pipeline.name!r}, the rebuild of {require_table(pipeline).describe()}"
+    renamed_from = pipeline.payload.renamed_from
+    return _replace_retrying(
+        pipeline, where, records, properties, key, check, lambda t, summary: _switch_once(t, paths, summary, where, renamed_from, replaced)
+    )
+
+
+def _replace_retrying(
+    pipeline: PipelineConfig,
+    where: str,
+    records: Mapping[int, tuple[int, int]],
+    properties: Mapping[str, str],
+    key: Mapping[str, str],
+    check: TableCheck,
+    once: Callable[[Table, dict[str, str]], int],
+) -> int:
+    """A replacing commit's tries: its snapshot found by ``key`` (made already), else ``check``, then ``once`` with the
+    summary of the holdings and the new record counts, again against the table's new metadata after a lost race."""
+    from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
+
     catalog = load_catalog(pipeline)
     table = load_table(pipeline, catalog)
     if table is None:
-        raise TableCommitRefusedError(f"{where}: the table does not exist, and a rebuild never creates it: {restore_hint(pipeline)}")
+        raise TableCommitRefusedError(
+            f"{where}: the table does not exist, and neither a re-decode nor a rebuild creates it: {restore_hint(pipeline)}"
+        )
     delta = sum(new - old for old, new in records.values())
     for attempt_no in range(1, COMMIT_ATTEMPTS + 1):
         found = find_snapshot(table, key)
         if found is not None:
-            log.info("%s: switched already, in snapshot %d", where, found)
+            log.info("%s: committed already, in snapshot %d", where, found)
             return found
         state = table_state(table)
         held = check(state) or state.holdings
         try:
-            summary = {**properties, **Holdings(held.ranges, held.records + delta).to_summary()}
-            return _switch_once(table, paths, summary, where, pipeline.payload.renamed_from, replaced)
+            return once(table, {**properties, **Holdings(held.ranges, held.records + delta).to_summary()})
         except (CommitFailedException, CommitStateUnknownException) as exc:
-            log.warning("%s: the table changed under the switch (%s); retrying against its new metadata (%d)", where, exc, attempt_no)
+            log.warning("%s: the table changed under the commit (%s); retrying against its new metadata (%d)", where, exc, attempt_no)
             time.sleep(min(0.05 * 2**attempt_no, 2.0))
             table = catalog.load_table(require_table(pipeline).identifier)
     raise TableCommitError(f"{where}: {COMMIT_ATTEMPTS} commits in a row lost the race for the table; nothing was committed")
@@ -678,8 +678,7 @@ def _switch_once(
     renamed_from: Mapping[str, str],
     replaced: Sequence[tuple[str, str]],
 ) -> int:
-    from pyiceberg.catalog import Catalog as BaseCatalog
-
+    """One try of a rebuild's switch: every file of the table out, each batch's rebuilt ones in, the columns replaced."""
     old = [task.file for task in table.scan().plan_files()] if table.current_snapshot() is not None else []
     uncovered = sorted({int(f.partition[0]) for f in old} - set(paths))
     if uncovered:
@@ -688,41 +687,29 @@ def _switch_once(
             "began, or replayed by a backfill since their rebuild): trigger the rebuild again, which rebuilds only those, "
             "and it switches once every batch is rebuilt. Nothing was switched"
         )
-    try:
-        footers = read_footers(table.io, [p for ps in paths.values() for p in ps])
-        with transaction(table) as tx:
-            if replaced:
-                file_schema = footers[0].schema if footers else None
-                types = {f.name: f.field_type for f in BaseCatalog._convert_schema_if_needed(file_schema).fields} if file_schema else {}
-                with tx.update_schema() as update:
-                    for table_name, name in replaced:  # the name mapping gives the name to the new column (pyiceberg's update_mapping)
-                        update.delete_column(table_name)
-                        if name in types:  # else no batch has a row yet: the first one's commit adds the column
-                            update.add_column(name, types[name])
-            if footers:
-                _evolve_schema(tx, footers[0], where, renamed_from)  # the other changes: added, widened, renamed
-            added = data_files(table.io, tx.table_metadata, footers)
-            wrong = [f.file_path for f in added if f.partition[0] not in paths]
-            if wrong:
-                raise TableCommitRefusedError(f"{where}: files {wrong} hold rows of a batch_id not rebuilt")
-            write_snapshot(tx, properties, old, added)
-    except ValueError as exc:  # pyiceberg: a file's schema the table does not have
-        raise TableCommitRefusedError(f"{where}: the rebuilt files do not fit the table's new schema: {exc}") from exc
-    snapshot_id = new_snapshot_id(table, where)
-    log.info("%s: replaced columns %s and all %d files with %d in snapshot %d", where, list(replaced), len(old), len(added), snapshot_id)
-    return snapshot_id
+    return _replace_once(table, paths, properties, where, renamed_from, old, replaced)
 
 
 def _replace_once(
-    table: Table, paths: Mapping[int, list[str]], properties: dict[str, str], where: str, renamed_from: Mapping[str, str]
+    table: Table,
+    paths: Mapping[int, list[str]],
+    properties: dict[str, str],
+    where: str,
+    renamed_from: Mapping[str, str],
+    old: Sequence[DataFile] | None = None,
+    replaced: Sequence[tuple[str, str]] = (),
 ) -> int:
-    old = [f for files in selection_data_files(table, paths).values() for f in files]
+    """One try: ``old`` (by default the named batches' files) out and ``paths`` in, in one snapshot; each of the
+    ``replaced`` columns (a rebuild's: the table's name, the new name) dropped and added again under the files' type."""
+    old = old if old is not None else [f for files in selection_data_files(table, paths).values() for f in files]
     new = [p for ps in paths.values() for p in ps]
     if not {f.file_path for f in old}.isdisjoint(new):
         raise TableCommitRefusedError(f"{where}: the table already holds some of the files, in no snapshot of their own")
     try:
         footers = read_footers(table.io, new)
         with transaction(table) as tx:
+            if replaced:
+                _replace_columns(tx, footers[0].schema if footers else None, replaced)
             if footers:
                 _evolve_schema(tx, footers[0], where, renamed_from)  # a widening or an added field, as a commit makes it
             added = data_files(table.io, tx.table_metadata, footers)
@@ -733,8 +720,22 @@ def _replace_once(
     except ValueError as exc:  # pyiceberg: a file's schema the table does not have
         raise TableCommitRefusedError(f"{where}: the replacement files do not fit the table: {exc}") from exc
     snapshot_id = new_snapshot_id(table, where)
-    log.info("%s: replaced %d files with %d in snapshot %d", where, len(old), len(added), snapshot_id)
+    log.info("%s: replaced %d files with %d in snapshot %d%s", where, len(old), len(added), snapshot_id,
+             f", columns {list(replaced)} replaced" if replaced else "")  # fmt: skip
     return snapshot_id
+
+
+def _replace_columns(tx: Transaction, file_schema: pa.Schema | None, replaced: Sequence[tuple[str, str]]) -> None:
+    """Each column (the table's name, the new name) dropped and added again under the type ``file_schema`` gives it: a
+    new field id, which pyiceberg's update of the name mapping gives the name."""
+    from pyiceberg.catalog import Catalog as BaseCatalog
+
+    types = {f.name: f.field_type for f in BaseCatalog._convert_schema_if_needed(file_schema).fields} if file_schema is not None else {}
+    with tx.update_schema() as update:
+        for table_name, name in replaced:
+            update.delete_column(table_name)
+            if name in types:  # else no batch has a row yet: the first one's commit adds the column
+                update.add_column(name, types[name])
 
 
 def batch_data_files(table: Table, batch_id: int, snapshot_id: int | None = None) -> list[DataFile]:
