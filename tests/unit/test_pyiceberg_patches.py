@@ -427,3 +427,38 @@ def test_an_overwrite_binds_its_partitions_once_and_replaces_the_same_files_as_p
     assert own_table == patched
     assert patched["partitions"] == [(1, 1, 1), (2, 3, 1), (3, 4, 1), (4, 5, 1), (5, 5, 1)]
     assert [op for op, _, _ in patched["snapshots"]][-1] == "overwrite"
+
+
+def test_footers_of_local_files_are_read_in_turn_and_of_an_object_store_in_pyicebergs_pool(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+    from pyiceberg.utils.concurrent import ExecutorFactory
+
+    pooled: list[list[str]] = []
+
+    class Pool:
+        def map(self, fn: Any, paths: list[str]) -> Any:
+            pooled.append(list(paths))
+            return map(fn, paths)
+
+    monkeypatch.setattr(ExecutorFactory, "get_or_create", staticmethod(lambda: Pool()))
+    local = []
+    for n in range(3):
+        varied_file(tmp_path / f"{n}.parquet", batch_id=n + 1, seed=n, row_group_size=n + 1)
+        local.append(f"file://{tmp_path}/{n}.parquet")
+    io = PyArrowFileIO()
+    footers = iceberg_table.read_footers(io, local)
+    assert pooled == []
+    assert [(f.path, f.size, f.metadata.num_row_groups) for f in footers] == [
+        (p, Path(p.removeprefix("file://")).stat().st_size, 8 // (n + 1) + (8 % (n + 1) > 0)) for n, p in enumerate(local)
+    ]
+
+    class Bucket(PyArrowFileIO):  # s3://bucket/<name> read from tmp_path/<name>
+        def new_input(self, location: str) -> Any:
+            return super().new_input(location.replace("s3://bucket/", f"file://{tmp_path}/"))
+
+    remote = [p.replace(f"file://{tmp_path}/", "s3://bucket/") for p in local]
+    from_store = iceberg_table.read_footers(Bucket(), remote)
+    assert pooled == [remote]
+    assert [(f.path, f.size) for f in from_store] == [(r, f.size) for r, f in zip(remote, footers, strict=True)]

@@ -317,3 +317,37 @@ def test_a_redecode_commit_cut_short_around_a_batchs_commit_record_leaves_no_rec
         record = commit_records.read_commit_record(changed.output, batch.batch_id)
         assert (record.result, record.snapshot_id, record.redecoded_by) == (batch.result, batch.snapshot_id, "backfill-1")
         assert record.verified_result().decoding == Decoding.of("json", "n BIGINT, user STRING")
+
+
+def test_a_redecode_commit_refuses_files_whose_rows_are_not_the_verified_attempts(world: World) -> None:
+    """A file taken from or added to a staged attempt's folder after its check: the commit counts each batch's rows in the
+    files it adds against the ledger's verified count, and refuses, naming the batch, before the table's snapshot."""
+    import pyarrow.parquet as pq
+
+    changed = with_schema(world.pipeline, "n BIGINT, user STRING")
+    redecode_replays(world, changed, [1, 2, 3], "backfill-1")
+    before, quarantine_before = snapshots(changed), snapshots(changed, quarantine=True)
+    staged = world.store.get_batch("orders", 2).staged
+    assert staged is not None
+    (data_file,) = Path(layout.data_path(changed.output, 2, staged.attempt or "")).glob("*.parquet")
+    pq.write_table(pq.read_table(data_file).slice(1), data_file)  # one row fewer than verified
+    with pytest.raises(iceberg_table.TableCommitRefusedError, match=r"batch 2: 199 rows in its files, 200 verified"):
+        redecode.commit_redecoded(changed, world.store, [1, 2, 3], "backfill-1")
+    assert snapshots(changed) == before and snapshots(changed, quarantine=True) == quarantine_before
+    assert rows(changed) == {1: 200 - BAD, 2: 200, 3: 200} and world.store.get_batch("orders", 2).staged_by == "backfill-1"
+
+    # Batch 2 replayed and checked again; a quarantine file slipped into batch 1's attempt after its check (it
+    # quarantined nothing) is refused in the quarantine table's commit, which comes after the table's.
+    redecode_replays(world, changed, [2], "backfill-1")
+    first = world.store.get_batch("orders", 1)
+    (old_quarantine,) = Path(layout.quarantine_data_path(changed.output, 1, first.verified_result().attempt or "")).glob("*.parquet")
+    slipped = Path(layout.quarantine_data_path(changed.output, 1, first.staged.attempt or ""))  # type: ignore[union-attr]
+    slipped.mkdir(parents=True, exist_ok=True)
+    (slipped / "part-slipped.parquet").write_bytes(old_quarantine.read_bytes())
+    with pytest.raises(iceberg_table.TableCommitRefusedError, match=rf"quarantine files .*\(batch 1: {BAD} rows in its files, 0 verified"):
+        redecode.commit_redecoded(changed, world.store, [1, 2, 3], "backfill-1")
+    assert snapshots(changed, quarantine=True) == quarantine_before and rows(changed, quarantine=True) == {1: BAD}
+    (slipped / "part-slipped.parquet").unlink()
+    done = redecode.commit_redecoded(changed, world.store, [1, 2, 3], "backfill-1")  # resumed: the quarantine table's
+    assert rows(changed) == {1: 200, 2: 200, 3: 200} and rows(changed, quarantine=True) == {}
+    assert all(b.redecoded_by == "backfill-1" for b in done)

@@ -32,6 +32,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
 
 from kinesis_replay.adapters.files import arrow_row_schema, s3_access
 from kinesis_replay.core.config import CATALOG_TYPES, PipelineConfig, TableConfig
@@ -604,10 +605,11 @@ def replace_batches(
     """
     paths = {b: sorted(iceberg_location(f) for f in files) for b, files in replacements.items()}
     where = f"pipeline {pipeline.name!r}, batches {listed(sorted(paths))}, {require_table(pipeline).describe()}"
-    renamed_from = pipeline.payload.renamed_from
+    renamed_from, expected = pipeline.payload.renamed_from, {b: new for b, (_, new) in records.items()}
     return _replace_retrying(
-        pipeline, where, records, properties, key, check, lambda t, summary: _replace_once(t, paths, summary, where, renamed_from)
-    )
+        pipeline, where, records, properties, key, check,
+        lambda t, summary: _replace_once(t, paths, summary, where, renamed_from, expected),
+    )  # fmt: skip
 
 
 def switch_table(
@@ -628,10 +630,11 @@ def switch_table(
     otherwise as replace_batches, whose retries and idempotence it shares."""
     paths = {b: sorted(iceberg_location(f) for f in files) for b, files in replacements.items()}
     where = f"pipeline {pipeline.name!r}, the rebuild of {require_table(pipeline).describe()}"
-    renamed_from = pipeline.payload.renamed_from
+    renamed_from, expected = pipeline.payload.renamed_from, {b: new for b, (_, new) in records.items()}
     return _replace_retrying(
-        pipeline, where, records, properties, key, check, lambda t, summary: _switch_once(t, paths, summary, where, renamed_from, replaced)
-    )
+        pipeline, where, records, properties, key, check,
+        lambda t, summary: _switch_once(t, paths, summary, where, renamed_from, expected, replaced),
+    )  # fmt: skip
 
 
 def _replace_retrying(
@@ -676,6 +679,7 @@ def _switch_once(
     properties: dict[str, str],
     where: str,
     renamed_from: Mapping[str, str],
+    expected: Mapping[int, int],
     replaced: Sequence[tuple[str, str]],
 ) -> int:
     """One try of a rebuild's switch: every file of the table out, each batch's rebuilt ones in, the columns replaced."""
@@ -687,7 +691,7 @@ def _switch_once(
             "began, or replayed by a backfill since their rebuild): trigger the rebuild again, which rebuilds only those, "
             "and it switches once every batch is rebuilt. Nothing was switched"
         )
-    return _replace_once(table, paths, properties, where, renamed_from, old, replaced)
+    return _replace_once(table, paths, properties, where, renamed_from, expected, old, replaced)
 
 
 def _replace_once(
@@ -696,11 +700,13 @@ def _replace_once(
     properties: dict[str, str],
     where: str,
     renamed_from: Mapping[str, str],
+    expected: Mapping[int, int],
     old: Sequence[DataFile] | None = None,
     replaced: Sequence[tuple[str, str]] = (),
 ) -> int:
     """One try: ``old`` (by default the named batches' files) out and ``paths`` in, in one snapshot; each of the
-    ``replaced`` columns (a rebuild's: the table's name, the new name) dropped and added again under the files' type."""
+    ``replaced`` columns (a rebuild's: the table's name, the new name) dropped and added again under the files' type.
+    The files added must hold each batch's ``expected`` rows (its verified attempt's, by the ledger: check_rows)."""
     old = old if old is not None else [f for files in selection_data_files(table, paths).values() for f in files]
     new = [p for ps in paths.values() for p in ps]
     if not {f.file_path for f in old}.isdisjoint(new):
@@ -716,6 +722,7 @@ def _replace_once(
             wrong = [f.file_path for f in added if f.partition[0] not in paths]
             if wrong:
                 raise TableCommitRefusedError(f"{where}: files {wrong} hold rows of a batch_id not replaced")
+            check_rows(added, expected, where, "the replacement files")
             write_snapshot(tx, properties, old, added)
     except ValueError as exc:  # pyiceberg: a file's schema the table does not have
         raise TableCommitRefusedError(f"{where}: the replacement files do not fit the table: {exc}") from exc
@@ -723,6 +730,24 @@ def _replace_once(
     log.info("%s: replaced %d files with %d in snapshot %d%s", where, len(old), len(added), snapshot_id,
              f", columns {list(replaced)} replaced" if replaced else "")  # fmt: skip
     return snapshot_id
+
+
+def check_rows(added: Iterable[DataFile], expected: Mapping[int, int], where: str, what: str) -> None:
+    """The DataFiles a commit adds hold, batch by batch, the rows ``expected`` says (the ledger's count of each batch's
+    verified attempt), read from the files' own footers; refused, naming each batch that differs, otherwise: a file
+    added to (or taken from) an attempt's folder after its check would otherwise become the batch's rows unchecked."""
+    found = dict.fromkeys(expected, 0)
+    for data_file in added:
+        found[data_file.partition[0]] = found.get(data_file.partition[0], 0) + data_file.record_count
+    wrong = [
+        f"batch {b}: {found[b]} rows in its files, {expected.get(b, 0)} verified" for b in sorted(found) if found[b] != expected.get(b, 0)
+    ]
+    if wrong:
+        raise TableCommitRefusedError(
+            f"{where}: {what} do not hold the rows the ledger's verified attempts do ({'; '.join(wrong)}): a file was added to "
+            "or taken from an attempt's folder after its check. This table's snapshot was not made; the ledger still holds the "
+            "verified attempts. Put the attempts' folders back as their check found them, or replay the batches again"
+        )
 
 
 def _replace_columns(tx: Transaction, file_schema: pa.Schema | None, replaced: Sequence[tuple[str, str]]) -> None:
@@ -1021,9 +1046,11 @@ class Footer:
 
 def read_footers(io: FileIO, paths: Sequence[str]) -> list[Footer]:
     """The footers of ``paths`` through the table's FileIO, in their order: the reads pyiceberg's ``add_files`` makes of
-    each file (open, footer), in pyiceberg's own thread pool (as its ``add_files`` reads them) when there are several:
-    on S3 each file is a few requests, and a re-decode's commit reads about 200. The size is the open file's (its end),
-    where pyiceberg asks the file system for it again (``len`` of the input file: a stat, or a HEAD request on S3)."""
+    each file (open, footer). Files of an object store are read in pyiceberg's own thread pool (as its ``add_files``
+    reads them): each is a few requests, and a re-decode's commit reads about 200. Local files are read one after the
+    other: each read takes a fraction of a millisecond, and threads contending for the GIL only add CPU time (about
+    twice the reads' own, measured in make bench-redecode). The size is the open file's (its end), where pyiceberg asks
+    the file system for it again (``len`` of the input file: a stat, or a HEAD request on S3)."""
     import pyarrow.parquet as pq
 
     def read(path: str) -> Footer:
@@ -1032,7 +1059,7 @@ def read_footers(io: FileIO, paths: Sequence[str]) -> list[Footer]:
             size = stream.seek(0, os.SEEK_END)
         return Footer(path, metadata, metadata.schema.to_arrow_schema(), size)
 
-    if len(paths) < 2:
+    if len(paths) < 2 or all(urlparse(p).scheme in ("", "file") for p in paths):
         return [read(p) for p in paths]
     from pyiceberg.utils.concurrent import ExecutorFactory
 

@@ -90,11 +90,16 @@ def batch_files(table: Table | None, batch_ids: Iterable[int]) -> dict[int, list
 
 
 def commit(
-    pipeline: PipelineConfig, replacements: Mapping[int, Sequence[str]], properties: Mapping[str, str], key: Mapping[str, str]
+    pipeline: PipelineConfig,
+    replacements: Mapping[int, Sequence[str]],
+    properties: Mapping[str, str],
+    key: Mapping[str, str],
+    records: Mapping[int, int] | None = None,
 ) -> int | None:
     """Make ``replacements`` (batch id -> its attempt's quarantine files) the batches' records in the quarantine table, in
     one snapshot whose summary holds ``properties``; its id, or None when there is nothing to change (no file to add,
     none to remove). Idempotent: a snapshot of the ancestry whose summary holds ``key`` is that commit, returned as it is.
+    ``records`` (batch id -> the verified attempt's quarantined records), when given: the files must hold as many.
     """
     from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
 
@@ -114,7 +119,7 @@ def commit(
             log.info("%s: committed already, in snapshot %d", where, found)
             return found
         try:
-            return _commit_once(table, paths, properties, where)
+            return _commit_once(table, paths, properties, where, records)
         except (CommitFailedException, CommitStateUnknownException) as exc:
             log.warning("%s: the table changed under the commit (%s); retrying against its new metadata (%d)", where, exc, attempt_no)
             time.sleep(min(0.05 * 2**attempt_no, 2.0))
@@ -122,7 +127,9 @@ def commit(
     raise TableCommitError(f"{where}: {iceberg_table.COMMIT_ATTEMPTS} commits in a row lost the race for the table; nothing was committed")
 
 
-def _commit_once(table: Table, paths: Mapping[int, list[str]], properties: Mapping[str, str], where: str) -> int | None:
+def _commit_once(
+    table: Table, paths: Mapping[int, list[str]], properties: Mapping[str, str], where: str, records: Mapping[int, int] | None
+) -> int | None:
     """One try: the batches' current files out and ``paths`` in, in one snapshot; None when neither has any."""
     old = batch_files(table, paths)
     if not old and not any(paths.values()):
@@ -138,6 +145,8 @@ def _commit_once(table: Table, paths: Mapping[int, list[str]], properties: Mappi
             wrong = [f.file_path for f in added if f.partition[0] not in paths]
             if wrong:
                 raise TableCommitRefusedError(f"{where}: files {wrong} hold records of another batch_id")
+            if records is not None:
+                iceberg_table.check_rows(added, records, where, "the quarantine files")
             iceberg_table.write_snapshot(tx, properties, (f for files in old.values() for f in files), added)
     except ValueError as exc:  # pyiceberg: a file's schema the table does not have
         raise TableCommitRefusedError(f"{where}: the quarantine files do not fit the table: {exc}") from exc

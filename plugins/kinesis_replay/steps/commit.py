@@ -189,7 +189,7 @@ def commit_staged(
     quarantined = {
         b.batch_id: files.parquet_files(layout.quarantine_data_path(pipeline.output, b.batch_id, _staged(b).attempt or "")) for b in pending
     }
-    quarantine_id = quarantine_table.commit(pipeline, quarantined, properties, key)
+    quarantine_id = quarantine_table.commit(pipeline, quarantined, properties, key, {b.batch_id: _staged(b).bad_records for b in pending})
     committed = []
     for batch in pending:
         redecoded = replace(
