@@ -257,3 +257,23 @@ def test_a_switch_refuses_while_a_regular_batch_is_in_flight_and_switches_once_i
     commit_batch(world.pipeline, world.store, 4, now=world.clock.advance(seconds=1), run_id="regular-4")
     assert rebuild.switch(world.pipeline, world.store, "rebuild-1").waiting == (4,)  # landed with the old decoding
     assert [b.batch_id for b in rebuild_run(world, [4], "rebuild-2").switched] == [1, 2, 3, 4]
+
+
+def test_a_narrowing_rebuild_stays_switched_though_the_old_schema_would_widen_the_column_back(tmp_path: Path) -> None:
+    """BIGINT to INT: after the switch, payload.schema's BIGINT is a widening Iceberg would make in place, so the table's
+    columns cannot say which schema the tasks take; the switch's table property does."""
+    world = World(tmp_path)
+    world.pipeline = table_pipeline(tmp_path / "out", payload={"format": "json", "schema": "n BIGINT, user STRING"})
+    put(world, 50)
+    assert world.cycle() is not None
+    world.pipeline = replace(world.pipeline, payload=replace(world.pipeline.payload, next_schema="n INT, user STRING"))
+
+    assert [b.batch_id for b in rebuild_run(world, [1], "rebuild-1").switched] == [1]
+    assert rebuild.as_decoded(world.pipeline).payload.schema == "n INT, user STRING"
+    put(world, 50, 50)
+    assert regular(world, "regular-2") == 2
+
+    table = iceberg_table.load_table(world.pipeline)
+    assert table is not None and str(table.schema().find_field("n").field_type) == "int"  # not widened back to long
+    assert world.store.get_batch("orders", 2).verified_result().decoding == rebuild.next_decoding(world.pipeline)
+    assert scan(world.pipeline) == {1: list(range(50)), 2: list(range(50, 100))}

@@ -84,6 +84,7 @@ STREAM_PROPERTY = "kinesis-replay.stream"
 # no check now (Iceberg does not roll properties back with snapshots), and no longer written.
 COMMITTED_THROUGH_PROPERTY = "kinesis-replay.committed-through"
 COMMIT_RETRIES_PROPERTY = "commit.retry.num-retries"
+REBUILT_TO_PROPERTY = "kinesis-replay.rebuilt-to"  # a rebuild's switch: the fingerprint of the decoding it switched to
 NAME_MAPPING_PROPERTY = "schema.name-mapping.default"  # how a file's columns are found by name (the files carry no field ids)
 COMMIT_ATTEMPTS = 10  # a commit that lost the race for the table is retried against the new metadata this often
 
@@ -620,6 +621,7 @@ def switch_table(
     key: Mapping[str, str],
     check: TableCheck,
     replaced: Sequence[tuple[str, str]] = (),
+    rebuilt_to: str = "",
 ) -> int:
     """A rebuild's switch: every batch of the table replaced by its rebuilt files, and each of the ``replaced`` columns
     (the table's name, the new name) dropped and added again under the type the rebuilt files hold, in one OVERWRITE
@@ -627,13 +629,15 @@ def switch_table(
     the switch, held by older snapshots only, read it as null (their values stay theirs, under the dropped column's id).
     Refused, committing nothing, when the table holds a batch with no rebuilt files (one committed since the rebuild
     began: rebuild it, then switch). ``pipeline`` is the pipeline as it decodes after the switch (config.rebuilt);
-    otherwise as replace_batches, whose retries and idempotence it shares."""
+    ``rebuilt_to``: its decoding's fingerprint, set as the table property REBUILT_TO_PROPERTY in the same commit (every
+    task reads it to decode with payload.next_schema from then on). Otherwise as replace_batches, whose retries and
+    idempotence it shares."""
     paths = {b: sorted(iceberg_location(f) for f in files) for b, files in replacements.items()}
     where = f"pipeline {pipeline.name!r}, the rebuild of {require_table(pipeline).describe()}"
     renamed_from, expected = pipeline.payload.renamed_from, {b: new for b, (_, new) in records.items()}
     return _replace_retrying(
         pipeline, where, records, properties, key, check,
-        lambda t, summary: _switch_once(t, paths, summary, where, renamed_from, expected, replaced),
+        lambda t, summary: _switch_once(t, paths, summary, where, renamed_from, expected, replaced, rebuilt_to),
     )  # fmt: skip
 
 
@@ -681,6 +685,7 @@ def _switch_once(
     renamed_from: Mapping[str, str],
     expected: Mapping[int, int],
     replaced: Sequence[tuple[str, str]],
+    rebuilt_to: str,
 ) -> int:
     """One try of a rebuild's switch: every file of the table out, each batch's rebuilt ones in, the columns replaced."""
     old = [task.file for task in table.scan().plan_files()] if table.current_snapshot() is not None else []
@@ -691,7 +696,7 @@ def _switch_once(
             "began, or replayed by a backfill since their rebuild): trigger the rebuild again, which rebuilds only those, "
             "and it switches once every batch is rebuilt. Nothing was switched"
         )
-    return _replace_once(table, paths, properties, where, renamed_from, expected, old, replaced)
+    return _replace_once(table, paths, properties, where, renamed_from, expected, old, replaced, {REBUILT_TO_PROPERTY: rebuilt_to})
 
 
 def _replace_once(
@@ -703,6 +708,7 @@ def _replace_once(
     expected: Mapping[int, int],
     old: Sequence[DataFile] | None = None,
     replaced: Sequence[tuple[str, str]] = (),
+    table_properties: Mapping[str, str] | None = None,
 ) -> int:
     """One try: ``old`` (by default the named batches' files) out and ``paths`` in, in one snapshot; each of the
     ``replaced`` columns (a rebuild's: the table's name, the new name) dropped and added again under the files' type.
@@ -714,6 +720,8 @@ def _replace_once(
     try:
         footers = read_footers(table.io, new)
         with transaction(table) as tx:
+            if table_properties:  # a rebuild's: the decoding it switches to, in the same commit
+                tx.set_properties(dict(table_properties))
             if replaced:
                 _replace_columns(tx, footers[0].schema if footers else None, replaced)
             if footers:
@@ -748,6 +756,11 @@ def check_rows(added: Iterable[DataFile], expected: Mapping[int, int], where: st
             "or taken from an attempt's folder after its check. This table's snapshot was not made; the ledger still holds the "
             "verified attempts. Put the attempts' folders back as their check found them, or replay the batches again"
         )
+
+
+def rebuilt_to(table: Table | None) -> str | None:
+    """The fingerprint of the decoding a rebuild's switch made the table's (REBUILT_TO_PROPERTY), None before any."""
+    return table.properties.get(REBUILT_TO_PROPERTY) if table is not None else None
 
 
 def _replace_columns(tx: Transaction, file_schema: pa.Schema | None, replaced: Sequence[tuple[str, str]]) -> None:

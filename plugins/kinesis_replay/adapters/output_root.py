@@ -76,7 +76,8 @@ def load_table(pipeline: PipelineConfig, head: Head | None = None) -> TableSnaps
     table = iceberg_table.existing_table(pipeline)
     state = iceberg_table.table_state(table)
     columns = iceberg_table.table_columns(table.metadata if table is not None else None)  # read from the metadata loaded
-    return TableSnapshot(state, None if state.exists else iceberg_table.location_tables(pipeline), columns)
+    taken = None if state.exists else iceberg_table.location_tables(pipeline)
+    return TableSnapshot(state, taken, columns, iceberg_table.rebuilt_to(table))
 
 
 def load_job_root(output: str) -> RootSnapshot:

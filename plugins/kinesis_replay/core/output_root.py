@@ -92,11 +92,13 @@ class LocationHolding(Protocol):
 class TableSnapshot:
     """A table output's current snapshot as the holdings check reads it, and, when there is no table, what its location
     holds (an ``iceberg_table.LocationTables``, or None); ``columns``: the table's top-level columns, for the schema
-    check (core/schema_changes), empty when there is no table."""
+    check (core/schema_changes), empty when there is no table; ``rebuilt_to``: the fingerprint of the decoding a
+    rebuild's switch made the table's (its table property), None before any."""
 
     state: TableState
     taken: LocationHolding | None = None
     columns: tuple[TableColumn, ...] = ()
+    rebuilt_to: str | None = None
 
 
 @dataclass(frozen=True)

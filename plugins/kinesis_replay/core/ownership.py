@@ -17,7 +17,7 @@ returns None to go on, or the refusal (kinesis_replay.core.refusals) that the ac
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime
 
@@ -47,7 +47,7 @@ from kinesis_replay.core.refusals import (
     TableDisagrees,
     who,
 )
-from kinesis_replay.core.schema_changes import TableColumn, payload_changes, rebuild_changes
+from kinesis_replay.core.schema_changes import payload_changes, rebuild_changes
 from kinesis_replay.core.state import Batch, Head
 
 
@@ -221,12 +221,12 @@ def schema_refusal(pipeline: PipelineConfig, table: TableSnapshot | None) -> Ref
     return SchemaChangeRefused(pipeline, refused) if refused else None
 
 
-def switched(pipeline: PipelineConfig, columns: Sequence[TableColumn]) -> bool:
-    """Whether the table was switched to payload.next_schema by a rebuild: its columns take the next schema as they are,
-    and no longer the pipeline's payload.schema (which Iceberg could not have changed into them in place)."""
-    if pipeline.payload.next_schema is None or not columns:
-        return False
-    return bool(payload_changes(pipeline, columns).refused) and not payload_changes(rebuilt(pipeline), columns).refused
+def switched(pipeline: PipelineConfig, rebuilt_to: str | None) -> bool:
+    """Whether a rebuild's switch made payload.next_schema the table's: the switch records the next decoding's fingerprint
+    as a table property (``rebuilt_to``). Not read from the columns: a narrowing's switched column (long to int) is one
+    payload.schema would widen back in place, and a rebuild that only adds one leaves nothing refused either way."""
+    payload = rebuilt(pipeline).payload
+    return pipeline.payload.next_schema is not None and rebuilt_to == Decoding.of(payload.format, payload.schema).fingerprint
 
 
 def rebuild_refusal(pipeline: PipelineConfig, table: TableSnapshot | None) -> Refusal | None:
@@ -241,7 +241,7 @@ def rebuild_refusal(pipeline: PipelineConfig, table: TableSnapshot | None) -> Re
         return RebuildRefused(pipeline, why)
     if pipeline.table is None or table is None or not table.columns:
         return RebuildRefused(pipeline, "a rebuild re-decodes the batches of an Iceberg table, and there is no table with columns yet")
-    if switched(pipeline, table.columns):
+    if switched(pipeline, table.rebuilt_to):
         why = "the table was switched to payload.next_schema already: make it payload.schema, and remove payload.next_schema"
         return RebuildRefused(pipeline, why)
     refused = rebuild_changes(pipeline, table.columns).refused

@@ -14,9 +14,9 @@ a narrowing, a change of kind such as int to string, a decimal's scale).
    rebuilds them. Once all have one, one OVERWRITE snapshot (iceberg_table.switch_table) drops each replaced column,
    adds it again under its new type (a new field id) and replaces every batch's files with its rebuilt ones; the
    quarantine table follows, then each ledger entry and commit record, as a re-decode's commit does.
-4. From that snapshot on, every task decodes with payload.next_schema (``as_decoded``: the table's columns say the
-   switch happened), so the regular batches land under the new types with no config change; the user then moves
-   next_schema into payload.schema at leisure.
+4. From that snapshot on, every task decodes with payload.next_schema (``as_decoded``: the switch's commit set the
+   table property iceberg_table.REBUILT_TO_PROPERTY to its decoding's fingerprint), so the regular batches land under
+   the new types with no config change; the user then moves next_schema into payload.schema at leisure.
 
 The switch refuses while a regular batch is in flight (checked again before each try): one verified against the
 table's columns before the switch could not commit after it, and a committing batch never replays. One committed
@@ -65,9 +65,7 @@ def as_decoded(pipeline: PipelineConfig) -> PipelineConfig:
     it, as configured before (and with no next schema, at no cost: nothing is loaded)."""
     if pipeline.payload.next_schema is None or pipeline.table is None:
         return pipeline
-    table = iceberg_table.load_table(pipeline)
-    columns = iceberg_table.table_columns(table.metadata if table is not None else None)
-    return rebuilt(pipeline) if ownership.switched(pipeline, columns) else pipeline
+    return rebuilt(pipeline) if ownership.switched(pipeline, iceberg_table.rebuilt_to(iceberg_table.load_table(pipeline))) else pipeline
 
 
 def next_decoding(pipeline: PipelineConfig) -> Decoding:
@@ -190,7 +188,9 @@ def switch(pipeline: PipelineConfig, store: StateStore, run_id: str) -> Switch:
             check: TableCheck,
         ) -> int:
             checked = functools.partial(idle, check=check)
-            return iceberg_table.switch_table(to, replacements, records, properties, key, checked, replaced=replaced)
+            return iceberg_table.switch_table(
+                to, replacements, records, properties, key, checked, replaced=replaced, rebuilt_to=decoding.fingerprint
+            )
 
         done += commit_staged(rebuilt(pipeline), store, pending, run_id, key, switch_table)
     return Switch(tuple(sorted(done, key=lambda b: b.batch_id)), ())
