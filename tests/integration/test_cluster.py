@@ -85,8 +85,8 @@ def _wait_for(what: str, ready: Any, procs: dict[str, tuple[subprocess.Popen[byt
         try:
             if ready():
                 return
-        except OSError:
-            pass  # the web UI is not listening yet
+        except (OSError, ValueError):
+            pass  # the web UI is not listening yet, or answered before its JSON was ready (an empty body)
         time.sleep(0.5)
     logs = "\n".join(f"--- {log}:\n{log.read_text()[-2000:]}" for _, log in procs.values())
     raise RuntimeError(f"spark cluster: no {what} within {START_TIMEOUT}s\n{logs}")
