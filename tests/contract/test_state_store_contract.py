@@ -157,6 +157,28 @@ def test_a_plan_from_a_stale_head_version_loses(store: Any) -> None:
     assert store.create_batch(planned(batch_id=2), current) == Head(next_batch_id=3, in_flight=2, version=3)
 
 
+def test_the_heads_count_of_redecodes_only_rises_and_outlives_plans_and_commits(store: Any) -> None:
+    with pytest.raises(StateConflictError, match="recording 1 re-decodes"):
+        store.record_redecodes("orders", 1)  # no head: nothing was committed, so nothing can have been re-decoded
+    assert store.get_head("orders") == Head()
+    first = planned()
+    store.create_batch(first, Head())
+    store.complete_batch(to_committing(store, first), NOW)
+    store.record_redecodes("orders", 2)
+    store.record_redecodes("orders", 2)  # a resumed commit's second write
+    store.record_redecodes("orders", 1)  # an older count never lowers it
+    assert store.get_head("orders") == Head(next_batch_id=2, in_flight=None, version=2, redecodes=2)
+    head = store.create_batch(planned(batch_id=2), store.get_head("orders"))
+    assert head.redecodes == 2 and store.get_head("orders").redecodes == 2
+    store.complete_batch(to_committing(store, planned(batch_id=2)), NOW)
+    assert store.get_head("orders") == Head(next_batch_id=3, in_flight=None, version=4, redecodes=2)
+
+
+def test_a_restored_head_keeps_its_count_of_redecodes(store: Any) -> None:
+    store.restore("orders", Head(next_batch_id=3, redecodes=4), [], [])
+    assert store.get_head("orders") == Head(next_batch_id=3, in_flight=None, version=1, redecodes=4)
+
+
 def test_a_plan_of_a_batch_id_the_ledger_holds_loses_even_from_the_current_head(store: Any) -> None:
     kept = replace(planned(batch_id=2), status=BatchStatus.COMMITTED, committed_at=NOW)
     store.restore("orders", Head(next_batch_id=2), [], [kept])

@@ -183,7 +183,8 @@ class MemoryStateStore:
         batch_ok = batch.batch_id not in state.batches
         if not (head_ok and batch_ok):
             raise _conflict(what, [PASSED if head_ok else FAILED, PASSED if batch_ok else FAILED])
-        new_head = Head(next_batch_id=batch.batch_id + 1, in_flight=batch.batch_id, version=head.version + 1)
+        redecodes = current.redecodes if current is not None else 0  # an update of the item keeps what it does not set
+        new_head = Head(next_batch_id=batch.batch_id + 1, in_flight=batch.batch_id, version=head.version + 1, redecodes=redecodes)
         state.head = new_head
         state.batches[batch.batch_id] = _BatchItem.of(batch)
         return new_head
@@ -261,6 +262,14 @@ class MemoryStateStore:
         item.batch = replace(item.batch, staged=_copy(batch).staged, staged_by=batch.staged_by)
         item.figures = json.loads(json.dumps(item.batch.figures()))
 
+    def record_redecodes(self, pipeline_name: str, redecodes: int) -> None:
+        what = f"pipeline {pipeline_name!r}: recording {redecodes} re-decodes made visible"
+        state = self._state(pipeline_name, what)
+        if state.head is None:
+            raise _conflict(what, [FAILED])
+        if state.head.redecodes < redecodes:
+            state.head = replace(state.head, redecodes=redecodes)
+
     def complete_batch(self, batch: Batch, committed_at: datetime) -> None:
         what = f"pipeline {batch.pipeline_name!r}: completing the commit of batch {batch.batch_id}"
         state = self._state(batch.pipeline_name, what)
@@ -334,4 +343,4 @@ class MemoryStateStore:
             state.batches[batch.batch_id] = _BatchItem.of(batch)
         for shard in shards:
             state.shards[shard.shard_id] = self._stored_shard(shard)
-        state.head = Head(next_batch_id=head.next_batch_id, in_flight=head.in_flight, version=1)
+        state.head = Head(next_batch_id=head.next_batch_id, in_flight=head.in_flight, version=1, redecodes=head.redecodes)

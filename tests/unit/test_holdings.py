@@ -8,12 +8,20 @@ from kinesis_replay.core.holdings import Holdings, Ledger, Mismatch, TableState,
 
 
 def test_holdings_round_trip_through_a_summary_as_ranges() -> None:
-    held = Holdings.of([1, 2, 3, 5, 7, 8], records=60)
+    held = Holdings.of([1, 2, 3, 5, 7, 8], records=60, redecodes=2)
     assert held.ranges == ((1, 3), (5, 5), (7, 8)) and held.count == 6 and held.through == 8
     summary = held.to_summary()
-    assert summary == {"kinesis-replay.batches": "1-3,5,7-8", "kinesis-replay.records": "60", "kinesis-replay.committed-through": "8"}
+    assert summary == {
+        "kinesis-replay.batches": "1-3,5,7-8", "kinesis-replay.records": "60", "kinesis-replay.committed-through": "8",
+        "kinesis-replay.redecodes": "2",
+    }  # fmt: skip
     assert Holdings.from_summary(summary) == held
+    assert held.add(9, 5).redecodes == 2  # every commit carries the count forward
     assert Holdings.from_summary({"operation": "append"}) is None  # another writer's snapshot
+    # a release's summary before re-decodes were counted: none
+    assert Holdings.from_summary({"kinesis-replay.batches": "1", "kinesis-replay.records": "3"}) == Holdings.of([1], 3)
+    with pytest.raises(ValueError, match=r"kinesis-replay.redecodes='x' is not a count"):
+        Holdings.from_summary({"kinesis-replay.batches": "1", "kinesis-replay.redecodes": "x"})
 
 
 def test_a_summary_of_a_thousand_batches_stays_one_range() -> None:
@@ -57,6 +65,12 @@ def test_missing_and_outside_ids() -> None:
         (TableState(Holdings.of([1], 10), None, ("7 (overwrite)",)), Ledger(1), None),
         # delete files hide rows without changing total-records: only another writer makes them
         (TableState(Holdings.of([1], 10), 10, ("8 (overwrite)",), deletes=2), Ledger(1), Mismatch([], [], True)),
+        # rolled back past a re-decode: the same batches and counts, and fewer re-decodes than the ledger made visible
+        (TableState(Holdings.of([1, 2], 20, 1), 20), Ledger(2, redecodes=2), Mismatch([], [], False, redecodes=(1, 2))),
+        # a re-decode's commit cut short before the head's write: the table ahead of the ledger is not refused
+        (TableState(Holdings.of([1, 2], 20, 3), 20), Ledger(2, redecodes=2), None),
+        # holdings read from the partitions cannot tell the count: not compared
+        (TableState(Holdings.of([1], 10), 10, derived=True), Ledger(1, redecodes=2), None),
     ],
 )
 def test_compare_with_the_ledger(state: TableState, ledger: Ledger, expected: Mismatch | None) -> None:

@@ -16,15 +16,16 @@ from typing import Any
 
 import pytest
 
+from fakes.memory_store import MemoryStateStore
 from fakes.replay import replay, table_pipeline
 from fakes.world import World
 from kinesis_replay.adapters import commit_records, iceberg_table, layout, quarantine_table
 from kinesis_replay.core.config import PipelineConfig
 from kinesis_replay.core.decoding import Decoding
-from kinesis_replay.core.errors import BackfillError, DecodedValuesChangedError
+from kinesis_replay.core.errors import BackfillError, DecodedValuesChangedError, TableMismatchError
 from kinesis_replay.core.holdings import Holdings
 from kinesis_replay.core.state import BatchStatus
-from kinesis_replay.steps import backfill, maintenance, redecode
+from kinesis_replay.steps import backfill, maintenance, recovery, redecode
 from kinesis_replay.steps.commit import commit_batch
 from kinesis_replay.steps.verify import verify_batch
 
@@ -124,7 +125,9 @@ def test_a_redecode_that_rescues_the_quarantined_records_moves_them_in_one_snaps
     table = iceberg_table.load_table(changed)
     assert table is not None and table.current_snapshot() is not None
     summary = table.current_snapshot().summary.additional_properties  # type: ignore[union-attr]
-    assert Holdings.from_summary(summary) == Holdings.of([1, 2, 3], 600) and summary["total-records"] == "600"
+    # the re-decode counted in the snapshot's summary and on the ledger's head: a rollback past it shows as behind
+    assert Holdings.from_summary(summary) == Holdings.of([1, 2, 3], 600, 1) and summary["total-records"] == "600"
+    assert world.store.get_head(changed.name).redecodes == 1
     assert commit_records.read_commit_record(changed.output, 1).redecoded_by == "backfill-1"
     assert set(table.scan().to_arrow().column("n").to_pylist()) >= {WIDE, WIDE + 44, 5}
     # Committed once: a second commit of the run finds its snapshots.
@@ -240,7 +243,7 @@ def test_a_reader_scanning_in_a_loop_sees_each_selection_wholly_old_or_wholly_ne
     table = iceberg_table.load_table(changed)
     assert table is not None and table.current_snapshot() is not None
     summary = table.current_snapshot().summary.additional_properties  # type: ignore[union-attr]
-    assert Holdings.from_summary(summary) == Holdings.of([1, 2, 3], 600) and int(summary["total-records"]) == 600
+    assert Holdings.from_summary(summary) == Holdings.of([1, 2, 3], 600, 1) and int(summary["total-records"]) == 600
     schema = table.schema()
     assert str(schema.find_field("n").field_type) == "long" and "note" in schema.column_names
 
@@ -258,7 +261,7 @@ def test_regular_batches_landing_while_a_selection_waits_stay_and_the_commit_cou
     table = iceberg_table.load_table(changed)
     assert table is not None and table.current_snapshot() is not None
     summary = table.current_snapshot().summary.additional_properties  # type: ignore[union-attr]
-    assert Holdings.from_summary(summary) == Holdings.of([1, 2, 3, 4], 700) and int(summary["total-records"]) == 700
+    assert Holdings.from_summary(summary) == Holdings.of([1, 2, 3, 4], 700, 1) and int(summary["total-records"]) == 700
 
 
 def test_a_regular_commit_cut_short_between_the_two_tables_is_finished_by_the_next_run(
@@ -351,3 +354,64 @@ def test_a_redecode_commit_refuses_files_whose_rows_are_not_the_verified_attempt
     done = redecode.commit_redecoded(changed, world.store, [1, 2, 3], "backfill-1")  # resumed: the quarantine table's
     assert rows(changed) == {1: 200, 2: 200, 3: 200} and rows(changed, quarantine=True) == {}
     assert all(b.redecoded_by == "backfill-1" for b in done)
+
+
+def test_a_rollback_past_a_redecode_refuses_the_next_plan_naming_it_and_the_restore_puts_the_decoding_back(world: World) -> None:
+    """Batches 2 and 3 quarantine nothing, so their re-decode (int to long) keeps every count: only the count of re-decodes
+    made visible, in the snapshot's summary and on the ledger's head, tells a rollback past it."""
+    changed = with_schema(world.pipeline, "n BIGINT, user STRING")
+    before = snapshots(world.pipeline)
+    redecode_replays(world, changed, [2, 3], "backfill-1")
+    done = redecode.commit_redecoded(changed, world.store, [2, 3], "backfill-1")
+    world.pipeline = changed
+    table = iceberg_table.load_table(changed)
+    assert table is not None and world.store.get_head("orders").redecodes == 1
+    table.manage_snapshots().rollback_to_snapshot(before[-1]).commit()  # Iceberg's own tool, by an operator
+    assert rows(changed) == {1: 200 - BAD, 2: 200, 3: 200}  # the counts agree: only the decoding is older
+    head = world.store.get_head("orders")
+
+    put(world, 100)
+    with pytest.raises(TableMismatchError, match=r"records 0 re-decodes made visible, and the ledger 1.*rolled back past a re-decode"):
+        world.plan()
+    assert world.store.get_head("orders") == head  # nothing planned
+    with pytest.raises(TableMismatchError, match="re-decodes"):
+        backfill.choose(changed, world.kinesis, world.store, {"batch_ids": [1]}, now=world.clock.now)
+
+    plan = backfill.plan_restore(changed, world.kinesis, world.store, now=world.clock.now)
+    assert (plan.decodings, plan.from_files, plan.from_stream, plan.lost) == ((2, 3), (), (), ())
+    assert "older decoding" in plan.describe()
+    assert backfill.restore_from_files(changed, world.store, plan, "restore-1") == []
+
+    restored = iceberg_table.load_table(changed)
+    assert restored is not None and restored.current_snapshot() is not None
+    summary = restored.current_snapshot().summary.additional_properties  # type: ignore[union-attr]
+    assert Holdings.from_summary(summary) == Holdings.of([1, 2, 3], 600 - BAD, 1)
+    for batch in done:  # the re-decoded attempts' files, and the ledger names the snapshot that holds them
+        attempt = batch.verified_result().attempt or ""
+        folder = iceberg_table.iceberg_location(layout.data_path(changed.output, batch.batch_id, attempt))
+        held = iceberg_table.batch_data_files(restored, batch.batch_id)
+        assert held and all(f.file_path.startswith(folder + "/") for f in held)
+        assert world.store.get_batch("orders", batch.batch_id).snapshot_id == restored.current_snapshot().snapshot_id  # type: ignore[union-attr]
+    assert rows(changed) == {1: 200 - BAD, 2: 200, 3: 200}
+    # A second run of the same restore finds nothing to do, and the pipeline goes on.
+    assert backfill.plan_restore(changed, world.kinesis, world.store, now=world.clock.now).decodings == ()
+    assert world.cycle() is not None and rows(changed) == {1: 200 - BAD, 2: 200, 3: 200, 4: 100}
+
+
+def test_a_ledger_recovered_from_the_output_keeps_the_count_of_redecodes_a_rolled_back_table_lacks(world: World) -> None:
+    changed = with_schema(world.pipeline, "n BIGINT, user STRING")
+    before = snapshots(world.pipeline)
+    redecode_replays(world, changed, [2, 3], "backfill-1")
+    redecode.commit_redecoded(changed, world.store, [2, 3], "backfill-1")
+    table = iceberg_table.load_table(changed)
+    assert table is not None
+    table.manage_snapshots().rollback_to_snapshot(before[-1]).commit()  # and then the state table is lost too
+
+    world.store = MemoryStateStore()
+    recovery.recover(changed, world.kinesis, world.store, now=world.clock.now)
+    # The re-decode's snapshot, which the commit records name, says 1; the rolled-back table says 0.
+    assert world.store.get_head("orders").redecodes == 1
+    world.pipeline = changed
+    put(world, 100)
+    with pytest.raises(TableMismatchError, match="rolled back past a re-decode"):
+        world.plan()

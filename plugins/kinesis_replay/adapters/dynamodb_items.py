@@ -218,6 +218,7 @@ def head_from_item(item: dict[str, Any]) -> Head:
         next_batch_id=int(item["next_batch_id"]["N"]),
         in_flight=int(item["in_flight"]["N"]) if "in_flight" in item else None,
         version=int(item["version"]["N"]),
+        redecodes=int(item["redecodes"]["N"]) if "redecodes" in item else 0,  # a release's head before they were counted: none
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -187,7 +188,9 @@ class DynamoDBStateStore:
     # -- batches ------------------------------------------------------------------------------
 
     def create_batch(self, batch: Batch, head: Head) -> Head:
-        new_head = Head(next_batch_id=batch.batch_id + 1, in_flight=batch.batch_id, version=head.version + 1)
+        # The update below keeps the item's redecodes; a head read before a re-decode's count rose says fewer (harmless:
+        # the count is compared only with a table's, where fewer refuses nothing more).
+        new_head = replace(head, next_batch_id=batch.batch_id + 1, in_flight=batch.batch_id, version=head.version + 1)
         key = {"pk": S(pk(batch.pipeline_name)), "sk": S("head")}
         if head.version == 0:
             head_op: dict[str, Any] = {"Put": {
@@ -412,6 +415,24 @@ class DynamoDBStateStore:
             ],
         )  # fmt: skip
 
+    def record_redecodes(self, pipeline_name: str, redecodes: int) -> None:
+        what = f"pipeline {pipeline_name!r}: recording {redecodes} re-decodes made visible"
+        try:
+            self.db.call(
+                "update_item", pipeline_name, what, TableName=self.table,
+                Key={"pk": S(pk(pipeline_name)), "sk": S("head")},
+                UpdateExpression="SET #redecodes = :n",
+                ConditionExpression="attribute_exists(#pk) AND (attribute_not_exists(#redecodes) OR #redecodes < :n)",
+                ExpressionAttributeNames={"#redecodes": "redecodes", "#pk": "pk"}, ExpressionAttributeValues={":n": N(redecodes)},
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )  # fmt: skip
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                raise
+            if not _old_item(exc):  # no head: nothing was ever committed, so no re-decode can have been made visible
+                raise StateConflictError(f"{what}: the pipeline has no head") from exc
+            # as many or more recorded already (a resumed commit's second write, or a later re-decode's)
+
     def complete_batch(self, batch: Batch, committed_at: datetime) -> None:
         key = {"pk": S(pk(batch.pipeline_name))}
         # The table snapshot that holds the batch is kept in the same write that marks it COMMITTED.
@@ -466,7 +487,8 @@ class DynamoDBStateStore:
         self.db.transact(pipeline_name, f"pipeline {pipeline_name!r}: restoring its head", [{"Put": {
             "TableName": self.table,
             "Item": {**key, "next_batch_id": N(head.next_batch_id), "version": N(1), "updated_at": S(now_iso()),
-                     **({"in_flight": N(head.in_flight)} if head.in_flight is not None else {})},
+                     **({"in_flight": N(head.in_flight)} if head.in_flight is not None else {}),
+                     **({"redecodes": N(head.redecodes)} if head.redecodes else {})},
             "ConditionExpression": "attribute_not_exists(#pk)", "ExpressionAttributeNames": {"#pk": "pk"},
         }}])  # fmt: skip
 

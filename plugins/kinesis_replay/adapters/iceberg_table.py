@@ -591,6 +591,16 @@ def find_snapshot(table: Table, key: Mapping[str, str]) -> int | None:
     return None
 
 
+def snapshot_holdings(pipeline: PipelineConfig, snapshot_id: int) -> Holdings | None:
+    """What the table's snapshot ``snapshot_id`` records it holds; None when the table or the snapshot is gone (expired),
+    or it records nothing."""
+    table = load_table(pipeline)
+    snapshot = table.snapshot_by_id(snapshot_id) if table is not None else None
+    if snapshot is None or snapshot.summary is None:
+        return None
+    return Holdings.from_summary(snapshot.summary.additional_properties)
+
+
 def replace_batches(
     pipeline: PipelineConfig,
     replacements: Mapping[int, Sequence[str]],
@@ -598,18 +608,21 @@ def replace_batches(
     properties: Mapping[str, str],
     key: Mapping[str, str],
     check: TableCheck,
+    redecodes: int | None = None,
 ) -> int:
     """Make each batch's replacement files its rows in the table, all in one OVERWRITE snapshot: a reader sees every
     batch's earlier files or every batch's new ones, never a mix. ``records`` gives each batch's (verified records now,
     verified records of the replacement), so the snapshot's holdings record the new count; ``check`` runs before each
     try, as commit_snapshot's. Idempotent: a snapshot of the ancestry whose summary holds ``key`` is returned as it is.
+    The holdings' count of re-decodes made visible rises by one (a re-decode), or becomes ``redecodes`` (a restore's,
+    putting back the ledger's count).
     """
     paths = {b: sorted(iceberg_location(f) for f in files) for b, files in replacements.items()}
     where = f"pipeline {pipeline.name!r}, batches {listed(sorted(paths))}, {require_table(pipeline).describe()}"
     renamed_from, expected = pipeline.payload.renamed_from, {b: new for b, (_, new) in records.items()}
     return _replace_retrying(
         pipeline, where, records, properties, key, check,
-        lambda t, summary: _replace_once(t, paths, summary, where, renamed_from, expected),
+        lambda t, summary: _replace_once(t, paths, summary, where, renamed_from, expected), redecodes,
     )  # fmt: skip
 
 
@@ -649,6 +662,7 @@ def _replace_retrying(
     key: Mapping[str, str],
     check: TableCheck,
     once: Callable[[Table, dict[str, str]], int],
+    redecodes: int | None = None,
 ) -> int:
     """A replacing commit's tries: its snapshot found by ``key`` (made already), else ``check``, then ``once`` with the
     summary of the holdings and the new record counts, again against the table's new metadata after a lost race."""
@@ -669,7 +683,8 @@ def _replace_retrying(
         state = table_state(table)
         held = check(state) or state.holdings
         try:
-            return once(table, {**properties, **Holdings(held.ranges, held.records + delta).to_summary()})
+            count = held.redecodes + 1 if redecodes is None else redecodes
+            return once(table, {**properties, **Holdings(held.ranges, held.records + delta, count).to_summary()})
         except (CommitFailedException, CommitStateUnknownException) as exc:
             log.warning("%s: the table changed under the commit (%s); retrying against its new metadata (%d)", where, exc, attempt_no)
             time.sleep(min(0.05 * 2**attempt_no, 2.0))
@@ -977,7 +992,8 @@ def forget_gone_batches(pipeline: PipelineConfig, batch_ids: Iterable[int], run_
         return []
     state = table_state(table)
     removed = sum(f.record_count for found in gone.values() for f in found)
-    kept = Holdings.of((b for b in state.holdings.ids() if b not in gone), max(0, state.holdings.records - removed))
+    kept_ids = (b for b in state.holdings.ids() if b not in gone)
+    kept = Holdings.of(kept_ids, max(0, state.holdings.records - removed), state.holdings.redecodes)
     properties = {PIPELINE_PROPERTY: pipeline.name, RUN_PROPERTY: run_id, **kept.to_summary()}
     with transaction(table) as tx, tx.update_snapshot(snapshot_properties=properties).overwrite() as overwrite:
         for found in gone.values():

@@ -9,7 +9,10 @@ current snapshot alone can tell which batches the table holds, and compare them 
 - ``kinesis-replay.records``: the records of those batches, summed from the ledger's verified count of each as it
   was committed. Iceberg's own ``total-records`` of the snapshot counts the rows its files hold: a snapshot made by
   another writer (a delete, an overwrite) shows as the two disagreeing;
-- ``kinesis-replay.committed-through``: the highest batch id held, for a reader who wants only that.
+- ``kinesis-replay.committed-through``: the highest batch id held, for a reader who wants only that;
+- ``kinesis-replay.redecodes``: how many re-decodes (and rebuilds' switches) the table's history has made visible,
+  carried forward by every commit. The ledger's head keeps the same count: a table behind it was rolled back past a
+  re-decode, and holds the batches' old decoding with the same counts, which nothing else would tell.
 
 Standard library only: the table's adapter reads and writes the summaries.
 """
@@ -23,6 +26,7 @@ from enum import StrEnum
 BATCHES_PROPERTY = "kinesis-replay.batches"
 RECORDS_PROPERTY = "kinesis-replay.records"
 THROUGH_PROPERTY = "kinesis-replay.committed-through"
+REDECODES_PROPERTY = "kinesis-replay.redecodes"
 SHOWN_IDS = 5  # a message names this many batch ids, then says how many more
 
 
@@ -32,10 +36,11 @@ class Holdings:
 
     ranges: tuple[tuple[int, int], ...] = ()
     records: int = 0
+    redecodes: int = 0  # the re-decodes made visible in the table's history (0 in a release's summary before they were counted)
 
     @classmethod
-    def of(cls, batch_ids: Iterable[int], records: int = 0) -> Holdings:
-        return cls(_ranges(sorted(set(batch_ids))), records)
+    def of(cls, batch_ids: Iterable[int], records: int = 0, redecodes: int = 0) -> Holdings:
+        return cls(_ranges(sorted(set(batch_ids))), records, redecodes)
 
     @property
     def through(self) -> int:
@@ -57,7 +62,7 @@ class Holdings:
         """The holdings once ``batch_id`` (with its ``records``) is added; a batch held already keeps its count."""
         if batch_id in self:
             return self
-        return Holdings(_merge([*self.ranges, (batch_id, batch_id)]), self.records + records)
+        return Holdings(_merge([*self.ranges, (batch_id, batch_id)]), self.records + records, self.redecodes)
 
     def missing_from(self, low: int, high: int) -> list[int]:
         """The ids from ``low`` to ``high`` (inclusive) that are not held."""
@@ -86,6 +91,7 @@ class Holdings:
             BATCHES_PROPERTY: ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in self.ranges),
             RECORDS_PROPERTY: str(self.records),
             THROUGH_PROPERTY: str(self.through),
+            REDECODES_PROPERTY: str(self.redecodes),
         }
 
     @classmethod
@@ -101,7 +107,11 @@ class Holdings:
             records = int(summary.get(RECORDS_PROPERTY, "0"))
         except ValueError:
             raise ValueError(f"snapshot summary property {BATCHES_PROPERTY}={text!r} is not a list of batch id ranges") from None
-        return cls(_merge(ids), records)
+        try:
+            redecodes = int(summary.get(REDECODES_PROPERTY, "0"))
+        except ValueError:
+            raise ValueError(f"snapshot summary property {REDECODES_PROPERTY}={summary[REDECODES_PROPERTY]!r} is not a count") from None
+        return cls(_merge(ids), records, redecodes)
 
     def describe(self) -> str:
         if not self.ranges:
@@ -169,6 +179,7 @@ class Ledger:
     last: int
     in_flight: int | None = None
     verified: VerifiedRecords | None = field(default=None, compare=False, repr=False)
+    redecodes: int = 0  # the re-decodes the ledger made visible (its head's count): the table's summary must not be behind
 
 
 class Commit(StrEnum):
@@ -189,6 +200,8 @@ class Mismatch:
     # (batch, rows in the table, rows the ledger verified) of each committed batch the table holds with other rows:
     # found only where no snapshot records the holdings, from the partition statistics (``compare``'s ``verified``).
     differing: list[tuple[int, int, int]] = field(default_factory=list)
+    # (the table's count, the ledger's) of re-decodes made visible, when the table's is behind: rolled back past one.
+    redecodes: tuple[int, int] | None = None
 
 
 def compare(state: TableState, ledger: Ledger, verified: Mapping[int, int] | None = None) -> Mismatch | None:
@@ -205,7 +218,10 @@ def compare(state: TableState, ledger: Ledger, verified: Mapping[int, int] | Non
     missing = held.missing_from(1, ledger.last)
     extra = [i for i in held.outside(1, ledger.last) if i != ledger.in_flight]
     records = (state.total_records is not None and state.total_records != held.records) or state.deletes > 0
-    return Mismatch(missing, extra, records) if missing or extra or records else None
+    # A count ahead of the ledger's is a re-decode's commit cut short before its head write: the resumed commit writes it.
+    # Holdings read from the partitions (``derived``) cannot tell it: a restore's check of each batch's files would.
+    behind = (held.redecodes, ledger.redecodes) if held.redecodes < ledger.redecodes and not state.derived else None
+    return Mismatch(missing, extra, records, redecodes=behind) if missing or extra or records or behind else None
 
 
 def _compare_partitions(state: TableState, rows: Mapping[int, int], ledger: Ledger, verified: Mapping[int, int]) -> Mismatch | None:
@@ -233,4 +249,5 @@ def ledger_holdings(state: TableState, ledger: Ledger, verified: Mapping[int, in
     rows = state.partitions or {}
     empty = (b for b in range(1, ledger.last + 1) if b not in rows and verified.get(b) == 0)
     ids = sorted({*state.holdings.ids(), *empty})
-    return Holdings.of(ids, sum(verified.get(b, rows.get(b, 0)) if 1 <= b <= ledger.last else rows.get(b, 0) for b in ids))
+    counted = sum(verified.get(b, rows.get(b, 0)) if 1 <= b <= ledger.last else rows.get(b, 0) for b in ids)
+    return Holdings.of(ids, counted, ledger.redecodes)  # the partitions cannot tell the count: the ledger's is taken

@@ -22,12 +22,13 @@ def ledger_of(head: Head, pipeline: PipelineConfig | None = None, store: StateSt
     """What the ledger says is committed: every batch before the one in flight (or the next), which is dense; with
     ``store``, how many rows it verified in each, read only when a table's snapshots do not record it."""
     verified = verified_records(store, pipeline.name) if store is not None and pipeline is not None else None
-    return Ledger((head.in_flight or head.next_batch_id) - 1, head.in_flight, verified)
+    return Ledger((head.in_flight or head.next_batch_id) - 1, head.in_flight, verified, head.redecodes)
 
 
 def ledger_before(pipeline: PipelineConfig, store: StateStore, batch_id: int) -> Ledger:
-    """What a regular commit of ``batch_id`` requires the ledger to have committed: every batch before it."""
-    return Ledger(batch_id - 1, batch_id, verified_records(store, pipeline.name))
+    """What a regular commit of ``batch_id`` requires the ledger to have committed: every batch before it (and the head's
+    count of re-decodes, which a commit records where no snapshot tells the table's)."""
+    return Ledger(batch_id - 1, batch_id, verified_records(store, pipeline.name), store.get_head(pipeline.name).redecodes)
 
 
 def verified_records(store: StateStore, pipeline_name: str) -> VerifiedRecords:

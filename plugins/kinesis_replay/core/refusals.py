@@ -365,6 +365,8 @@ def describe_mismatch(
         else:
             text += f"; its files hold {state.total_records} rows, and its batches held {state.holdings.records} when committed{foreign}"
         causes.append("were rows deleted or rewritten outside kinesis-replay?")
+    behind, behind_causes = _redecodes_behind(mismatch)
+    text, causes = text + behind, causes + behind_causes
     if state.derived:
         causes.append(
             "no snapshot of the table's current ancestry records what it holds (a table of an older release, or snapshot "
@@ -391,6 +393,18 @@ def describe_mismatch(
         f"{text}. {' '.join(c[0].upper() + c[1:] for c in causes)} Nothing is planned, committed or removed while the two "
         f"disagree: a commit would build on a table without those batches, and maintenance would delete their files. {fix}"
     )
+
+
+def _redecodes_behind(mismatch: Mismatch) -> tuple[str, list[str]]:
+    """What describe_mismatch says of a table behind the ledger's count of re-decodes made visible: text and causes."""
+    if mismatch.redecodes is None:
+        return "", []
+    held, counted = mismatch.redecodes
+    text = (
+        f"; its current snapshot records {held} re-decodes made visible, and the ledger {counted}: it holds an older "
+        "decoding of batches the ledger says were re-decoded"
+    )
+    return text, ["was it rolled back past a re-decode (or a rebuild's switch), or its metadata restored from an older file?"]
 
 
 # -- the replay job's own check ------------------------------------------------------------------------------------

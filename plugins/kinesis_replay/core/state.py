@@ -54,6 +54,9 @@ class Head:
     next_batch_id: int = 1
     in_flight: int | None = None
     version: int = 0  # 0: the item does not exist yet
+    # How many re-decodes (and rebuilds' switches) the ledger has made visible: a table whose current snapshot records
+    # fewer was rolled back past one (holdings.compare). Only ever raised (StateStore.record_redecodes); 0 when absent.
+    redecodes: int = 0
 
 
 @dataclass(frozen=True)
@@ -559,6 +562,11 @@ class StateStore(Protocol):
     def set_staged(self, batch: Batch, expected: BatchStatus) -> None:
         """Keep a re-decode's verified attempt (``staged``, ``staged_by``) beside the batch's committed result, conditioned
         on its status being ``expected``: it waits there for its selection's one commit (``set_replayed``)."""
+        ...
+
+    def record_redecodes(self, pipeline_name: str, redecodes: int) -> None:
+        """Raise the head's count of re-decodes made visible to ``redecodes``; a head with as many or more keeps its own.
+        Not a version change: it conditions no plan or commit, and a plan's write of the head keeps it."""
         ...
 
     def complete_batch(self, batch: Batch, committed_at: datetime) -> None:

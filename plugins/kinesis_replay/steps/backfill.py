@@ -281,6 +281,7 @@ def choose(
 WINDOW_MARGIN = 25
 # The ledger is read in slices of this many ids while a window's batches are looked for.
 WINDOW_SLICE = 500
+RESTORE_PROPERTY = "kinesis-replay.restore"  # a restore's snapshot of re-decoded batches names its run here
 
 
 def candidates(store: StateStore, pipeline_name: str, selection: Selection, newest: int, retention: timedelta | None) -> list[Batch]:
@@ -570,6 +571,9 @@ class Restore:
     # The newest metadata file of the pipeline's own table at its location, which the catalog no longer names (dropped, or
     # its newest metadata lost): registered again before anything is restored, never a second table made beside it.
     register: str | None = None
+    # Re-decoded batches the table holds in an older decoding (rolled back past their re-decode): their verified files
+    # go back in one snapshot, which records the ledger's count of re-decodes again.
+    decodings: tuple[int, ...] = ()
 
     def describe(self) -> str:
         held = self.state.holdings.describe() if self.state.exists else "nothing (there is no table)"
@@ -578,6 +582,11 @@ class Restore:
             f"  from the output's verified files: {len(self.from_files)} batches ({listed(self.from_files) or 'none'})",
             f"  replayed from the stream: {len(self.from_stream)} batches ({listed(self.from_stream) or 'none'})",
         ]
+        if self.decodings:
+            lines.append(
+                f"  held in an older decoding (the table was rolled back past a re-decode): {len(self.decodings)} batches "
+                f"({listed(self.decodings)}), their re-decoded files put back in one snapshot"
+            )
         if self.metadata_lost:
             lines.append("  the catalog's entry names a metadata file that is gone: it is dropped")
         if self.register is not None:
@@ -647,7 +656,41 @@ def plan_restore(pipeline: PipelineConfig, kinesis_client: KinesisClient, store:
         log.warning("pipeline %s: %d batches need a replay from the stream; this run replays the first %d, run the restore "
                     "again for the rest", pipeline.name, len(from_stream), MAX_BATCHES_PER_RUN)  # fmt: skip
     register = taken.newest if taken is not None else None
-    return Restore(pipeline.name, ledger, state, tuple(from_files), tuple(from_stream), tuple(lost), metadata_lost, register)
+    behind = _decodings_behind(pipeline, store, table, ledger, set(wanted)) if mismatch is not None and mismatch.redecodes else ()
+    return Restore(pipeline.name, ledger, state, tuple(from_files), tuple(from_stream), tuple(lost), metadata_lost, register, behind)
+
+
+def _decodings_behind(pipeline: PipelineConfig, store: StateStore, table: Any, ledger: Ledger, wanted: set[int]) -> tuple[int, ...]:
+    """The re-decoded batches (the ledger's figures say so) whose files in the table's current snapshot are not their
+    verified attempt's: a rollback past their re-decode brought back an older decoding. Read from the figures (a
+    hundred batches a read, as the page reads them) and one scan of the table a hundred batches at a time.
+
+    Refused, writing nothing, when one of them no longer has its verified files: the restore cannot put its decoding
+    back, and a replay from the stream could not either while the table is behind the ledger."""
+    where = f"pipeline {pipeline.name!r}: {iceberg_table.require_table(pipeline).describe()}"
+    redecoded: list[int] = []
+    for low in range(1, ledger.last + 1, WINDOW_SLICE):
+        summaries = store.get_summaries(pipeline.name, range(low, min(ledger.last, low + WINDOW_SLICE - 1) + 1))
+        redecoded += [b for b in sorted(summaries) if summaries[b].figures.get("redecoded") and b not in wanted]
+    behind: list[int] = []
+    gone: list[int] = []
+    for low in range(0, len(redecoded), MAX_BATCHES_PER_RUN):
+        ids = redecoded[low : low + MAX_BATCHES_PER_RUN]
+        held = iceberg_table.selection_data_files(table, ids) if table is not None else {}
+        chosen = store.get_batches(pipeline.name, ids)
+        for batch_id in ids:
+            attempt = chosen[batch_id].verified_result().attempt or ""
+            folder = iceberg_table.iceberg_location(layout.data_path(pipeline.output, batch_id, attempt)) + "/"
+            if all(f.file_path.startswith(folder) for f in held.get(batch_id, [])):
+                continue  # its re-decoded files, or none (every record quarantined): as the ledger says
+            (behind if _files_kept(pipeline, chosen[batch_id]) else gone).append(batch_id)
+    if gone:
+        raise BackfillError(
+            f"{where} holds batches {listed(gone)} in an older decoding (it was rolled back past their re-decode), and "
+            "their re-decoded files are gone from the output: the restore cannot put that decoding back. Put the "
+            "attempts' files back from a backup of the output, then run the restore again. Nothing was written."
+        )
+    return tuple(behind)
 
 
 def _differing(pipeline: PipelineConfig, table: Any, state: TableState, ledger: Ledger, mismatch: Mismatch | None) -> list[int]:
@@ -714,6 +757,8 @@ def restore_from_files(pipeline: PipelineConfig, store: StateStore, plan: Restor
         iceberg_table.check_table_owner(pipeline, catalog.load_table(identifier))
         # Its snapshot references the files of every batch it held, those that can never come back among them.
         iceberg_table.forget_gone_batches(pipeline, plan.lost, run_id)
+    if plan.decodings:
+        _restore_decodings(pipeline, store, plan, run_id)
     failed = []
     for batch_id in plan.from_files:
         batch = store.get_batch(pipeline.name, batch_id)
@@ -727,6 +772,33 @@ def restore_from_files(pipeline: PipelineConfig, store: StateStore, plan: Restor
             continue
         _commit_restored(pipeline, store, batch, run_id, plan.ledger)
     return failed
+
+
+def _restore_decodings(pipeline: PipelineConfig, store: StateStore, plan: Restore, run_id: str) -> None:
+    """Put the re-decoded batches' verified files back in one snapshot, whose holdings record the ledger's count of
+    re-decodes again (the guard's comparison passes only once all of them are back); found, not made again, by a
+    resumed restore. Their files are checked first (rows, digests): one that no longer verifies refuses it, writing nothing."""
+    chosen = store.get_batches(pipeline.name, plan.decodings)
+    for batch_id, batch in chosen.items():
+        try:
+            verify.check_files(pipeline, batch_id, batch.verified_result())
+        except VerificationError as exc:
+            raise BackfillError(
+                f"pipeline {pipeline.name!r}, batch {batch_id}: its re-decoded files no longer verify ({exc}), so the restore "
+                "cannot put its decoding back. Nothing was written."
+            ) from exc
+    replacements = {b: files.batch_files(pipeline, b, chosen[b].verified_result()) for b in plan.decodings}
+    records = {b: (chosen[b].verified_result().records,) * 2 for b in plan.decodings}
+    key = {iceberg_table.PIPELINE_PROPERTY: pipeline.name, RESTORE_PROPERTY: run_id}
+    check = commit.table_check(pipeline, Commit.RESTORE, plan.decodings[0], plan.ledger)
+    properties = {**key, iceberg_table.RUN_PROPERTY: run_id}
+    snapshot_id = iceberg_table.replace_batches(pipeline, replacements, records, properties, key, check, plan.ledger.redecodes)
+    for batch_id in plan.decodings:
+        restored = replace(chosen[batch_id], snapshot_id=snapshot_id)
+        store.set_replayed(restored, expected=BatchStatus.COMMITTED)
+        commit_records.write_commit_record(pipeline.output, restored)
+    log.info("pipeline %s: re-decoded batches %s put back in their decoding in snapshot %d", pipeline.name,
+             listed(plan.decodings), snapshot_id)  # fmt: skip
 
 
 def _commit_restored(pipeline: PipelineConfig, store: StateStore, batch: Batch, run_id: str, ledger: Ledger) -> Batch:

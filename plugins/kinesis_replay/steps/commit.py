@@ -202,10 +202,23 @@ def commit_staged(
         store.set_replayed(redecoded, expected=BatchStatus.COMMITTED)
         files.remove_folder(layout.quarantine_path(pipeline.output, batch.batch_id), missing_ok=True)  # a release's before the table
         committed.append(redecoded)
+    record_redecodes(pipeline, store, snapshot_id)
     table = iceberg_table.require_table(pipeline)
     log.info("pipeline %s: re-decoded batches %s are the table's in snapshot %d of %s (quarantine: %s)", pipeline.name,
              listed(ids), snapshot_id, table.describe(), quarantine_id)  # fmt: skip
     return committed
+
+
+def record_redecodes(pipeline: PipelineConfig, store: StateStore, snapshot_id: int | None) -> None:
+    """The ledger's head takes the count of re-decodes made visible that the re-decode's (or the switch's) snapshot
+    records, once every batch's ledger entry names it: a table rolled back past it shows behind (holdings.compare).
+    Written again by a resumed commit; a count the head has already, or a higher one, is kept."""
+    held = iceberg_table.snapshot_holdings(pipeline, snapshot_id) if snapshot_id is not None else None
+    if held is None:
+        log.warning("pipeline %s: snapshot %s of the re-decode is not in the table (expired?); the ledger's head keeps its "
+                    "count of re-decodes", pipeline.name, snapshot_id)  # fmt: skip
+        return
+    store.record_redecodes(pipeline.name, held.redecodes)
 
 
 def _staged(batch: Batch) -> ReplayResult:

@@ -50,7 +50,7 @@ from kinesis_replay.core.refusals import refuse
 from kinesis_replay.core.schema_changes import rebuild_changes
 from kinesis_replay.core.state import Batch, BatchStatus, StateStore
 from kinesis_replay.steps import in_flight, verify
-from kinesis_replay.steps.commit import commit_staged
+from kinesis_replay.steps.commit import commit_staged, record_redecodes
 
 if TYPE_CHECKING:
     from types_boto3_kinesis.client import KinesisClient
@@ -193,4 +193,6 @@ def switch(pipeline: PipelineConfig, store: StateStore, run_id: str) -> Switch:
             )
 
         done += commit_staged(rebuilt(pipeline), store, pending, run_id, key, switch_table)
+    elif done:
+        record_redecodes(pipeline, store, done[0].snapshot_id)  # a resumed switch, cut short before the head's write?
     return Switch(tuple(sorted(done, key=lambda b: b.batch_id)), ())

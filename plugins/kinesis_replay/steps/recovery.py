@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from kinesis_replay.adapters import commit_records, layout
+from kinesis_replay.adapters import commit_records, iceberg_table, layout
 from kinesis_replay.adapters.kinesis_client import list_shards
 from kinesis_replay.adapters.output_root import load_root
 from kinesis_replay.adapters.owner import write_owner
@@ -167,6 +167,18 @@ def in_table(pipeline: PipelineConfig, batch: Batch) -> Batch:
     return replace(batch, snapshot_id=snapshot_id, quarantine_snapshot_id=quarantined)
 
 
+def redecodes_made_visible(pipeline: PipelineConfig, batches: Sequence[Batch]) -> int:
+    """The head's count of re-decodes made visible, as the recovered ledger implies it: the highest count recorded by a
+    re-decoded batch's snapshot (its commit record names it), or the table's current one if higher. A re-decode's
+    snapshot that was expired since leaves the table's count to stand for it."""
+    table = iceberg_table.load_table(pipeline)
+    counts = [iceberg_table.table_state(table).holdings.redecodes if table is not None else 0]
+    for snapshot_id in sorted({b.snapshot_id for b in batches if b.redecoded_by is not None and b.snapshot_id is not None}):
+        held = iceberg_table.snapshot_holdings(pipeline, snapshot_id)
+        counts.append(held.redecodes if held is not None else 0)
+    return max(counts)
+
+
 def recover(pipeline: PipelineConfig, kinesis_client: KinesisClient, store: StateStore, now: datetime, dry_run: bool = False) -> Recovery:
     """Rebuild the pipeline's state in its (empty) state table from the output; a dry run only says what it would write.
 
@@ -200,7 +212,8 @@ def recover(pipeline: PipelineConfig, kinesis_client: KinesisClient, store: Stat
     if dry_run:
         return plan
     if pipeline.table is not None:
-        plan = replace(plan, batches=tuple(in_table(pipeline, b) for b in plan.batches))
+        batches = tuple(in_table(pipeline, b) for b in plan.batches)
+        plan = replace(plan, batches=batches, head=replace(plan.head, redecodes=redecodes_made_visible(pipeline, batches)))
     store.restore(pipeline.name, plan.head, plan.shards, plan.batches)
     if owner is None:
         claim = Owner(pipeline.name, pipeline.stream, pipeline.state_table, claimed_at.isoformat(), 0, pipeline.output_format)

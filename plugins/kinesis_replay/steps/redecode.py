@@ -36,7 +36,7 @@ from kinesis_replay.core.errors import BackfillError
 from kinesis_replay.core.holdings import listed
 from kinesis_replay.core.refusals import refuse
 from kinesis_replay.core.state import Batch, StateStore
-from kinesis_replay.steps.commit import commit_staged
+from kinesis_replay.steps.commit import commit_staged, record_redecodes
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +63,8 @@ def commit_redecoded(pipeline: PipelineConfig, store: StateStore, batch_ids: Seq
     for batch in done:  # re-decoded by this run's commit, which may have been cut short before the batch's commit record
         commit_records.write_commit_record(pipeline.output, batch)
     if not pending:
+        if done:  # cut short before the head's write?
+            record_redecodes(pipeline, store, done[0].snapshot_id)
         log.info("pipeline %s: the re-decode of run %s is committed already", pipeline.name, run_id)
         return [found[b] for b in sorted(found)]
     key = {iceberg_table.PIPELINE_PROPERTY: pipeline.name, REDECODE_PROPERTY: run_id}
