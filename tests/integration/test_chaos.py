@@ -30,11 +30,13 @@ from stack.faults import StateFault, StateTableProxy
 # (9096, 11102), roll it back past a backfill's snapshot (3113) and delete its metadata (16710), each then restored as
 # docs/operating.md says; 11102 then adds a field to payload.schema and re-decodes the batch, its commit task dying
 # between the table's snapshot and the quarantine table's, and clears the failed task (a recovery that triggers the
-# re-decode again replays it again: a Spark job more). No seed rolls the table back after a re-decode, which fails the
-# checker until the restore tells a re-decoded batch from the batch as it was (REDECODE_FAULTS' note); none takes the
-# re-decode's died_before_commit_record either, which failed the checker when these seeds were chosen and passes since
-# the re-decode's commit writes each batch's commit record first (the cover holds as it was: each step still acts).
-SEEDS = (2730, 2842, 3113, 4709, 5750, 9096, 11102, 16710, 17869)
+# re-decode again replays it again: a Spark job more). 4241 re-decodes a batch (its commit's ledger write refused, the
+# task cleared) and then rolls the table back past the re-decode: the counts agree, only the decoding is older, and the
+# next plan must refuse it and the restore put the re-decoded files back (it went unnoticed before the snapshots and
+# the ledger's head counted re-decodes; no seed of the cover does both). None takes the re-decode's
+# died_before_commit_record, which failed the checker when these seeds were chosen and passes since the re-decode's
+# commit writes each batch's commit record first (the cover holds as it was: each step still acts).
+SEEDS = (2730, 2842, 3113, 4241, 4709, 5750, 9096, 11102, 16710, 17869)
 STEPS = 3
 SPARK_STEPS = 2
 # The schedules run again on S3, for the faults that land on the storage; each costs about 2.5 minutes, so three. In a

@@ -76,10 +76,10 @@ TABLE_FAULTS = ("rollback", "drop", "lose_metadata")  # what a table step does t
 # commit task dying before a batch's commit record, which the commit writes before the batch's ledger update.
 # died_before_commit_record with the recovery clear failed the checker until the re-decode's commit wrote each record
 # before its ledger entry (a resumed commit found the entry re-decoded and never wrote the record again: it kept the
-# old attempt and decoding); seed 1643 (steps 3) takes it and passes. One schedule still fails the checker: a table
-# step that rolls the table back past a re-decode's snapshot (seed 4241: the holdings, ranges and counts, are the same,
-# so nothing refuses it and the restore finds nothing to put back: the table holds the batch decoded as it was, the
-# ledger as re-decoded).
+# old attempt and decoding); seed 1643 (steps 3) takes it and passes. A table step that rolls the table back past a
+# re-decode's snapshot (seed 4241) failed the checker while the holdings were only batches and counts, which such a
+# rollback keeps: the snapshots' summaries and the ledger's head now count the re-decodes made visible, so the next
+# plan refuses it and the restore puts the re-decoded files back (a seed of the cover since).
 REDECODE_FAULTS = (
     "none", "kill_replay", "stop_after_replay", "died_before_quarantine", "ledger_unreachable", "ledger_lost_ack",
     "died_before_commit_record",
