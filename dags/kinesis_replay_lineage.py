@@ -20,6 +20,7 @@ import kinesis_replay_tasks as tasks
 from kinesis_replay.adapters.kinesis_client import seen_stream_arn
 from kinesis_replay.core import lineage
 from kinesis_replay.core.config import PipelineConfig
+from kinesis_replay.core.streams import address
 
 if TYPE_CHECKING:
     from airflow.providers.openlineage.extractors import OperatorLineage
@@ -71,7 +72,7 @@ def stream_arn(pipeline: PipelineConfig) -> str:
     if seen is not None:
         return seen
     if key not in _ARNS:
-        summary = tasks.kinesis_client(pipeline).describe_stream_summary(StreamName=pipeline.stream)["StreamDescriptionSummary"]
+        summary = tasks.kinesis_client(pipeline).describe_stream_summary(**address(pipeline.stream))["StreamDescriptionSummary"]
         _ARNS[key] = str(summary["StreamARN"])
     return _ARNS[key]
 

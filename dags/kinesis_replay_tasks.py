@@ -51,6 +51,7 @@ from kinesis_replay.core.formats import is_s3
 from kinesis_replay.core.job_spec import JobSpec, KinesisEndpoint, S3Endpoint
 from kinesis_replay.core.refusals import RECOVER_PARAM
 from kinesis_replay.core.state import Batch, Progress, RunKind
+from kinesis_replay.core.streams import check_region
 from kinesis_replay.launchers import credentials, emr_serverless, spark_submit
 from kinesis_replay.steps import backfill, in_flight, maintenance, rebuild, recovery, redecode
 from kinesis_replay.steps.commit import commit_batch
@@ -213,7 +214,18 @@ def s3_access(pipeline: PipelineConfig) -> S3Access:
 
 
 def kinesis_hook(pipeline: PipelineConfig) -> KinesisHook:
-    return KinesisHook(aws_conn_id=pipeline.aws_conn_id, config=pooled(CLIENT_CONFIG, pipeline.read.plan_concurrency))
+    """The stream's hook, through the pipeline's connection. A stream given by ARN is reached in the ARN's region: a
+    connection that names another is refused naming both (botocore would check only the ARN's partition)."""
+    config = pooled(CLIENT_CONFIG, pipeline.read.plan_concurrency)
+    hook = KinesisHook(aws_conn_id=pipeline.aws_conn_id, config=config)
+    named = hook.conn_config.region_name
+    try:
+        region = check_region(pipeline.stream, named, f"Airflow connection {pipeline.aws_conn_id!r}")
+    except ValueError as exc:
+        raise ConfigError(f"pipeline {pipeline.name!r}: {exc}. Nothing was read or written") from None
+    if region is not None and named is None:  # the connection names none: the ARN's, not the environment's
+        hook = KinesisHook(aws_conn_id=pipeline.aws_conn_id, region_name=region, config=config)
+    return hook
 
 
 def kinesis_client(pipeline: PipelineConfig) -> KinesisClient:

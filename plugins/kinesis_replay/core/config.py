@@ -42,13 +42,13 @@ from kinesis_replay.core.options import (
 from kinesis_replay.core.payloads import undecoded_columns
 from kinesis_replay.core.records import PARTITION_COLUMN, ROW_COLUMNS
 from kinesis_replay.core.roots import normalize_output, output_key, outputs_overlap
+from kinesis_replay.core.streams import check_stream
 
 CONFIG_ENV = "KINESIS_REPLAY_CONFIG"
 INITIAL_POSITIONS = ("TRIM_HORIZON", "LATEST", "AT_TIMESTAMP")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 # An Airflow pool's name: what `airflow pools set` and a shell accept unquoted, within the 256 characters Airflow stores.
 _POOL = re.compile(r"^[A-Za-z0-9_.-]{1,256}$")
-_STREAM = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 
 
 PAYLOAD_FORMATS = ("raw", "json")
@@ -189,9 +189,10 @@ class PipelineConfig:
         must=f"must match {_NAME.pattern} (it becomes part of the DAG id)",
     )
     stream: str = option(
-        "the Kinesis data stream's name (not its ARN)",
-        pattern=_STREAM,
-        must="must be a Kinesis stream name (1 to 128 letters, digits, '_', '.' and '-'; not an ARN)",
+        "the Kinesis data stream's name, or its ARN (`arn:aws:kinesis:<region>:<account>:stream/<name>`): with an ARN every "
+        "Kinesis call names the stream by it, the stream may be in another account, and its region is the ARN's (a "
+        "connection naming another region is refused); see [Streams in other accounts](deploy-aws.md#streams-in-other-accounts)",
+        check=check_stream,
     )
     output: str = option(
         "a path every Spark node and the Airflow worker see; `s3://...` needs a catalog other than the embedded one "
