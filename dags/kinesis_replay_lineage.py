@@ -67,7 +67,7 @@ _ARNS: dict[tuple[str, str], str] = {}  # (connection, stream) -> the stream's A
 
 def stream_arn(pipeline: PipelineConfig) -> str:
     """The stream's ARN: as this process's stream check saw it (a backfill's, a restore's), else looked up once."""
-    key = (pipeline.aws_conn_id, pipeline.stream)
+    key = (pipeline.kinesis_conn_id, pipeline.stream)
     seen = seen_stream_arn(pipeline.stream)
     if seen is not None:
         return seen

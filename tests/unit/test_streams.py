@@ -75,7 +75,7 @@ def test_the_region_is_the_arns_and_another_one_is_refused_naming_both() -> None
 
 def test_a_job_spec_carries_the_arn_and_refuses_a_kinesis_region_other_than_its_own() -> None:
     ranges = (SequenceRange("shardId-000000000000", 1, 2),)
-    spec = JobSpec("p", ARN, 1, "/lake/p", ranges, kinesis=KinesisEndpoint("eu-west-1"))
+    spec = JobSpec("p", ARN, 1, "/lake/p", ranges, kinesis=KinesisEndpoint("eu-west-1", None, "kinesis-replay-stream", "/w/cfg"))
     assert JobSpec.from_json(spec.to_json()) == spec
     with pytest.raises(
         JobSpecError, match=r"batch 1: stream .* is in region eu-west-1, and the job spec's kinesis.region_name names region us-east-1"

@@ -210,6 +210,13 @@ class PipelineConfig:
     spark: SparkConfig
     initial_timestamp: datetime | None = option("required with `AT_TIMESTAMP`, refused otherwise", default=None)
     aws_conn_id: str = option("the Airflow connection every AWS client comes from", default="aws_default")
+    stream_conn_id: str | None = option(
+        "the Airflow connection the stream's Kinesis clients come from, the DAG's and the replay job's, when it is not "
+        "`aws_conn_id`'s: for a stream in another account, a connection whose `role_arn` is a role of that account (see "
+        "[Streams in other accounts](deploy-aws.md#streams-in-other-accounts))",
+        default=None,
+        shown="`aws_conn_id`",
+    )
     retries: int = option("task retries, with exponential backoff up to 30 minutes", default=2)
     retry_delay_seconds: int = option("the wait before the first retry; each later one waits longer", default=60, minimum=1)
     read: ReadConfig = field(default_factory=ReadConfig)
@@ -248,6 +255,11 @@ class PipelineConfig:
     def pool(self) -> str:
         """The Airflow pool of the pipeline's replays: one slot, so that one replay at a time reads the stream's shards."""
         return self.pool_name or default_pool(self.name)
+
+    @property
+    def kinesis_conn_id(self) -> str:
+        """The Airflow connection of the stream's Kinesis clients: ``stream_conn_id``, else ``aws_conn_id``."""
+        return self.stream_conn_id or self.aws_conn_id
 
     @property
     def backfill_dag_id(self) -> str:

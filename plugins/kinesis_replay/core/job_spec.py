@@ -28,16 +28,24 @@ from kinesis_replay.core.streams import check_region, check_stream
 # 2: output_format (a table output is written per attempt, with batch_id in the files), estimated_bytes;
 # 3: retention_seconds (a job of version 2 would read a range near the retention without checking its pages);
 # 4: s3 (the connection's S3 endpoint and region, which the job's own writes go through since its tasks write the files);
-# 5: stream may be an ARN (addressed by StreamARN, a job of version 4 would name it as a StreamName)
+# 5: stream may be an ARN (addressed by StreamARN), kinesis.profile and kinesis.config_file (the stream's own credentials)
 VERSION = 5
 
 
 @dataclass(frozen=True)
 class KinesisEndpoint:
-    """Where the job's Kinesis client connects: the region, and an endpoint URL only for a local or proxied stack."""
+    """Where the job's Kinesis client connects: the region, and an endpoint URL only for a local or proxied stack.
+
+    ``profile``: the AWS profile the job's Kinesis clients take their credentials from, when the stream has a connection
+    of its own (the pipeline's ``stream_conn_id``, such as a role of the stream's account), read from ``config_file``
+    (a file the launcher wrote beside the spec: kinesis_replay.launchers.credentials.for_stream). None: the job's
+    default chain, as its S3 calls. A name and a path, never a credential.
+    """
 
     region_name: str | None = None
     endpoint_url: str | None = None
+    profile: str | None = None
+    config_file: str | None = None
 
 
 @dataclass(frozen=True)
