@@ -332,11 +332,15 @@ class MemoryKinesis:
         self._iterators[token] = position
         return token
 
-    def get_records(self, ShardIterator: str, Limit: int = 10_000) -> dict[str, Any]:
+    def get_records(self, ShardIterator: str, Limit: int = 10_000, StreamARN: str | None = None) -> dict[str, Any]:
         self.calls.append("GetRecords")
         position = self._iterators.get(ShardIterator)
         if position is None:
             raise _error("GetRecords", "InvalidArgumentException", "Invalid ShardIterator.")
+        if StreamARN is None:
+            self.addressed.append(("GetRecords", "ShardIterator"))  # the iterator names the stream: no StreamName here
+        elif self._named("GetRecords", None, StreamARN) != position.stream:
+            raise _error("GetRecords", "InvalidArgumentException", f"StreamARN {StreamARN} is not the stream of the iterator.")
         shard = self._shard("GetRecords", self._stream("GetRecords", position.stream), position.shard_id)
         following = [r for r in shard.records if r.sequence_number >= position.at]
         page = following[: min(Limit, self.page_limit or Limit)]

@@ -95,7 +95,8 @@ def test_a_cycle_addresses_the_stream_by_its_arn_in_every_call_and_lists_shards_
     batch = world.cycle()
     assert batch is not None and batch.stream == world.pipeline.stream
     assert world.landed() == world.expected()
-    assert {how for _, how in world.kinesis.addressed} == {"StreamARN"}
+    assert {how for _, how in world.kinesis.addressed} == {"StreamARN"}  # GetRecords' too: it takes the ARN, not a name
+    assert {op for op, _ in world.kinesis.addressed} == {"ListShards", "DescribeStreamSummary", "GetShardIterator", "GetRecords"}
     assert world.kinesis.calls.count("ListShards") >= 4
 
 

@@ -246,6 +246,9 @@ class ShardCalls:
         self.stats = stats if stats is not None else ReadStats()
         self.sleep = sleep
         self.budget = ShardBudget(self.limits, self.stats, sleep=sleep)
+        # GetRecords takes no StreamName (its iterator names the stream), but takes the StreamARN of a stream given by ARN,
+        # which it is sent: every call then names the stream by its ARN, as a resource policy on it is checked against.
+        self.records_address = address(stream) if is_arn(stream) else {}
 
     def iterator(self, **position: Any) -> str | None:
         self.budget.before_get_shard_iterator()
@@ -261,7 +264,7 @@ class ShardCalls:
         self.budget.before_get_records()
         response = call(
             self.client.get_records, what, self.limits, self.stats, self.sleep,
-            ShardIterator=iterator, Limit=limit or self.limits.max_records_per_call,
+            ShardIterator=iterator, Limit=limit or self.limits.max_records_per_call, **self.records_address,
         )  # fmt: skip
         page = cast(dict[str, Any], response)  # its records are read as plain dicts (Record) from here on
         self.stats.get_records_calls += 1
