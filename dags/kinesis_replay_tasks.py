@@ -225,7 +225,8 @@ def kinesis_hook(pipeline: PipelineConfig) -> KinesisHook:
     try:
         region = check_region(pipeline.stream, named, f"Airflow connection {pipeline.kinesis_conn_id!r}")
     except ValueError as exc:
-        raise ConfigError(f"pipeline {pipeline.name!r}: {exc}. Nothing was read or written") from None
+        other = "" if pipeline.stream_conn_id else "; or give the stream a connection of its own with stream_conn_id"
+        raise ConfigError(f"pipeline {pipeline.name!r}: {exc}{other}. Nothing was read or written") from None
     if region is not None and named is None:  # the connection names none: the ARN's, not the environment's
         hook = KinesisHook(aws_conn_id=pipeline.kinesis_conn_id, region_name=region, config=config)
     return hook

@@ -171,10 +171,12 @@ def test_a_stream_arn_is_reached_in_its_own_region_through_the_streams_connectio
              "state_table": "t", "spark": {}, "aws_conn_id": "aws_us"}  # fmt: skip
 
     wrong = parse_config({"pipelines": [entry]})[0]
-    with pytest.raises(
-        ConfigError, match=f"pipeline 'orders': stream {arn} is in region eu-west-1, and Airflow connection 'aws_us' names region us-east-1"
-    ):
+    with pytest.raises(ConfigError) as refused:
         tasks.kinesis_client(wrong)
+    assert f"pipeline 'orders': stream {arn} is in region eu-west-1, and Airflow connection 'aws_us' names region us-east-1" in str(
+        refused.value
+    )
+    assert "give the stream a connection of its own with stream_conn_id. Nothing was read or written" in str(refused.value)
     unnamed = parse_config({"pipelines": [{**entry, "stream_conn_id": "aws_none"}]})[0]
     assert tasks.kinesis_client(unnamed).meta.region_name == "eu-west-1"
 
