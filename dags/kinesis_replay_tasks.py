@@ -482,6 +482,12 @@ def stage_emr(pipeline: PipelineConfig, batch: Batch, accept_gaps: frozenset[str
     try:
         spec_path = work / emr_serverless.SPEC_FILE
         spec = job_spec(pipeline, batch, accept_gaps)
+        if pipeline.stream_conn_id not in (None, pipeline.aws_conn_id):
+            log.warning(
+                "pipeline %s: the EMR Serverless job reads stream %s with its runtime role (%s), not connection %s's "
+                "credentials: that role must be able to read the stream (docs/deploy-aws.md: Streams in other accounts)",
+                pipeline.name, pipeline.stream, emr.execution_role_arn, pipeline.stream_conn_id,
+            )  # fmt: skip
         # The job runs in AWS: never an endpoint that only Airflow can reach.
         spec_path.write_text(
             replace(spec, kinesis=replace(spec.kinesis, endpoint_url=None), s3=replace(spec.s3, endpoint_url=None)).to_json()
