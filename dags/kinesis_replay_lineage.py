@@ -20,6 +20,7 @@ import kinesis_replay_tasks as tasks
 from kinesis_replay.adapters.kinesis_client import seen_stream_arn
 from kinesis_replay.core import lineage
 from kinesis_replay.core.config import PipelineConfig
+from kinesis_replay.core.streams import address
 
 if TYPE_CHECKING:
     from airflow.providers.openlineage.extractors import OperatorLineage
@@ -66,12 +67,12 @@ _ARNS: dict[tuple[str, str], str] = {}  # (connection, stream) -> the stream's A
 
 def stream_arn(pipeline: PipelineConfig) -> str:
     """The stream's ARN: as this process's stream check saw it (a backfill's, a restore's), else looked up once."""
-    key = (pipeline.aws_conn_id, pipeline.stream)
+    key = (pipeline.kinesis_conn_id, pipeline.stream)
     seen = seen_stream_arn(pipeline.stream)
     if seen is not None:
         return seen
     if key not in _ARNS:
-        summary = tasks.kinesis_client(pipeline).describe_stream_summary(StreamName=pipeline.stream)["StreamDescriptionSummary"]
+        summary = tasks.kinesis_client(pipeline).describe_stream_summary(**address(pipeline.stream))["StreamDescriptionSummary"]
         _ARNS[key] = str(summary["StreamARN"])
     return _ARNS[key]
 

@@ -51,6 +51,7 @@ from kinesis_replay.core.formats import is_s3
 from kinesis_replay.core.job_spec import JobSpec, KinesisEndpoint, S3Endpoint
 from kinesis_replay.core.refusals import RECOVER_PARAM
 from kinesis_replay.core.state import Batch, Progress, RunKind
+from kinesis_replay.core.streams import check_region
 from kinesis_replay.launchers import credentials, emr_serverless, spark_submit
 from kinesis_replay.steps import backfill, in_flight, maintenance, rebuild, recovery, redecode
 from kinesis_replay.steps.commit import commit_batch
@@ -170,6 +171,7 @@ def no_credentials(pipeline: PipelineConfig, exc: BaseException) -> CredentialsM
     if not isinstance(cause, NoCredentialsError):
         return None
     service = _called_service(cause)
+    conn_id = pipeline.kinesis_conn_id if service == "Kinesis" else pipeline.aws_conn_id
     source = (
         f" (the Glue catalog's credentials come from table.catalog_properties of pipeline {pipeline.name!r}, "
         "else the worker's default chain)"
@@ -178,10 +180,11 @@ def no_credentials(pipeline: PipelineConfig, exc: BaseException) -> CredentialsM
     )
     return CredentialsMissingError(
         f"pipeline {pipeline.name!r}: no AWS credentials to call {service or 'AWS'} with{source}: Airflow connection "
-        f"{pipeline.aws_conn_id!r} holds no keys, role or profile that gave any, and neither did the worker's default chain "
+        f"{conn_id!r} holds no keys, role or profile that gave any, and neither did the worker's default chain "
         "(environment, shared files, instance or container role). A retry will not help until the connection has "
-        f"credentials: give connection {pipeline.aws_conn_id!r} an access key, a role_arn or a profile, or name another with "
-        'aws_conn_id in the pipelines config (docs/deployment.md: "Pointing it at real AWS")'
+        f"credentials: give connection {conn_id!r} an access key, a role_arn or a profile, or name another with "
+        f"{'stream_conn_id' if conn_id == pipeline.stream_conn_id else 'aws_conn_id'} in the pipelines config "
+        '(docs/deployment.md: "Pointing it at real AWS")'
     )
 
 
@@ -213,7 +216,20 @@ def s3_access(pipeline: PipelineConfig) -> S3Access:
 
 
 def kinesis_hook(pipeline: PipelineConfig) -> KinesisHook:
-    return KinesisHook(aws_conn_id=pipeline.aws_conn_id, config=pooled(CLIENT_CONFIG, pipeline.read.plan_concurrency))
+    """The stream's hook: its connection (``stream_conn_id``, else ``aws_conn_id``) with its credentials, an assumed role's
+    included (the provider assumes the connection's ``role_arn``). A stream given by ARN is reached in the ARN's region:
+    a connection that names another is refused naming both (botocore would check only the ARN's partition)."""
+    config = pooled(CLIENT_CONFIG, pipeline.read.plan_concurrency)
+    hook = KinesisHook(aws_conn_id=pipeline.kinesis_conn_id, config=config)
+    named = hook.conn_config.region_name
+    try:
+        region = check_region(pipeline.stream, named, f"Airflow connection {pipeline.kinesis_conn_id!r}")
+    except ValueError as exc:
+        other = "" if pipeline.stream_conn_id else "; or give the stream a connection of its own with stream_conn_id"
+        raise ConfigError(f"pipeline {pipeline.name!r}: {exc}{other}. Nothing was read or written") from None
+    if region is not None and named is None:  # the connection names none: the ARN's, not the environment's
+        hook = KinesisHook(aws_conn_id=pipeline.kinesis_conn_id, region_name=region, config=config)
+    return hook
 
 
 def kinesis_client(pipeline: PipelineConfig) -> KinesisClient:
@@ -327,10 +343,15 @@ def replay(pipeline: PipelineConfig, planned: Planned, params: dict[str, Any]) -
             submit(pipeline, batch, acknowledged(params))
 
 
-def job_spec(pipeline: PipelineConfig, batch: Batch, accept_gaps: frozenset[str] = frozenset()) -> JobSpec:
-    """The replay job's input: the batch's ranges, the hooks' Kinesis and S3 endpoints and regions, and the stream's retention."""
+def job_spec(
+    pipeline: PipelineConfig, batch: Batch, accept_gaps: frozenset[str] = frozenset(), stream_config: Path | None = None
+) -> JobSpec:
+    """The replay job's input: the batch's ranges, the hooks' Kinesis and S3 endpoints and regions, and the stream's retention.
+    ``stream_config``: the stream connection's profile file (stream_credentials), which the job's Kinesis clients load."""
     hook = kinesis_hook(pipeline)
     endpoint = KinesisEndpoint(hook.conn_region_name, hook.conn_config.get_service_endpoint_url("kinesis"))
+    if stream_config is not None:
+        endpoint = replace(endpoint, profile=credentials.STREAM_PROFILE, config_file=str(stream_config))
     retention = stream_retention(kinesis_client(pipeline), pipeline.stream, pipeline.read)
     s3 = s3_access(pipeline)
     return JobSpec.for_batch(pipeline, batch, endpoint, accept_gaps, retention, S3Endpoint(s3.region, s3.endpoint_url))
@@ -339,16 +360,21 @@ def job_spec(pipeline: PipelineConfig, batch: Batch, accept_gaps: frozenset[str]
 def submit(pipeline: PipelineConfig, batch: Batch, accept_gaps: frozenset[str] = frozenset(), kind: RunKind = RunKind.REGULAR) -> None:
     """spark-submit the replay job with the batch's spec; endpoint and credentials come from the hook. Its progress is
     stored under ``kind``, so a backfill's never replaces the regular batch's on the page."""
-    hook = kinesis_hook(pipeline)
-    given = job_credentials(pipeline, batch, hook)
+    given = job_credentials(pipeline, batch, pipeline_hook(pipeline))
     log.info("pipeline %s, batch %d: the job's AWS credentials: %s", pipeline.name, batch.batch_id, given.how)
     if given.warning:
         log.warning("pipeline %s, batch %d: %s", pipeline.name, batch.batch_id, given.warning)
+    for_stream = stream_credentials(pipeline, batch)
+    if for_stream is not None:
+        log.info("pipeline %s, batch %d: the job's Kinesis credentials: %s", pipeline.name, batch.batch_id, for_stream.how)
+        if for_stream.warning:
+            log.warning("pipeline %s, batch %d: %s", pipeline.name, batch.batch_id, for_stream.warning)
     work = Path(tempfile.mkdtemp(prefix=f"kinesis-replay-{pipeline.name}-{batch.batch_id}-"))
     try:
         env = given.write(work)  # the config file with the role's base keys stays in this private folder
+        stream_config = None if for_stream is None else for_stream.write(work)  # and so does the stream's
         spec_path = work / "batch.json"
-        spec_path.write_text(job_spec(pipeline, batch, accept_gaps).to_json())
+        spec_path.write_text(job_spec(pipeline, batch, accept_gaps, stream_config).to_json())
         library = spark_submit.package_library(work / "kinesis_replay.zip")
         job, py_files = SPARK_JOBS / "replay_job.py", [library, SPARK_JOBS / "kinesis_source.py"]
         spark_submit.warm_up(pipeline, job, py_files, spark_submit.submit_env(pipeline.spark.master, {}))  # once per machine
@@ -380,8 +406,33 @@ def progress_publisher(pipeline: PipelineConfig) -> Callable[[Progress], None]:
     return publish
 
 
+def pipeline_hook(pipeline: PipelineConfig) -> AwsBaseHook:
+    """The pipeline connection's hook (``aws_conn_id``), whose credentials the replay job gets for everything but the stream
+    when the stream has a connection of its own."""
+    return AwsBaseHook(aws_conn_id=pipeline.aws_conn_id, client_type="s3")
+
+
 def job_credentials(pipeline: PipelineConfig, batch: Batch, hook: AwsBaseHook) -> credentials.JobCredentials:
     """How the replay job gets the connection's credentials: a profile that assumes its role, so that they last as long as the job."""
+    connection, base = _connection(hook)
+    session_name = credentials.session_name(pipeline.name, batch.batch_id)
+    return credentials.for_job(connection, session_name, base, lambda: frozen_credentials(hook))
+
+
+def stream_credentials(pipeline: PipelineConfig, batch: Batch) -> credentials.StreamCredentials | None:
+    """How the replay job's Kinesis clients get the stream connection's credentials (``stream_conn_id``): a profile of their
+    own that assumes its role (the stream's account's). None: the stream has no connection of its own, and the job's
+    Kinesis clients take the job's credentials, as its other clients do."""
+    if pipeline.stream_conn_id is None or pipeline.stream_conn_id == pipeline.aws_conn_id:
+        return None
+    hook = kinesis_hook(pipeline)
+    connection, base = _connection(hook)
+    session_name = credentials.session_name(pipeline.name, batch.batch_id)
+    return credentials.for_stream(connection, session_name, base, lambda: frozen_credentials(hook))
+
+
+def _connection(hook: AwsBaseHook) -> tuple[credentials.Connection, credentials.BaseCredentials | None]:
+    """What the hook's connection says about credentials, in plain values, and the worker's base credentials where its role needs them."""
     conn = hook.conn_config
     role = None
     if conn.role_arn:
@@ -395,8 +446,7 @@ def job_credentials(pipeline: PipelineConfig, batch: Batch, hook: AwsBaseHook) -
     base = None
     if role is not None and keys is None and conn.profile_name is None:
         base = worker_credentials(hook)
-    session_name = credentials.session_name(pipeline.name, batch.batch_id)
-    return credentials.for_job(connection, session_name, base, lambda: frozen_credentials(hook))
+    return connection, base
 
 
 def frozen_credentials(hook: AwsBaseHook) -> credentials.Keys:
@@ -432,6 +482,12 @@ def stage_emr(pipeline: PipelineConfig, batch: Batch, accept_gaps: frozenset[str
     try:
         spec_path = work / emr_serverless.SPEC_FILE
         spec = job_spec(pipeline, batch, accept_gaps)
+        if pipeline.stream_conn_id not in (None, pipeline.aws_conn_id):
+            log.warning(
+                "pipeline %s: the EMR Serverless job reads stream %s with its runtime role (%s), not connection %s's "
+                "credentials: that role must be able to read the stream (docs/deploy-aws.md: Streams in other accounts)",
+                pipeline.name, pipeline.stream, emr.execution_role_arn, pipeline.stream_conn_id,
+            )  # fmt: skip
         # The job runs in AWS: never an endpoint that only Airflow can reach.
         spec_path.write_text(
             replace(spec, kinesis=replace(spec.kinesis, endpoint_url=None), s3=replace(spec.s3, endpoint_url=None)).to_json()

@@ -7,6 +7,7 @@ import heapq
 import json
 import logging
 import math
+import os
 import queue
 import statistics
 import sys
@@ -410,7 +411,18 @@ def kinesis_client(endpoint: KinesisEndpoint, connections: int = 0) -> Any:
     from kinesis_replay.adapters.kinesis_client import CLIENT_CONFIG, leave_throttling_to_call, pooled
 
     config = pooled(CLIENT_CONFIG, connections)
-    session = boto3.session.Session(botocore_session=utc_botocore_session())
+    botocore_session = utc_botocore_session()
+    if endpoint.config_file is not None:  # the stream's own connection: its profile, in a file only this client loads
+        if not os.path.isfile(endpoint.config_file):
+            raise FileNotFoundError(
+                f"the job spec reads the stream through profile {endpoint.profile} of {endpoint.config_file}, which is not "
+                "on this machine: the launcher writes it beside the spec, on the Airflow worker, for a job in local mode. "
+                "Executors elsewhere bring their own credentials (docs/deploy-aws.md: Streams in other accounts)"
+            )
+        botocore_session.set_config_variable("config_file", endpoint.config_file)
+        botocore_session.set_config_variable("credentials_file", os.devnull)  # the worker's shared credentials never mix in
+    # An explicit profile also takes precedence over the environment's key variables (the pipeline connection's keys).
+    session = boto3.session.Session(botocore_session=botocore_session, profile_name=endpoint.profile)
     return leave_throttling_to_call(
         session.client("kinesis", region_name=endpoint.region_name, endpoint_url=endpoint.endpoint_url, config=config)
     )

@@ -126,8 +126,15 @@ GOOD = {"kinesis_replay_good", "kinesis_replay_backfill_good", "kinesis_replay_m
         ({"payload": {"format": "json", "schema": "user STRING, amount"}}, "pipelines[1] (bad).payload.schema"),
         # A type no JSON payload decodes into: refused by name, before any batch is planned.
         ({"payload": {"format": "json", "schema": "v VARIANT"}}, 'payload.schema: has types no JSON payload is decoded into: column "v"'),
-        ({"stream": "s" * 129}, "pipelines[1] (bad).stream: must be a Kinesis stream name (1 to 128"),
-        ({"stream": "arn:aws:kinesis:us-east-1:123456789012:stream/orders"}, "pipelines[1] (bad).stream: must be a Kinesis stream name"),
+        ({"stream": "s" * 129}, "pipelines[1] (bad).stream: 'sss"),  # the rest: "is neither a Kinesis stream name (1 to 128 ..."
+        # A stream ARN is taken (tests/unit/test_streams.py); a consumer's ARN is not a stream's, and is refused naming so.
+        (
+            {"stream": "arn:aws:kinesis:us-east-1:123456789012:stream/orders/consumer/app:1"},
+            (
+                "pipelines[1] (bad).stream: 'arn:aws:kinesis:us-east-1:123456789012:stream/orders/consumer/app:1' is not a Kinesis "
+                "stream ARN: it is a stream consumer's ARN"
+            ),
+        ),
         # Once a raw OverflowError of the config reader, which stopped every pipeline's DAGs.
         ({"max_batch": {"span": "1000000000d"}}, "pipelines[1] (bad).max_batch.span: '1000000000d' is longer than any duration"),
         ({"read": {"bytes_per_second": float("inf")}}, "pipelines[1] (bad).read.bytes_per_second: must be a positive (finite) number"),

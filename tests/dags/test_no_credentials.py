@@ -64,6 +64,21 @@ def test_a_kinesis_call_names_kinesis() -> None:
     refused(lambda: step(pipeline()), "Kinesis")
 
 
+def test_a_kinesis_call_through_the_streams_own_connection_names_that_connection_and_its_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIRFLOW_CONN_AWS_OTHER", json.dumps({"conn_type": "aws", "login": "AKIDOTHER", "password": "s"}))
+
+    @tasks.fail_fast
+    @tasks.through_connection
+    def step(pipeline_config: PipelineConfig) -> object:
+        return tasks.kinesis_client(pipeline_config).list_shards(StreamName=pipeline_config.stream)
+
+    with pytest.raises(AirflowFailException) as failed:
+        step(pipeline(aws_conn_id="aws_other", stream_conn_id="aws_empty"))
+    message = str(failed.value)
+    assert "no AWS credentials to call Kinesis with: Airflow connection 'aws_empty'" in message
+    assert "or name another with stream_conn_id in the pipelines config" in message and "aws_other" not in message
+
+
 def test_an_s3_call_wrapped_in_the_outputs_error_names_s3() -> None:
     glue = {"output": "s3://lake/orders", "output_format": "iceberg", "table": {"catalog_properties": {"type": "glue"}}}
 

@@ -143,3 +143,49 @@ def test_the_replay_jobs_credentials_are_read_from_the_pipelines_connection(monk
     keys = parse_config({"pipelines": [{**entry, "aws_conn_id": "aws_keys"}]})[0]
     given = tasks.job_credentials(keys, batch, tasks.kinesis_hook(keys))
     assert given.config is None and given.env["AWS_ACCESS_KEY_ID"] == "AKIDKEYS" and given.env["AWS_SESSION_TOKEN"] is None
+
+
+def test_a_stream_arn_is_reached_in_its_own_region_through_the_streams_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stream's hook comes from stream_conn_id (else aws_conn_id); a connection naming a region other than the stream
+    ARN's is refused naming both, before any call; one naming none gets the ARN's (not the environment's)."""
+    import json
+    from datetime import UTC, datetime
+
+    from kinesis_replay.core.config import parse_config
+    from kinesis_replay.core.errors import ConfigError
+    from kinesis_replay.core.ranges import SequenceRange
+    from kinesis_replay.core.state import Batch, BatchStatus
+
+    role = {"role_arn": "arn:aws:iam::210987654321:role/stream-reader", "service_config": {"sts": {"endpoint_url": "http://127.0.0.1:1"}}}
+    for conn_id, extra in (
+        ("aws_us", {"region_name": "us-east-1"}),
+        ("aws_none", {}),
+        ("aws_stream", {"region_name": "eu-west-1", **role}),
+    ):
+        monkeypatch.setenv(
+            f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps({"conn_type": "aws", "login": "AKIDBASE", "password": "s", "extra": extra})
+        )
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "ap-south-1")
+    arn = "arn:aws:kinesis:eu-west-1:210987654321:stream/orders"
+    entry = {"name": "orders", "stream": arn, "output": "/lake/p", "schedule": None, "initial_position": "LATEST",
+             "state_table": "t", "spark": {}, "aws_conn_id": "aws_us"}  # fmt: skip
+
+    wrong = parse_config({"pipelines": [entry]})[0]
+    with pytest.raises(ConfigError) as refused:
+        tasks.kinesis_client(wrong)
+    assert f"pipeline 'orders': stream {arn} is in region eu-west-1, and Airflow connection 'aws_us' names region us-east-1" in str(
+        refused.value
+    )
+    assert "give the stream a connection of its own with stream_conn_id. Nothing was read or written" in str(refused.value)
+    unnamed = parse_config({"pipelines": [{**entry, "stream_conn_id": "aws_none"}]})[0]
+    assert tasks.kinesis_client(unnamed).meta.region_name == "eu-west-1"
+
+    crossed = parse_config({"pipelines": [{**entry, "stream_conn_id": "aws_stream"}]})[0]
+    hook = tasks.kinesis_hook(crossed)
+    assert hook.aws_conn_id == "aws_stream" and hook.conn_config.role_arn == role["role_arn"]  # the provider assumes it
+    batch = Batch("orders", 7, BatchStatus.PLANNED, (SequenceRange("shardId-000000000000", 1, 2),), arn, "run", datetime.now(UTC))
+    given = tasks.stream_credentials(crossed, batch)
+    assert given is not None and given.renews
+    assert f"role_arn = {role['role_arn']}\n" in given.config and "aws_access_key_id = AKIDBASE\n" in given.config
+    assert tasks.job_credentials(crossed, batch, tasks.pipeline_hook(crossed)).env["AWS_ACCESS_KEY_ID"] == "AKIDBASE"  # aws_us's keys
+    assert tasks.stream_credentials(parse_config({"pipelines": [entry]})[0], batch) is None  # no connection of its own

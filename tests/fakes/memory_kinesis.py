@@ -24,6 +24,9 @@ from botocore.exceptions import ClientError
 MAX_HASH_KEY = 2**128 - 1
 FIRST_SEQUENCE_NUMBER = 49 * 10**54  # 56 digits, as Kinesis's and kinesalite's
 SEQUENCE_STEP = 1_000  # between two sequence numbers the stream hands out (records, shard starts and ends)
+# The account and region the fake's streams live in (their ARNs say so; an ARN of another is refused).
+ACCOUNT = "000000000000"
+REGION = "us-east-1"
 
 
 def _error(operation: str, code: str, message: str) -> ClientError:
@@ -126,8 +129,22 @@ class MemoryKinesis:
         self._iterators: dict[str, _Iterator] = {}
         self._tokens: dict[str, tuple[str, int]] = {}
         self.calls: list[str] = []  # the operations called, in order
+        self.addressed: list[tuple[str, str]] = []  # (operation, StreamName or StreamARN): how each reading call named the stream
 
     # -- the stream -----------------------------------------------------------------------------------------------
+
+    def _named(self, operation: str, name: str | None, arn: str | None) -> str:
+        """The stream a call names by StreamName or StreamARN (exactly one, as Kinesis requires); an ARN of another account
+        or region is refused as Kinesis refuses a stream the caller may not reach."""
+        if (name is None) == (arn is None):
+            raise _error(operation, "InvalidArgumentException", "Exactly one of StreamName and StreamARN must be provided.")
+        self.addressed.append((operation, "StreamName" if arn is None else "StreamARN"))
+        if arn is None:
+            return str(name)
+        prefix = f"arn:aws:kinesis:{REGION}:{ACCOUNT}:stream/"
+        if not arn.startswith(prefix):
+            raise _error(operation, "AccessDeniedException", f"User is not authorized to access {arn} (the fake is {ACCOUNT}, {REGION}).")
+        return arn.removeprefix(prefix)
 
     def _stream(self, operation: str, name: str) -> Stream:
         stream = self.streams.get(name)
@@ -228,11 +245,16 @@ class MemoryKinesis:
 
     # -- reading --------------------------------------------------------------------------------------------------
 
-    def list_shards(self, StreamName: str | None = None, NextToken: str | None = None, MaxResults: int | None = None) -> dict[str, Any]:
+    def list_shards(
+        self, StreamName: str | None = None, NextToken: str | None = None, MaxResults: int | None = None, StreamARN: str | None = None
+    ) -> dict[str, Any]:
         """Every shard still in the stream, in id order, ``list_page`` (or MaxResults) a page."""
         self.calls.append("ListShards")
-        if (StreamName is None) == (NextToken is None):
-            raise _error("ListShards", "InvalidArgumentException", "Either NextToken or StreamName should be provided, not both.")
+        named = StreamName is not None or StreamARN is not None
+        if named == (NextToken is not None):
+            raise _error("ListShards", "InvalidArgumentException", "Either NextToken or StreamName/StreamARN should be provided, not both.")
+        if NextToken is None:
+            StreamName = self._named("ListShards", StreamName, StreamARN)
         if NextToken is not None:
             if NextToken not in self._tokens:
                 raise _error("ListShards", "InvalidArgumentException", "Invalid NextToken.")
@@ -249,13 +271,13 @@ class MemoryKinesis:
             page["NextToken"] = token
         return page
 
-    def describe_stream_summary(self, StreamName: str) -> dict[str, Any]:
+    def describe_stream_summary(self, StreamName: str | None = None, StreamARN: str | None = None) -> dict[str, Any]:
         self.calls.append("DescribeStreamSummary")
-        stream = self._stream("DescribeStreamSummary", StreamName)
+        stream = self._stream("DescribeStreamSummary", self._named("DescribeStreamSummary", StreamName, StreamARN))
         return {
             "StreamDescriptionSummary": {
                 "StreamName": stream.name,
-                "StreamARN": f"arn:aws:kinesis:us-east-1:000000000000:stream/{stream.name}",
+                "StreamARN": f"arn:aws:kinesis:{REGION}:{ACCOUNT}:stream/{stream.name}",
                 "StreamStatus": "ACTIVE",
                 "RetentionPeriodHours": stream.retention_hours,
                 "StreamCreationTimestamp": stream.created,
@@ -265,13 +287,15 @@ class MemoryKinesis:
 
     def get_shard_iterator(
         self,
-        StreamName: str,
         ShardId: str,
         ShardIteratorType: str,
         StartingSequenceNumber: str | None = None,
         Timestamp: datetime | None = None,
+        StreamName: str | None = None,
+        StreamARN: str | None = None,
     ) -> dict[str, str]:
         self.calls.append("GetShardIterator")
+        StreamName = self._named("GetShardIterator", StreamName, StreamARN)
         shard = self._shard("GetShardIterator", self._stream("GetShardIterator", StreamName), ShardId)
         # After every record so far: the next one the stream hands out, or past a closed shard's end.
         tip = self._next if shard.ending_sequence_number is None else shard.ending_sequence_number + 1
@@ -308,11 +332,15 @@ class MemoryKinesis:
         self._iterators[token] = position
         return token
 
-    def get_records(self, ShardIterator: str, Limit: int = 10_000) -> dict[str, Any]:
+    def get_records(self, ShardIterator: str, Limit: int = 10_000, StreamARN: str | None = None) -> dict[str, Any]:
         self.calls.append("GetRecords")
         position = self._iterators.get(ShardIterator)
         if position is None:
             raise _error("GetRecords", "InvalidArgumentException", "Invalid ShardIterator.")
+        if StreamARN is None:
+            self.addressed.append(("GetRecords", "ShardIterator"))  # the iterator names the stream: no StreamName here
+        elif self._named("GetRecords", None, StreamARN) != position.stream:
+            raise _error("GetRecords", "InvalidArgumentException", f"StreamARN {StreamARN} is not the stream of the iterator.")
         shard = self._shard("GetRecords", self._stream("GetRecords", position.stream), position.shard_id)
         following = [r for r in shard.records if r.sequence_number >= position.at]
         page = following[: min(Limit, self.page_limit or Limit)]

@@ -136,3 +136,40 @@ def test_the_local_kinesis_answers_at_timestamp_with_the_first_record_that_new(k
         assert got == expected, f"AT_TIMESTAMP {moment.isoformat()}: {got}, not {expected}"
         if expected is None:
             assert page["MillisBehindLatest"] == 0 and page.get("NextShardIterator")  # the tip, not a wait for a record
+
+
+def test_a_stream_named_by_its_arn_is_planned_and_read_through_the_proxy_as_by_its_name(
+    kinesis: Any, store: DynamoDBStateStore, entry: dict[str, Any], stack: Any
+) -> None:
+    """kinesalite refuses StreamARN; the stack's proxy names the stream for it (tests/stack/kinesis_proxy.by_name) after
+    the checks Kinesis makes: an ARN of another account, or of another region than the call is signed for, is refused."""
+    from botocore.exceptions import ClientError
+
+    from kinesis_replay.adapters.kinesis_client import list_shards
+    from kinesis_replay.adapters.range_reader import iterate_range
+    from stack.kinesis_proxy import KinesisProxy
+
+    produced = produce(kinesis, entry["stream"], 120)
+    arn = kinesis.describe_stream_summary(StreamName=entry["stream"])["StreamDescriptionSummary"]["StreamARN"]
+    running = KinesisProxy(stack.kinesis_url).start()
+    try:
+        client = boto3.client("kinesis", endpoint_url=running.url)
+        by_arn = pipeline(entry, stream=arn)
+        batch = plan_batch(by_arn, client, store, "run-1").batch
+        assert batch is not None and batch.stream == arn
+        ends = {}
+        for p in produced:
+            low, high = ends.get(p.shard_id, (int(p.sequence_number),) * 2)
+            ends[p.shard_id] = (min(low, int(p.sequence_number)), max(high, int(p.sequence_number)))
+        assert {r.shard_id: (r.start, r.end) for r in batch.ranges} == ends
+        read = [r["SequenceNumber"] for rng in batch.ranges for page in iterate_range(client, arn, rng, by_arn.read) for r in page]
+        assert sorted(read) == sorted(p.sequence_number for p in produced)
+        assert sum(c.get_records for c in running.counters.values()) > 0  # through the proxy, by ARN
+        assert len(list_shards(client, arn)) == 4
+        account, region = arn.replace(":000000000000:", ":210987654321:"), arn.replace(":us-east-1:", ":eu-west-1:")
+        with pytest.raises(ClientError, match="AccessDenied"):
+            client.describe_stream_summary(StreamARN=account)
+        with pytest.raises(ClientError, match="ResourceNotFound"):
+            client.describe_stream_summary(StreamARN=region)
+    finally:
+        running.stop()

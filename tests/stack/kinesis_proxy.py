@@ -254,10 +254,15 @@ class KinesisProxy(LocalServer):
                 operation = self.headers.get("X-Amz-Target", "").rsplit(".", 1)[-1]
                 # http.client sets Content-Length from the body forwarded, which the proxy may have rewritten.
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
+                if b'"StreamARN"' in body:
+                    named, refusal = by_name(json.loads(body), self.headers.get("Authorization", ""))
+                    if refusal is not None:
+                        self._reply(400, {"Content-Type": "application/x-amz-json-1.1"}, json.dumps(refusal).encode())
+                        return
+                    body = json.dumps(named).encode()
                 request = json.loads(body or b"{}") if operation in ("GetRecords", "GetShardIterator") else {}
                 if "ShardId" in request:
-                    # A stream named by its ARN (arn:aws:kinesis:<region>:<account>:stream/<name>) is the same stream.
-                    stream = request.get("StreamName") or request.get("StreamARN", "unknown").rsplit("/", 1)[-1]
+                    stream = request.get("StreamName", "unknown")  # a StreamARN was made a StreamName above
                     shard_id = request["ShardId"]
                 else:
                     stream, shard_id = proxy._iterators.get(request.get("ShardIterator", ""), ("unknown", "unknown"))
@@ -293,3 +298,28 @@ class KinesisProxy(LocalServer):
                 self._reply(status, response_headers, payload)
 
         return Handler
+
+
+# kinesalite's streams, as its own StreamARNs name them: one account, and the region each request is signed for.
+KINESALITE_ACCOUNT = "000000000000"
+
+
+def by_name(request: dict[str, Any], authorization: str) -> tuple[dict[str, Any], dict[str, str] | None]:
+    """A request that names its stream by StreamARN, as kinesalite takes it: by StreamName (kinesalite 3.3.3 refuses
+    every StreamARN: "Value null at 'streamName'"), or Kinesis's refusal. GetRecords takes the ARN beside its iterator,
+    and no StreamName: the ARN is dropped. An ARN of another account than kinesalite's is a stream the caller cannot
+    reach, and one of another region than the request is signed for is one the endpoint does not hold (botocore sends
+    a call to its client's region whatever the ARN says: kinesis_replay.core.streams.check_region)."""
+    arn = str(request.pop("StreamARN"))
+    parts = arn.split(":", 5)
+    if len(parts) != 6 or not parts[5].startswith("stream/"):
+        return request, {"__type": "ValidationException", "message": f"1 validation error detected: Value '{arn}' at 'streamARN'"}
+    region, account, name = parts[3], parts[4], parts[5].removeprefix("stream/")
+    signed = authorization.split("Credential=", 1)[-1].split("/")[2:3]
+    if account != KINESALITE_ACCOUNT:
+        return request, {"__type": "AccessDeniedException", "message": f"User is not authorized to access {arn}"}
+    if signed and signed[0] != region:
+        return request, {"__type": "ResourceNotFoundException", "message": f"Stream {name} under account {account} not found."}
+    if "ShardIterator" not in request:
+        request["StreamName"] = name
+    return request, None

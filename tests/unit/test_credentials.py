@@ -157,3 +157,64 @@ def test_a_config_value_that_would_break_the_file_is_refused_without_quoting_it(
     with pytest.raises(ValueError, match="aws_secret_access_key must be one line") as raised:
         credentials.profile_config(ROLE, Keys("AKID", "secret\n[profile x]"), SESSION, None)
     assert "secret" not in str(raised.value).replace("aws_secret_access_key", "")
+
+
+# -- the stream's own connection (stream_conn_id): a profile only the job's Kinesis clients load ----------------------
+
+
+def stream_client(tmp_path: Path, given: credentials.StreamCredentials, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The replay job's Kinesis client for a spec naming the stream's profile, in a job whose environment holds the
+    pipeline connection's keys (which would win over any profile but an explicit one)."""
+    from kinesis_replay.core.job_spec import KinesisEndpoint
+    from kinesis_source import kinesis_client
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDPIPELINE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "pipeline-secret")
+    path = given.write(tmp_path)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600  # it may hold keys
+    return kinesis_client(KinesisEndpoint("eu-west-1", "http://127.0.0.1:9", credentials.STREAM_PROFILE, str(path)))
+
+
+def test_a_stream_role_connection_gives_the_jobs_kinesis_clients_a_profile_of_their_own_that_assumes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from botocore.credentials import DeferredRefreshableCredentials
+
+    given = credentials.for_stream(Connection(ROLE, KEYS, region="eu-west-1"), SESSION, None, never_frozen)
+    assert given.renews and given.warning is None and ROLE.arn in given.how
+    client = stream_client(tmp_path, given, monkeypatch)
+    found = client._request_signer._credentials
+    assert isinstance(found, DeferredRefreshableCredentials) and found.method == "assume-role"  # not the environment's keys
+    session_config = client.meta.config
+    assert client.meta.region_name == "eu-west-1" and session_config.user_agent.startswith("kinesis-replay/")
+    text = (tmp_path / credentials.STREAM_CONFIG_FILE).read_text()
+    assert f"[profile {credentials.STREAM_PROFILE}]\nrole_arn = {ROLE.arn}\nsource_profile = {credentials.STREAM_SOURCE_PROFILE}" in text
+    assert f"[profile {credentials.STREAM_SOURCE_PROFILE}]\naws_access_key_id = AKIDBASE" in text
+    assert f"[services {credentials.STREAM_PROFILE}]\nsts =\n  endpoint_url = {ROLE.sts_endpoint_url}" in text
+
+
+def test_a_stream_connection_with_keys_or_the_workers_chain_gives_those_keys_to_the_jobs_kinesis_clients_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    given = credentials.for_stream(Connection(keys=Keys("AKIDSTREAM", "stream-secret"), region="eu-west-1"), SESSION, None, never_frozen)
+    assert given.warning is None and given.renews
+    assert stream_client(tmp_path, given, monkeypatch)._request_signer._credentials.access_key == "AKIDSTREAM"
+    chain = credentials.for_stream(Connection(), SESSION, None, lambda: Keys("ASIACHAIN", "s", "chain-token"))
+    assert not chain.renews and "nothing that renews them" in (chain.warning or "")
+    assert "aws_session_token = chain-token" in chain.config
+
+
+def test_a_stream_role_the_job_cannot_assume_itself_gets_its_credentials_once_and_says_so() -> None:
+    odd = Role("arn:aws:iam::210987654321:role/stream", kwargs={"Policy": "{}"})
+    given = credentials.for_stream(Connection(odd, KEYS), SESSION, None, lambda: Keys("ASIAROLE", "s", "role-token"))
+    assert not given.renews and "cannot assume the stream's role" in (given.warning or "") and "Policy" in (given.warning or "")
+    assert "aws_access_key_id = ASIAROLE" in given.config and "role_arn" not in given.config
+
+
+def test_a_spec_naming_a_stream_profile_file_this_machine_lacks_fails_naming_it(tmp_path: Path) -> None:
+    from kinesis_replay.core.job_spec import KinesisEndpoint
+    from kinesis_source import kinesis_client
+
+    missing = tmp_path / "nowhere" / credentials.STREAM_CONFIG_FILE
+    with pytest.raises(FileNotFoundError, match=f"profile {credentials.STREAM_PROFILE} of {missing}, which is not on this machine"):
+        kinesis_client(KinesisEndpoint("eu-west-1", None, credentials.STREAM_PROFILE, str(missing)))

@@ -34,8 +34,14 @@ S3_ACTIONS = {
 # namespace_exists (GetDatabase), create_table, load_table and table_exists (GetTable), commit_table (GetTable, then
 # UpdateTable on the version it read). tests/integration/test_glue_catalog.py records the calls a pipeline's DAGs make.
 GLUE_ACTIONS = {"glue:CreateDatabase", "glue:GetDatabase", "glue:CreateTable", "glue:GetTable", "glue:UpdateTable"}
+# A pipeline whose stream_conn_id names a role of the stream's account: the provider (DAG side) and the job's stream profile
+# (launchers/credentials.for_stream) assume it with the base credentials, through STS.
+STS_ACTIONS = {"sts:AssumeRole"}
+# The stream's resource policy, for a stream in another account reached without a role (docs/deploy-aws.md).
+STREAM_RESOURCE_POLICY = ROOT / "plugins" / "kinesis_replay" / "iam_policy_stream_resource.json"
 RESOURCES = {
     "kinesis": {"arn:aws:kinesis:REGION:ACCOUNT:stream/STREAM"},
+    "sts": {"arn:aws:iam::STREAM_ACCOUNT:role/STREAM_ROLE"},
     "dynamodb": {"arn:aws:dynamodb:REGION:ACCOUNT:table/STATE_TABLE"},
     "s3": {"arn:aws:s3:::BUCKET/PREFIX/*", "arn:aws:s3:::BUCKET"},
     # Glue authorizes a table's calls on its catalog, its database and the table itself.
@@ -230,3 +236,20 @@ def test_the_emr_serverless_policy_grants_exactly_what_the_operator_calls_and_th
     built = 'items = [{"Update": head}, {"Put": batch}]'
     kinds = item_kinds_in([(sent, "table.py"), (built, "store.py")])
     assert {c.action for c in scan(sent, "table.py", kinds)} == {"dynamodb:UpdateItem", "dynamodb:PutItem"}
+
+
+def test_the_policy_grants_assuming_the_streams_role_which_the_code_assumes_for_a_stream_connection_with_one() -> None:
+    assert granted("sts") == STS_ACTIONS
+    tasks = (ROOT / "dags" / "kinesis_replay_tasks.py").read_text()
+    launcher = (ROOT / "plugins" / "kinesis_replay" / "launchers" / "credentials.py").read_text()
+    assert "KinesisHook(aws_conn_id=pipeline.kinesis_conn_id" in tasks, "the DAG's stream hook no longer uses stream_conn_id?"
+    assert "def for_stream(" in launcher and '{"role_arn": role.arn}' in launcher, "the job's stream profile no longer assumes a role?"
+
+
+def test_the_streams_resource_policy_grants_the_pipeline_exactly_the_kinesis_calls_the_code_makes_on_that_stream() -> None:
+    policy = json.loads(STREAM_RESOURCE_POLICY.read_text())
+    (statement,) = policy["Statement"]
+    called = {c.action for c in project_calls() if c.action.startswith("kinesis:")}
+    assert set(_as_list(statement["Action"])) == called
+    assert statement["Resource"] == "arn:aws:kinesis:REGION:STREAM_ACCOUNT:stream/STREAM"
+    assert statement["Principal"] == {"AWS": "arn:aws:iam::ACCOUNT:role/PIPELINE_ROLE"}

@@ -26,6 +26,7 @@ from kinesis_replay.core.errors import (
     access_refused,
 )
 from kinesis_replay.core.ranges import ShardInfo, parse_sequence_number
+from kinesis_replay.core.streams import address, is_arn
 
 if TYPE_CHECKING:  # the boto3 stubs are for type checking only
     from types_boto3_kinesis.client import KinesisClient
@@ -208,10 +209,13 @@ def call(
 
 
 def list_shards(client: KinesisClient, stream: str, limits: ReadConfig | None = None) -> list[ShardInfo]:
-    """Every shard of the stream, open and closed, paginated (ListShards returns at most 1,000 a call)."""
+    """Every shard of the stream, open and closed, paginated (ListShards returns at most 1,000 a call).
+
+    ``stream`` is a name or an ARN (kinesis_replay.core.streams): the first call names it so, each later one sends only
+    the page's NextToken, as ListShards requires."""
     limits = limits or ReadConfig()
     shards: list[ShardInfo] = []
-    kwargs: dict[str, Any] = {"StreamName": stream}
+    kwargs: dict[str, Any] = address(stream)
     while True:
         page = call(client.list_shards, f"stream {stream}: ListShards", limits, **kwargs)
         for s in page["Shards"]:
@@ -229,7 +233,7 @@ def list_shards(client: KinesisClient, stream: str, limits: ReadConfig | None = 
         token = page.get("NextToken")
         if not token:
             return shards
-        kwargs = {"NextToken": token}  # with a NextToken, ListShards refuses the StreamName
+        kwargs = {"NextToken": token}  # with a NextToken, ListShards refuses the StreamName and the StreamARN
 
 
 class ShardCalls:
@@ -242,13 +246,16 @@ class ShardCalls:
         self.stats = stats if stats is not None else ReadStats()
         self.sleep = sleep
         self.budget = ShardBudget(self.limits, self.stats, sleep=sleep)
+        # GetRecords takes no StreamName (its iterator names the stream), but takes the StreamARN of a stream given by ARN,
+        # which it is sent: every call then names the stream by its ARN, as a resource policy on it is checked against.
+        self.records_address = address(stream) if is_arn(stream) else {}
 
     def iterator(self, **position: Any) -> str | None:
         self.budget.before_get_shard_iterator()
         response = call(
             self.client.get_shard_iterator,
             f"stream {self.stream}, shard {self.shard_id}: GetShardIterator({position['ShardIteratorType']})",
-            self.limits, self.stats, self.sleep, StreamName=self.stream, ShardId=self.shard_id, **position,
+            self.limits, self.stats, self.sleep, **address(self.stream), ShardId=self.shard_id, **position,
         )  # fmt: skip
         iterator: str | None = response.get("ShardIterator")
         return iterator
@@ -257,7 +264,7 @@ class ShardCalls:
         self.budget.before_get_records()
         response = call(
             self.client.get_records, what, self.limits, self.stats, self.sleep,
-            ShardIterator=iterator, Limit=limit or self.limits.max_records_per_call,
+            ShardIterator=iterator, Limit=limit or self.limits.max_records_per_call, **self.records_address,
         )  # fmt: skip
         page = cast(dict[str, Any], response)  # its records are read as plain dicts (Record) from here on
         self.stats.get_records_calls += 1
@@ -281,7 +288,7 @@ _SEEN_ARNS: dict[str, str] = {}  # stream name -> its ARN, as this process's Des
 
 
 def _summary(client: KinesisClient, stream: str, limits: ReadConfig | None) -> dict[str, Any]:
-    summary = call(client.describe_stream_summary, f"stream {stream}: DescribeStreamSummary", limits or ReadConfig(), StreamName=stream)
+    summary = call(client.describe_stream_summary, f"stream {stream}: DescribeStreamSummary", limits or ReadConfig(), **address(stream))
     found = dict(summary["StreamDescriptionSummary"])
     if found.get("StreamARN"):
         _SEEN_ARNS[stream] = str(found["StreamARN"])
@@ -289,9 +296,9 @@ def _summary(client: KinesisClient, stream: str, limits: ReadConfig | None) -> d
 
 
 def seen_stream_arn(stream: str) -> str | None:
-    """The stream's ARN if this process has described it already (the plan's and a backfill's stream checks do): what
-    lineage names the stream by, at no call of its own (a new client costs a task about 180 ms)."""
-    return _SEEN_ARNS.get(stream)
+    """The stream's ARN if this process has described it already (the plan's and a backfill's stream checks do), or it is
+    given as one: what lineage names the stream by, at no call of its own (a new client costs a task about 180 ms)."""
+    return stream if is_arn(stream) else _SEEN_ARNS.get(stream)
 
 
 # Finding where an open shard's range ends reads a handful of records, whatever the backlog.

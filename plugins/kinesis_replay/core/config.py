@@ -42,13 +42,13 @@ from kinesis_replay.core.options import (
 from kinesis_replay.core.payloads import undecoded_columns
 from kinesis_replay.core.records import PARTITION_COLUMN, ROW_COLUMNS
 from kinesis_replay.core.roots import normalize_output, output_key, outputs_overlap
+from kinesis_replay.core.streams import check_stream
 
 CONFIG_ENV = "KINESIS_REPLAY_CONFIG"
 INITIAL_POSITIONS = ("TRIM_HORIZON", "LATEST", "AT_TIMESTAMP")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 # An Airflow pool's name: what `airflow pools set` and a shell accept unquoted, within the 256 characters Airflow stores.
 _POOL = re.compile(r"^[A-Za-z0-9_.-]{1,256}$")
-_STREAM = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 
 
 PAYLOAD_FORMATS = ("raw", "json")
@@ -189,9 +189,10 @@ class PipelineConfig:
         must=f"must match {_NAME.pattern} (it becomes part of the DAG id)",
     )
     stream: str = option(
-        "the Kinesis data stream's name (not its ARN)",
-        pattern=_STREAM,
-        must="must be a Kinesis stream name (1 to 128 letters, digits, '_', '.' and '-'; not an ARN)",
+        "the Kinesis data stream's name, or its ARN (`arn:aws:kinesis:<region>:<account>:stream/<name>`): with an ARN every "
+        "Kinesis call names the stream by it, the stream may be in another account, and its region is the ARN's (a "
+        "connection naming another region is refused); see [Streams in other accounts](deploy-aws.md#streams-in-other-accounts)",
+        check=check_stream,
     )
     output: str = option(
         "a path every Spark node and the Airflow worker see; `s3://...` needs a catalog other than the embedded one "
@@ -209,6 +210,13 @@ class PipelineConfig:
     spark: SparkConfig
     initial_timestamp: datetime | None = option("required with `AT_TIMESTAMP`, refused otherwise", default=None)
     aws_conn_id: str = option("the Airflow connection every AWS client comes from", default="aws_default")
+    stream_conn_id: str | None = option(
+        "the Airflow connection the stream's Kinesis clients come from, the DAG's and the replay job's, when it is not "
+        "`aws_conn_id`'s: for a stream in another account, a connection whose `role_arn` is a role of that account (see "
+        "[Streams in other accounts](deploy-aws.md#streams-in-other-accounts))",
+        default=None,
+        shown="`aws_conn_id`",
+    )
     retries: int = option("task retries, with exponential backoff up to 30 minutes", default=2)
     retry_delay_seconds: int = option("the wait before the first retry; each later one waits longer", default=60, minimum=1)
     read: ReadConfig = field(default_factory=ReadConfig)
@@ -247,6 +255,11 @@ class PipelineConfig:
     def pool(self) -> str:
         """The Airflow pool of the pipeline's replays: one slot, so that one replay at a time reads the stream's shards."""
         return self.pool_name or default_pool(self.name)
+
+    @property
+    def kinesis_conn_id(self) -> str:
+        """The Airflow connection of the stream's Kinesis clients: ``stream_conn_id``, else ``aws_conn_id``."""
+        return self.stream_conn_id or self.aws_conn_id
 
     @property
     def backfill_dag_id(self) -> str:

@@ -22,20 +22,30 @@ from kinesis_replay.core.config import OUTPUT_FORMATS, PayloadConfig, PipelineCo
 from kinesis_replay.core.errors import JobSpecError  # re-exported for job_spec.JobSpecError
 from kinesis_replay.core.ranges import SequenceRange
 from kinesis_replay.core.state import Batch
+from kinesis_replay.core.streams import check_region, check_stream
 
 # Raise it with any change of the JSON a job could misread; from_json refuses every other version.
 # 2: output_format (a table output is written per attempt, with batch_id in the files), estimated_bytes;
 # 3: retention_seconds (a job of version 2 would read a range near the retention without checking its pages);
-# 4: s3 (the connection's S3 endpoint and region, which the job's own writes go through since its tasks write the files)
-VERSION = 4
+# 4: s3 (the connection's S3 endpoint and region, which the job's own writes go through since its tasks write the files);
+# 5: stream may be an ARN (addressed by StreamARN), kinesis.profile and kinesis.config_file (the stream's own credentials)
+VERSION = 5
 
 
 @dataclass(frozen=True)
 class KinesisEndpoint:
-    """Where the job's Kinesis client connects: the region, and an endpoint URL only for a local or proxied stack."""
+    """Where the job's Kinesis client connects: the region, and an endpoint URL only for a local or proxied stack.
+
+    ``profile``: the AWS profile the job's Kinesis clients take their credentials from, when the stream has a connection
+    of its own (the pipeline's ``stream_conn_id``, such as a role of the stream's account), read from ``config_file``
+    (a file the launcher wrote beside the spec: kinesis_replay.launchers.credentials.for_stream). None: the job's
+    default chain, as its S3 calls. A name and a path, never a credential.
+    """
 
     region_name: str | None = None
     endpoint_url: str | None = None
+    profile: str | None = None
+    config_file: str | None = None
 
 
 @dataclass(frozen=True)
@@ -74,6 +84,11 @@ class JobSpec:
     def __post_init__(self) -> None:
         if not self.ranges:
             raise JobSpecError(f"pipeline {self.pipeline_name!r}, batch {self.batch_id}: the job spec has no ranges")
+        try:  # a stream ARN's region is the Kinesis client's: another would send every call to another region
+            check_stream(self.stream)
+            check_region(self.stream, self.kinesis.region_name, "the job spec's kinesis.region_name")
+        except ValueError as exc:
+            raise JobSpecError(f"pipeline {self.pipeline_name!r}, batch {self.batch_id}: {exc}") from None
 
     @classmethod
     def for_batch(

@@ -14,6 +14,10 @@ opens. The connection's other setups need nothing of the kind:
 - a profile name: the job uses that profile, as the hook does.
 - a session token and no role: passed once, with a warning: nothing can renew them.
 
+A pipeline whose stream has a connection of its own (``stream_conn_id``: a role of the stream's account, say) gets a
+second config file, with one profile (STREAM_PROFILE) that only the job's Kinesis clients use (``for_stream``): the
+spec names the profile and the file, so every other client of the job keeps the pipeline connection's credentials.
+
 Standard library only: the task reads the connection through its hook and hands plain values here.
 """
 
@@ -31,6 +35,10 @@ PROFILE = "kinesis-replay"
 SOURCE_PROFILE = "kinesis-replay-source"
 CONFIG_FILE = "aws_config"
 CREDENTIALS_FILE = "aws_credentials"  # empty: a user's shared credentials file never mixes into the job's profiles
+# The stream connection's profile, in a config file of its own that only the job's Kinesis clients load.
+STREAM_PROFILE = "kinesis-replay-stream"
+STREAM_SOURCE_PROFILE = "kinesis-replay-stream-source"
+STREAM_CONFIG_FILE = "aws_config_stream"
 # The credential variables of the environment: they would win over AWS_PROFILE in botocore's chain.
 CREDENTIAL_VARS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_PROFILE")
 # The AssumeRole arguments (the connection's assume_role_kwargs) that a botocore profile can carry.
@@ -177,11 +185,13 @@ def _source(connection: Connection, base: BaseCredentials | None) -> tuple[Keys 
     return None, f"its base credentials come from {base.method}, which a profile cannot name as its credential_source"
 
 
-def profile_config(role: Role, source: Keys | str, default_session_name: str, region: str | None) -> str:
-    """The AWS config file: a profile that assumes ``role`` from ``source`` (keys, or a credential_source name)."""
+def profile_config(
+    role: Role, source: Keys | str, default_session_name: str, region: str | None, name: str = PROFILE, source_name: str = SOURCE_PROFILE
+) -> str:
+    """The AWS config file: a profile ``name`` that assumes ``role`` from ``source`` (keys, or a credential_source name)."""
     profile: dict[str, object] = {"role_arn": role.arn}
     if isinstance(source, Keys):
-        profile["source_profile"] = SOURCE_PROFILE
+        profile["source_profile"] = source_name
     else:
         profile["credential_source"] = source
     profile["role_session_name"] = default_session_name
@@ -189,15 +199,80 @@ def profile_config(role: Role, source: Keys | str, default_session_name: str, re
     if region:
         profile["region"] = region
     if role.sts_endpoint_url:
-        profile["services"] = PROFILE
-    sections = [_section(f"profile {PROFILE}", profile)]
+        profile["services"] = name
+    sections = [_section(f"profile {name}", profile)]
     if isinstance(source, Keys):
-        keys = {"aws_access_key_id": source.access_key, "aws_secret_access_key": source.secret_key, "aws_session_token": source.token}
-        sections.append(_section(f"profile {SOURCE_PROFILE}", {k: v for k, v in keys.items() if v}))
+        sections.append(_section(f"profile {source_name}", _keys_profile(source)))
     if role.sts_endpoint_url:
         # The STS endpoint for this profile's clients only (a local stack's); Kinesis keeps the one in the job spec.
-        sections.append(f"[services {PROFILE}]\nsts =\n  endpoint_url = {_value('endpoint_url', role.sts_endpoint_url)}\n")
+        sections.append(f"[services {name}]\nsts =\n  endpoint_url = {_value('endpoint_url', role.sts_endpoint_url)}\n")
     return "\n".join(sections)
+
+
+def _keys_profile(keys: Keys) -> dict[str, str]:
+    values = {"aws_access_key_id": keys.access_key, "aws_secret_access_key": keys.secret_key, "aws_session_token": keys.token}
+    return {k: v for k, v in values.items() if v}
+
+
+@dataclass(frozen=True)
+class StreamCredentials:
+    """The stream connection's credentials for the job's Kinesis clients: a config file holding STREAM_PROFILE."""
+
+    how: str
+    config: str = field(repr=False)
+    warning: str | None = None
+    renews: bool = False
+
+    def write(self, work: Path) -> Path:
+        """Write the config file into ``work``, readable by its owner only; its path, which the job spec names."""
+        path = work / STREAM_CONFIG_FILE
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(self.config)
+        return path
+
+
+def for_stream(
+    connection: Connection, default_session_name: str, base: BaseCredentials | None, frozen: Callable[[], Keys]
+) -> StreamCredentials:
+    """The job's Kinesis credentials when the stream has a connection of its own: STREAM_PROFILE, which assumes the
+    connection's role and renews it (as ``for_job``'s profile does), or else holds the connection's keys as they are now.
+
+    A connection with no role and no keys of its own (a profile, the worker's default chain) is read through its hook
+    (``frozen``): a profile in the job's own file cannot name the worker's profiles or chain, and the job's default chain
+    is the pipeline connection's.
+    """
+    region = {"region": connection.region} if connection.region else {}
+    if connection.role is not None:
+        role = connection.role
+        source, source_problem = _source(connection, base)
+        problem = _unsupported(role) or source_problem
+        if problem is None and source is not None:
+            config = profile_config(role, source, default_session_name, connection.region, STREAM_PROFILE, STREAM_SOURCE_PROFILE)
+            warning = None
+            if isinstance(source, Keys) and source.token:
+                warning = (
+                    f"the base credentials that assume the stream's role {role.arn} are temporary (a session token): the job "
+                    "renews the role's credentials only as long as they last"
+                )
+            how = f"a profile that assumes the stream's role {role.arn} and renews its credentials"
+            return StreamCredentials(how, config, warning, renews=True)
+        keys, how = frozen(), f"the stream's role {role.arn}: its credentials as they are now, once"
+        warning = (
+            f"the job cannot assume the stream's role {role.arn} itself ({problem}): its Kinesis clients get the role's "
+            "credentials as they are now, and fail if the job runs longer than they last"
+        )
+    elif connection.keys is not None:
+        keys, how, warning = connection.keys, "the stream connection's keys", None
+    else:
+        keys, how, warning = frozen(), "the stream connection's credentials as they are now", None
+    if warning is None and keys.token:
+        warning = (
+            "the stream's connection gives temporary credentials (a session token) and nothing that renews them: the job's "
+            "Kinesis reads fail if it runs longer than they last; give that connection a role_arn instead"
+        )
+    config = _section(f"profile {STREAM_PROFILE}", {**_keys_profile(keys), **region})
+    return StreamCredentials(how, config, warning, renews=not keys.token)
 
 
 def _section(name: str, values: Mapping[str, object]) -> str:
