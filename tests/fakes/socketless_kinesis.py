@@ -42,6 +42,7 @@ from botocore.awsrequest import AWSPreparedRequest, AWSResponse
 from botocore.config import Config
 
 from kinesis_replay.adapters import kinesis_client
+from kinesis_replay.core.state import Batch, ReplayResult, ShardResult
 
 MAX_HASH_KEY = 2**128 - 1
 BASE = 49 * 10**54  # 56 digits, as Kinesis's
@@ -138,6 +139,7 @@ class SocketlessKinesis:
         self.reshard_slot = records_per_shard // 2  # parents hold the slots before it; children those after it
         self.last_slot = records_per_shard - 1
         self.now = self.arrival(self.last_slot) + newest_age
+        self.records_per_shard = records_per_shard
         self.shards = self._layout(shards, records_per_shard)
         self._lock = threading.Lock()
         n = len(self.shards)
@@ -162,6 +164,14 @@ class SocketlessKinesis:
         layout.append(ShardSpec(created + 2, (ranges[1][0], ranges[2][1]), after, records - after, parents=(shard_id(1), shard_id(2))))
         return layout
 
+    def grow(self, records: int) -> None:
+        """``records`` more records arrive in every open shard (the same time later in each), and ``now`` moves as far."""
+        before = self.now - self.arrival(self.last_slot)
+        self.records_per_shard += records
+        self.last_slot += records
+        self.now = self.arrival(self.last_slot) + before
+        self.shards = self._layout(len(self.shards), self.records_per_shard)
+
     # -- the arithmetic ----------------------------------------------------------------------------------------------
 
     def arrival(self, slot: int) -> datetime:
@@ -175,6 +185,24 @@ class SocketlessKinesis:
         sequence number, an open one's its newest record."""
         end = shard.ending_sequence_number
         return shard.starting_sequence_number, end if end is not None else shard.sequence_number(shard.count - 1), shard.closed
+
+    def replayed(self, pipeline_name: str, batch: Batch) -> ReplayResult:
+        """The manifest a replay of ``batch`` would write, from the arithmetic (no read): each range's records, the last
+        one read (a closed shard's last record, below its ending sequence number), their bytes; for commits that need
+        no files (a directory output's), and for sizing what the state table stores of it."""
+        results = []
+        for rng in batch.ranges:
+            shard = self.shards[int(rng.shard_id.removeprefix("shardId-"))]
+            last = shard.sequence_number(shard.count - 1) if rng.to_shard_end else rng.end
+            records = (last - rng.start) // WIDTH + 1  # a shard's records are WIDTH apart
+            # As long as a replay's: a 16-hex-digit checksum and digest (these are made up, not the rows'), the last arrival.
+            made_up = f"{hash((shard.index, records)) % 2**64:016x}"
+            results.append(ShardResult(
+                rng.shard_id, records, records * self.record_bytes, rng.start, last, made_up,
+                last_arrival=self.arrival(shard.first + shard.count - 1 if rng.to_shard_end else (last - BASE) // WIDTH),
+                digest=f"xxh3:{made_up}",
+            ))  # fmt: skip
+        return ReplayResult(pipeline_name, batch.batch_id, tuple(results))
 
     def data(self, shard: ShardSpec, k: int) -> bytes:
         name = f"{shard.index}:{k}:".encode()

@@ -16,10 +16,10 @@ from botocore.exceptions import ClientError
 
 from fakes.memory_store import MemoryStateStore
 from fakes.replay import directory_pipeline
-from fakes.socketless_kinesis import LIST_PAGE, WIDTH, ShardSpec, SocketlessKinesis, VirtualClock
+from fakes.socketless_kinesis import LIST_PAGE, ShardSpec, SocketlessKinesis, VirtualClock
 from kinesis_replay.adapters import kinesis_client, range_bounds
 from kinesis_replay.core.config import PipelineConfig
-from kinesis_replay.core.state import Batch, BatchStatus, ReplayResult, ShardResult
+from kinesis_replay.core.state import Batch, BatchStatus
 from kinesis_replay.steps.commit import commit_batch
 from kinesis_replay.steps.plan import plan_batch
 
@@ -63,15 +63,9 @@ def test_10000_busy_shards_are_planned_within_kinesis_limits_and_every_range_is_
     assert result.batch is not None and store.get_batch("wide", 1).ranges == result.batch.ranges
 
 
-def commit_as_read(pipeline: PipelineConfig, store: MemoryStateStore, stream: SocketlessKinesis, batch: Batch) -> None:
-    """Commit the batch as if replayed (no Spark): each range's records as the stream's arithmetic says it holds them."""
-    results = []
-    for rng in batch.ranges:
-        shard = stream.shards[int(rng.shard_id.removeprefix("shardId-"))]
-        last = shard.sequence_number(shard.count - 1) if rng.to_shard_end else rng.end
-        records = (last - rng.start) // WIDTH + 1  # a shard's records are WIDTH apart
-        results.append(ShardResult(rng.shard_id, records, records * stream.record_bytes, rng.start, last, "-"))
-    written = batch.with_status(BatchStatus.WRITTEN, result=ReplayResult(pipeline.name, batch.batch_id, tuple(results)))
+def commit_as_read(pipeline: PipelineConfig, store: Any, stream: SocketlessKinesis, batch: Batch) -> None:
+    """Commit the batch as if replayed (no Spark): verify's write of the manifest the arithmetic gives, then the commit."""
+    written = batch.with_status(BatchStatus.WRITTEN, result=stream.replayed(pipeline.name, batch))
     store.update_batch(written, BatchStatus.PLANNED)
     commit_batch(pipeline, store, batch.batch_id, now=stream.now)
 
