@@ -140,7 +140,9 @@ def render(plans: list[Plan], repeats: int) -> str:
         f"brackets); on {platform.node() or 'this machine'}, {os.cpu_count()} cores shared with other work (the load "
         "average is the machine's after each plan). Each plan was checked: no call throttled, every range the one the "
         "stream's arithmetic gives. The planner's CPU is the process's during `plan_batch` less the endpoint's own "
-        "handler's; peak memory is the process's peak resident set (`ru_maxrss`), with what it held before the plan.",
+        "handler's; peak memory is the process's peak resident set (`ru_maxrss`), with what it held before the plan. The "
+        "virtual clock's reading at the end is not a wall time: the threads' waits follow one another as the interpreter "
+        "runs them, and overlap only in part; the clock only orders each shard's calls against Kinesis's limits.",
         "",
         "| shards | wall, seconds | the planner's CPU a shard, ms | the endpoint's CPU a shard, ms | peak memory, MiB (before the plan) "
         "| ListShards calls | calls a shard, at most | ranges | on the virtual clock, seconds | load average |",
