@@ -12,6 +12,7 @@ write capacity an item's write consumes: one unit a KB (rounded up), two for a w
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 from dataclasses import dataclass, field
@@ -29,8 +30,8 @@ def value_size(value: dict[str, Any]) -> int:
     (kind, inner), *_ = value.items()
     if kind == "S":
         return len(inner.encode())
-    if kind == "B":
-        return len(inner) * 3 // 4  # base64 on the wire
+    if kind == "B":  # bytes as boto3 gives them, or base64 as the request's JSON holds them
+        return len(inner) if isinstance(inner, bytes) else len(base64.b64decode(inner))
     if kind == "N":
         digits = Decimal(inner).as_tuple().digits
         return math.ceil(len(digits) / 2) + 1
