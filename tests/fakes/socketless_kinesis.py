@@ -6,9 +6,11 @@ against Kinesis. Only the HTTP exchange is replaced: a ``before-send`` handler a
 plan costs is the planner's and botocore's (the handler's own CPU is counted apart, in ``cpu_seconds``).
 
 The stream is arithmetic, held in O(shards) memory whatever its records: record ``k`` of a shard is the stream's
-record slot ``first + k``, its sequence number ``BASE + slot * WIDTH + shard index`` (56 digits, rising within a
-shard and unique in the stream), its arrival ``t0 + slot // per_millisecond`` milliseconds (records put together
-share a millisecond), its data ``record_bytes`` bytes that name it. ``expected_range`` gives what a plan must find.
+record slot ``first + k``, its sequence number ``BASE + slot * STEP + shard index * NOISE + noise`` (56 digits,
+rising within a shard and unique in the stream; ``noise``, below NOISE, a hash of the shard and the slot, so that
+the low 20 digits look random, as Kinesis's do, and what stores them compresses no better than it would), its arrival
+``t0 + slot // per_millisecond`` milliseconds (records put together share a millisecond), its data ``record_bytes``
+bytes that name it. ``expected_range`` gives what a plan must find.
 
 Resharding: the stream was created with ``shards - 3`` shards; at slot ``reshard_slot`` shard 0 was split in two,
 and shards 1 and 2 merged into one, so the stream lists ``shards`` shards: three closed parents (their
@@ -46,7 +48,9 @@ from kinesis_replay.core.state import Batch, ReplayResult, ShardResult
 
 MAX_HASH_KEY = 2**128 - 1
 BASE = 49 * 10**54  # 56 digits, as Kinesis's
-WIDTH = 10**6  # sequence numbers of one record slot: room for a million shards
+WIDTH = 10**6  # shards a record slot has room for
+NOISE = 10**20  # the low digits of a sequence number: a hash of the shard and the slot
+STEP = WIDTH * NOISE  # sequence numbers of one record slot
 LIST_PAGE = 1_000  # the most shards a ListShards page holds (MaxResults above it is answered with 1,000)
 SHARD_CALLS_PER_SECOND = 5  # GetShardIterator and GetRecords, each, a shard
 LIST_SHARDS_PER_SECOND = 100
@@ -96,7 +100,7 @@ class ShardSpec:
         return shard_id(self.index)
 
     def sequence_number(self, k: int) -> int:
-        return BASE + (self.first + k) * WIDTH + self.index
+        return slot_number(self.first + k, self.index)
 
     @property
     def starting_sequence_number(self) -> int:
@@ -105,11 +109,22 @@ class ShardSpec:
     @property
     def ending_sequence_number(self) -> int | None:
         """A closed shard's: above its last record (the rest of its slot row), below its children's first record."""
-        return BASE + (self.first + self.count) * WIDTH + WIDTH - 1 if self.closed else None
+        return BASE + (self.first + self.count) * STEP + STEP - 1 if self.closed else None
 
 
 def shard_id(index: int) -> str:
     return f"shardId-{index:012d}"
+
+
+def slot_number(slot: int, index: int) -> int:
+    """The sequence number of shard ``index``'s record in ``slot``."""
+    noise = (slot * 0x9E3779B97F4A7C15 + index * 0xC2B2AE3D27D4EB4F + 0x165667B19E3779F9) ** 2 % NOISE
+    return BASE + slot * STEP + index * NOISE + noise
+
+
+def slot_of(number: int) -> int:
+    """The record slot a sequence number falls in."""
+    return (number - BASE) // STEP
 
 
 class _Refused(Exception):
@@ -194,12 +209,12 @@ class SocketlessKinesis:
         for rng in batch.ranges:
             shard = self.shards[int(rng.shard_id.removeprefix("shardId-"))]
             last = shard.sequence_number(shard.count - 1) if rng.to_shard_end else rng.end
-            records = (last - rng.start) // WIDTH + 1  # a shard's records are WIDTH apart
+            records = slot_of(last) - slot_of(rng.start) + 1  # a record a slot
             # As long as a replay's: a 16-hex-digit checksum and digest (these are made up, not the rows'), the last arrival.
             made_up = f"{hash((shard.index, records)) % 2**64:016x}"
             results.append(ShardResult(
                 rng.shard_id, records, records * self.record_bytes, rng.start, last, made_up,
-                last_arrival=self.arrival(shard.first + shard.count - 1 if rng.to_shard_end else (last - BASE) // WIDTH),
+                last_arrival=self.arrival(slot_of(last)),
                 digest=f"xxh3:{made_up}",
             ))  # fmt: skip
         return ReplayResult(pipeline_name, batch.batch_id, tuple(results))
@@ -354,10 +369,10 @@ class SocketlessKinesis:
             number, end = int(seq), shard.ending_sequence_number
             if number < shard.starting_sequence_number or (end is not None and number > end):
                 raise _Refused("InvalidArgumentException", f"Invalid StartingSequenceNumber {seq}: not of shard {shard.shard_id}")
-            # The first record at (after) the number: slots are WIDTH apart, offset by the shard's index.
-            offset = number - BASE - shard.index
-            slot = -(-offset // WIDTH) if kind == "AT_SEQUENCE_NUMBER" else offset // WIDTH + 1
-            k = slot - shard.first
+            # The first record at (after) the number: the one of its slot, if the number is not past it, else the next.
+            slot = slot_of(number)
+            mine = slot_number(slot, shard.index)
+            k = slot - shard.first + (number > mine if kind == "AT_SEQUENCE_NUMBER" else number >= mine)
         elif seq is not None:
             raise _Refused("InvalidArgumentException", f"{kind} takes no StartingSequenceNumber")
         elif kind == "TRIM_HORIZON":
