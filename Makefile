@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STACK := tests/stack
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help install browser demo up down test test-unit test-integration test-compose chaos bench bench-table bench-redecode bench-paced bench-ledger bench-planning bench-connect bench-lineage lint typecheck docs-config package dist test-dist stack-up stack-down clean
+.PHONY: help install browser demo up down test test-unit test-integration test-compose chaos bench bench-table bench-redecode bench-paced bench-ledger bench-planning bench-state-wide bench-connect bench-lineage lint typecheck docs-config package dist test-dist stack-up stack-down clean
 
 help:
 	@echo "make demo     run the DAG for several cycles on a local stack and check every record landed exactly once"
@@ -26,7 +26,8 @@ help:
 	@echo "make bench-redecode  a re-decode's one commit of REDECODE_BATCHES batches beside a backfill's commit of each (part of make bench)"
 	@echo "make bench-paced  the same ways through a proxy at Kinesis's per-shard read limits, against the physical limit (PACED=...)"
 	@echo "make bench-ledger  time the page, the backfill selection and the stuck check on a ledger of 100,000 batches"
-	@echo "make bench-planning  time a plan at 4, 100 and 1,000 shards through a proxy at Kinesis's limits"
+	@echo "make bench-planning  time a plan at 4, 100 and 1,000 shards through a proxy at Kinesis's limits, and the planner alone at 1,000 and 10,000"
+	@echo "make bench-state-wide  count the state table's items, transactions and write units of a plan and a commit at 10,000 shards"
 	@echo "make bench-connect  a one-record batch under spark-submit and as a client of a warm Spark Connect server"
 	@echo "make bench-lineage  what a commit task's OpenLineage event adds, beside the commit itself (part of make bench)"
 
@@ -165,10 +166,22 @@ bench-ledger: install
 	$(BIN)/python bench/ledger.py --entries $(LEDGER_ENTRIES)
 
 # Planning a batch at 4, 100 and 1,000 shards, busy and idle, through the throttling proxy at Kinesis's limits;
-# kinesalite holds every stream in memory (about 5 GB with the defaults).
+# kinesalite holds every stream in memory (about 5 GB with the defaults). Then the planner alone at PLAN_WIDE shards
+# (bench/wide_planning.py: a socketless stream behind a real boto3 client, the in-memory store), PLAN_WIDE_RUNS plans
+# of each, each in a process of its own; about 3 minutes with these defaults on 2 cores.
 PLAN_SHARDS ?= 4 100 1000
+PLAN_WIDE ?= 1000 10000
+PLAN_WIDE_RUNS ?= 3
 bench-planning: install
 	$(BIN)/python bench/planning.py --shards $(PLAN_SHARDS)
+	$(BIN)/python bench/wide_planning.py --shards $(PLAN_WIDE) --repeats $(PLAN_WIDE_RUNS)
+
+# The state table's writes for two cycles of a pipeline at STATE_SHARDS shards (the socketless stream, the steps,
+# DynamoDBStateStore on moto in process), counted, and their time modelled at DynamoDB's 1,000 write units a second a
+# partition; several minutes on 2 cores, most of them moto's.
+STATE_SHARDS ?= 10000
+bench-state-wide: install
+	$(BIN)/python bench/wide_state.py --shards $(STATE_SHARDS)
 
 stack-up: install
 	$(BIN)/python $(STACK)/local_stack.py start

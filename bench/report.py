@@ -4,7 +4,8 @@ Each command writes a section: `make bench` the bench section (bench/run.py, thr
 table-commit section (bench/table_commit.py, also `make bench-table`) and the re-decode section (bench/redecode.py,
 also `make bench-redecode`), `make chaos` the reliability section
 (tests/stack/chaos.py), `make bench-ledger` the ledger section (bench/ledger.py), `make bench-planning` the planning
-section (bench/planning.py), `make bench-paced` the paced section (bench/paced.py) and `make bench-connect` the
+section (bench/planning.py) and the planning-wide section (bench/wide_planning.py), `make bench-state-wide` the
+state-wide section (bench/wide_state.py), `make bench-paced` the paced section (bench/paced.py) and `make bench-connect` the
 Spark Connect section (bench/connect.py) and `make bench-lineage` the lineage section (bench/lineage.py, also part of
 `make bench`), all but the first through
 ``write_section``. Every other line is written by hand, so
@@ -59,6 +60,8 @@ BENCH = Section("<!-- bench:start -->", "<!-- bench:end -->")
 RELIABILITY = Section("<!-- reliability:start -->", "<!-- reliability:end -->")
 LEDGER = Section("<!-- ledger:start -->", "<!-- ledger:end -->")
 PLANNING = Section("<!-- planning:start -->", "<!-- planning:end -->")
+PLANNING_WIDE = Section("<!-- planning-wide:start -->", "<!-- planning-wide:end -->")
+STATE_WIDE = Section("<!-- state-wide:start -->", "<!-- state-wide:end -->")
 TABLE_COMMIT = Section("<!-- table-commit:start -->", "<!-- table-commit:end -->")
 PACED = Section("<!-- paced:start -->", "<!-- paced:end -->")
 CONNECT = Section("<!-- connect:start -->", "<!-- connect:end -->")

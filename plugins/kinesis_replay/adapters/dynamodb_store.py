@@ -44,6 +44,7 @@ from kinesis_replay.adapters.dynamodb_items import (
     batch_sk,
     head_from_item,
     now_iso,
+    page_of,
     part_sk,
     pk,
     progress_from_items,
@@ -502,7 +503,7 @@ class DynamoDBStateStore:
         ]
         pipeline_name = items[0]["pk"]["S"].removeprefix("pipeline#") if items else ""
         parts = self.db.get_items(pipeline_name, keys, f"reading the part items of {len(items)} batches of pipeline_name {pipeline_name!r}")
-        pages = {p["sk"]["S"]: p["text"]["S"] for p in parts}
+        pages = {p["sk"]["S"]: page_of(p) for p in parts}
         return [batch_from_item(item, pages) for item in items]
 
 

@@ -236,16 +236,29 @@ def list_shards(client: KinesisClient, stream: str, limits: ReadConfig | None = 
         kwargs = {"NextToken": token}  # with a NextToken, ListShards refuses the StreamName and the StreamARN
 
 
+@dataclass(frozen=True)
+class Pacing:
+    """The clock a shard's budget is kept by, and how its calls wait: the machine's, but for a stream answered on a
+    virtual clock (tests/fakes/socketless_kinesis.py), whose limits the budget must keep to on that clock."""
+
+    clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
+
+
+REAL_TIME = Pacing()
+
+
 class ShardCalls:
     """One shard's GetShardIterator and GetRecords calls: kept within the budget, throttling waited out, counted."""
 
     def __init__(self, client: KinesisClient, stream: str, shard_id: str, limits: ReadConfig | None = None,
-                 stats: ReadStats | None = None, sleep: Callable[[float], None] = time.sleep) -> None:  # fmt: skip
+                 stats: ReadStats | None = None, sleep: Callable[[float], None] = time.sleep,
+                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
         self.client, self.stream, self.shard_id = client, stream, shard_id
         self.limits = limits or ReadConfig()
         self.stats = stats if stats is not None else ReadStats()
         self.sleep = sleep
-        self.budget = ShardBudget(self.limits, self.stats, sleep=sleep)
+        self.budget = ShardBudget(self.limits, self.stats, clock=clock, sleep=sleep)
         # GetRecords takes no StreamName (its iterator names the stream), but takes the StreamARN of a stream given by ARN,
         # which it is sent: every call then names the stream by its ARN, as a resource policy on it is checked against.
         self.records_address = address(stream) if is_arn(stream) else {}

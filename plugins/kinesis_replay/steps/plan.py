@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, NamedTuple
 
 from kinesis_replay.adapters import range_bounds
-from kinesis_replay.adapters.kinesis_client import ShardCalls, list_shards, stream_created
+from kinesis_replay.adapters.kinesis_client import REAL_TIME, Pacing, ShardCalls, list_shards, stream_created
 from kinesis_replay.adapters.layout import owner_path
 from kinesis_replay.adapters.output_root import load_root, load_table
 from kinesis_replay.adapters.owner import write_owner
@@ -75,12 +75,14 @@ def plan_batch(
     now: datetime | None = None,
     acknowledged: frozenset[str] = frozenset(),
     dry_run: bool = False,
+    pacing: Pacing = REAL_TIME,
 ) -> PlanResult:
     """Resume the batch in flight, or fix the next batch's ranges and store it before anything is read.
 
     ``acknowledged`` names the shards whose lost records (a checkpoint trimmed by retention) an
     operator has accepted for this run; the loss is then recorded in the batch as a gap. A
     ``dry_run`` plans the same way and writes nothing: no batch, no new shard, no finished mark.
+    ``pacing``: the clock each shard's call budget is kept by (a stream answered on a virtual clock gives its own).
     """
     now = now or datetime.now(UTC)
     head = store.get_head(pipeline.name)
@@ -97,7 +99,7 @@ def plan_batch(
     # Before the first write, the output is claimed for this stream (not a new one of the same name), and a start
     # resolved from now is never before the claim; a dry run only checks.
     claim_output(pipeline, root, now, stream_created(kinesis_client, pipeline.stream, pipeline.read), dry_run)
-    planner = _Planner(pipeline, kinesis_client, store, now, dry_run)
+    planner = _Planner(pipeline, kinesis_client, store, now, dry_run, pacing)
     waiting = planner.plan_shards(shards, acknowledged, run_id)
     waiting_ids = tuple((s.shard_id, tuple(parents)) for s, parents in waiting)
     ranges, lag, estimates = planner.ranges, planner.lag, planner.estimates
@@ -177,8 +179,11 @@ class _Planner:
     is gathered in the order ListShards gave them, so a plan does not depend on which answered first.
     """
 
-    def __init__(self, pipeline: PipelineConfig, client: KinesisClient, store: StateStore, now: datetime, dry_run: bool) -> None:
+    def __init__(
+        self, pipeline: PipelineConfig, client: KinesisClient, store: StateStore, now: datetime, dry_run: bool, pacing: Pacing = REAL_TIME
+    ) -> None:  # fmt: skip
         self.pipeline, self.client, self.store, self.now, self.dry_run = pipeline, client, store, now, dry_run
+        self.pacing = pacing
         self.ranges: list[SequenceRange] = []
         self.gaps: list[Gap] = []
         self.lag: dict[str, int] = {}
@@ -263,7 +268,7 @@ class _Planner:
         """Plan one shard's range, if it has anything new (in a worker thread). It reads the stream, and writes only a
         drained shard's finished mark (store.mark_finished, not in a dry run), which no other shard's plan touches."""
         rate = self.rates.get(shard.shard_id)
-        return state, _plan_range(self.pipeline, self.client, self.store, shard, state, self.now, self.dry_run, rate)
+        return state, _plan_range(self.pipeline, self.client, self.store, shard, state, self.now, self.dry_run, rate, self.pacing)
 
     def _gather(self, state: ShardState, planned: _ShardPlan, acknowledged: frozenset[str], run_id: str) -> bool:
         """Add one shard's plan to the batch; returns whether the shard is now drained."""
@@ -295,9 +300,10 @@ class _ShardPlan(NamedTuple):
 
 def _plan_range(
     pipeline: PipelineConfig, client: KinesisClient, store: StateStore, shard: ShardInfo, state: ShardState, now: datetime,
-    dry_run: bool, rate: ShardRate | None = None,
+    dry_run: bool, rate: ShardRate | None = None, pacing: Pacing = REAL_TIME,
 ) -> _ShardPlan:  # fmt: skip
-    calls = ShardCalls(client, pipeline.stream, shard.shard_id, pipeline.read)  # one budget for all of the shard's calls
+    # One budget for all of the shard's calls.
+    calls = ShardCalls(client, pipeline.stream, shard.shard_id, pipeline.read, sleep=pacing.sleep, clock=pacing.clock)
     following = range_bounds.first_record_after(
         client, pipeline.stream, shard.shard_id, state.checkpoint, state.start_position, pipeline.read, shard.is_closed, calls
     )
