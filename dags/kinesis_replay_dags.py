@@ -51,6 +51,7 @@ from airflow.sdk import DAG, Asset, Param, XComArg, get_current_context, task
 
 import kinesis_replay_lineage as lineage
 import kinesis_replay_tasks as tasks
+from kinesis_replay.adapters.compaction import TARGET_BYTES
 from kinesis_replay.adapters.iceberg_table import RESTORE_PARAM
 from kinesis_replay.adapters.table_maintenance import DEFAULT_ORPHAN_AGE
 from kinesis_replay.airflow_config import existing_pipelines_path
@@ -361,13 +362,19 @@ def build_backfill_dag(pipeline: PipelineConfig) -> DAG:
 
 
 ORPHAN_AGE_HOURS = int(DEFAULT_ORPHAN_AGE / timedelta(hours=1))
+TARGET_FILE_SIZE_MB = TARGET_BYTES // 2**20
 
 MAINTENANCE_DOC = f"""
-### kinesis-replay maintenance: expire the table's old snapshots, remove its orphan files
+### kinesis-replay maintenance: compact each batch's files, expire the table's old snapshots, remove its orphan files
 
-Daily by default. Each batch adds a snapshot, and each backfill leaves the replaced files to the snapshots before
-it; without this the table's metadata and storage grow forever.
+Daily by default. Each batch adds a snapshot and a file per Spark task, and each backfill leaves the replaced files to
+the snapshots before it; without this the table's metadata, its files and storage grow forever.
 
+0. **Compaction** (`compact`, on by default): each committed batch whose files are more than its size needs at `target_file_size_mb` a file
+   (512, Iceberg's default) is written again as that many files, each shard's records one row group in sequence
+   order, checked against its ledger entry as a backfill's files are, and committed in one snapshot for up to 100
+   batches (readers see every batch's old files or its new ones). A batch a backfill, re-decode or restore replaced
+   meanwhile keeps what that wrote. The replaced files stay for the snapshots before it, until expiry.
 1. **Snapshot expiry** by the table's own properties, as Iceberg names them: `history.expire.max-snapshot-age-ms`
    (5 days when unset) and `history.expire.min-snapshots-to-keep` (1). The current snapshot always stays. Time
    travel reaches back as far as the snapshots kept.
@@ -379,7 +386,7 @@ it; without this the table's metadata and storage grow forever.
    (an owner record, `_catalog/`, `_commits/`) and any other file are left alone, named in a warning, and counted
    (`left_alone`). A new root inside another pipeline's root, or around one, is refused at its plan.
 
-Trigger with `dry_run` to see what it would expire and remove.
+Trigger with `dry_run` to see what it would compact, expire and remove.
 """
 
 
@@ -395,6 +402,17 @@ def build_maintenance_dag(pipeline: PipelineConfig) -> DAG:
         tags=["kinesis-replay", "maintenance", stream_tag(pipeline)],
         params={
             "dry_run": Param(False, type="boolean", title="Dry run", description="Name what would be expired and removed; change nothing."),
+            "compact": Param(
+                True, type="boolean", title="Compact", description="Write each batch's files again as few files as its size needs."
+            ),
+            "target_file_size_mb": Param(
+                TARGET_FILE_SIZE_MB,
+                type="integer",
+                minimum=1,
+                maximum=1024 * 1024,
+                title="Target file size (MiB)",
+                description="Compact each batch into files of about this size (Iceberg's write.target-file-size-bytes).",
+            ),
             "orphan_age_hours": Param(
                 ORPHAN_AGE_HOURS,
                 type="integer",
@@ -408,7 +426,8 @@ def build_maintenance_dag(pipeline: PipelineConfig) -> DAG:
 
         @task(task_id="maintain")
         def maintain() -> tasks.MaintenanceFigures:
-            return tasks.maintain_table(pipeline, get_current_context()["params"])
+            context = get_current_context()
+            return tasks.maintain_table(pipeline, context["params"], context["run_id"])
 
         maintain()
     return dag

@@ -26,6 +26,7 @@ from botocore.credentials import ReadOnlyCredentials, RefreshableCredentials
 from botocore.exceptions import NoCredentialsError
 
 from kinesis_replay import airflow_config
+from kinesis_replay.adapters import compaction as compaction_files
 from kinesis_replay.adapters import iceberg_table, layout, table_maintenance
 from kinesis_replay.adapters.dynamodb_store import DynamoDBStateStore
 from kinesis_replay.adapters.files import S3Access, reaching_s3
@@ -53,7 +54,7 @@ from kinesis_replay.core.refusals import RECOVER_PARAM
 from kinesis_replay.core.state import Batch, Progress, RunKind
 from kinesis_replay.core.streams import check_region
 from kinesis_replay.launchers import credentials, emr_serverless, spark_submit
-from kinesis_replay.steps import backfill, in_flight, maintenance, rebuild, recovery, redecode
+from kinesis_replay.steps import backfill, compaction, in_flight, maintenance, rebuild, recovery, redecode
 from kinesis_replay.steps.commit import commit_batch
 from kinesis_replay.steps.plan import FINISH_COMMIT, PlanResult, plan_batch
 from kinesis_replay.steps.verify import verify_batch
@@ -122,6 +123,9 @@ class MaintenanceFigures(TypedDict):
     orphans_removed: int
     left_alone: int  # files under the table's folders its writers never write (the log names them)
     dry_run: bool
+    compacted_batches: int  # batches whose files compaction wrote again as few files as their size needs
+    files_before: int  # ... the files they held before
+    files_after: int  # ... and after
 
 
 def fail_fast(step: Callable[_P, _R]) -> Callable[_P, _R]:
@@ -252,7 +256,7 @@ def state_store(pipeline: PipelineConfig) -> DynamoDBStateStore:
 # re-decode of stored batches.
 REGULAR_PARAMS = ("dry_run", "acknowledge_data_loss", RECOVER_PARAM)
 BACKFILL_PARAMS = ("batches", iceberg_table.RESTORE_PARAM, "redecode", "rebuild", "copy_expired", "dry_run")
-MAINTENANCE_PARAMS = ("dry_run", "orphan_age_hours")
+MAINTENANCE_PARAMS = ("dry_run", "orphan_age_hours", "compact", "target_file_size_mb")
 
 
 def maintenance_dag_id(pipeline: PipelineConfig) -> str:
@@ -758,13 +762,19 @@ def commit_redecode(pipeline: PipelineConfig, params: dict[str, Any], run_id: st
 
 @fail_fast
 @through_connection
-def maintain_table(pipeline: PipelineConfig, params: dict[str, Any]) -> MaintenanceFigures:
-    """Expire the table's old snapshots and remove its orphan files (table_maintenance has the defaults and why).
+def maintain_table(pipeline: PipelineConfig, params: dict[str, Any], run_id: str = "") -> MaintenanceFigures:
+    """Compact the batches whose files are more than their size needs (steps/compaction.py), then expire the table's old
+    snapshots and remove its orphan files (table_maintenance has the defaults and why).
 
     Fails, after the expiry, when orphan removal was refused because the pipeline's state is missing.
     """
     check_params(pipeline, maintenance_dag_id(pipeline), params, MAINTENANCE_PARAMS)
     hours = params.get("orphan_age_hours", table_maintenance.DEFAULT_ORPHAN_AGE.total_seconds() / 3600)
+    target = int(params.get("target_file_size_mb", compaction_files.TARGET_BYTES // 2**20)) * 2**20
+    store = state_store(pipeline)
+    compacted = compaction.Compaction(pipeline.name)
+    if params.get("compact", True):
+        compacted = compaction.compact(pipeline, store, run_id or "maintenance", target, dry_run=bool(params.get("dry_run")))
     found = maintenance.tidy_table(pipeline, state_store(pipeline), orphan_age=timedelta(hours=hours), dry_run=bool(params.get("dry_run")))
     if found is None:
         raise AirflowSkipException(
@@ -779,4 +789,7 @@ def maintain_table(pipeline: PipelineConfig, params: dict[str, Any]) -> Maintena
         orphans_removed=len(found.orphans_removed),
         left_alone=found.foreign_files,
         dry_run=found.dry_run,
+        compacted_batches=len(compacted.compacted),
+        files_before=compacted.files_before,
+        files_after=compacted.files_after,
     )

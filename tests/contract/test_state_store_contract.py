@@ -441,6 +441,21 @@ def test_a_backfill_keeps_the_replayed_manifest_with_its_snapshot_in_one_conditi
 
 
 @pytest.mark.parametrize("make", [planned, wide], ids=["inline", "in-parts"])
+def test_a_compactions_write_loses_to_a_replay_that_kept_its_own_snapshot_meanwhile(store: Any, make: Any) -> None:
+    first = committed(make(), "a")
+    store.restore("orders", Head(next_batch_id=2), [], [first])
+    assert first.result is not None and first.snapshot_id == 1
+    backfilled = replace(first, result=replace(first.result, attempt="b"), snapshot_id=2)
+    store.set_replayed(backfilled, expected=BatchStatus.COMMITTED)  # a backfill, after the compaction read the entry
+    compacted = replace(first, result=replace(first.result, attempt="compacted"), snapshot_id=3)
+    with pytest.raises(StateConflictError, match="keeping the replayed attempt compacted and snapshot 3 with batch 1"):
+        store.set_replayed(compacted, expected=BatchStatus.COMMITTED, previous_snapshot=1)
+    assert store.get_batch("orders", 1) == backfilled
+    store.set_replayed(compacted, expected=BatchStatus.COMMITTED, previous_snapshot=2)  # read again: it names snapshot 2
+    assert store.get_batch("orders", 1) == compacted
+
+
+@pytest.mark.parametrize("make", [planned, wide], ids=["inline", "in-parts"])
 def test_a_redecode_stages_its_attempt_beside_the_committed_one_then_replaces_it_with_both_snapshots(store: Any, make: Any) -> None:
     first = replace(committed(make(), "a"), quarantine_snapshot_id=11)
     store.restore("orders", Head(next_batch_id=2), [], [first])

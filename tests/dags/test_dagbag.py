@@ -52,7 +52,7 @@ def test_each_table_has_a_daily_maintenance_dag(monkeypatch: pytest.MonkeyPatch)
     dag = dagbag(ROOT / "dags" / "pipelines.yaml", monkeypatch).dags["kinesis_replay_maintenance_demo"]  # type: ignore[attr-defined]
     assert dag.schedule == "@daily" and dag.max_active_runs == 1 and dag.catchup is False
     assert [t.task_id for t in dag.tasks] == ["maintain"]
-    assert {k: dag.params[k] for k in dag.params} == {"dry_run": False, "orphan_age_hours": 72}
+    assert {k: dag.params[k] for k in dag.params} == {"dry_run": False, "orphan_age_hours": 72, "compact": True, "target_file_size_mb": 512}
     assert dag.doc_md and "history.expire.max-snapshot-age-ms" in dag.doc_md
 
 

@@ -36,7 +36,7 @@ def snapshot(world: World) -> tuple[Any, ...]:
             {"batches": {"batch_ids": [1]}, "dryrun": True},
             "batches, restore_table, redecode, rebuild, copy_expired, dry_run",
         ),
-        ("maintain_table", {"dry_run": False, "orphan_age_hour": 1}, "dry_run, orphan_age_hours"),
+        ("maintain_table", {"dry_run": False, "orphan_age_hour": 1}, "dry_run, orphan_age_hours, compact, target_file_size_mb"),
     ],
 )
 def test_a_key_the_dag_does_not_take_is_refused_naming_the_allowed_ones_before_anything_runs(

@@ -233,7 +233,7 @@ class MemoryStateStore:
         if batch.status == BatchStatus.FAILED and batch.error is not None:
             item.failures, item.last_error = item.failures + 1, batch.error
 
-    def set_replayed(self, batch: Batch, expected: BatchStatus) -> None:
+    def set_replayed(self, batch: Batch, expected: BatchStatus, previous_snapshot: int | None = None) -> None:
         if batch.snapshot_id is None or batch.result is None:
             raise ValueError(f"pipeline {batch.pipeline_name!r}, batch {batch.batch_id}: a replayed batch needs its manifest and snapshot")
         what = (
@@ -243,6 +243,8 @@ class MemoryStateStore:
         state = self._state(batch.pipeline_name, what)
         item = state.batches.get(batch.batch_id)
         if item is None or item.batch.status != expected:
+            raise _conflict(what, [FAILED])
+        if previous_snapshot is not None and item.batch.snapshot_id != previous_snapshot:
             raise _conflict(what, [FAILED])
         copied = _copy(batch)
         item.batch = replace(

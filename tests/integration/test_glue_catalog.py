@@ -241,7 +241,11 @@ def test_a_pipeline_on_the_glue_catalog_commits_through_its_dag_and_readers_find
 
     assert maintained.state == "success", maintained
     after = GlueCatalog("reader", **{"glue.endpoint": stack.moto_url, "glue.region": REGION}).load_table(f"{database}.{entry['name']}")
-    assert [s.snapshot_id for s in after.metadata.snapshots] == [batch.snapshot_id]
+    # The batch's files (one a Spark task) compacted into one, in a snapshot of its own through Glue; none expired.
+    compacted = store.get_batch(entry["name"], 1)
+    assert [s.snapshot_id for s in after.metadata.snapshots] == [batch.snapshot_id, compacted.snapshot_id]
+    assert compacted.verified_result().attempt != batch.verified_result().attempt
+    assert len(list(after.scan().plan_files())) == 1
     assert check_exactly_once(produced, after.scan().to_arrow()).ok
     # The IAM policy grants exactly what the pipeline's DAGs called on Glue.
     assert glue_calls == policy_glue_actions(), sorted(glue_calls)

@@ -45,6 +45,7 @@ RETRYABLE: dict[str, tuple[bool, str]] = {
     "TableMismatchError": (False, "the table stays rolled back or rewritten until it is restored"),
     "TableCommitError": (True, "commits that lost the race for the table may win on the next try"),
     "TableCommitRefusedError": (False, "the table refuses the same files the same way"),
+    "FilesReplacedMeanwhileError": (True, "a compaction tried again reads the batches' files as they are now"),
     "CatalogConfigError": (False, "the catalog's properties say the same until someone edits them"),
     "CatalogUnreachableError": (True, "the catalog's outage may end"),
     "CatalogLoadError": (False, "an unexplained failure to load the catalog is shown at once, not retried for half an hour"),

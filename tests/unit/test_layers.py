@@ -40,6 +40,10 @@ STEP_IMPORTS: dict[str, dict[str, str]] = {
         "verify": "a backfill's replayed files are verified as a batch's are (check_files)",
         "commit": "a backfill and a restore put their files in the table as a batch's commit does (commit_to_table)",
     },
+    "compaction": {
+        "verify": "a compacted attempt's files are checked against the batch's ledger entry as a backfill's are (check_files)",
+        "commit": "a compaction's snapshot is guarded by the table check every commit runs (table_check)",
+    },
     "recovery": {
         "commit": "a recovered batch whose commit was cut short is put in the table as a restore does (commit_to_table)",
     },
@@ -179,10 +183,10 @@ def test_steps_import_only_the_siblings_named() -> None:
 
 
 def test_the_steps_are_two_floors() -> None:
-    """The siblings on one floor, backfill, recovery, redecode and rebuild above them, and no third floor."""
+    """The siblings on one floor, backfill, compaction, recovery, redecode and rebuild above them, and no third floor."""
     built = floors(step_imports())
     assert max(built.values()) <= STEP_FLOORS, built
-    assert {step for step, floor in built.items() if floor == STEP_FLOORS} == {"backfill", "recovery", "redecode", "rebuild"}
+    assert {step for step, floor in built.items() if floor == STEP_FLOORS} == {"backfill", "compaction", "recovery", "redecode", "rebuild"}
     assert floors({"recovery": {"backfill"}, "backfill": {"commit"}, "commit": set()})["recovery"] == 3  # a chain is seen
 
 

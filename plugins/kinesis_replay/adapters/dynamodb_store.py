@@ -345,7 +345,7 @@ class DynamoDBStateStore:
                 removes.append(f"#{attr}")
         return parts
 
-    def set_replayed(self, batch: Batch, expected: BatchStatus) -> None:
+    def set_replayed(self, batch: Batch, expected: BatchStatus, previous_snapshot: int | None = None) -> None:
         if batch.snapshot_id is None or batch.result is None:
             raise ValueError(f"pipeline {batch.pipeline_name!r}, batch {batch.batch_id}: a replayed batch needs its manifest and snapshot")
         what = (
@@ -368,7 +368,10 @@ class DynamoDBStateStore:
         parts = self._set_field(batch, "manifest", json.dumps(batch.result.to_dict()), names, values, sets, removes)
         staged = json.dumps(batch.staged.to_dict()) if batch.staged is not None else None
         parts += self._set_field(batch, "staged", staged, names, values, sets, removes)
-        self._update_committed(batch, what, expected, names, values, sets, removes, parts)
+        condition = ""
+        if previous_snapshot is not None:
+            condition, values[":previous_snapshot"] = " AND #snapshot = :previous_snapshot", N(previous_snapshot)
+        self._update_committed(batch, what, expected, names, values, sets, removes, parts, condition)
 
     def set_staged(self, batch: Batch, expected: BatchStatus) -> None:
         if batch.staged is None or batch.staged_by is None:
@@ -395,7 +398,7 @@ class DynamoDBStateStore:
 
     def _update_committed(
         self, batch: Batch, what: str, expected: BatchStatus, names: dict[str, str], values: dict[str, Any], sets: list[str],
-        removes: list[str], parts: list[dict[str, Any]],
+        removes: list[str], parts: list[dict[str, Any]], condition: str = "",
     ) -> None:  # fmt: skip
         """One transaction: the batch item's update (with its figures and time), conditioned on its status, and the part
         items of its long fields."""
@@ -409,7 +412,7 @@ class DynamoDBStateStore:
             [
                 {"Update": {
                     "TableName": self.table, "Key": {"pk": S(pk(batch.pipeline_name)), "sk": S(batch_sk(batch.batch_id))},
-                    "UpdateExpression": expression, "ConditionExpression": "#status = :expected",
+                    "UpdateExpression": expression, "ConditionExpression": "#status = :expected" + condition,
                     "ExpressionAttributeNames": names, "ExpressionAttributeValues": values,
                 }},
                 *({"Put": {"TableName": self.table, "Item": part}} for part in parts),

@@ -42,6 +42,7 @@ from kinesis_replay.core.errors import (
     CatalogConfigError,
     CatalogLoadError,
     CatalogUnreachableError,
+    FilesReplacedMeanwhileError,
     KinesisReplayError,
     NoTableError,
     OutputOwnershipError,
@@ -608,22 +609,40 @@ def replace_batches(
     properties: Mapping[str, str],
     key: Mapping[str, str],
     check: TableCheck,
-    redecodes: int | None = None,
+    redecodes: Callable[[int], int] = lambda held: held + 1,
+    replacing: Mapping[int, str] | None = None,
 ) -> int:
     """Make each batch's replacement files its rows in the table, all in one OVERWRITE snapshot: a reader sees every
     batch's earlier files or every batch's new ones, never a mix. ``records`` gives each batch's (verified records now,
     verified records of the replacement), so the snapshot's holdings record the new count; ``check`` runs before each
     try, as commit_snapshot's. Idempotent: a snapshot of the ancestry whose summary holds ``key`` is returned as it is.
-    The holdings' count of re-decodes made visible rises by one (a re-decode), or becomes ``redecodes`` (a restore's,
-    putting back the ledger's count).
+    ``redecodes`` gives the holdings' count of re-decodes made visible from the table's: one more for a re-decode, the
+    ledger's for a restore, the same for a compaction. With ``replacing`` (a compaction's: each batch's attempt folder),
+    each try first finds every file it replaces in that batch's folder, else refuses, committing nothing
+    (FilesReplacedMeanwhileError, naming the batches another commit replaced since).
     """
     paths = {b: sorted(iceberg_location(f) for f in files) for b, files in replacements.items()}
     where = f"pipeline {pipeline.name!r}, batches {listed(sorted(paths))}, {require_table(pipeline).describe()}"
     renamed_from, expected = pipeline.payload.renamed_from, {b: new for b, (_, new) in records.items()}
-    return _replace_retrying(
-        pipeline, where, records, properties, key, check,
-        lambda t, summary: _replace_once(t, paths, summary, where, renamed_from, expected), redecodes,
-    )  # fmt: skip
+
+    def once(table: Table, summary: dict[str, str]) -> int:
+        old = [f for files in selection_data_files(table, paths).values() for f in files]
+        if replacing is not None:
+            _check_replacing(old, replacing, where)
+        return _replace_once(table, paths, summary, where, renamed_from, expected, old)
+
+    return _replace_retrying(pipeline, where, records, properties, key, check, once, redecodes)
+
+
+def _check_replacing(old: Sequence[DataFile], replacing: Mapping[int, str], where: str) -> None:
+    """Every file a compaction replaces is in its batch's compacted attempt's folder (``replacing``: batch, folder)."""
+    moved = sorted({int(f.partition[0]) for f in old if not f.file_path.startswith(iceberg_location(replacing[int(f.partition[0])]) + "/")})
+    if moved:
+        raise FilesReplacedMeanwhileError(
+            f"{where}: the files of batches {listed(moved)} are no longer the attempt the compaction read (a backfill, a re-decode "
+            "or a restore replaced them since); nothing was committed",
+            tuple(moved),
+        )
 
 
 def switch_table(
@@ -662,7 +681,7 @@ def _replace_retrying(
     key: Mapping[str, str],
     check: TableCheck,
     once: Callable[[Table, dict[str, str]], int],
-    redecodes: int | None = None,
+    redecodes: Callable[[int], int] = lambda held: held + 1,
 ) -> int:
     """A replacing commit's tries: its snapshot found by ``key`` (made already), else ``check``, then ``once`` with the
     summary of the holdings and the new record counts, again against the table's new metadata after a lost race."""
@@ -683,7 +702,7 @@ def _replace_retrying(
         state = table_state(table)
         held = check(state) or state.holdings
         try:
-            count = held.redecodes + 1 if redecodes is None else redecodes
+            count = redecodes(held.redecodes)
             return once(table, {**properties, **Holdings(held.ranges, held.records + delta, count).to_summary()})
         except (CommitFailedException, CommitStateUnknownException) as exc:
             log.warning("%s: the table changed under the commit (%s); retrying against its new metadata (%d)", where, exc, attempt_no)
@@ -976,6 +995,21 @@ def commit_snapshot(
             time.sleep(min(0.05 * 2**attempt_no, 2.0))
             table = catalog.load_table(require_table(pipeline).identifier)
     raise TableCommitError(f"{where}: {COMMIT_ATTEMPTS} commits in a row lost the race for the table; nothing was committed")
+
+
+def partition_files(table: Table) -> dict[int, tuple[int, int]]:
+    """Data files and their bytes per batch in the current snapshot, from its manifests' partition summaries (no data
+    file is read): what compaction chooses by."""
+    if table.current_snapshot() is None:
+        return {}
+    found: dict[int, tuple[int, int]] = {}
+    columns = ["partition", "file_count", "total_data_file_size_in_bytes"]
+    for row in table.inspect.partitions().select(columns).to_pylist():
+        batch_id = row["partition"][PARTITION_COLUMN]
+        if batch_id is not None:
+            files, size = found.get(int(batch_id), (0, 0))
+            found[int(batch_id)] = (files + int(row["file_count"]), size + int(row["total_data_file_size_in_bytes"]))
+    return found
 
 
 def forget_gone_batches(pipeline: PipelineConfig, batch_ids: Iterable[int], run_id: str) -> list[int]:

@@ -232,6 +232,17 @@ class TableCommitRefusedError(TableCommitError):
     retryable = False
 
 
+class FilesReplacedMeanwhileError(TableCommitRefusedError):
+    """A compaction's batches whose table files another commit replaced since it read them (``batch_ids``): none committed."""
+
+    # The compaction tries the rest again on the new state; the next run compacts what those commits wrote.
+    retryable = True
+
+    def __init__(self, message: str, batch_ids: tuple[int, ...] = ()) -> None:
+        super().__init__(message)
+        self.batch_ids = batch_ids
+
+
 # -- the Iceberg catalog ---------------------------------------------------------------------------------------------
 
 

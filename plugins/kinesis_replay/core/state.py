@@ -553,10 +553,12 @@ class StateStore(Protocol):
         """Move a checkpoint from ``previous`` to ``new``, conditioned on it still being ``previous``."""
         ...
 
-    def set_replayed(self, batch: Batch, expected: BatchStatus) -> None:
+    def set_replayed(self, batch: Batch, expected: BatchStatus, previous_snapshot: int | None = None) -> None:
         """Keep a backfill's replayed manifest and the table snapshots that hold its attempt (``snapshot_id``,
         ``quarantine_snapshot_id``) and ``redecoded_by``, and drop a staged re-decode, in one write conditioned on the
-        batch's status being ``expected``: the ledger never names one attempt's files with another's snapshot."""
+        batch's status being ``expected``: the ledger never names one attempt's files with another's snapshot. With
+        ``previous_snapshot``, also on the entry still naming that snapshot: a compaction's write loses to a backfill, a
+        re-decode or a restore of the batch that kept its own since."""
         ...
 
     def set_staged(self, batch: Batch, expected: BatchStatus) -> None:

@@ -792,7 +792,8 @@ def _restore_decodings(pipeline: PipelineConfig, store: StateStore, plan: Restor
     key = {iceberg_table.PIPELINE_PROPERTY: pipeline.name, RESTORE_PROPERTY: run_id}
     check = commit.table_check(pipeline, Commit.RESTORE, plan.decodings[0], plan.ledger)
     properties = {**key, iceberg_table.RUN_PROPERTY: run_id}
-    snapshot_id = iceberg_table.replace_batches(pipeline, replacements, records, properties, key, check, plan.ledger.redecodes)
+    counted = plan.ledger.redecodes
+    snapshot_id = iceberg_table.replace_batches(pipeline, replacements, records, properties, key, check, lambda _: counted)
     for batch_id in plan.decodings:
         restored = replace(chosen[batch_id], snapshot_id=snapshot_id)
         store.set_replayed(restored, expected=BatchStatus.COMMITTED)
