@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STACK := tests/stack
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help install browser demo up down test test-unit test-integration test-compose chaos bench bench-table bench-redecode bench-paced bench-ledger bench-planning bench-state-wide bench-connect bench-lineage lint typecheck docs-config package dist test-dist stack-up stack-down clean
+.PHONY: help install browser demo up down test test-unit test-integration test-compose chaos bench bench-table bench-redecode bench-paced bench-ledger bench-planning bench-state-wide bench-connect bench-lineage bench-scan lint typecheck docs-config package dist test-dist stack-up stack-down clean
 
 help:
 	@echo "make demo     run the DAG for several cycles on a local stack and check every record landed exactly once"
@@ -26,6 +26,7 @@ help:
 	@echo "make bench-redecode  a re-decode's one commit of REDECODE_BATCHES batches beside a backfill's commit of each (part of make bench)"
 	@echo "make bench-paced  the same ways through a proxy at Kinesis's per-shard read limits, against the physical limit (PACED=...)"
 	@echo "make bench-ledger  time the page, the backfill selection and the stuck check on a ledger of 100,000 batches"
+	@echo "make bench-scan      time a reader's scan planning at 10,000 and 100,000 batches, one file a batch or several"
 	@echo "make bench-planning  time a plan at 4, 100 and 1,000 shards through a proxy at Kinesis's limits, and the planner alone at 1,000 and 10,000"
 	@echo "make bench-state-wide  count the state table's items, transactions and write units of a plan and a commit at 10,000 shards"
 	@echo "make bench-connect  a one-record batch under spark-submit and as a client of a warm Spark Connect server"
@@ -145,6 +146,11 @@ LINEAGE_SHARDS ?= 4 100 200
 LINEAGE_RUNS ?= 7
 bench-lineage: install
 	$(BIN)/python bench/lineage.py --shards $(LINEAGE_SHARDS) --runs $(LINEAGE_RUNS)
+
+# A reader's scan planning on tables of 10,000 and 100,000 batches, one file a batch against several (what compaction
+# buys a reader). About 10 minutes on 2 cores, most of it writing the manifests.
+bench-scan: install
+	$(BIN)/python bench/scan_planning.py --batches 10000 100000 --files 1 2 8
 
 # make bench measures on kinesalite, which enforces no read limit; this one reads through the throttling proxy at
 # Kinesis's per-shard limits, scaled down (SHARDS:MIB_PER_SHARD:SCALE, the limit being 2 MiB/s / SCALE) so that the
