@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+# ruff: noqa: E501, RUF001
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "plugins"), str(ROOT / "bench")]
 
