@@ -160,20 +160,22 @@ class Subscription:
             yield item
 
     def close(self) -> None:
-        """Stop reading and let go of the connection (the thread ends at its next event, or when the close cuts it)."""
+        """Stop reading and let go of the connection: the thread ends at its next event, or when the close cuts it."""
         self.stopped.set()
         stream = self.stream
         if stream is not None:
             try:
                 stream.close()
-            except Exception:
+            except Exception:  # closing a stream another thread reads may fail in that thread's way
                 log.debug("closing a subscription of %s", self.shard_id, exc_info=True)
-        while True:
-            try:
-                self.queue.get_nowait()
-            except queue.Empty:
-                break
-        self.thread.join(timeout=5)
+        deadline = time.monotonic() + 5
+        while self.thread.is_alive() and time.monotonic() < deadline:
+            while True:  # room in the queue, so that a thread waiting to put an event sees the stop at once
+                try:
+                    self.queue.get_nowait()
+                except queue.Empty:
+                    break
+            self.thread.join(timeout=0.01)
 
 
 class _Subscriptions:
