@@ -160,22 +160,11 @@ class Subscription:
             yield item
 
     def close(self) -> None:
-        """Stop reading and let go of the connection: the thread ends at its next event, or when the close cuts it."""
+        """Stop reading, without waiting: the thread lets go of the connection itself, at its next event (Kinesis
+        sends one every few seconds at the latest) or its next try to queue one (twice a second). Closing the stream
+        from here would wait for that anyway: httpx's connection is held by the thread's read until it returns."""
         self.stopped.set()
-        stream = self.stream
-        if stream is not None:
-            try:
-                stream.close()
-            except Exception:  # closing a stream another thread reads may fail in that thread's way
-                log.debug("closing a subscription of %s", self.shard_id, exc_info=True)
-        deadline = time.monotonic() + 5
-        while self.thread.is_alive() and time.monotonic() < deadline:
-            while True:  # room in the queue, so that a thread waiting to put an event sees the stop at once
-                try:
-                    self.queue.get_nowait()
-                except queue.Empty:
-                    break
-            self.thread.join(timeout=0.01)
+        self.thread.join(timeout=0.05)
 
 
 class _Subscriptions:
