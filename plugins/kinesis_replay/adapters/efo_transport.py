@@ -85,9 +85,10 @@ def _headers(response: httpx.Response) -> HTTPHeaders:
     return headers
 
 
-def send_over_http2(request: AWSPreparedRequest, **_: Any) -> AWSResponse:
-    """The ``before-send`` handler: ``request`` (built and signed by botocore) over HTTP/2, its body left unread."""
-    http = httpx.Client(http1=False, http2=True, timeout=TIMEOUT, verify=_tls())
+def send_over_http2(request: AWSPreparedRequest, verify: bool = True, **_: Any) -> AWSResponse:
+    """The ``before-send`` handler: ``request`` (built and signed by botocore) over HTTP/2, its body left unread.
+    ``verify``: check the endpoint's TLS certificate (only a test's self-signed endpoint goes without)."""
+    http = httpx.Client(http1=False, http2=True, timeout=TIMEOUT, verify=_tls() if verify else False)
     headers = {k: v for k, v in request.headers.items() if k.lower() not in _DROPPED_HEADERS}
     body = request.body if isinstance(request.body, bytes) else str(request.body or "").encode()  # botocore's JSON: bytes
     try:
@@ -113,8 +114,10 @@ def send_over_http2(request: AWSPreparedRequest, **_: Any) -> AWSResponse:
     return AWSResponse(request.url, response.status_code, _headers(response), _Body(http, response))
 
 
-def subscribe_over_http2(client: Any) -> Any:
+def subscribe_over_http2(client: Any, verify: bool = True) -> Any:
     """Make ``client`` (a botocore Kinesis client) send SubscribeToShard over HTTP/2; returns it. Its other calls are
-    unchanged. Idempotent: the handler is registered once, by its unique id."""
-    client.meta.events.register(OPERATION_EVENT, send_over_http2, unique_id="kinesis-replay-http2-subscribe")
+    unchanged. Idempotent: the handler is registered once, by its unique id. ``verify=False``: for a test endpoint
+    whose certificate is self-signed."""
+    handler = send_over_http2 if verify else functools.partial(send_over_http2, verify=False)
+    client.meta.events.register(OPERATION_EVENT, handler, unique_id="kinesis-replay-http2-subscribe")
     return client
