@@ -184,3 +184,18 @@ def test_a_range_whose_end_never_comes_fails_at_the_tip(
     beyond = SequenceRange(shard_range.shard_id, shard_range.start, shard_range.end + 1)
     with pytest.raises(RangeReadError, match="could not read until the end sequence number"):
         sequence_numbers(iterate_range_efo(efo_client(efo.url), stream, consumer, beyond, FAST))
+
+
+def test_a_replay_task_reads_its_range_over_efo_when_its_partition_names_a_consumer(
+    efo: Any, kinesis: Any, stream: str, consumer: str, shard_range: SequenceRange
+) -> None:
+    """kinesis_source.read_partition, as a Spark task calls it: the consumer's range by SubscribeToShard alone (no call of
+    the task's reaches the endpoint over HTTP/1.1: no GetRecords), its rows the GetRecords reader's."""
+    from spark_jobs.kinesis_source import RangePartition, read_partition
+
+    efo.reset(Rules(lifetime_events=2, event_records=5, in_use_seconds=0, subscribe_interval=0))
+    endpoint = KinesisEndpoint(endpoint_url=efo.url, region_name="us-east-1")
+    partition = RangePartition(0, stream, shard_range, endpoint, FAST, consumer_arn=consumer)
+    rows = [int(n) for batch in read_partition(partition) for n in batch.column("sequence_number").to_pylist()]
+    assert rows == sequence_numbers(iterate_range(kinesis, stream, shard_range, FAST, sleep=lambda s: None))
+    assert efo.counts.subscribes >= 3 and efo.counts.http1_calls == 0
