@@ -421,7 +421,12 @@ class _H2Connection:
                         stream_id, event_stream.exception("ResourceInUseException", "the subscription was taken over"), end=True
                     )
                     return
-                event = await asyncio.to_thread(server.page, iterator, stream, body["ShardId"])
+                try:
+                    event = await asyncio.to_thread(server.page, iterator, stream, body["ShardId"])
+                except ClientError as exc:  # kinesalite (or a proxy in front of it) refused a read: Kinesis's own failure
+                    failure = event_stream.exception("InternalFailureException", f"reading the shard failed: {exc}")
+                    await self._send(stream_id, failure, end=True)
+                    return
                 iterator = event.pop("_next")
                 with server.lock:
                     server.counts.events += 1
