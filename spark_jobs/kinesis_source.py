@@ -77,7 +77,7 @@ def efo_consumer(spark: SparkSession, spec: JobSpec) -> str | None:
         )
     from kinesis_replay.adapters.efo_reader import resolve_consumer
 
-    return resolve_consumer(kinesis_client(spec.kinesis), spec.stream, spec.read.consumer, spec.read)
+    return resolve_consumer(kinesis_client(spec.kinesis), spec.stream, spec.read.consumer, spec.read, pipeline=spec.pipeline_name)
 
 
 # (shard id, the last record read, the first record after it or None) where records between the two may have been

@@ -132,9 +132,10 @@ def test_a_consumer_still_creating_is_waited_for(efo: Any, kinesis: Any, stream:
     over_efo = sequence_numbers(iterate_range_efo(client, stream, creating["ConsumerARN"], shard_range, FAST, stats))
     assert over_efo == sequence_numbers(iterate_range(kinesis, stream, shard_range, FAST, sleep=lambda s: None))
     assert stats.in_use >= 1
-    registered = resolve_consumer(client, stream, "registered-now", FAST)
+    registered = resolve_consumer(client, stream, "registered-now", FAST, pipeline="orders")
     described = client.describe_stream_consumer(ConsumerARN=registered)["ConsumerDescription"]
     assert described["ConsumerStatus"] == "ACTIVE" and described["ConsumerName"] == "registered-now"
+    assert client.list_tags_for_resource(ResourceARN=registered)["Tags"] == [{"Key": "kinesis-replay:pipeline", "Value": "orders"}]
     assert resolve_consumer(client, stream, "registered-now", FAST) == registered  # an existing consumer is reused
     with pytest.raises(ConsumerError, match="belongs to stream other"):
         resolve_consumer(client, stream, registered.replace(f"stream/{stream}/", "stream/other/"), FAST)

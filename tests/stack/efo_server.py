@@ -69,6 +69,7 @@ class Consumer:
     arn: str
     stream_arn: str
     created: float
+    tags: dict[str, str] = field(default_factory=dict)
 
     def status(self, creating_seconds: float) -> str:
         return "CREATING" if time.time() - self.created < creating_seconds else "ACTIVE"
@@ -227,7 +228,7 @@ class EfoServer:
             if any(c.stream_arn == stream_arn and c.name == name for c in self.consumers.values()):
                 raise Refused("ResourceInUseException", f"Consumer {name} already exists")
             created = time.time()
-            consumer = Consumer(name, f"{stream_arn}/consumer/{name}:{int(created)}", stream_arn, created)
+            consumer = Consumer(name, f"{stream_arn}/consumer/{name}:{int(created)}", stream_arn, created, dict(body.get("Tags", {})))
             self.consumers[consumer.arn] = consumer
         described = self._describe(consumer)
         return {"Consumer": {k: described[k] for k in ("ConsumerName", "ConsumerARN", "ConsumerStatus", "ConsumerCreationTimestamp")}}
@@ -249,6 +250,10 @@ class EfoServer:
     def _op_ListStreamConsumers(self, body: dict[str, Any]) -> dict[str, Any]:
         found = [c for c in self.consumers.values() if c.stream_arn == body["StreamARN"]]
         return {"Consumers": [{k: v for k, v in self._describe(c).items() if k != "StreamARN"} for c in found]}
+
+    def _op_ListTagsForResource(self, body: dict[str, Any]) -> dict[str, Any]:
+        tags = self._find({"ConsumerARN": body["ResourceARN"]}).tags
+        return {"Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}
 
     def _op_DeregisterStreamConsumer(self, body: dict[str, Any]) -> dict[str, Any]:
         with self.lock:

@@ -272,10 +272,13 @@ def resolve_consumer(
     sleep: Callable[[float], None] = time.sleep,
     register: bool = True,
     timeout_seconds: float = 300.0,
+    pipeline: str | None = None,
 ) -> str:
     """The ARN of ``consumer`` (a name or an ARN) of ``stream``, once it is ACTIVE.
 
-    A name not registered yet is registered (``register``), as the KCL does with its application's name. Waiting for
+    A name not registered yet is registered (``register``), as the KCL does with its application's name, and tagged
+    with the ``pipeline`` that registered it (PIPELINE_TAG), so that an operator can tell it from the stream's other
+    consumers; kinesis-replay never deregisters it. Waiting for
     ACTIVE asks DescribeStreamConsumer at most twice a second (Kinesis allows 20 a second a stream, shared by every
     reader of it). Registration is refused with LimitExceededException when the stream has 20 consumers or 5 are being
     created: that fails at once, naming the limit, and is not retried.
@@ -296,7 +299,7 @@ def resolve_consumer(
         if described is None:
             if "ConsumerARN" in query or not register:
                 raise ConsumerError(f"{what}: no such consumer of the stream (read.consumer)")
-            _register(client, query["StreamARN"], consumer, what)
+            _register(client, query["StreamARN"], consumer, what, pipeline)
             continue
         status = described["ConsumerStatus"]
         if status == "ACTIVE":
@@ -315,9 +318,14 @@ def _describe(client: Any, query: dict[str, Any], what: str, limits: ReadConfig)
         return None
 
 
-def _register(client: Any, stream_arn: str, name: str, what: str) -> None:
+# The tag a consumer registered by kinesis-replay carries: the pipeline that registered it.
+PIPELINE_TAG = "kinesis-replay:pipeline"
+
+
+def _register(client: Any, stream_arn: str, name: str, what: str, pipeline: str | None) -> None:
+    tags = {} if pipeline is None else {"Tags": {PIPELINE_TAG: pipeline}}  # Kinesis checks kinesis:TagResource for them
     try:
-        client.register_stream_consumer(StreamARN=stream_arn, ConsumerName=name)
+        client.register_stream_consumer(StreamARN=stream_arn, ConsumerName=name, **tags)
         log.warning("%s: registered the consumer (it is never deregistered by kinesis-replay)", what)
     except ClientError as exc:
         code = exc.response.get("Error", {}).get("Code", "")
