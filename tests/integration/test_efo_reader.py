@@ -200,3 +200,16 @@ def test_a_replay_task_reads_its_range_over_efo_when_its_partition_names_a_consu
     rows = [int(n) for batch in read_partition(partition) for n in batch.column("sequence_number").to_pylist()]
     assert rows == sequence_numbers(iterate_range(kinesis, stream, shard_range, FAST, sleep=lambda s: None))
     assert efo.counts.subscribes >= 3 and efo.counts.http1_calls == 0
+
+
+def test_registering_past_kinesis_consumer_limits_fails_at_once_naming_them(efo: Any, kinesis: Any, stream: str) -> None:
+    """Kinesis refuses a sixth consumer while five are CREATING (and a 21st): resolving a new name then fails with the
+    limits named, after one refused registration, not retried."""
+    efo.reset(Rules(creating_seconds=60, in_use_seconds=0, subscribe_interval=0))
+    client = efo_client(efo.url)
+    arn = client.describe_stream_summary(StreamName=stream)["StreamDescriptionSummary"]["StreamARN"]
+    for n in range(5):
+        client.register_stream_consumer(StreamARN=arn, ConsumerName=f"creating-{n}")
+    with pytest.raises(ConsumerError, match="at most 20 consumers, and at most 5 being created at once"):
+        resolve_consumer(client, stream, "sixth", FAST)
+    assert efo.counts.refused == {"LimitExceededException": 1}

@@ -60,6 +60,8 @@ class Rules:
     subscribe_interval: float = 1.0  # LimitExceededException for subscribes of a consumer and shard closer than this
     creating_seconds: float = 0.0  # how long a registered consumer stays CREATING
     throttle: int = 0  # the next this many subscribes are refused with LimitExceededException
+    max_consumers: int = 20  # a stream's consumers at most (Kinesis's limit); a registration beyond is LimitExceededException
+    max_creating: int = 5  # consumers CREATING at once at most (Kinesis's limit), likewise
     cut_events: set[int] = field(default_factory=set)  # these events (counted from 1 over all subscriptions): half sent, then reset
 
 
@@ -227,6 +229,13 @@ class EfoServer:
         with self.lock:
             if any(c.stream_arn == stream_arn and c.name == name for c in self.consumers.values()):
                 raise Refused("ResourceInUseException", f"Consumer {name} already exists")
+            mine = [c for c in self.consumers.values() if c.stream_arn == stream_arn]
+            creating = [c for c in mine if c.status(self.rules.creating_seconds) == "CREATING"]
+            if len(mine) >= self.rules.max_consumers or len(creating) >= self.rules.max_creating:
+                self.counts.refused["LimitExceededException"] = self.counts.refused.get("LimitExceededException", 0) + 1
+                raise Refused(
+                    "LimitExceededException", f"{len(mine)} consumers, {len(creating)} of them CREATING: over the stream's limits"
+                )
             created = time.time()
             consumer = Consumer(name, f"{stream_arn}/consumer/{name}:{int(created)}", stream_arn, created, dict(body.get("Tags", {})))
             self.consumers[consumer.arn] = consumer
