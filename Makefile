@@ -86,8 +86,10 @@ test-compose: $(VENV)/.installed
 SCHEDULES ?= 100
 CHAOS_STEPS ?= 4
 CHAOS_OUTPUT ?= local
+# CHAOS_READ=efo: each schedule's replays read over enhanced fan-out, through tests/stack/efo_server.py.
+CHAOS_READ ?= getrecords
 chaos: install
-	$(BIN)/python $(STACK)/chaos.py --schedules $(SCHEDULES) --steps $(CHAOS_STEPS) --output $(CHAOS_OUTPUT)
+	$(BIN)/python $(STACK)/chaos.py --schedules $(SCHEDULES) --steps $(CHAOS_STEPS) --output $(CHAOS_OUTPUT) --read $(CHAOS_READ)
 
 lint: install
 	$(BIN)/ruff check dags plugins spark_jobs tests bench

@@ -24,6 +24,7 @@ from pyspark.sql import SparkSession
 from kinesis_replay.adapters.attempt_writer import AttemptWriter, TaskReport, page_rows
 from kinesis_replay.adapters.files import S3Access, reaching_s3
 from kinesis_replay.core.config import SHARD_WRITE_BYTES_PER_SECOND, ReadConfig
+from kinesis_replay.core.errors import ConsumerError
 from kinesis_replay.core.formats import ProgressLine
 from kinesis_replay.core.job_spec import JobSpec, KinesisEndpoint, S3Endpoint
 from kinesis_replay.core.ranges import SequenceRange
@@ -43,14 +44,41 @@ class RangePartition:
     accept_gap: bool = False  # an operator acknowledged that this range's first records may be gone
     planned_at: datetime | None = None
     retention: timedelta | None = None  # the stream's: a page read near it is checked (range_reader.iterate_range)
+    consumer_arn: str | None = None  # read.consumer, resolved on the driver: the range is read over enhanced fan-out
 
 
-def partitions(spec: JobSpec) -> list[RangePartition]:
+def partitions(spec: JobSpec, consumer_arn: str | None = None) -> list[RangePartition]:
     """One partition per range of the spec, planned on the driver."""
     return [
-        RangePartition(i, spec.stream, r, spec.kinesis, spec.read, r.shard_id in spec.accept_gaps, spec.planned_at, spec.retention)
+        RangePartition(
+            i, spec.stream, r, spec.kinesis, spec.read, r.shard_id in spec.accept_gaps, spec.planned_at, spec.retention, consumer_arn
+        )
         for i, r in enumerate(spec.ranges)
     ]
+
+
+def efo_consumer(spark: SparkSession, spec: JobSpec) -> str | None:
+    """The ARN of the pipeline's enhanced fan-out consumer (``read.consumer``), resolved once on the driver (registered
+    on first use, waited for until ACTIVE), or None when the pipeline reads by GetRecords.
+
+    Refused with Spark speculation on: a speculative copy of a task would subscribe to the same shards with the same
+    consumer and take each subscription over from the original every 5 s (the readers survive it, each renewing at its
+    own last record, but both crawl). A retried task's new attempt can meet its failed attempt's subscription still
+    open; it takes it over after the 5 s Kinesis requires (efo_reader).
+    """
+    if spec.read.consumer is None:
+        return None
+    speculation = (
+        spark.conf.get("spark.speculation", "false") if is_remote(spark) else spark.sparkContext.getConf().get("spark.speculation", "false")
+    )
+    if str(speculation).strip().lower() == "true":
+        raise ConsumerError(
+            f"stream {spec.stream}: read.consumer {spec.read.consumer} reads over enhanced fan-out, where a speculative task "
+            "would take the subscriptions over from the task it copies: set spark.speculation to false for this pipeline"
+        )
+    from kinesis_replay.adapters.efo_reader import resolve_consumer
+
+    return resolve_consumer(kinesis_client(spec.kinesis), spec.stream, spec.read.consumer, spec.read, pipeline=spec.pipeline_name)
 
 
 # (shard id, the last record read, the first record after it or None) where records between the two may have been
@@ -103,7 +131,7 @@ def range_tasks(spark: SparkSession, spec: JobSpec) -> tuple[int, Pages]:
     balanced by their planned size (``task_ranges``), and each task reads up to ``read.task_concurrency`` of them
     at once, one thread per range, each kept to its own shard's budget (``read_group``).
     """
-    planned = partitions(spec)
+    planned = partitions(spec, efo_consumer(spark, spec))
     groups = task_ranges(spec, task_slots(spark))
     return len(groups), lambda task, notes: read_group([planned[i] for i in groups[task]], notes.first_call, notes.unconfirmed)
 
@@ -468,7 +496,16 @@ def read_partition(
     if first_call is not None:
         first_call.add(time.time())
     records, started, reported = 0, time.monotonic(), time.monotonic()
-    pages = iterate_range(client, partition.stream, rng, limits, stats, accept_gap=partition.accept_gap, retention=partition.retention)
+    if partition.consumer_arn is not None:  # over enhanced fan-out: SubscribeToShard over HTTP/2, the same checks
+        from kinesis_replay.adapters.efo_reader import iterate_range_efo
+        from kinesis_replay.adapters.efo_transport import subscribe_over_http2
+
+        pages = iterate_range_efo(
+            subscribe_over_http2(client), partition.stream, partition.consumer_arn, rng, limits, stats,
+            accept_gap=partition.accept_gap, retention=partition.retention,
+        )  # fmt: skip
+    else:
+        pages = iterate_range(client, partition.stream, rng, limits, stats, accept_gap=partition.accept_gap, retention=partition.retention)
     for page in pages:
         records += len(page)
         newest, batch = page[-1], page_rows(partition.stream, rng.shard_id, page)
@@ -484,6 +521,8 @@ def read_partition(
         f"{stats.get_records_calls} GetRecords calls, {stats.throttled} throttled ({stats.throttled_seconds:.1f}s waited), "
         f"{stats.paced_seconds:.1f}s pacing to the budget, {stats.expired_iterators} expired iterators"
     )
+    if partition.consumer_arn is not None:
+        cost += f"; over enhanced fan-out: {stats.subscriptions} subscriptions ({stats.renewals} renewals, {stats.in_use} in use)"
     log.warning("%s", ProgressLine(rng.describe(), records, True, cost).to_line())
     for after, first in stats.unconfirmed:
         if noted is None:

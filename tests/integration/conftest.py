@@ -89,3 +89,20 @@ def openlineage_events(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Itera
         manager.pm.unregister(listener)
         monkeypatch.undo()
         clear()
+
+
+@pytest.fixture(scope="session")
+def efo_endpoint(stack: local_stack.Stack) -> Iterator[Any]:
+    """The project's enhanced fan-out endpoint (tests/stack/efo_server.py) in front of the session's kinesalite, over HTTP/2."""
+    from stack.efo_server import EfoServer
+
+    server = EfoServer(stack.kinesis_url).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def efo(efo_endpoint: Any) -> Any:
+    """The endpoint with this test's rules: Kinesis's, unless the test sets others (``efo.reset(Rules(...))``)."""
+    efo_endpoint.reset()
+    return efo_endpoint

@@ -22,6 +22,11 @@ reaches S3 through the connection alone, as in test_s3_end_to_end.py.
     python tests/stack/chaos.py --schedules 100          # random seeds; make chaos SCHEDULES=100
     python tests/stack/chaos.py --seed 1234              # one schedule again
     python tests/stack/chaos.py --seed 1234 --output s3  # ... writing to S3; make chaos CHAOS_OUTPUT=s3
+    python tests/stack/chaos.py --seed 1234 --read efo   # ... reading over enhanced fan-out; make chaos CHAOS_READ=efo
+
+With ``--read efo`` the pipeline names a consumer (``read.consumer``), and its replays read over enhanced fan-out
+through the project's HTTP/2 endpoint (tests/stack/efo_server.py, in front of the schedule's Kinesis proxy) with
+subscriptions of a few events, so that every range renews and a killed job's next attempt meets its subscription.
 """
 
 from __future__ import annotations
@@ -97,6 +102,7 @@ BAD_EVERY = 13
 DECODED_FIELDS = ("i", "seed", "agg")  # the payloads' fields, which a payload.schema may name
 DRAIN_CYCLES = 4  # clean cycles after the steps; a drained stream makes the last one idle
 OUTPUTS = ("local", "s3")  # where a schedule's pipeline writes: a local folder, or S3 (moto) with the Glue catalog
+READS = ("getrecords", "efo")  # how its replays read: GetRecords, or SubscribeToShard (enhanced fan-out)
 
 
 @dataclass(frozen=True)
@@ -169,6 +175,7 @@ class Outcome:
     violations: list[str] = field(default_factory=list)
     seconds: float = 0.0
     output: str = "local"  # one of OUTPUTS
+    read: str = "getrecords"  # one of READS
 
     @property
     def ok(self) -> bool:
@@ -182,13 +189,17 @@ class Outcome:
         return cls(**{**data, "steps": [Step(**step) for step in data["steps"]]})
 
     def report(self) -> str:
-        on = "" if self.output == "local" else f" (output on {self.output})"
+        on = ("" if self.output == "local" else f" (output on {self.output})") + (
+            "" if self.read == "getrecords" else f" (read over {self.read})"
+        )
         lines = [f"seed {self.seed}{on}: {'ok' if self.ok else 'FAILED'} in {self.seconds:.0f}s, {self.records} records"]
         lines += [f"  {line}" for line in self.history]
         lines += [f"  VIOLATION: {v}" for v in self.violations]
         if not self.ok:
             again = f"python tests/stack/chaos.py --seed {self.seed} --steps {len(self.steps) - 1}"
-            lines.append(f"  reproduce: {again}{'' if self.output == 'local' else f' --output {self.output}'} (same --spark-steps)")
+            again += "" if self.output == "local" else f" --output {self.output}"
+            again += "" if self.read == "getrecords" else f" --read {self.read}"
+            lines.append(f"  reproduce: {again} (same --spark-steps)")
         return "\n".join(lines)
 
 
@@ -298,7 +309,7 @@ class Schedule:
     server, the table in a Glue database of its own (an S3 output needs a catalog outside it).
     """
 
-    def __init__(self, seed: int, steps: list[Step], stack: Any, work: Path, output: str = "local") -> None:
+    def __init__(self, seed: int, steps: list[Step], stack: Any, work: Path, output: str = "local", read: str = "getrecords") -> None:
         import boto3
 
         from kinesis_replay.adapters.dynamodb_store import DynamoDBStateStore
@@ -309,7 +320,7 @@ class Schedule:
 
         self.seed, self.steps, self.stack, self.work = seed, steps, stack, work
         self.rng = random.Random(seed ^ 0x5EED)
-        self.outcome = Outcome(seed, steps, output=output)
+        self.outcome = Outcome(seed, steps, output=output, read=read)
         self.name = f"chaos{seed % 10**8:08d}{uuid.uuid4().hex[:4]}"
         self.kinesis = kinesis_client(stack.kinesis_url)
         ensure_stream(self.kinesis, self.name, SHARDS)
@@ -331,6 +342,13 @@ class Schedule:
         # Spark's start-up is most of a cycle: one local core, no UI and a JVM for short jobs keep it cheap.
         self.entry["spark"] = {"master": "local[1]", "conf": {**TEST_SPARK_CONF, "spark.sql.shuffle.partitions": "1"}}
         self.entry["payload"] = dict(PAYLOAD)
+        self.efo: Any = None
+        if read == "efo":  # the replays subscribe through the EFO endpoint, whose reads go through the Kinesis proxy
+            from stack.efo_server import EfoServer, Rules
+
+            rules = Rules(lifetime_events=2, event_records=5, in_use_seconds=1.0, subscribe_interval=0.5)
+            self.efo = EfoServer(self.kinesis_proxy.url, rules).start()
+            self.entry["read"] = {**self.entry.get("read", {}), "consumer": "chaos", "in_use_wait_seconds": 1.0}
         self.produced: list[Any] = []
         self.index = 0
 
@@ -339,7 +357,7 @@ class Schedule:
     def connection(self) -> dict[str, Any]:
         """aws_default for the tasks: Kinesis and DynamoDB through this schedule's proxies."""
         conn = self.stack.connection()
-        conn["extra"]["service_config"]["kinesis"]["endpoint_url"] = self.kinesis_proxy.url
+        conn["extra"]["service_config"]["kinesis"]["endpoint_url"] = self.kinesis_proxy.url if self.efo is None else self.efo.url
         conn["extra"]["service_config"]["dynamodb"]["endpoint_url"] = self.state_proxy.url
         return conn
 
@@ -371,6 +389,8 @@ class Schedule:
         self.outcome.history.append(line)
 
     def close(self) -> None:
+        if self.efo is not None:
+            self.efo.stop()
         self.kinesis_proxy.stop()
         self.state_proxy.stop()
 
@@ -1104,15 +1124,23 @@ class Totals:
         return f"schedules: {self.schedules}, records: {self.records}, lost: {self.lost}, duplicated: {self.duplicated}"
 
 
-def run_one(seed: int, steps: int, spark_steps: int, stack: Any, work: Path, output: str = "local") -> Outcome:
+def run_one(seed: int, steps: int, spark_steps: int, stack: Any, work: Path, output: str = "local", read: str = "getrecords") -> Outcome:
     """One schedule in this process; AIRFLOW_HOME must hold a migrated Airflow database."""
     directory = work / f"seed-{seed}"
     directory.mkdir(parents=True, exist_ok=True)
-    return Schedule(seed, generate(seed, steps, spark_steps), stack, directory, output).run()
+    return Schedule(seed, generate(seed, steps, spark_steps), stack, directory, output, read).run()
 
 
 def run_schedules(
-    seeds: list[int], steps: int, spark_steps: int, stack: Any, work: Path, workers: int, echo: Any = print, output: str = "local"
+    seeds: list[int],
+    steps: int,
+    spark_steps: int,
+    stack: Any,
+    work: Path,
+    workers: int,
+    echo: Any = print,
+    output: str = "local",
+    read: str = "getrecords",
 ) -> tuple[Totals, list[Outcome]]:
     """Run the schedules in ``workers`` processes at once, each with an Airflow database of its own, on one local stack.
 
@@ -1133,7 +1161,7 @@ def run_schedules(
                 home.mkdir(parents=True, exist_ok=True)
                 shutil.copy(template, home / "airflow.db")
                 command = [sys.executable, str(Path(__file__)), "--worker", "--seed", str(seed), "--work", str(work)]
-                command += ["--steps", str(steps), "--spark-steps", str(spark_steps), "--output", output]
+                command += ["--steps", str(steps), "--spark-steps", str(spark_steps), "--output", output, "--read", read]
                 with (work / f"seed-{seed}" / "worker.log").open("wb") as log:
                     proc = subprocess.Popen(command, env={**env, "AIRFLOW_HOME": str(home)}, stdout=log, stderr=subprocess.STDOUT)
                 running[seed] = (proc, work / f"seed-{seed}" / "outcome.json")
@@ -1147,7 +1175,7 @@ def run_schedules(
                 else:
                     tail = (work / f"seed-{seed}" / "worker.log").read_text(errors="replace")[-4000:]
                     crashed = f"the worker exited with {proc.returncode}:\n{tail}"
-                    outcome = Outcome(seed, generate(seed, steps, spark_steps), violations=[crashed], output=output)
+                    outcome = Outcome(seed, generate(seed, steps, spark_steps), violations=[crashed], output=output, read=read)
                 totals.add(outcome)
                 outcomes.append(outcome)
                 echo(outcome.report())
@@ -1237,6 +1265,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--output", choices=OUTPUTS, default="local", help="where the pipeline writes: a local folder, or S3 (moto) with the Glue catalog"
     )
+    parser.add_argument("--read", choices=READS, default="getrecords", help="how replays read: GetRecords, or over enhanced fan-out")
     parser.add_argument("--benchmarks", type=Path, default=ROOT / "BENCHMARKS.md", help="where to write the reliability table")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # one schedule, on the stack in the environment
     parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
@@ -1247,7 +1276,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         stack = local_stack.Stack(os.environ["AWS_ENDPOINT_URL_KINESIS"], os.environ["AWS_ENDPOINT_URL_DYNAMODB"])
         (seed,) = args.seed
-        outcome = run_one(seed, args.steps, args.spark_steps, stack, args.work, args.output)
+        outcome = run_one(seed, args.steps, args.spark_steps, stack, args.work, args.output, args.read)
         (args.work / f"seed-{seed}" / "outcome.json").write_text(json.dumps(outcome.to_dict()))
         return 0
 
@@ -1258,7 +1287,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(seeds)} schedules of {args.steps} steps, output {args.output}, {args.workers} at once; logs in {work}", flush=True)
     try:
         totals, _ = run_schedules(
-            seeds, args.steps, args.spark_steps, stack, work, args.workers, echo=lambda line: print(line, flush=True), output=args.output
+            seeds,
+            args.steps,
+            args.spark_steps,
+            stack,
+            work,
+            args.workers,
+            echo=lambda line: print(line, flush=True),
+            output=args.output,
+            read=args.read,
         )
     finally:
         local_stack.stop(work / "stack")
@@ -1267,12 +1304,15 @@ def main(argv: list[str] | None = None) -> int:
         command = f"make chaos SCHEDULES={args.schedules} CHAOS_STEPS={args.steps}"
         if args.output != "local":
             command += f" CHAOS_OUTPUT={args.output}"
+        if args.read != "getrecords":
+            command += f" CHAOS_READ={args.read}"
         write_reliability(args.benchmarks, totals, seeds, args.steps, command)
         print(f"wrote the reliability table to {args.benchmarks}")
     if totals.failed:
         print(
             f"failed seeds: {', '.join(map(str, totals.failed))}; rerun one with: python tests/stack/chaos.py --seed N --steps {args.steps}"
             + (f" --output {args.output}" if args.output != "local" else "")
+            + (f" --read {args.read}" if args.read != "getrecords" else "")
         )
     return 1 if totals.failed else 0
 

@@ -156,6 +156,29 @@ def test_read_limits_above_kinesis_own_are_refused() -> None:
         parse_config(config(read={"max_records_per_call": 20_000}))
 
 
+@pytest.mark.parametrize(
+    "consumer", ["kinesis-replay-orders", "arn:aws:kinesis:us-east-1:123456789012:stream/orders/consumer/replay:1795936348"]
+)
+def test_a_consumer_is_a_name_or_the_arn_of_a_consumer_of_the_pipelines_stream(consumer: str) -> None:
+    (pipeline,) = parse_config(config(stream="orders", read={"consumer": consumer}))
+    assert pipeline.read.consumer == consumer
+
+
+@pytest.mark.parametrize(
+    ("read", "spark", "refused"),
+    [
+        ({"consumer": "a consumer"}, {}, r"read\.consumer: must be a Kinesis stream consumer's name"),
+        ({"consumer": "arn:aws:kinesis:us-east-1:123456789012:stream/other/consumer/replay:1"}, {},
+         r"read\.consumer: is a consumer of stream 'other', not of the pipeline's stream 'orders'"),
+        ({"consumer": "replay"}, {"master": "local[2]", "conf": {"spark.speculation": "true"}},
+         r"spark\.conf: spark\.speculation is true, and read\.consumer reads over enhanced fan-out"),
+    ],
+)  # fmt: skip
+def test_a_consumer_that_cannot_work_is_refused(read: dict[str, Any], spark: dict[str, Any], refused: str) -> None:
+    with pytest.raises(ConfigError, match=refused):
+        parse_config(config(stream="orders", read=read, **({"spark": spark} if spark else {})))
+
+
 def test_the_top_level_must_be_a_pipelines_list() -> None:
     with pytest.raises(ConfigError, match="top level must be a mapping with a 'pipelines' list"):
         parse_config([VALID])

@@ -49,6 +49,11 @@ RETRYABLE: dict[str, tuple[bool, str]] = {
     "CatalogConfigError": (False, "the catalog's properties say the same until someone edits them"),
     "CatalogUnreachableError": (True, "the catalog's outage may end"),
     "CatalogLoadError": (False, "an unexplained failure to load the catalog is shown at once, not retried for half an hour"),
+    "SubscriptionCutError": (True, "a cut subscription is renewed at the last record read; a range that failed so is read again"),
+    "ConsumerError": (
+        False,
+        "a consumer of another stream, a missing or deleting one, or one over the stream's 20 stays so until someone acts",
+    ),
     "SparkSubmitError": (True, "a job killed, an executor lost or a read that failed may go through the next time"),
 }
 

@@ -1,4 +1,7 @@
-"""plugins/kinesis_replay/iam_policy.json grants exactly the AWS calls the code makes: Kinesis, DynamoDB, s3a's S3 and the table's Glue."""
+"""plugins/kinesis_replay/iam_policy.json grants exactly the AWS calls the code makes: Kinesis, DynamoDB, s3a's S3 and the table's Glue.
+
+A pipeline that reads over enhanced fan-out (``read.consumer``) adds iam_policy_efo.json, which grants exactly the calls
+of the modules that only such a pipeline runs (EFO_MODULES), and nothing the base policy grants."""
 
 from __future__ import annotations
 
@@ -39,8 +42,13 @@ GLUE_ACTIONS = {"glue:CreateDatabase", "glue:GetDatabase", "glue:CreateTable", "
 STS_ACTIONS = {"sts:AssumeRole"}
 # The stream's resource policy, for a stream in another account reached without a role (docs/deploy-aws.md).
 STREAM_RESOURCE_POLICY = ROOT / "plugins" / "kinesis_replay" / "iam_policy_stream_resource.json"
+EFO_POLICY = ROOT / "plugins" / "kinesis_replay" / "iam_policy_efo.json"
+EFO_MODULES = {"plugins/kinesis_replay/adapters/efo_reader.py"}  # reached only with read.consumer set
+# Granted for an EFO pipeline although no code calls it: RegisterStreamConsumer with Tags (the pipeline's tag on a consumer
+# it registers) is authorized as kinesis:TagResource on the consumer too.
+EFO_IMPLIED = {"kinesis:TagResource"}
 RESOURCES = {
-    "kinesis": {"arn:aws:kinesis:REGION:ACCOUNT:stream/STREAM"},
+    "kinesis": {"arn:aws:kinesis:REGION:ACCOUNT:stream/STREAM", "arn:aws:kinesis:REGION:ACCOUNT:stream/STREAM/consumer/CONSUMER:*"},
     "sts": {"arn:aws:iam::STREAM_ACCOUNT:role/STREAM_ROLE"},
     "dynamodb": {"arn:aws:dynamodb:REGION:ACCOUNT:table/STATE_TABLE"},
     "s3": {"arn:aws:s3:::BUCKET/PREFIX/*", "arn:aws:s3:::BUCKET"},
@@ -136,15 +144,19 @@ def item_kinds_in(sources: list[tuple[str, str]]) -> set[str]:
     }
 
 
-def project_calls() -> set[ApiCall]:
-    paths = sorted(p for pattern in SOURCE_GLOBS for p in ROOT.glob(pattern) if str(p.relative_to(ROOT)) not in NO_AWS_CLIENT)
+def project_calls(efo: bool = False) -> set[ApiCall]:
+    """The calls of every module a pipeline runs; ``efo``: of the modules only a pipeline with a consumer runs."""
+    paths = sorted(
+        p for pattern in SOURCE_GLOBS for p in ROOT.glob(pattern)
+        if str(p.relative_to(ROOT)) not in NO_AWS_CLIENT and (str(p.relative_to(ROOT)) in EFO_MODULES) == efo
+    )  # fmt: skip
     sources = [(path.read_text(), str(path.relative_to(ROOT))) for path in paths]
     kinds = item_kinds_in(sources)  # a transaction's items are built by the store, and sent by its table's calls
     return {call for source, filename in sources for call in scan(source, filename, kinds)}
 
 
-def statements() -> list[dict[str, Any]]:
-    policy = json.loads(POLICY.read_text())
+def statements(path: Path = POLICY) -> list[dict[str, Any]]:
+    policy = json.loads(path.read_text())
     assert policy["Version"] == "2012-10-17"
     return list(policy["Statement"])
 
@@ -153,8 +165,8 @@ def _as_list(value: str | Iterable[str]) -> list[str]:
     return [value] if isinstance(value, str) else list(value)
 
 
-def granted(service: str) -> set[str]:
-    return {a for s in statements() if s["Effect"] == "Allow" for a in _as_list(s["Action"]) if a.startswith(f"{service}:")}
+def granted(service: str, path: Path = POLICY) -> set[str]:
+    return {a for s in statements(path) if s["Effect"] == "Allow" for a in _as_list(s["Action"]) if a.startswith(f"{service}:")}
 
 
 def test_the_policy_grants_every_kinesis_and_dynamodb_call_the_code_makes() -> None:
@@ -171,6 +183,13 @@ def test_the_policy_grants_no_kinesis_or_dynamodb_action_the_code_does_not_call(
     assert not extra, f"{POLICY.relative_to(ROOT)} grants actions no code calls: {sorted(extra)}"
 
 
+def test_the_efo_policy_grants_exactly_the_calls_of_reading_over_enhanced_fan_out_beyond_the_base_policy() -> None:
+    calls = {c.action for c in project_calls(efo=True)}
+    assert "kinesis:SubscribeToShard" in calls, "the scan found no SubscribeToShard in the EFO reader: is it broken?"
+    assert granted("kinesis", EFO_POLICY) == calls - granted("kinesis") | EFO_IMPLIED
+    assert not granted("kinesis", EFO_POLICY) & granted("kinesis")
+
+
 def test_the_policy_grants_exactly_the_s3_actions_s3a_and_pyarrow_need() -> None:
     assert granted("s3") == S3_ACTIONS
 
@@ -180,7 +199,7 @@ def test_the_policy_grants_exactly_the_glue_actions_pyicebergs_glue_catalog_make
 
 
 def test_each_action_is_granted_only_on_its_own_services_placeholder_resource() -> None:
-    for statement in statements():
+    for statement in statements() + statements(EFO_POLICY):
         services = {a.split(":")[0] for a in _as_list(statement["Action"])}
         assert len(services) == 1, f"statement {statement.get('Sid')} mixes services {sorted(services)}"
         resources = set(_as_list(statement["Resource"]))

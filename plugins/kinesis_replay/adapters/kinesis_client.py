@@ -123,6 +123,9 @@ class ReadStats:
     throttled_seconds: float = 0.0
     paced_seconds: float = 0.0
     expired_iterators: int = 0
+    subscriptions: int = 0  # enhanced fan-out: SubscribeToShard calls that were answered or refused
+    renewals: int = 0  # of them, those that went on from where an ended subscription stopped
+    in_use: int = 0  # ResourceInUseException: a subscribe within 5 s of the last, or a subscription taken over
     millis_behind_latest: int | None = None
     # Read near the retention, with the loss acknowledged: (the last record read, the first record of the page
     # after it, or None at a closed shard's end) where the last record read was gone once the page was read, so

@@ -60,29 +60,115 @@ def iterate_range(
     the stream (records are trimmed oldest first, so everything after it then was too). One that is gone fails the
     range, or with the loss acknowledged is noted in ``stats.unconfirmed`` for verify to record as a gap. Without a
     ``retention`` no page is checked.
+
+    The checks are RangeChecker's, which the enhanced fan-out reader (efo_reader.iterate_range_efo) shares: this
+    function only fetches the pages.
     """
-    reader = _RangeReader(ShardCalls(client, stream, rng.shard_id, limits, stats, sleep), rng, accept_gap, retention)
-    while reader.iterator is not None:
-        records = reader.next_page()
-        if not records:
-            continue
-        tail = parse_sequence_number(records[-1]["SequenceNumber"])
-        if tail > rng.end:
-            kept = reader.up_to_end(records, tail)
-            if kept:
-                yield kept
-            return
-        reader.last, reader.last_arrival = tail, records[-1]["ApproximateArrivalTimestamp"]
-        yield records
-        del records  # a reader holds one page at a time
-        if tail == rng.end and not rng.to_shard_end:
-            return
-    if not reader.wholly_gone:  # else an acknowledged gap, found at an open shard's tip or a closed shard's end
-        reader.at_shard_end()
+    checker = RangeChecker(ShardCalls(client, stream, rng.shard_id, limits, stats, sleep), rng, accept_gap, retention)
+    yield from checked_pages(checker, _GetRecordsPages(checker).pages())
 
 
-class _RangeReader:
-    """What reading one range keeps between pages, and the checks each page must pass."""
+def checked_pages(checker: RangeChecker, pages: Iterator[list[Record]]) -> Iterator[list[Record]]:
+    """The range's records from ``pages``, a reader's raw pages in stream order (ending at SHARD_END, or when the
+    reader found the range wholly gone), each page checked and cut at the range's end; the reader is closed as soon
+    as the end record is read. A reader learns what was read from ``checker.last`` between pages."""
+    rng = checker.rng
+    try:
+        for page in pages:
+            records = checker.admit(page)
+            if not records:
+                continue
+            tail = parse_sequence_number(records[-1]["SequenceNumber"])
+            if tail > rng.end:
+                kept = checker.up_to_end(records, tail)
+                if kept:
+                    yield kept
+                return
+            checker.last, checker.last_arrival = tail, records[-1]["ApproximateArrivalTimestamp"]
+            yield records
+            del records, page  # a reader holds one page at a time
+            if tail == rng.end and not rng.to_shard_end:
+                return
+        if not checker.wholly_gone:  # else an acknowledged gap, found at an open shard's tip or a closed shard's end
+            checker.at_shard_end()
+    finally:
+        close = getattr(pages, "close", None)
+        if close is not None:
+            close()
+
+
+class _GetRecordsPages:
+    """A range's pages by GetShardIterator and GetRecords: the iterator at the start, each next one, an expired one reopened."""
+
+    def __init__(self, checker: RangeChecker) -> None:
+        self.checker, self.shard = checker, checker.shard
+        self.limit = min(self.shard.limits.first_page_records, self.shard.limits.max_records_per_call)
+        self.iterator = self._open_at_start()
+
+    def _open_at_start(self) -> str | None:
+        """An iterator at the range's start; a start Kinesis no longer holds goes to RangeChecker.start_refused."""
+        try:
+            return self.shard.iterator(ShardIteratorType="AT_SEQUENCE_NUMBER", StartingSequenceNumber=str(self.checker.rng.start))
+        except StreamNotFoundError:
+            if not self.checker.shard_gone():
+                raise
+            return None
+        except ClientError as exc:
+            self.checker.start_refused(exc, "GetShardIterator")
+            return self.shard.iterator(ShardIteratorType="TRIM_HORIZON")
+
+    def pages(self) -> Iterator[list[Record]]:
+        while self.iterator is not None:
+            records = self._next_page()
+            if records:
+                yield records
+                self.limit = page_limit(records, self.shard.limits)
+                del records
+
+    def _next_page(self) -> list[Record]:
+        """The next page's records, possibly none; the page itself is let go before they are returned."""
+        assert self.iterator is not None
+        try:
+            page = self.shard.get_records(self.iterator, f"{self.checker.what}: GetRecords", limit=self.limit)
+        except ClientError as exc:
+            self._reopen(exc)
+            return []
+        records: list[Record] = page["Records"]
+        self.iterator, at_tip = page.get("NextShardIterator"), page.get("MillisBehindLatest", 0) == 0
+        if not records and self.iterator is not None and self.checker.empty(at_tip):
+            self.iterator = None  # an acknowledged gap: nothing of the range is left
+        return records
+
+    def _reopen(self, exc: ClientError) -> None:
+        """An expired iterator is opened again at the last record read; any other error fails the range."""
+        checker = self.checker
+        if exc.response.get("Error", {}).get("Code") != "ExpiredIteratorException":
+            raise RangeReadError(f"{checker.what}: GetRecords failed: {exc}") from exc
+        self.shard.stats.expired_iterators += 1
+        log.info("%s: iterator expired after %s; re-opening", checker.what, checker.last)
+        if checker.last is None:
+            self.iterator = self._open_at_start()
+            return
+        # At the last record read, not after it: an iterator after a record that retention trimmed meanwhile starts at
+        # the first record left, and every record between them would be skipped without a word. Its first record
+        # must be the last one read (dropped, as read already); anything else means records are gone.
+        try:
+            self.iterator = self.shard.iterator(ShardIteratorType="AT_SEQUENCE_NUMBER", StartingSequenceNumber=str(checker.last))
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "InvalidArgumentException":
+                raise RangeReadError(f"{checker.what}: GetShardIterator after an expired iterator failed: {exc}") from exc
+            raise checker.gone(f"Kinesis refused it ({exc})") from exc  # a sequence number it no longer holds
+        checker.reopened(checker.last)
+
+
+class RangeChecker:
+    """What reading one range keeps between pages, and the checks each page must pass, whichever way it is read.
+
+    Both readers (GetRecords here, SubscribeToShard in efo_reader) hand it their raw pages through ``checked_pages``,
+    and tell it what they met: a start Kinesis refused (``start_refused``), a closed shard gone (``shard_gone``), an
+    empty page (``empty``), a position reopened at the last record read (``reopened``). ``shard`` serves the checks'
+    own calls (the retention check's GetShardIterator and GetRecords), and counts what was read.
+    """
 
     def __init__(self, shard: ShardCalls, rng: SequenceRange, accept_gap: bool, retention: timedelta | None = None) -> None:
         self.shard, self.rng, self.accept_gap, self.retention = shard, rng, accept_gap, retention
@@ -90,48 +176,41 @@ class _RangeReader:
         self.last: int | None = None  # the last record yielded
         self.last_arrival: datetime | None = None  # when it arrived: how near it is to the retention
         self.wholly_gone = False  # an acknowledged gap: every record of the range is gone
-        self.reopened_at: int | None = None  # an iterator reopened at the last record read: it must come first, again
+        self.reopened_at: int | None = None  # a position reopened at the last record read: it must come first, again
+        self.reopened_why = "the iterator expired"
         self.empty_at_tip = 0
-        self.limit = min(shard.limits.first_page_records, shard.limits.max_records_per_call)
-        self.iterator = self._open_at_start()
 
-    def _open_at_start(self) -> str | None:
-        """An iterator at the range's start. Kinesis may refuse a sequence number it no longer holds (trimmed): with
-        the loss acknowledged, reading starts at the first record left (and _check_start logs the gap). A closed
-        shard no longer in the stream (Kinesis drops it once its records are past retention): with the loss
-        acknowledged, none (the range reads as empty)."""
-        try:
-            return self.shard.iterator(ShardIteratorType="AT_SEQUENCE_NUMBER", StartingSequenceNumber=str(self.rng.start))
-        except StreamNotFoundError:
-            if not (self.accept_gap and self.rng.to_shard_end):
-                raise
-            # Kinesis drops a closed shard once its records are past retention: acknowledged, nothing of it is left.
-            self._wholly_gone("the closed shard is no longer in the stream")
-            return None
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") != "InvalidArgumentException":
-                raise RangeReadError(f"{self.what}: GetShardIterator at the range start failed: {exc}") from exc
-            if self.accept_gap:
-                return self.shard.iterator(ShardIteratorType="TRIM_HORIZON")
-            raise DataLossError(
-                f"{self.what}: Kinesis refused the range start {self.rng.start} ({exc.response['Error'].get('Message', '')}): "
-                "trimmed by retention? Records from it may be lost. Nothing was read. To accept the loss, trigger a run "
-                f'with {{"acknowledge_data_loss": ["{self.rng.shard_id}"]}}'
-            ) from exc
+    def shard_gone(self) -> bool:
+        """The shard is no longer in the stream. With the loss acknowledged, a closed shard's range reads as empty
+        (Kinesis drops a closed shard once its records are past retention): True. Else False: the reader's error stands."""
+        if not (self.accept_gap and self.rng.to_shard_end):
+            return False
+        self._wholly_gone("the closed shard is no longer in the stream")
+        return True
 
-    def next_page(self) -> list[Record]:
-        """The next page's records, possibly none; the page itself is let go before they are returned."""
-        if self.iterator is None:
-            return []
-        try:
-            page = self.shard.get_records(self.iterator, f"{self.what}: GetRecords", limit=self.limit)
-        except ClientError as exc:
-            self._reopen(exc)
-            return []
-        records: list[Record] = page["Records"]
-        self.iterator, at_tip = page.get("NextShardIterator"), page.get("MillisBehindLatest", 0) == 0
+    def start_refused(self, exc: ClientError, call: str) -> None:
+        """Kinesis refused a position at the range's start. A sequence number it no longer holds (trimmed): with the
+        loss acknowledged, the caller reads from the first record left (and the start check logs the gap); anything
+        else fails the range."""
+        if exc.response.get("Error", {}).get("Code") != "InvalidArgumentException":
+            raise RangeReadError(f"{self.what}: {call} at the range start failed: {exc}") from exc
+        if self.accept_gap:
+            return
+        raise DataLossError(
+            f"{self.what}: Kinesis refused the range start {self.rng.start} ({exc.response['Error'].get('Message', '')}): "
+            "trimmed by retention? Records from it may be lost. Nothing was read. To accept the loss, trigger a run "
+            f'with {{"acknowledge_data_loss": ["{self.rng.shard_id}"]}}'
+        ) from exc
+
+    def reopened(self, at: int, why: str = "the iterator expired") -> None:
+        """The reader reopened at the record ``at``, the last one read, because of ``why``: its next page must begin with it."""
+        self.reopened_at, self.reopened_why = at, why
+
+    def admit(self, records: list[Record]) -> list[Record]:
+        """A raw page's records that are new, after the page was checked: the first record against the range's start,
+        a reopened position against the last record read, a page near the retention against the stream, and every
+        page against the last record read (a page that does not follow it is not this range's reader's)."""
         if not records:
-            self._empty(at_tip)
             return records
         self.empty_at_tip = 0
         reopened = self.reopened_at is not None
@@ -139,62 +218,49 @@ class _RangeReader:
             records = self._after_reopened(records)
             if not records:
                 return records
+        first = parse_sequence_number(records[0]["SequenceNumber"])
         if self.last is None:
-            self._check_start(parse_sequence_number(records[0]["SequenceNumber"]))
+            self._check_start(first)
+        elif first <= self.last:
+            raise RangeReadError(
+                f"{self.what}: a page begins at {first}, not after {self.last}, the last record read: the reader's "
+                "position is not its own (a subscription taken over by another reader of the same shard?)"
+            )
         elif not reopened and self._at_risk():
-            self._confirm(parse_sequence_number(records[0]["SequenceNumber"]))
-        self.limit = page_limit(records, self.shard.limits)
+            self._confirm(first)
         return records
-
-    def _reopen(self, exc: ClientError) -> None:
-        """An expired iterator is opened again at the last record read; any other error fails the range."""
-        if exc.response.get("Error", {}).get("Code") != "ExpiredIteratorException":
-            raise RangeReadError(f"{self.what}: GetRecords failed: {exc}") from exc
-        self.shard.stats.expired_iterators += 1
-        log.info("%s: iterator expired after %s; re-opening", self.what, self.last)
-        if self.last is None:
-            self.iterator = self._open_at_start()
-            return
-        # At the last record read, not after it: an iterator after a record that retention trimmed meanwhile starts at
-        # the first record left, and every record between them would be skipped without a word. Its first record
-        # must be the last one read (dropped, as read already); anything else means records are gone.
-        try:
-            self.iterator = self.shard.iterator(ShardIteratorType="AT_SEQUENCE_NUMBER", StartingSequenceNumber=str(self.last))
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") != "InvalidArgumentException":
-                raise RangeReadError(f"{self.what}: GetShardIterator after an expired iterator failed: {exc}") from exc
-            raise self._gone(f"Kinesis refused it ({exc})") from exc  # a sequence number it no longer holds
-        self.reopened_at = self.last
 
     def _after_reopened(self, records: list[Record]) -> list[Record]:
         """The first page after a reopen, without the last record read; failing when that record is gone."""
         first = parse_sequence_number(records[0]["SequenceNumber"])
         if first != self.reopened_at:
-            raise self._gone(f"the reopened iterator's first record is {first}")
+            raise self.gone(f"the reopened position's first record is {first}")
         self.reopened_at = None
         return records[1:]
 
-    def _gone(self, how: str) -> RangeReadError:
+    def gone(self, how: str, why: str | None = None) -> RangeReadError:
         return RangeReadError(
-            f"{self.what}: record {self.last}, the last one read before the iterator expired, is gone ({how}): records after "
+            f"{self.what}: record {self.last}, the last one read before {why or self.reopened_why}, is gone ({how}): records after "
             "it were trimmed by retention while the range was read, and may be lost. Nothing of this attempt is committed; "
             "the next run checks the range against the stream's retention"
         )
 
-    def _empty(self, at_tip: bool) -> None:
-        """An open shard with nothing more at its tip, several times in a row, will never reach the range's end."""
-        if not at_tip or self.iterator is None or self.rng.to_shard_end:
-            return
+    def empty(self, at_tip: bool) -> bool:
+        """An empty page of a shard that goes on. An open shard with nothing more at its tip, several times in a row,
+        will never reach the range's end: that fails, or with the loss acknowledged and nothing read, the range is
+        wholly gone (True: stop reading)."""
+        if not at_tip or self.rng.to_shard_end:
+            return False
         self.empty_at_tip += 1
         if self.empty_at_tip >= EMPTY_AT_TIP and self.last is None and self.accept_gap:
             self._wholly_gone("the shard holds nothing from its first record left to its tip")
-            self.iterator = None
-            return
+            return True
         if self.empty_at_tip >= EMPTY_AT_TIP:
             raise RangeReadError(
                 f"{self.what}: could not read until the end sequence number of the range: "
                 f"the shard has nothing after {self.last if self.last is not None else 'the start'}"
             )
+        return False
 
     def _check_start(self, first: int) -> None:
         if first == self.rng.start:

@@ -286,8 +286,27 @@ def validate(r: Reader[PipelineConfig], p: PipelineConfig) -> None:
         _validate_emr(r, r.data["spark"])
     if p.table is None and r.has("table"):
         r.fail("is only allowed with output_format iceberg (a directory output has no table)", "table")
+    _validate_consumer(r, p)
     if p.table is not None:
         _validate_table(r, p, p.table)
+
+
+def _validate_consumer(r: Reader[PipelineConfig], p: PipelineConfig) -> None:
+    """A consumer's ARN names its stream, which must be the pipeline's; and with enhanced fan-out a speculative task would
+    take its original's subscriptions over (docs/design.md, "Reading over enhanced fan-out")."""
+    consumer = p.read.consumer
+    if consumer is None:
+        return
+    if consumer.startswith("arn:"):
+        owner = consumer.split(":", 5)[-1].removeprefix("stream/").split("/consumer/", 1)[0]
+        if owner != p.stream:
+            r.fail(f"is a consumer of stream {owner!r}, not of the pipeline's stream {p.stream!r}", "read.consumer")
+    if str(p.spark.conf.get("spark.speculation", "false")).strip().lower() == "true":
+        r.fail(
+            "spark.speculation is true, and read.consumer reads over enhanced fan-out, where a speculative copy of a task "
+            "takes its original's subscriptions over: leave spark.speculation false for this pipeline",
+            "spark.conf",
+        )
 
 
 def _validate_next_schema(r: Reader[PipelineConfig], payload: PayloadConfig) -> None:

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 from kinesis_replay.core.options import option, section
+
+# A consumer's name (1 to 128 of these characters) or its ARN:
+# arn:<partition>:kinesis:<region>:<account>:stream/<stream>/consumer/<name>:<created>.
+_NAME = r"[a-zA-Z0-9_.-]"
+_CONSUMER = re.compile(rf"^(?:{_NAME}{{1,128}}|arn:aws[a-z-]*:kinesis:[a-z0-9-]+:\d{{12}}:stream/{_NAME}+/consumer/{_NAME}+:\d+)$")
 
 
 @section
@@ -60,6 +66,32 @@ class ReadConfig:
         "ranges one Spark task reads at once, a thread each, each within its own shard's budget (a task holds about two "
         "pages per range it reads); see [Sizing executors against the stream](deployment.md#sizing-executors-against-the-stream)",
         default=16,
+        minimum=1,
+    )
+
+    # Enhanced fan-out (docs/design.md#reading-over-enhanced-fan-out): with a consumer, each range is read by
+    # SubscribeToShard over HTTP/2 (adapters/efo_reader.py) at the consumer's own 2 MB/s a shard, leaving the shared
+    # GetRecords budget to the stream's other consumers. Planning still reads a handful of records a shard by GetRecords.
+    consumer: str | None = option(
+        "an enhanced fan-out consumer of the stream (its name or ARN): replays then read each range with SubscribeToShard, "
+        "at the consumer's own 2 MB/s a shard, instead of GetRecords within the budget above, which the stream's other "
+        "consumers share; see [Reading over enhanced fan-out](design.md#reading-over-enhanced-fan-out)",
+        default=None,
+        pattern=_CONSUMER,
+        must="must be a Kinesis stream consumer's name (1 to 128 letters, digits, '_', '.' and '-') or its ARN",
+    )
+    subscribe_interval_seconds: float = option(
+        "the least time between two SubscribeToShard calls of the consumer to one shard (Kinesis allows one a second)", default=1.0
+    )
+    in_use_wait_seconds: float = option(
+        "the wait before subscribing again after ResourceInUseException (Kinesis refuses a second subscription of a "
+        "consumer to a shard within 5 s of the last)",
+        default=5.0,
+    )
+    subscription_events: int = option(
+        "events of a subscription held for its reader at most (each up to a second of the shard's records): a "
+        "subscription's memory is about this many events, however long its range",
+        default=2,
         minimum=1,
     )
 

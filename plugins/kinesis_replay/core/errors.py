@@ -118,6 +118,18 @@ class DataLossError(RangeReadError):
     retryable = False
 
 
+class SubscriptionCutError(RangeReadError):
+    """An enhanced fan-out subscription's connection ended before its event stream did; the reader renews it."""
+
+    retryable = True
+
+
+class ConsumerError(KinesisReplayError):
+    """The enhanced fan-out consumer (read.consumer) cannot be used: another stream's, missing, deleting, or over Kinesis's limits."""
+
+    retryable = False
+
+
 # -- the state table -------------------------------------------------------------------------------------------------
 
 
