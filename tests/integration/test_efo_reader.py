@@ -137,7 +137,7 @@ def test_a_consumer_still_creating_is_waited_for(efo: Any, kinesis: Any, stream:
     assert described["ConsumerStatus"] == "ACTIVE" and described["ConsumerName"] == "registered-now"
     assert client.list_tags_for_resource(ResourceARN=registered)["Tags"] == [{"Key": "kinesis-replay:pipeline", "Value": "orders"}]
     assert resolve_consumer(client, stream, "registered-now", FAST) == registered  # an existing consumer is reused
-    with pytest.raises(ConsumerError, match="belongs to stream other"):
+    with pytest.raises(ConsumerError, match=r"read\.consumer is a consumer of stream 'other'"):
         resolve_consumer(client, stream, registered.replace(f"stream/{stream}/", "stream/other/"), FAST)
 
 

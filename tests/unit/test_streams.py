@@ -12,6 +12,7 @@ import pytest
 from fakes.memory_kinesis import ACCOUNT, REGION
 from fakes.replay import directory_pipeline
 from fakes.world import World
+from kinesis_replay.core import streams
 from kinesis_replay.core.config import parse_pipelines
 from kinesis_replay.core.errors import AccessRefusedError
 from kinesis_replay.core.job_spec import JobSpec, JobSpecError, KinesisEndpoint
@@ -108,3 +109,32 @@ def test_an_arn_the_credentials_cannot_reach_is_refused_and_nothing_is_planned(t
         world.plan()
     assert world.store.get_head("orders").next_batch_id == 1 and world.store.get_head("orders").in_flight is None
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+@pytest.mark.parametrize(
+    ("consumer", "stream", "refused"),
+    [
+        ("orders-replay", "orders", None),  # a name: registered on, or found in, the pipeline's stream
+        ("arn:aws:kinesis:eu-west-1:123456789012:stream/orders/consumer/r:1700000000", "orders", None),
+        ("arn:aws:kinesis:eu-west-1:123456789012:stream/other/consumer/r:1700000000", "orders", "of stream 'other'"),
+        (
+            "arn:aws:kinesis:eu-west-1:123456789012:stream/orders/consumer/r:1700000000",
+            "arn:aws:kinesis:eu-west-1:123456789012:stream/orders",
+            None,
+        ),
+        # The same stream's name in another account, or another region: another stream.
+        (
+            "arn:aws:kinesis:eu-west-1:210987654321:stream/orders/consumer/r:1700000000",
+            "arn:aws:kinesis:eu-west-1:123456789012:stream/orders",
+            "of stream arn:aws:kinesis:eu-west-1:210987654321:stream/orders, not",
+        ),
+        (
+            "arn:aws:kinesis:us-east-1:123456789012:stream/orders/consumer/r:1700000000",
+            "arn:aws:kinesis:eu-west-1:123456789012:stream/orders",
+            "of stream arn:aws:kinesis:us-east-1:123456789012:stream/orders, not",
+        ),
+    ],
+)
+def test_a_consumers_arn_must_be_of_the_pipelines_stream_by_name_or_by_arn(consumer: str, stream: str, refused: str | None) -> None:
+    found = streams.consumer_stream_refusal(consumer, stream)
+    assert (found is None) if refused is None else (found is not None and refused in found), found

@@ -53,6 +53,7 @@ from kinesis_replay.core.errors import (
     access_refused,
 )
 from kinesis_replay.core.ranges import SequenceRange
+from kinesis_replay.core.streams import consumer_stream_refusal, is_arn
 
 if TYPE_CHECKING:  # the boto3 stubs are for type checking only
     from types_boto3_kinesis.client import KinesisClient
@@ -286,10 +287,12 @@ def resolve_consumer(
     limits = limits or ReadConfig()
     what = f"stream {stream}, consumer {consumer}"
     if consumer.startswith("arn:"):
-        owner = consumer.split(":", 5)[-1].split("/consumer/", 1)[0].removeprefix("stream/")
-        if owner != stream:
-            raise ConsumerError(f"{what}: the consumer belongs to stream {owner}, not to {stream} (read.consumer)")
+        refused = consumer_stream_refusal(consumer, stream)
+        if refused is not None:
+            raise ConsumerError(f"{what}: read.consumer {refused}")
         query: dict[str, Any] = {"ConsumerARN": consumer}
+    elif is_arn(stream):  # the stream's ARN is the consumer's stream's: no call to find it
+        query = {"StreamARN": stream, "ConsumerName": consumer}
     else:
         summary = call(client.describe_stream_summary, f"stream {stream}: DescribeStreamSummary", limits, StreamName=stream)
         query = {"StreamARN": summary["StreamDescriptionSummary"]["StreamARN"], "ConsumerName": consumer}

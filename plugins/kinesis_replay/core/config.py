@@ -42,7 +42,7 @@ from kinesis_replay.core.options import (
 from kinesis_replay.core.payloads import undecoded_columns
 from kinesis_replay.core.records import PARTITION_COLUMN, ROW_COLUMNS
 from kinesis_replay.core.roots import normalize_output, output_key, outputs_overlap
-from kinesis_replay.core.streams import check_stream
+from kinesis_replay.core.streams import check_stream, consumer_stream_refusal
 
 CONFIG_ENV = "KINESIS_REPLAY_CONFIG"
 INITIAL_POSITIONS = ("TRIM_HORIZON", "LATEST", "AT_TIMESTAMP")
@@ -297,10 +297,9 @@ def _validate_consumer(r: Reader[PipelineConfig], p: PipelineConfig) -> None:
     consumer = p.read.consumer
     if consumer is None:
         return
-    if consumer.startswith("arn:"):
-        owner = consumer.split(":", 5)[-1].removeprefix("stream/").split("/consumer/", 1)[0]
-        if owner != p.stream:
-            r.fail(f"is a consumer of stream {owner!r}, not of the pipeline's stream {p.stream!r}", "read.consumer")
+    refused = consumer_stream_refusal(consumer, p.stream)
+    if refused is not None:
+        r.fail(refused, "read.consumer")
     if str(p.spark.conf.get("spark.speculation", "false")).strip().lower() == "true":
         r.fail(
             "spark.speculation is true, and read.consumer reads over enhanced fan-out, where a speculative copy of a task "

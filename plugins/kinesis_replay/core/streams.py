@@ -94,6 +94,19 @@ def stream_name(stream: str) -> str:
     return stream if arn is None else arn.name
 
 
+def consumer_stream_refusal(consumer: str, stream: str) -> str | None:
+    """Why a consumer's ARN is not of ``stream`` (a name or an ARN), or None: a consumer's ARN is its stream's ARN, then
+    ``/consumer/<name>:<created>``. Against a stream given by name only the names are compared (its account and region
+    are the connection's); against an ARN the whole stream ARN, account and region with it."""
+    if not consumer.startswith("arn:") or "/consumer/" not in consumer:
+        return None
+    owner_arn = consumer.split("/consumer/", 1)[0]
+    owner = owner_arn.split(":", 5)[-1].removeprefix("stream/")
+    if is_arn(stream):
+        return None if owner_arn == stream else f"is a consumer of stream {owner_arn}, not of the pipeline's stream {stream}"
+    return None if owner == stream else f"is a consumer of stream {owner!r}, not of the pipeline's stream {stream!r}"
+
+
 def address(stream: str) -> dict[str, Any]:
     """The parameter each Kinesis call names the stream by: ``StreamARN`` for an ARN, else ``StreamName``."""
     return {"StreamARN": stream} if is_arn(stream) else {"StreamName": stream}
