@@ -325,7 +325,7 @@ def dry_run_report(pipeline: PipelineConfig, result: PlanResult) -> str:
     batch = result.batch
     verb = "would resume" if result.resumed else "would plan"
     report = f"dry run of pipeline {pipeline.name}: {verb} " + backfill.describe(
-        batch, backfill.estimate_batch(batch, pipeline.read, result.estimates)
+        batch, backfill.estimate_batch(batch, pipeline.read, result.estimates), pipeline.read.consumer
     )
     report += "\nrecord and byte counts of new ranges are estimates (each shard's rate on its last batch); nothing was written or read"
     log.info("%s", report)
@@ -656,7 +656,8 @@ def select_backfill(
         )
     if params.get("dry_run"):
         for batch in chosen:
-            log.info("dry run: would replay %s", backfill.describe(batch, backfill.estimate_batch(batch, pipeline.read)))
+            estimated = backfill.estimate_batch(batch, pipeline.read)
+            log.info("dry run: would replay %s", backfill.describe(batch, estimated, pipeline.read.consumer))
         raise AirflowSkipException(
             f"dry run of a backfill of {selection.describe()} in pipeline {pipeline.name}: nothing was read or written"
         )

@@ -350,7 +350,7 @@ def test_dry_runs_write_and_read_nothing_and_a_backfill_is_refused_past_retentio
     dry = run_dag(dags["backfill"], run_conf={"batches": {"batch_ids": [1]}, "dry_run": True})
     assert dry.tasks == {"select": "skipped", "replay": "skipped", "commit": "skipped"}
     assert table_files(entry["output"]) == listing
-    assert "would replay batch 1 (COMMITTED)" in caplog.text and "GetRecords calls" in caplog.text
+    assert "would replay batch 1 (COMMITTED)" in caplog.text and "by GetRecords: " in caplog.text and "over enhanced fan-out" in caplog.text
 
     # A backfill of records past the stream's retention: refused before reading.
     age_batch(dynamodb, store.table, entry["name"], 1, timedelta(hours=30))  # batch 1's records are past 24h retention

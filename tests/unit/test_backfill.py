@@ -23,6 +23,7 @@ from kinesis_replay.steps.backfill import (
     BackfillError,
     Selection,
     candidates,
+    describe,
     estimate,
     listed,
     parse_selection,
@@ -266,3 +267,26 @@ def test_an_estimate_counts_calls_and_time_at_the_read_limit() -> None:
     assert (est.shards, est.records, est.get_records_calls) == (2, 25_100, 3 + 1)
     assert est.seconds_at_limit == pytest.approx(25_000 * 1024 / (2 * 1024 * 1024))  # s0's bytes bound it: 12.2s
     assert estimate(ranges, None, None, ReadConfig()).records is None
+    # Over enhanced fan-out: the consumer's own 2 MiB/s a shard, a subscription a shard (each lasts under 5 minutes here),
+    # and the bytes' retrieval price.
+    assert est.efo_seconds == pytest.approx(25_000 * 1024 / (2 * 1024 * 1024)) and est.subscriptions == 2
+    assert est.efo_retrieval_dollars == pytest.approx(25_100 * 1024 / 2**30 * 0.013)
+    # A day of one shard's bytes at 2 MiB/s takes many subscriptions, renewed each 5 minutes.
+    day = estimate(ranges[:1], {"s0": 1}, {"s0": 2 * 1024 * 1024 * 3600}, ReadConfig())
+    assert day.efo_seconds == pytest.approx(3600) and day.subscriptions == 13
+
+
+def test_a_dry_run_says_what_each_path_costs_the_pipelines_own_first() -> None:
+    ranges = (SequenceRange("s0", S, S + 1), SequenceRange("s1", S, S + 1))
+    est = estimate(ranges, {"s0": 25_000, "s1": 100}, {"s0": 25_000 * 1024, "s1": 100 * 1024}, ReadConfig())
+    batch = Batch(
+        pipeline_name="orders", batch_id=7, stream="orders", ranges=ranges, status=BatchStatus.COMMITTED, run_id="r", created_at=T0
+    )
+    plain = describe(batch, est).splitlines()
+    assert plain[-2].startswith("  - by GetRecords: 4 calls") and "12.2s" in plain[-2]
+    assert plain[-1].startswith("  - over enhanced fan-out (with read.consumer): about 12.2s") and "2 subscriptions" in plain[-1]
+    assert "$0.72 a day for 2 shards" in plain[-1]
+    efo = describe(batch, est, "replay").splitlines()
+    assert efo[-2].startswith("  - over enhanced fan-out (consumer replay)") and efo[-1].startswith(
+        "  - by GetRecords (without read.consumer)"
+    )

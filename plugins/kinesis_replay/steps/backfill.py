@@ -507,13 +507,31 @@ def _earliest(batch: Batch) -> datetime:
 
 @dataclass(frozen=True)
 class Estimate:
-    """What reading some ranges costs at the per-shard read limit. Records and bytes are None when unknown."""
+    """What reading some ranges costs on each path: by GetRecords at the shared per-shard read limit (calls, time), and
+    over enhanced fan-out at a consumer's own 2 MiB/s a shard (time, subscriptions, the bytes' price). Records and bytes
+    are None when unknown."""
 
     shards: int
     records: int | None
     bytes: int | None
     get_records_calls: int | None
     seconds_at_limit: float | None
+    efo_seconds: float | None = None  # the slowest shard's bytes at 2 MiB/s
+    subscriptions: int | None = None  # one a shard, and one more each 5 minutes a subscription lasts at most
+
+    @property
+    def efo_retrieval_dollars(self) -> float | None:
+        """The bytes' enhanced fan-out data retrieval at EFO_DOLLARS_PER_GB: an estimate, at one region's list price."""
+        return None if self.bytes is None else self.bytes / 2**30 * EFO_DOLLARS_PER_GB
+
+
+# Enhanced fan-out's own read limit, and its prices as an estimate: Kinesis's provisioned-mode list prices in us-east-1
+# (read 2026-11; other regions and on-demand mode differ): per GB a consumer reads, and per hour a consumer is
+# registered, for each shard of the stream, whether it reads or not.
+EFO_BYTES_PER_SECOND = 2 * 1024 * 1024
+EFO_SUBSCRIPTION_SECONDS = 300
+EFO_DOLLARS_PER_GB = 0.013
+EFO_DOLLARS_PER_SHARD_HOUR = 0.015
 
 
 def estimate(
@@ -528,7 +546,17 @@ def estimate(
         (max(calls[r.shard_id] / limits.get_records_per_second, sizes.get(r.shard_id, 0) / limits.bytes_per_second) for r in ranges),
         default=0.0,
     )
-    return Estimate(len(ranges), sum(records.values()), sum(sizes.values()), sum(calls.values()), seconds)
+    pushed = {r.shard_id: sizes.get(r.shard_id, 0) / EFO_BYTES_PER_SECOND for r in ranges}
+    subscriptions = sum(1 + int(s // EFO_SUBSCRIPTION_SECONDS) for s in pushed.values())
+    return Estimate(
+        len(ranges),
+        sum(records.values()),
+        sum(sizes.values()),
+        sum(calls.values()),
+        seconds,
+        max(pushed.values(), default=0.0),
+        subscriptions,
+    )
 
 
 def estimate_batch(batch: Batch, limits: ReadConfig, planned: Mapping[str, tuple[int, int]] | None = None) -> Estimate:
@@ -541,17 +569,28 @@ def estimate_batch(batch: Batch, limits: ReadConfig, planned: Mapping[str, tuple
     return estimate(batch.ranges, None, None, limits)
 
 
-def describe(batch: Batch, est: Estimate) -> str:
-    """A dry run's account of one batch: its ranges and what replaying them costs."""
+def describe(batch: Batch, est: Estimate, consumer: str | None = None) -> str:
+    """A dry run's account of one batch: its ranges and what replaying them costs on each path, the one the pipeline
+    reads by (read.consumer: enhanced fan-out, else GetRecords) first."""
     lines = [f"batch {batch.batch_id} ({batch.status.value}), {est.shards} shard ranges:"]
     lines += [f"  {r.describe()}" for r in batch.ranges]
     if est.records is None:
         lines.append("  records and bytes: unknown until read; reading stays within the per-shard budget")
-    else:
-        lines.append(
-            f"  {est.records} records, {est.bytes} bytes: {est.get_records_calls} GetRecords calls, "
-            f"about {est.seconds_at_limit:.1f}s at the per-shard read limit"
-        )
+        return "\n".join(lines)
+    shared = (
+        f"by GetRecords{'' if consumer is None else ' (without read.consumer)'}: {est.get_records_calls} calls against the "
+        f"shard budget every consumer of the stream shares, about {est.seconds_at_limit:.1f}s at the per-shard read limit"
+    )
+    retrieval = est.efo_retrieval_dollars or 0.0
+    pushed = (
+        f"over enhanced fan-out{f' (consumer {consumer})' if consumer else ' (with read.consumer)'}: about {est.efo_seconds or 0.0:.1f}s "
+        f"at the consumer's own 2 MiB/s a shard, {est.subscriptions} subscriptions, ${retrieval:.4f} of data retrieval; a "
+        f"registered consumer also costs ${EFO_DOLLARS_PER_SHARD_HOUR} a shard-hour for each shard of the stream whether it "
+        f"reads or not (${EFO_DOLLARS_PER_SHARD_HOUR * 24 * est.shards:.2f} a day for {est.shards} shards; us-east-1 list prices, "
+        "an estimate)"
+    )
+    lines.append(f"  {est.records} records, {est.bytes} bytes:")
+    lines += [f"  - {shared}", f"  - {pushed}"] if consumer is None else [f"  - {pushed}", f"  - {shared}"]
     return "\n".join(lines)
 
 
