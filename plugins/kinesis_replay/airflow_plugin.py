@@ -269,6 +269,12 @@ def _render(views: list[dict[str, Any]], base: str) -> str:
         )
         where = f"Output: {v['table']} at {v['output']}" if v.get("table") else f"Output: directory {v['output']}"
         parts.append(f'<p class="table">{e(where)}</p>')
+        if v.get("consumer"):
+            reads = (
+                f"Reads over enhanced fan-out: consumer {v['consumer']} (registered by the pipeline if it was not there, tagged "
+                "kinesis-replay:pipeline, never deregistered by it; it costs a shard-hour for each shard while registered)"
+            )
+            parts.append(f'<p class="consumer">{e(reads)}</p>')
         if v.get("behind_text"):
             parts.append(f'<p class="behind">{"Catching up" if v["behind"]["capped_shards"] else "Keeping up"}: {e(v["behind_text"])}</p>')
         parts.append(_progress(v))

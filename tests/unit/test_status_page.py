@@ -316,3 +316,20 @@ def test_the_decodings_cost_the_page_no_read() -> None:
         _, _, counting = shown(*batches)
         reads.append((counting.read, counting.summaries))
     assert reads[0] == reads[1] == (10, 12)  # the last ten batches, and the day's summaries: as many as before
+
+
+def test_a_pipeline_reading_over_enhanced_fan_out_names_its_consumer_and_what_it_costs_and_others_say_nothing() -> None:
+    from kinesis_replay.airflow_plugin import _render
+
+    store = MemoryStateStore()
+    store.restore("orders", Head(next_batch_id=2), [], [ledger_batch(1)])
+    plain = ledger_pipeline()
+    efo = replace(plain, read=replace(plain.read, consumer="orders-replay"))
+    now = LEDGER_T0 + 2 * EVERY
+    with_consumer = status.pipeline_view(efo, store, now).to_dict()
+    assert with_consumer["consumer"] == "orders-replay"
+    page = _render([json.loads(json.dumps(with_consumer))], "")
+    shown_line = re.search(r'<p class="consumer">([^<]*)</p>', page)
+    assert shown_line is not None and "consumer orders-replay" in shown_line.group(1) and "never deregistered" in shown_line.group(1)
+    without = status.pipeline_view(plain, store, now).to_dict()
+    assert without["consumer"] is None and 'class="consumer"' not in _render([without], "")

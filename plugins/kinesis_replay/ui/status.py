@@ -80,6 +80,9 @@ class PipelineView:
     progress: dict[str, Any] | None = None  # the in-flight batch's replay, per shard
     backfill_progress: dict[str, Any] | None = None  # a running backfill's replay of a committed batch, per shard
     table: str | None = None  # the table's identity (table, namespace, catalog); None for a directory output
+    # Enhanced fan-out: the consumer the replays read through (read.consumer), registered by the pipeline on first use
+    # and never deregistered by it: it costs a shard-hour for each of the stream's shards while it is registered.
+    consumer: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -128,6 +131,7 @@ def pipeline_view(pipeline: PipelineConfig, store: StateStore, now: datetime, la
         progress=_progress(found.get(head.in_flight), reported.get(RunKind.REGULAR)) if head.in_flight is not None else None,
         backfill_progress=_backfill_progress(store, pipeline, reported.get(RunKind.BACKFILL), now),
         table=pipeline.table.describe() if pipeline.table is not None else None,
+        consumer=pipeline.read.consumer,
     )
 
 
