@@ -6,7 +6,7 @@ the embedded SQL catalog), caches it under /tmp, and times on it the steps that 
 view, on a backfill and on a lost state table:
 
 - a plan and a commit (a cycle's: ``plan_batch`` and ``commit_batch``, the replay and verify between them untimed);
-- a backfill of one old batch (12 hours back) and a backfill selected by a 10-minute window 10 hours back (the
+- a backfill of one old batch (a quarter into the history) and a backfill selected by a 10-minute window (halfway in; the
   selection, the replay without Spark, and ``check_replayed``, which commits each batch's new files to the table);
 - recovery from the output into an empty state store (``recover``: it lists ``_commits/`` and reads every record), and
   the LIST calls that listing makes on S3 (a thousand keys a call);
@@ -81,8 +81,7 @@ FIRST_REAL = 2  # batches committed one by one before the bulk: the table's crea
 RECENT = 60  # the last hour, committed one by one: the snapshots a cycle's commit and the page see
 CHUNK = 1_000  # batches a bulk append
 DAY = 1_440
-OLD_BACK = 720  # the old batch a backfill replays: 12 hours back
-WINDOW_BACK, WINDOW = 600, 10  # the window a backfill selects: 10 minutes, 10 hours back
+WINDOW = 10  # the window a backfill selects: 10 minutes
 RETENTION = timedelta(hours=24)
 RUNS = 3
 LIMIT = 1.2  # each per-batch cost within this factor from the smallest history to the largest
@@ -164,10 +163,11 @@ def cpu(timed: dict[str, list[float]] | None, label: str) -> Iterator[None]:
 
 
 def touched_ids(size: int) -> tuple[int, list[int]]:
-    """The old batch a backfill replays and the window's batches: their ledger entries and files are real."""
-    old = size - OLD_BACK
-    window_first = size - WINDOW_BACK
-    return old, list(range(window_first, window_first + WINDOW))
+    """The old batch a backfill replays (a quarter into the history) and the window's batches (from halfway): their ledger
+    entries and files are real. Both are in manifests that the merging filled to its target size, in a long history,
+    as a batch of months before is: the newest batches' manifests are small until they are merged."""
+    window_first = size // 2
+    return size // 4, list(range(window_first, window_first + WINDOW))
 
 
 def clone_data_file(template: Any, path: str, batch_id: int, field_id: int) -> Any:
@@ -281,8 +281,9 @@ class Bulk:
         self.state.head = replace(self.state.head, next_batch_id=last + 1, version=self.state.head.version + 1)
 
 
-def build(size: int, progress: Callable[[str], None]) -> History:
-    """The history of ``size`` batches, as the module's docstring says."""
+def build(size: int, progress: Callable[[str], None], manifest_target: int | None = None) -> History:
+    """The history of ``size`` batches, as the module's docstring says; with ``manifest_target``, the table's merged
+    manifests grow to that many bytes (set once the first commit created it), not to the pipeline's own setting."""
     root = CACHE / str(size)
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
@@ -293,6 +294,11 @@ def build(size: int, progress: Callable[[str], None]) -> History:
     history = History(size, root, kinesis, MemoryStateStore(), clock)
     for _ in range(FIRST_REAL):
         history.cycle("build")
+    if manifest_target is not None:
+        table = iceberg_table.load_table(history.pipeline)
+        assert table is not None
+        with table.transaction() as tx:
+            tx.set_properties({iceberg_table.MANIFEST_TARGET_PROPERTY: str(manifest_target)})
     bulk = Bulk(history)
     last_bulk = size - RECENT
     for n in range(FIRST_REAL + 1, last_bulk + 1):
@@ -402,6 +408,10 @@ def measure(histories: list[History], runs: int, progress: Callable[[str], None]
             history.cycle(f"measured-{token}-{i}", t)
             with cpu(t, "backfill_old"):
                 backfill_old(history, f"bf{token}-{i}")
+            table = iceberg_table.load_table(history.pipeline)
+            assert table is not None
+            with cpu(t, "lookup"):
+                iceberg_table.batch_data_files(table, touched_ids(history.size)[0])
             with cpu(t, "page"):
                 status.pipeline_view(history.pipeline, history.store, history.clock())
             ids, planned, seconds = scan_day(history)
@@ -446,7 +456,11 @@ def once(history: History, token: str, timed: dict[str, list[float]], figures: d
     table = iceberg_table.load_table(pipeline)
     assert table is not None and table.current_snapshot() is not None
     figures["snapshots"] = len(table.metadata.snapshots)
-    figures["manifests"] = len(table.current_snapshot().manifests(table.io))  # type: ignore[union-attr]
+    manifests = table.current_snapshot().manifests(table.io)  # type: ignore[union-attr]
+    largest = max(manifests, key=lambda m: m.manifest_length)
+    figures["manifests"] = len(manifests)
+    figures["largest_manifest"] = (largest.manifest_length, (largest.added_files_count or 0) + (largest.existing_files_count or 0))
+    figures["manifest_target"] = int(table.properties.get(iceberg_table.MANIFEST_TARGET_PROPERTY, 8 << 20))
     listed = len(table_maintenance._listing(table).files)
     figures["table_files"] = listed
     figures["maintenance_lists"] = max(1, math.ceil(listed / S3_PAGE))
@@ -460,8 +474,13 @@ def once(history: History, token: str, timed: dict[str, list[float]], figures: d
 ROWS: list[tuple[str, str, str]] = [
     ("plan (a regular cycle's `plan_batch`)", "plan", "op"),
     ("commit (`commit_batch`: the commit record, the table's snapshot, the checkpoints, the ledger)", "commit", "op"),
-    ("backfill of one old batch (12 h back: select, replay, `check_replayed` and its table commit)", "backfill_old", "op"),
-    ("backfill by a 10-minute window 10 h back, per batch selected", "window", "window"),
+    ("backfill of one old batch (a quarter into the history: select, replay, `check_replayed` and its table commit)", "backfill_old", "op"),
+    (
+        "finding that batch's files in the table (`batch_data_files`, twice in a backfill: the manifests spanning it, read whole)",
+        "lookup",
+        "op",
+    ),
+    ("backfill by a 10-minute window halfway into the history, per batch selected", "window", "window"),
     ("of which the selection (`candidates` + `select_batches`), per batch selected", "window_select", "window"),
     ("status page (`pipeline_view`: the last 10 batches, a day of figures, every shard)", "page", "op"),
     ("recovery from the output (`recover`), per batch recovered", "recovery", "history"),
@@ -530,6 +549,12 @@ def render(results: list[dict[str, Any]], seconds: float, argv: str) -> str:
         "| maintenance: S3 LIST calls its listing would make (1,000 keys a call) | "
         + " | ".join(f"{r['maintenance_lists']:,}" for r in results)
         + " |",
+        "| merged manifests' target size (`commit.manifest.target-size-bytes`), KiB | "
+        + " | ".join(f"{r['manifest_target'] // 1024:,}" for r in results)
+        + " |",
+        "| the current snapshot's largest manifest: KiB / batches it lists | "
+        + " | ".join(f"{r['largest_manifest'][0] // 1024:,} / {r['largest_manifest'][1]:,}" for r in results)
+        + " |",
         "| commit records under `_commits/` | " + " | ".join(f"{r['commit_records']:,}" for r in results) + " |",
         "| recovery: S3 LIST calls its listings would make (1,000 keys a call) | "
         + " | ".join(f"{r['recovery_lists']:,}" for r in results)
@@ -583,6 +608,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=RUNS)
     parser.add_argument("--rebuild", action="store_true", help="build the histories again rather than reuse the cached ones")
     parser.add_argument("--no-write", action="store_true", help="print the section, leave BENCHMARKS.md alone")
+    parser.add_argument("--manifest-target", type=int, help="build with this commit.manifest.target-size-bytes (KR_HISTORY_CACHE apart)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     started = time.perf_counter()
@@ -593,7 +619,7 @@ def main(argv: list[str] | None = None) -> int:
     histories = []
     for size in (int(s) for s in args.sizes.split(",")):
         history = None if args.rebuild else History.load(size)
-        histories.append(history if history is not None else build(size, progress))
+        histories.append(history if history is not None else build(size, progress, args.manifest_target))
     results = measure(histories, args.runs, progress)
     for history, figures in zip(histories, results, strict=True):
         figures["built_seconds"] = history.built_seconds
