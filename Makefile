@@ -167,12 +167,13 @@ bench-ledger: install
 
 # A year of one-minute batches: a table pipeline's history of each of HISTORY_SIZES batches (built once without Kinesis or
 # Spark, on the fakes, and cached under /tmp/kr-history: HISTORY_REBUILD=--rebuild builds them again), and on each a plan,
-# a commit, backfills, recovery, the page, maintenance and a day's scan planning. About 25 CPU-minutes the first time
-# (most of them building the 100,000 batches), a few with the histories cached.
+# a commit, backfills, recovery, the page, maintenance and a day's scan planning. About 20 minutes on 2 cores the first
+# time (7 to 9 of them building the 100,000 batches), 8 with the histories cached; the cache takes about 2.2 GB.
 HISTORY_SIZES ?= 1000,10000,100000
 HISTORY_REBUILD ?=
+HISTORY_RUNS ?= 5
 bench-history: install
-	$(BIN)/python bench/history.py --sizes $(HISTORY_SIZES) $(HISTORY_REBUILD)
+	$(BIN)/python bench/history.py --sizes $(HISTORY_SIZES) --runs $(HISTORY_RUNS) $(HISTORY_REBUILD)
 
 # Planning a batch at 4, 100 and 1,000 shards, busy and idle, through the throttling proxy at Kinesis's limits;
 # kinesalite holds every stream in memory (about 5 GB with the defaults).
