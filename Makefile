@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STACK := tests/stack
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help install browser demo up down test test-unit test-integration test-compose chaos bench bench-table bench-redecode bench-paced bench-ledger bench-planning bench-state-wide bench-connect bench-lineage bench-scan lint typecheck docs-config package dist test-dist stack-up stack-down clean
+.PHONY: help install browser demo up down test test-unit test-integration test-compose chaos bench bench-table bench-redecode bench-paced bench-ledger bench-history bench-planning bench-state-wide bench-connect bench-lineage bench-scan lint typecheck docs-config package dist test-dist stack-up stack-down clean
 
 help:
 	@echo "make demo     run the DAG for several cycles on a local stack and check every record landed exactly once"
@@ -26,6 +26,7 @@ help:
 	@echo "make bench-redecode  a re-decode's one commit of REDECODE_BATCHES batches beside a backfill's commit of each (part of make bench)"
 	@echo "make bench-paced  the same ways through a proxy at Kinesis's per-shard read limits, against the physical limit (PACED=...)"
 	@echo "make bench-ledger  time the page, the backfill selection and the stuck check on a ledger of 100,000 batches"
+	@echo "make bench-history  time a plan, a commit, backfills, recovery, the page, maintenance and a day's scan at 1,000 to 100,000 batches"
 	@echo "make bench-scan      time a reader's scan planning at 10,000 and 100,000 batches, one file a batch or several"
 	@echo "make bench-planning  time a plan at 4, 100 and 1,000 shards through a proxy at Kinesis's limits, and the planner alone at 1,000 and 10,000"
 	@echo "make bench-state-wide  count the state table's items, transactions and write units of a plan and a commit at 10,000 shards"
@@ -172,6 +173,16 @@ bench-connect: install
 LEDGER_ENTRIES ?= 100000
 bench-ledger: install
 	$(BIN)/python bench/ledger.py --entries $(LEDGER_ENTRIES)
+
+# A year of one-minute batches: a table pipeline's history of each of HISTORY_SIZES batches (built once without Kinesis or
+# Spark, on the fakes, and cached under /tmp/kr-history: HISTORY_REBUILD=--rebuild builds them again), and on each a plan,
+# a commit, backfills, recovery, the page, maintenance and a day's scan planning. About 20 minutes on 2 cores the first
+# time (7 to 9 of them building the 100,000 batches), 8 with the histories cached; the cache takes about 2.2 GB.
+HISTORY_SIZES ?= 1000,10000,100000
+HISTORY_REBUILD ?=
+HISTORY_RUNS ?= 5
+bench-history: install
+	$(BIN)/python bench/history.py --sizes $(HISTORY_SIZES) --runs $(HISTORY_RUNS) $(HISTORY_REBUILD)
 
 # Planning a batch at 4, 100 and 1,000 shards, busy and idle, through the throttling proxy at Kinesis's limits;
 # kinesalite holds every stream in memory (about 5 GB with the defaults). Then the planner alone at PLAN_WIDE shards

@@ -7,7 +7,8 @@ also `make bench-redecode`), `make chaos` the reliability section
 section (bench/planning.py) and the planning-wide section (bench/wide_planning.py), `make bench-state-wide` the
 state-wide section (bench/wide_state.py), `make bench-paced` the paced section (bench/paced.py) and `make bench-connect` the
 Spark Connect section (bench/connect.py) and `make bench-lineage` the lineage section (bench/lineage.py, also part of
-`make bench`) and `make bench-scan` the scan-planning section (bench/scan_planning.py), all but the first through
+`make bench`) and `make bench-scan` the scan-planning section (bench/scan_planning.py) and `make bench-history` the history
+section (bench/history.py), all but the first through
 ``write_section``. Every other line is written by hand, so
 each write replaces one section and keeps every other byte of the file as it was.
 """
@@ -67,6 +68,7 @@ PACED = Section("<!-- paced:start -->", "<!-- paced:end -->")
 CONNECT = Section("<!-- connect:start -->", "<!-- connect:end -->")
 REDECODE = Section("<!-- redecode:start -->", "<!-- redecode:end -->")
 LINEAGE = Section("<!-- lineage:start -->", "<!-- lineage:end -->")
+HISTORY = Section("<!-- history:start -->", "<!-- history:end -->")
 RELIABILITY_PLACEHOLDER = "## Reliability (make chaos)\n\nNot measured yet: `make chaos` writes this table."
 
 

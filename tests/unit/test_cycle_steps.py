@@ -8,6 +8,7 @@ tests/integration.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -242,6 +243,35 @@ def test_a_recovery_keeps_a_drained_parent_finished_and_the_next_cycle_reads_its
     planned = {r.shard_id for r in third.ranges}
     assert "shardId-000000000001" not in planned and {"shardId-000000000004", "shardId-000000000005"} <= planned
     assert world.landed() == world.expected()
+
+
+def test_a_recovery_reads_the_commit_records_concurrently_and_rebuilds_the_ledger_in_id_order(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On S3 each commit record is a GET of its own, and a year of one-minute batches is 525,600 of them: read one after
+    another, hours. The first record's read here waits until the second's has begun, so a recovery reading them in turn
+    would fail; the ledger it rebuilds is the one that was lost, in id order."""
+    for _ in range(3):
+        world.produce(40)
+        assert world.cycle() is not None
+    lost = [(b.batch_id, b.ranges, b.status) for b in world.store.list_batches("orders")]
+    read = commit_records.read_commit_record
+    second_begun = threading.Event()
+
+    def read_commit_record(output: str, batch_id: int) -> Any:
+        if batch_id == 2:
+            second_begun.set()
+        elif batch_id == 1 and not second_begun.wait(timeout=30):
+            raise AssertionError("the commit record of batch 2 was not read while batch 1's was: the records were read in turn")
+        return read(output, batch_id)
+
+    monkeypatch.setattr(commit_records, "read_commit_record", read_commit_record)
+    world.store = MemoryStateStore()
+    plan = recover(world.pipeline, world.kinesis, world.store, now=world.clock())
+    assert [b.batch_id for b in plan.batches] == [1, 2, 3]
+    assert [(b.batch_id, b.ranges, b.status) for b in world.store.list_batches("orders")] == lost
+    world.produce(40)
+    assert world.cycle() is not None and world.landed() == world.expected()
 
 
 def test_gaps_found_at_replay_are_kept_with_the_plan_s(world: World) -> None:

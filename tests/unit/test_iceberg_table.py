@@ -62,6 +62,9 @@ def test_the_first_commit_creates_the_table_partitioned_by_batch_and_sorted_by_a
     assert table.schema().find_field(sort.source_id).name == "approximate_arrival_timestamp"
     assert table.properties[iceberg_table.PIPELINE_PROPERTY] == "orders"
     assert table.properties["commit.retry.num-retries"] == "0"  # a lost race is retried by commit_batch, never re-applied
+    # Manifests merged (the list stays short) but each at most 1 MiB: finding one batch's files reads a manifest whole.
+    assert table.properties["commit.manifest-merge.enabled"] == "true"
+    assert table.properties["commit.manifest.target-size-bytes"] == str(1024 * 1024)
     snapshot = table.current_snapshot()
     assert snapshot is not None and snapshot.snapshot_id == snapshot_id
     assert snapshot.summary is not None and snapshot.summary.operation.value == "append"

@@ -85,6 +85,13 @@ STREAM_PROPERTY = "kinesis-replay.stream"
 # no check now (Iceberg does not roll properties back with snapshots), and no longer written.
 COMMITTED_THROUGH_PROPERTY = "kinesis-replay.committed-through"
 COMMIT_RETRIES_PROPERTY = "commit.retry.num-retries"
+# How large pyiceberg's manifest merging lets a merged manifest grow (Iceberg's default: 8 MiB). Finding a batch's files
+# (a backfill, a restore, a replayed commit) reads every entry of each manifest whose batch ids span it: at about 340
+# bytes an entry, an 8 MiB manifest is 24,000 batches, 1.3 s of pyiceberg's CPU to read, and the backfill's overwrite
+# writes it again. 1 MiB bounds that at about 3,000 batches, and keeps the manifest list of a year of one-minute batches
+# (525,600 entries, about 170 MiB) under 300 manifests. make bench-history measures both.
+MANIFEST_TARGET_PROPERTY = "commit.manifest.target-size-bytes"
+MANIFEST_TARGET_BYTES = 1 << 20
 REBUILT_TO_PROPERTY = "kinesis-replay.rebuilt-to"  # a rebuild's switch: the fingerprint of the decoding it switched to
 NAME_MAPPING_PROPERTY = "schema.name-mapping.default"  # how a file's columns are found by name (the files carry no field ids)
 COMMIT_ATTEMPTS = 10  # a commit that lost the race for the table is retried against the new metadata this often
@@ -503,6 +510,7 @@ def new_table_parts(pipeline: PipelineConfig, file_schema: pa.Schema) -> tuple[A
         # commit (and a scan's planning) reads and writes one entry per batch ever committed, whatever expiry keeps.
         # Merged (Iceberg's default threshold: 100 small manifests into one), the list stays under 100 entries.
         "commit.manifest-merge.enabled": "true",
+        MANIFEST_TARGET_PROPERTY: str(MANIFEST_TARGET_BYTES),  # a merged manifest is read whole to find one batch's files
         # pyiceberg would retry a lost race by re-applying the append to the new metadata, adding the batch a second
         # time if the winner was another run of the same commit. commit_batch retries itself instead: it reloads the
         # table, looks for its own snapshot, and recomputes the batch's files to replace.

@@ -16,8 +16,10 @@ rather than skip it, as skipping would move the checkpoints past rows the table 
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -179,6 +181,14 @@ def redecodes_made_visible(pipeline: PipelineConfig, batches: Sequence[Batch]) -
     return max(counts)
 
 
+def read_records(pipeline: PipelineConfig, batch_ids: Sequence[int]) -> list[Batch]:
+    """The commit records of these batches, in their order. One read each, ``read.plan_concurrency`` at a time: a year of
+    one-minute batches is 525,600 records, and on S3 each is a GET of its own (tens of milliseconds: hours one after
+    another). The first record that cannot be read fails the recovery, as it did read in turn."""
+    with ThreadPoolExecutor(max_workers=pipeline.read.plan_concurrency, thread_name_prefix="recover") as pool:
+        return list(pool.map(functools.partial(commit_records.read_commit_record, pipeline.output), batch_ids))
+
+
 def recover(pipeline: PipelineConfig, kinesis_client: KinesisClient, store: StateStore, now: datetime, dry_run: bool = False) -> Recovery:
     """Rebuild the pipeline's state in its (empty) state table from the output; a dry run only says what it would write.
 
@@ -202,7 +212,7 @@ def recover(pipeline: PipelineConfig, kinesis_client: KinesisClient, store: Stat
             f"pipeline {pipeline.name!r}: output {pipeline.output} holds no commit record, so there is nothing to recover; "
             f"a new pipeline starts without {RECOVER_PARAM}"
         )
-    records = [commit_records.read_commit_record(pipeline.output, i) for i in ids]
+    records = read_records(pipeline, ids)
     listed = list_shards(kinesis_client, pipeline.stream, pipeline.read)
     # Without the owner record, the first batch's plan stands for the first claim: a shard that committed nothing by the
     # last batch's plan had no record since the first plan, so any start between the two reads the same records.
