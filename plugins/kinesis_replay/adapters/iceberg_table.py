@@ -94,6 +94,7 @@ MANIFEST_TARGET_PROPERTY = "commit.manifest.target-size-bytes"
 MANIFEST_TARGET_BYTES = 1 << 20
 REBUILT_TO_PROPERTY = "kinesis-replay.rebuilt-to"  # a rebuild's switch: the fingerprint of the decoding it switched to
 NAME_MAPPING_PROPERTY = "schema.name-mapping.default"  # how a file's columns are found by name (the files carry no field ids)
+CREATE_RACE_TRIES, CREATE_RACE_SECONDS = 4, 0.5  # how long a run waits for a concurrent one's creation of the table
 COMMIT_ATTEMPTS = 10  # a commit that lost the race for the table is retried against the new metadata this often
 
 
@@ -470,6 +471,16 @@ def create_or_load_table(pipeline: PipelineConfig, file_schema: pa.Schema, catal
         return found
     config = require_table(pipeline)
     taken = location_tables(pipeline, catalog)
+    for _ in range(CREATE_RACE_TRIES):
+        # The pipeline's own metadata that no catalog entry names yet may be another run's creation of the table, between
+        # its metadata file and its catalog entry (two runs of one commit, at once): looked for again before refusing.
+        if taken is None or not taken.own(pipeline):
+            break
+        time.sleep(CREATE_RACE_SECONDS)
+        found = load_table(pipeline, catalog)
+        if found is not None:
+            return found
+        taken = location_tables(pipeline, catalog)
     if taken is not None:  # one location, one table: a second one's maintenance would delete the first's files as orphans
         raise TableLocationTakenError(
             f"pipeline {pipeline.name!r}: {config.describe()} does not exist, and it is not created: {taken.describe(pipeline)}. "
