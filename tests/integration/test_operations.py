@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from datetime import timedelta
@@ -203,12 +204,14 @@ def test_a_redecode_through_the_dag_is_refused_without_asking_then_rescues_the_q
     assert table is not None and quarantined is not None and table.current_snapshot() is not None
     assert (len(table.metadata.snapshots), len(quarantined.metadata.snapshots)) == (snapshots[0] + 1, snapshots[1] + 1)
     summary = table.current_snapshot().summary.additional_properties
-    assert Holdings.from_summary(summary) == Holdings.of([1], 40) and summary["total-records"] == "40"
+    # One re-decode made visible: counted in the snapshot's summary and on the ledger's head (a rollback past it shows).
+    assert Holdings.from_summary(summary) == Holdings.of([1], 40, 1) and summary["total-records"] == "40"
     batch = store.get_batch(entry["name"], 1)
     assert batch.redecoded_by is not None and batch.staged is None and batch.snapshot_id == table.current_snapshot().snapshot_id
     assert batch.quarantine_snapshot_id == quarantined.current_snapshot().snapshot_id
     assert commit_record(entry["output"], 1)["redecoded_by"] == batch.redecoded_by
-    assert store.get_head(entry["name"]) == head and store.get_shards(entry["name"]) == shards  # no checkpoint moved
+    assert store.get_head(entry["name"]) == dataclasses.replace(head, redecodes=1)  # no batch planned, no checkpoint moved
+    assert store.get_shards(entry["name"]) == shards
     # The replay's event says the batch is staged, with the re-decode's figures and no snapshot (nothing visible yet); the
     # commit's names the snapshot that made it visible.
     staged, committed = asset_events(backfill.dag_id)[-2:]
@@ -224,6 +227,8 @@ def test_a_redecode_through_the_dag_is_refused_without_asking_then_rescues_the_q
     table = iceberg_table.load_table(pipeline)
     assert table is not None and str(table.schema().find_field("n").field_type) == "string"
     assert table.current_snapshot().summary.additional_properties["kinesis-replay.rebuild"]  # type: ignore[union-attr]
+    switched = Holdings.from_summary(table.current_snapshot().summary.additional_properties)  # type: ignore[union-attr]
+    assert switched is not None and switched.redecodes == 2 == store.get_head(entry["name"]).redecodes
     more = put_numbers(kinesis, entry["stream"], 20, start=100)
     assert run_dag(built[f"kinesis_replay_{entry['name']}"]).tasks == SUCCESS
     rows = read_output(entry["output"])
