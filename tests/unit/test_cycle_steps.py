@@ -20,7 +20,7 @@ import pytest
 from fakes.memory_store import MemoryStateStore
 from fakes.replay import replay
 from fakes.world import World
-from kinesis_replay.adapters import commit_records, layout
+from kinesis_replay.adapters import commit_records, files, layout
 from kinesis_replay.core.errors import BatchSupersededError, DataLossError, RecoveryError, StateConflictError, VerificationError
 from kinesis_replay.core.state import BatchStatus, Gap, Head
 from kinesis_replay.steps.commit import commit_batch
@@ -257,8 +257,11 @@ def test_a_recovery_reads_the_commit_records_concurrently_and_rebuilds_the_ledge
     lost = [(b.batch_id, b.ranges, b.status) for b in world.store.list_batches("orders")]
     read = commit_records.read_commit_record
     second_begun = threading.Event()
+    task_access = files.S3Access(endpoint_url="http://s3.recovery.example", source="the task's connection")
+    seen: list[files.S3Access] = []
 
     def read_commit_record(output: str, batch_id: int) -> Any:
+        seen.append(files.s3_access())  # on S3, the way the task reaches it: its connection's, not the default chain's
         if batch_id == 2:
             second_begun.set()
         elif batch_id == 1 and not second_begun.wait(timeout=30):
@@ -267,7 +270,9 @@ def test_a_recovery_reads_the_commit_records_concurrently_and_rebuilds_the_ledge
 
     monkeypatch.setattr(commit_records, "read_commit_record", read_commit_record)
     world.store = MemoryStateStore()
-    plan = recover(world.pipeline, world.kinesis, world.store, now=world.clock())
+    with files.reaching_s3(task_access):
+        plan = recover(world.pipeline, world.kinesis, world.store, now=world.clock())
+    assert len(seen) == 3 and all(access is task_access for access in seen)  # make test's S3 recovery failed without
     assert [b.batch_id for b in plan.batches] == [1, 2, 3]
     assert [(b.batch_id, b.ranges, b.status) for b in world.store.list_batches("orders")] == lost
     world.produce(40)

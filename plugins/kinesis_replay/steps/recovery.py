@@ -16,6 +16,7 @@ rather than skip it, as skipping would move the checkpoints past rows the table 
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import logging
 from collections.abc import Mapping, Sequence
@@ -184,9 +185,13 @@ def redecodes_made_visible(pipeline: PipelineConfig, batches: Sequence[Batch]) -
 def read_records(pipeline: PipelineConfig, batch_ids: Sequence[int]) -> list[Batch]:
     """The commit records of these batches, in their order. One read each, ``read.plan_concurrency`` at a time: a year of
     one-minute batches is 525,600 records, and on S3 each is a GET of its own (tens of milliseconds: hours one after
-    another). The first record that cannot be read fails the recovery, as it did read in turn."""
+    another). The first record that cannot be read fails the recovery, as it did read in turn. Each read runs in a copy
+    of the caller's context: the task's way to S3 (files.reaching_s3, a context variable) is the pool threads' too,
+    which would otherwise reach for the default chain's S3."""
+    read = functools.partial(commit_records.read_commit_record, pipeline.output)
     with ThreadPoolExecutor(max_workers=pipeline.read.plan_concurrency, thread_name_prefix="recover") as pool:
-        return list(pool.map(functools.partial(commit_records.read_commit_record, pipeline.output), batch_ids))
+        # A copy each, made here (a Context is entered by one thread at a time), of this thread's context.
+        return list(pool.map(lambda job: job[0].run(read, job[1]), [(contextvars.copy_context(), b) for b in batch_ids]))
 
 
 def recover(pipeline: PipelineConfig, kinesis_client: KinesisClient, store: StateStore, now: datetime, dry_run: bool = False) -> Recovery:
