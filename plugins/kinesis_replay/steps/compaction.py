@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from kinesis_replay.adapters import commit_records, compaction, iceberg_table, layout
 from kinesis_replay.adapters.files import batch_files, remove_folder
@@ -34,11 +35,14 @@ from kinesis_replay.adapters.output_root import load_root
 from kinesis_replay.core import ownership
 from kinesis_replay.core.config import PipelineConfig
 from kinesis_replay.core.errors import FilesReplacedMeanwhileError, StateConflictError
-from kinesis_replay.core.holdings import BATCHES_PROPERTY, Commit, Holdings, listed
+from kinesis_replay.core.holdings import BATCHES_PROPERTY, Commit, Holdings, TableState, listed
 from kinesis_replay.core.ledger import ledger_of
 from kinesis_replay.core.refusals import refuse
 from kinesis_replay.core.state import Batch, BatchStatus, StateStore
 from kinesis_replay.steps import commit, verify
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
 
 log = logging.getLogger(__name__)
 
@@ -137,10 +141,10 @@ def compact(
     return result
 
 
-def _ready(pipeline: PipelineConfig, table: object, batches: dict[int, Batch], attempt: str) -> tuple[dict[int, Batch], list[int]]:
+def _ready(pipeline: PipelineConfig, table: Table, batches: dict[int, Batch], attempt: str) -> tuple[dict[int, Batch], list[int]]:
     """Of the chosen batches, those committed whose files in the table are all their verified attempt's: each one's
     compacted attempt written and checked. The others are left alone, named."""
-    held = iceberg_table.selection_data_files(table, list(batches))  # type: ignore[arg-type]
+    held = iceberg_table.selection_data_files(table, list(batches))
     ready: dict[int, Batch] = {}
     skipped: list[int] = []
     for batch_id, batch in sorted(batches.items()):
@@ -180,9 +184,9 @@ def _commit(pipeline: PipelineConfig, store: StateStore, run_id: str, ready: dic
     replacing = {b: layout.data_path(pipeline.output, b, ready[b].verified_result().attempt or "") for b in ids}
     properties = {**key, iceberg_table.RUN_PROPERTY: run_id, COMPACTED_PROPERTY: Holdings.of(ids).to_summary()[BATCHES_PROPERTY]}
 
-    def check(state: object) -> Holdings | None:
+    def check(state: TableState) -> Holdings | None:
         ledger = ledger_of(store.get_head(pipeline.name), pipeline, store)  # read again before each try, as a re-decode's
-        return commit.table_check(pipeline, Commit.BACKFILL, ids[0], ledger)(state)  # type: ignore[arg-type]
+        return commit.table_check(pipeline, Commit.BACKFILL, ids[0], ledger)(state)
 
     return iceberg_table.replace_batches(
         pipeline, replacements, records, properties, key, check, redecodes=lambda held: held, replacing=replacing
