@@ -16,7 +16,7 @@ from fakes.pages import page
 from kinesis_replay.adapters import iceberg_table, layout
 from kinesis_replay.adapters.attempt_writer import AttemptWriter
 from kinesis_replay.core.config import PipelineConfig, parse_config
-from kinesis_replay.core.errors import OutputOwnershipError, TableCommitRefusedError, VerificationError
+from kinesis_replay.core.errors import OutputOwnershipError, TableCommitRefusedError, TableLocationTakenError, VerificationError
 from kinesis_replay.core.holdings import Holdings, Ledger, Mismatch, compare
 from kinesis_replay.core.records import ROW_COLUMNS
 
@@ -259,6 +259,46 @@ def test_a_run_that_finds_the_tables_metadata_before_its_catalog_entry_waits_for
     finally:
         late.join()
     assert found.metadata_location == metadata and found.metadata.table_uuid == created.metadata.table_uuid
+
+
+def test_a_run_that_finds_the_tables_metadata_file_half_written_waits_for_the_run_creating_it(tmp_path: Path) -> None:
+    """The other run's metadata file may be found before its bytes are (seen in CI as an empty file, read as 'Expecting
+    value', then refused as a table kinesis-replay did not make). Here the file is empty for 0.6 s, then whole and named by
+    the catalog: the run takes the table instead of refusing the location."""
+    p = pipeline(tmp_path)
+    files = write_attempt(tmp_path, 1, "a", 3)
+    created = iceberg_table.create_or_load_table(p, pq.read_schema(files[0]))
+    metadata, identifier = created.metadata_location, iceberg_table.require_table(p).identifier
+    catalog = iceberg_table.load_catalog(p)
+    catalog.drop_table(identifier)
+    local = Path(metadata.removeprefix("file://"))
+    whole = local.read_bytes()
+    local.write_bytes(b"")
+
+    def finish() -> None:
+        local.write_bytes(whole)
+        catalog.register_table(identifier, metadata)
+
+    late = threading.Timer(0.6, finish)
+    late.start()
+    try:
+        found = iceberg_table.create_or_load_table(p, pq.read_schema(files[0]))
+    finally:
+        late.join()
+    assert found.metadata_location == metadata and found.metadata.table_uuid == created.metadata.table_uuid
+
+
+def test_a_metadata_file_that_stays_unreadable_is_refused_naming_it(tmp_path: Path) -> None:
+    p = pipeline(tmp_path)
+    files = write_attempt(tmp_path, 1, "a", 3)
+    created = iceberg_table.create_or_load_table(p, pq.read_schema(files[0]))
+    iceberg_table.load_catalog(p).drop_table(iceberg_table.require_table(p).identifier)
+    local = Path(created.metadata_location.removeprefix("file://"))
+    local.write_bytes(b"")
+    with pytest.raises(TableLocationTakenError, match=r"could not be read") as refused:
+        iceberg_table.create_or_load_table(p, pq.read_schema(files[0]))
+    assert local.name in str(refused.value) and local.read_bytes() == b""  # nothing written over it
+    assert iceberg_table.load_table(p) is None
 
 
 def write_with(root: Path, batch_id: int, attempt: str, **columns: pa.Array) -> list[str]:

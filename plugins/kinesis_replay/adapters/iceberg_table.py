@@ -328,6 +328,7 @@ class LocationTables:
     stream: str | None
     in_catalog: tuple[str, ...] = ()
     complete: bool = True
+    readable: bool = True  # False: the newest metadata file could not be read (another run may be writing it)
 
     def own(self, pipeline: PipelineConfig) -> bool:
         """The metadata is of this pipeline's table (its properties name it and its stream) and no other name in the
@@ -350,6 +351,8 @@ class LocationTables:
             )
         elif self.own(pipeline):
             text += f", which catalog {config.catalog!r} no longer names: the table was dropped from it, or its newest metadata file lost"
+        elif not self.readable:
+            text += ", which could not be read (see the warning above)"
         elif not self.complete:
             text += f" (catalog {config.catalog!r} was looked through for it only as far as {CATALOG_TABLES_LOOKED_AT} tables)"
         return text
@@ -387,6 +390,7 @@ def location_tables(pipeline: PipelineConfig, catalog: Catalog | None = None) ->
 
     newest = f"{folder}/{max(found, key=version).base_name}"
     table_uuid = owner = stream = None
+    readable = True
     try:
         with io.new_input(newest).open() as stream_in:
             raw = stream_in.read()
@@ -399,8 +403,9 @@ def location_tables(pipeline: PipelineConfig, catalog: Catalog | None = None) ->
         owner, stream = properties.get(PIPELINE_PROPERTY), properties.get(STREAM_PROPERTY)
     except (OSError, ValueError) as exc:
         log.warning("pipeline %s: could not read metadata file %s: %s", pipeline.name, newest, exc)
+        readable = False
     in_catalog, complete = _catalog_tables_at(catalog, config, location) if catalog is not None else ((), True)
-    return LocationTables(location, len(found), newest, table_uuid, owner, stream, in_catalog, complete)
+    return LocationTables(location, len(found), newest, table_uuid, owner, stream, in_catalog, complete, readable)
 
 
 def _catalog_tables_at(catalog: Catalog, config: TableConfig, location: str) -> tuple[tuple[str, ...], bool]:
@@ -473,8 +478,9 @@ def create_or_load_table(pipeline: PipelineConfig, file_schema: pa.Schema, catal
     taken = location_tables(pipeline, catalog)
     for _ in range(CREATE_RACE_TRIES):
         # The pipeline's own metadata that no catalog entry names yet may be another run's creation of the table, between
-        # its metadata file and its catalog entry (two runs of one commit, at once): looked for again before refusing.
-        if taken is None or not taken.own(pipeline):
+        # its metadata file and its catalog entry (two runs of one commit, at once): looked for again before refusing. So is
+        # a newest metadata file that cannot be read: the other run may be writing it (seen empty under load).
+        if taken is None or not (taken.own(pipeline) or not taken.readable):
             break
         time.sleep(CREATE_RACE_SECONDS)
         found = load_table(pipeline, catalog)
