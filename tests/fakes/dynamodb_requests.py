@@ -23,6 +23,7 @@ from botocore.awsrequest import AWSPreparedRequest, AWSResponse
 
 KB = 1024
 WRITES = ("PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems")
+EMPTY_READS = {"GetItem": b"{}", "Query": b'{"Items": [], "Count": 0, "ScannedCount": 0}'}
 
 
 def value_size(value: dict[str, Any]) -> int:
@@ -79,14 +80,20 @@ class RequestLog:
 
     requests: list[Request] = field(default_factory=list)
 
-    def attach(self, client: Any, answer_writes: bool = False) -> Any:
+    def attach(self, client: Any, answer_writes: bool = False, answer_reads: bool = False) -> Any:
+        """Record the client's requests; ``answer_writes`` answers its writes with a success, ``answer_reads`` its item
+        reads (GetItem, Query) as an empty table would."""
+
         def record(request: AWSPreparedRequest, **_: Any) -> AWSResponse | None:
             target = request.headers.get("X-Amz-Target", b"")
             operation = (target.decode() if isinstance(target, bytes) else str(target)).rsplit(".", 1)[-1]
             body = request.body if isinstance(request.body, bytes) else str(request.body or "").encode()
             self.requests.append(Request(operation, json.loads(body or b"{}"), len(body)))
+            answer = EMPTY_READS.get(operation) if answer_reads else None
             if answer_writes and operation in WRITES:
-                return AWSResponse(request.url, 200, {"Content-Type": "application/x-amz-json-1.0"}, _Raw(b"{}"))
+                answer = b"{}"
+            if answer is not None:
+                return AWSResponse(request.url, 200, {"Content-Type": "application/x-amz-json-1.0"}, _Raw(answer))
             return None
 
         client.meta.events.register("before-send.dynamodb", record)

@@ -8,6 +8,8 @@ tests/contract/test_state_store_contract.py.
 from __future__ import annotations
 
 import json
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -15,12 +17,13 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from kinesis_replay.adapters.dynamodb_items import PROGRESS_SHARDS, part_sk
+from kinesis_replay.adapters.dynamodb_items import PROGRESS_SHARDS, SHARD_KEYS, part_sk, shard_item, shard_pk
 from kinesis_replay.adapters.dynamodb_store import DynamoDBStateStore
 from kinesis_replay.core.errors import (
     ConfigError,
     EndpointUnreachableError,
     ProgressNotStoredError,
+    StateConflictError,
     StateCorruptError,
 )
 from kinesis_replay.core.ranges import SequenceRange
@@ -33,6 +36,7 @@ from kinesis_replay.core.state import (
     ReplayResult,
     RunKind,
     ShardResult,
+    ShardState,
 )
 
 S = 49680458800076825667891419458951111266169532991963922434
@@ -156,3 +160,91 @@ def test_a_state_table_with_another_application_s_keys_is_refused_naming_it(dyna
     assert dynamodb.scan(TableName="kr-orders-of-another-app")["Items"] == []  # nothing written into it
     DynamoDBStateStore(dynamodb, "kr-state-keys").ensure_table()  # a table of its own is created, then accepted as it is
     DynamoDBStateStore(dynamodb, "kr-state-keys").ensure_table()
+
+
+# -- the shard items' keys (docs/state-table.md, "At 10,000 shards") ---------------------------------------------------
+
+
+def keys_of(dynamodb: Any, table: str) -> dict[str, set[str]]:
+    """Each partition key of the table and the sort keys under it."""
+    found: dict[str, set[str]] = {}
+    for item in dynamodb.scan(TableName=table)["Items"]:
+        found.setdefault(item["pk"]["S"], set()).add(item["sk"]["S"])
+    return found
+
+
+def shards(n: int) -> list[ShardState]:
+    return [ShardState(f"shardId-{i:012d}") for i in range(n)]
+
+
+def test_a_new_pipelines_shard_items_are_spread_over_16_keys_after_its_layout_and_read_and_moved_there(
+    store: DynamoDBStateStore, dynamodb: Any, state_table: str
+) -> None:
+    store.put_shards_if_absent("orders", shards(200))
+    keys = keys_of(dynamodb, state_table)
+    assert keys.pop("pipeline#orders") == {"layout"}
+    assert sorted(keys) == sorted(f"pipeline#orders#shards#{k}" for k in range(SHARD_KEYS))
+    assert sum(len(sks) for sks in keys.values()) == 200
+    for key, sks in keys.items():  # each shard where its id's CRC-32 says
+        assert {shard_pk("orders", sk.removeprefix("shard#"), SHARD_KEYS) for sk in sks} == {key}
+
+    fresh = DynamoDBStateStore(dynamodb, state_table)  # another task's store: it reads the layout
+    assert list(fresh.get_shards("orders")) == [s.shard_id for s in shards(200)]
+    fresh.advance_checkpoint("orders", "shardId-000000000007", None, S + 5, 1, finished=False)
+    fresh.mark_finished("orders", "shardId-000000000008", None)
+    with pytest.raises(StateConflictError, match="the stored checkpoint is"):
+        fresh.advance_checkpoint("orders", "shardId-000000000007", None, S + 6, 2, finished=False)
+    read = store.get_shards("orders")
+    assert (read["shardId-000000000007"].checkpoint, read["shardId-000000000008"].finished) == (S + 5, True)
+    assert keys_of(dynamodb, state_table).keys() == {"pipeline#orders", *keys}  # nothing written under another key
+
+
+def test_an_earlier_releases_shard_items_under_the_pipelines_key_are_read_and_written_there(
+    store: DynamoDBStateStore, dynamodb: Any, state_table: str
+) -> None:
+    """A pipeline of an earlier release has its shard items under pipeline#<name> and no layout item: it stays so."""
+    for shard in shards(3):
+        dynamodb.put_item(TableName=state_table, Item=shard_item("orders", shard))  # as 0.2.x wrote them
+    assert list(store.get_shards("orders")) == [s.shard_id for s in shards(3)]
+    store.advance_checkpoint("orders", "shardId-000000000001", None, S + 9, 4, finished=False)
+    store.put_shards_if_absent("orders", shards(5))  # a reshard's new shards
+    store.put_shard_if_absent("orders", ShardState("shardId-000000000009"))
+    assert keys_of(dynamodb, state_table) == {
+        "pipeline#orders": {f"shard#{s.shard_id}" for s in shards(5)} | {"shard#shardId-000000000009"}
+    }
+    assert DynamoDBStateStore(dynamodb, state_table).get_shards("orders")["shardId-000000000001"].checkpoint == S + 9
+
+
+def test_two_first_plans_at_once_agree_on_one_layout_and_store_each_shard_once(dynamodb: Any, state_table: str) -> None:
+    stores = [DynamoDBStateStore(dynamodb, state_table) for _ in range(2)]
+    start = threading.Barrier(2)
+
+    def plan(store: DynamoDBStateStore) -> dict[str, ShardState]:
+        start.wait()
+        return store.put_shards_if_absent("orders", shards(150))
+
+    with ThreadPoolExecutor(2) as pool:
+        stored = list(pool.map(plan, stores))
+    assert stored[0].keys() == stored[1].keys() == {s.shard_id for s in shards(150)}
+    keys = keys_of(dynamodb, state_table)
+    assert keys.pop("pipeline#orders") == {"layout"} and sum(len(sks) for sks in keys.values()) == 150
+
+
+def test_a_restore_writes_a_layout_first_for_a_pipeline_with_none_and_keeps_an_earlier_releases(
+    store: DynamoDBStateStore, dynamodb: Any, state_table: str
+) -> None:
+    store.restore("orders", Head(next_batch_id=1), shards(40), [])
+    keys = keys_of(dynamodb, state_table)
+    assert keys.pop("pipeline#orders") == {"layout", "head"} and sum(len(sks) for sks in keys.values()) == 40
+    assert len(DynamoDBStateStore(dynamodb, state_table).get_shards("orders")) == 40
+
+    dynamodb.put_item(TableName=state_table, Item=shard_item("old", ShardState("shardId-000000000000")))  # an earlier release's
+    store.restore("old", Head(next_batch_id=1), shards(2), [])
+    assert keys_of(dynamodb, state_table)["pipeline#old"] == {"head", "shard#shardId-000000000000", "shard#shardId-000000000001"}
+
+
+def test_a_layout_item_without_a_count_is_corrupt_state_named(store: DynamoDBStateStore, dynamodb: Any, state_table: str) -> None:
+    dynamodb.put_item(TableName=state_table, Item={"pk": {"S": "pipeline#orders"}, "sk": {"S": "layout"}})
+    with pytest.raises(StateCorruptError, match=r"pipeline 'orders': the layout item in state table kr-\w+ has no shard_keys number"):
+        store.get_shards("orders")
+    assert keys_of(dynamodb, state_table) == {"pipeline#orders": {"layout"}}  # nothing written past it

@@ -30,6 +30,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
 import kinesis_replay_tasks as tasks
+from kinesis_replay.adapters.dynamodb_items import SHARD_KEYS
 from kinesis_replay.adapters.dynamodb_store import DynamoDBStateStore
 from kinesis_replay.core.config import parse_config
 from kinesis_replay.core.state import BatchStatus
@@ -203,6 +204,7 @@ def test_a_json_table_pipeline_goes_on_after_the_upgrade(version: str, tmp_path:
     assert batch_rows(output, 2, keep_batch=False) == written  # as the earlier release wrote it
     assert run_dag(dags[dag_id]).tasks == SUCCESS  # a new batch, on the earlier release's table
     assert store.get_batch(entry["name"], 3).status == BatchStatus.COMMITTED and len(batch_rows(output, 3)) == len(later)
+    assert DynamoDBStateStore(dynamodb, entry["state_table"]).shard_keys(entry["name"]) == 1  # its shard items stay where they were
     landed_once(produced, output)
     assert batch_rows(output, 1) == first, "a value the earlier release wrote changed"
 
@@ -283,6 +285,8 @@ def test_a_directory_pipeline_goes_on_after_the_upgrade(version: str, tmp_path: 
     assert run_dag(dags_of(tmp_path, entry)[dag_id], run_conf={"recover_from_output": True}).tasks == SUCCESS
     assert [(b.batch_id, b.ranges) for b in store.list_batches(entry["name"])][:2] == committed
     assert [b.status for b in store.list_batches(entry["name"])] == [BatchStatus.COMMITTED] * 3
+    # The recovered state is written as the current release writes it: the shard items spread over their keys.
+    assert DynamoDBStateStore(dynamodb, entry["state_table"]).shard_keys(entry["name"]) == SHARD_KEYS
     assert batch_rows(output, 1) == first
     landed_once(produced, output)
 

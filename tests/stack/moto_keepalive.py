@@ -91,6 +91,7 @@ def _transact_backing_up_each_table_once(self: Any, transact_items: list[dict[st
 dynamodb_models.DynamoDBBackend.transact_write_items = _transact_backing_up_each_table_once  # type: ignore[method-assign]
 
 _query = dynamodb_models.Table.query
+_QUERY_LOCK = threading.Lock()
 _QUERY_PARAMETERS = inspect.signature(_query)
 
 
@@ -100,12 +101,13 @@ def _query_reading_the_prefix_only(self: Any, *args: Any, **kwargs: Any) -> Any:
     if call.get("index_name") or comparison != "BEGINS_WITH" or hash_key is None or not self.range_key_attr or values[0].type != "S":
         return _query(self, *args, **kwargs)
     prefix = values[0].value
-    under = [item for key, item in self.items.get(hash_key, {}).items() if key.value.startswith(prefix)]
-    self.all_items = lambda: under  # what moto's query reads its candidates from; one request at a time (above)
-    try:
-        return _query(self, *args, **kwargs)
-    finally:
-        del self.all_items
+    with _QUERY_LOCK:  # the server answers one request at a time (above); moto in process (mock_aws) does not
+        under = [item for key, item in self.items.get(hash_key, {}).items() if key.value.startswith(prefix)]
+        self.all_items = lambda: under  # what moto's query reads its candidates from
+        try:
+            return _query(self, *args, **kwargs)
+        finally:
+            del self.all_items
 
 
 dynamodb_models.Table.query = _query_reading_the_prefix_only  # type: ignore[method-assign]

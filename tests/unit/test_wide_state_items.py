@@ -12,6 +12,7 @@ the writes cost in write units, and the time that takes on DynamoDB, is bench/wi
 from __future__ import annotations
 
 import random
+from collections import Counter
 from datetime import timedelta
 from typing import Any
 
@@ -92,12 +93,26 @@ def transactions() -> list[Request]:
     """The transactions of a cycle at 10,000 shards, as DynamoDBStateStore sent them."""
     log = RequestLog()
     client: Any = boto3.client("dynamodb", region_name="us-east-1", aws_access_key_id="rec", aws_secret_access_key="rec")
-    cycle(DynamoDBStateStore(log.attach(client, answer_writes=True), "kr-wide"), SocketlessKinesis("wide", shards=SHARDS))
-    assert {r.operation for r in log.requests} == {"TransactWriteItems"}
-    assert len(log.requests) == SHARDS // TRANSACTION_ITEMS + 4
-    parts = [size for r in log.requests for action, size in item_sizes(r) if action == "Put"]
+    cycle(
+        DynamoDBStateStore(log.attach(client, answer_writes=True, answer_reads=True), "kr-wide"), SocketlessKinesis("wide", shards=SHARDS)
+    )
+    writes = [r for r in log.requests if r.operation not in ("GetItem", "Query")]  # the reads: is there a layout yet?
+    assert [r.operation for r in writes] == ["PutItem"] + ["TransactWriteItems"] * (SHARDS // TRANSACTION_ITEMS + 4)
+    assert writes[0].body["Item"]["sk"] == {"S": "layout"}  # the shard keys' count, written before the first shard item
+    transactions = writes[1:]
+    parts = [size for r in transactions for action, size in item_sizes(r) if action == "Put"]
     assert sum(parts) > SHARDS * 200  # every shard's item, and its range, notes and manifest (compressed), were written
-    return log.requests
+    return transactions
+
+
+def test_a_cycle_of_10000_shards_spreads_the_shard_items_over_16_keys_and_nothing_else(transactions: list[Request]) -> None:
+    """The checkpoints' partition keys: each of the 16 holds about a sixteenth of the shards (CRC-32 of the id)."""
+    keys = Counter(params["Item"]["pk"]["S"] for r in transactions for action, params in r.actions if action == "Put"
+                   and params["Item"]["sk"]["S"].startswith("shard#"))  # fmt: skip
+    assert sorted(keys) == sorted(f"pipeline#wide#shards#{k}" for k in range(16))
+    assert sum(keys.values()) == SHARDS and max(keys.values()) < 1.1 * SHARDS / 16
+    others = {params["Item"]["pk"]["S"] for r in transactions for action, params in r.actions if action == "Put"} - set(keys)
+    assert others == {"pipeline#wide"}  # the head, the batch and its parts stay under the pipeline's key
 
 
 def test_a_cycle_of_10000_shards_writes_no_item_over_350_kb_and_no_transaction_over_100_items(transactions: list[Request]) -> None:

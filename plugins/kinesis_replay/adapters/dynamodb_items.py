@@ -40,6 +40,47 @@ def pk(pipeline_name: str) -> str:
     return f"pipeline#{pipeline_name}"
 
 
+# A pipeline's shard items are spread over SHARD_KEYS partition keys of their own, so that a commit's checkpoint writes
+# (one a shard) are not all held to one partition's 1,000 write units a second. The count is the pipeline's layout item's
+# (written before its first shard item); a pipeline of an earlier release has no layout item and its shard items under
+# its own key: it is read and written as it is (a count of 1). docs/state-table.md, "At 10,000 shards".
+SHARD_KEYS = 16
+LAYOUT_SK = "layout"
+
+
+def shard_sk(shard_id: str) -> str:
+    return f"shard#{shard_id}"
+
+
+def shard_pk(pipeline_name: str, shard_id: str, keys: int) -> str:
+    """The partition key of a shard's item, of ``keys`` the pipeline's shard items are spread over (1: its own key)."""
+    if keys == 1:
+        return pk(pipeline_name)
+    return shard_keys_pk(pipeline_name, zlib.crc32(shard_id.encode()) % keys)
+
+
+def shard_keys_pk(pipeline_name: str, k: int) -> str:
+    return f"{pk(pipeline_name)}#shards#{k}"
+
+
+def layout_item(pipeline_name: str, keys: int) -> dict[str, Any]:
+    return {"pk": S(pk(pipeline_name)), "sk": S(LAYOUT_SK), "shard_keys": N(keys), "updated_at": S(now_iso())}
+
+
+def layout_from_item(item: Mapping[str, Any], pipeline_name: str, table: str) -> int:
+    try:
+        keys = int(item["shard_keys"]["N"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise StateCorruptError(
+            f"pipeline {pipeline_name!r}: the layout item in state table {table} has no shard_keys number ({exc!r}). {CORRUPT_HINT}"
+        ) from exc
+    if keys < 1:
+        raise StateCorruptError(
+            f"pipeline {pipeline_name!r}: the layout item in state table {table} says {keys} shard keys. {CORRUPT_HINT}"
+        )
+    return keys
+
+
 def batch_sk(batch_id: int) -> str:
     return f"batch#{sort_key_batch_id(batch_id)}"
 
@@ -99,10 +140,10 @@ def shard_from_item(item: dict[str, Any]) -> ShardState:
     )
 
 
-def shard_item(pipeline_name: str, shard: ShardState) -> dict[str, Any]:
+def shard_item(pipeline_name: str, shard: ShardState, keys: int = 1) -> dict[str, Any]:
     item: dict[str, Any] = {
-        "pk": S(pk(pipeline_name)),
-        "sk": S(f"shard#{shard.shard_id}"),
+        "pk": S(shard_pk(pipeline_name, shard.shard_id, keys)),
+        "sk": S(shard_sk(shard.shard_id)),
         "shard_id": S(shard.shard_id),
         "finished": {"BOOL": shard.finished},
         "parents": {"L": [S(p) for p in shard.parent_shard_ids]},

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -33,8 +35,10 @@ if TYPE_CHECKING:  # the boto3 stubs are for type checking only
 # Sequence numbers are stored as strings: DynamoDB numbers keep only 38 digits, sequence numbers have up to 129.
 from kinesis_replay.adapters.dynamodb_items import (
     CORRUPT_HINT,
+    LAYOUT_SK,
     PART_FIELDS,
     PROGRESS_SHARDS,
+    SHARD_KEYS,
     TRANSACTION_ITEMS,
     N,
     S,
@@ -43,6 +47,8 @@ from kinesis_replay.adapters.dynamodb_items import (
     batch_items,
     batch_sk,
     head_from_item,
+    layout_from_item,
+    layout_item,
     now_iso,
     page_of,
     part_sk,
@@ -52,6 +58,9 @@ from kinesis_replay.adapters.dynamodb_items import (
     progress_sk,
     shard_from_item,
     shard_item,
+    shard_keys_pk,
+    shard_pk,
+    shard_sk,
     split_field,
     summary_from_item,
 )
@@ -68,11 +77,15 @@ def _checkpoint_is(checkpoint: int | None) -> tuple[str, dict[str, Any]]:
 class DynamoDBStateStore:
     """Checkpoints and the batch ledger in one DynamoDB table keyed by (pk, sk).
 
-    | pk                 | sk                   | holds                                                  |
-    | pipeline#<name>    | head                 | next_batch_id, in_flight, version                      |
-    | pipeline#<name>    | shard#<shard id>     | checkpoint, finished, parents, start_position, ...     |
-    | pipeline#<name>    | batch#<000000000042> | status, ranges, stream, run_id, times, manifest, ...   |
-    | pipeline#<name>    | progress#<kind>#<n>  | batch_id, records and done of PROGRESS_SHARDS shards   |
+    | pk                        | sk                   | holds                                                  |
+    | pipeline#<name>           | head                 | next_batch_id, in_flight, version                      |
+    | pipeline#<name>           | layout               | shard_keys: how many keys the shard items are under    |
+    | pipeline#<name>#shards#<k>| shard#<shard id>     | checkpoint, finished, parents, start_position, ...     |
+    | pipeline#<name>           | batch#<000000000042> | status, ranges, stream, run_id, times, manifest, ...   |
+    | pipeline#<name>           | progress#<kind>#<n>  | batch_id, records and done of PROGRESS_SHARDS shards   |
+
+    A shard's item is under key ``k`` = CRC-32 of its id modulo the layout's ``shard_keys``; a pipeline of an earlier
+    release has no layout item and its shard items under ``pipeline#<name>`` (read and written there, as one key).
 
     Every expression names its attributes through ExpressionAttributeNames: several natural names
     (``status``, ``stream``) are DynamoDB reserved words, and moto does not say so.
@@ -82,6 +95,10 @@ class DynamoDBStateStore:
         self.client = client
         self.table = table
         self.db = StateTable(client, table)
+        # Each pipeline's count of shard keys, once read or written: it never changes for a pipeline's items (a count
+        # is written once, before the first shard item, and a restore writes its own under the head's absence).
+        self._layouts: dict[str, int] = {}
+        self._layout_lock = threading.Lock()
 
     def ensure_table(self) -> None:
         """Create the table if it is missing (on-demand billing) and wait until it is active."""
@@ -95,12 +112,74 @@ class DynamoDBStateStore:
 
     # -- shards -------------------------------------------------------------------------------
 
+    def shard_keys(self, pipeline_name: str) -> int | None:
+        """How many partition keys the pipeline's shard items are under: its layout item's count, 1 for a pipeline of an
+        earlier release (shard items under its own key, no layout item), None while it has neither."""
+        with self._layout_lock:
+            if pipeline_name in self._layouts:
+                return self._layouts[pipeline_name]
+        item = self.db.get(pipeline_name, LAYOUT_SK)
+        if item is not None:
+            keys = layout_from_item(item, pipeline_name, self.table)
+        elif next(self.db.query(pipeline_name, "shard#", limit=1), None) is not None:
+            keys = 1
+        else:
+            return None
+        with self._layout_lock:
+            self._layouts[pipeline_name] = keys
+        return keys
+
+    def _claim_layout(self, pipeline_name: str) -> int:
+        """The pipeline's count of shard keys, written now (SHARD_KEYS) if it has none: before its first shard item, so
+        no shard item is ever without the count that says where it is. A concurrent plan's count, written first, wins."""
+        keys = self.shard_keys(pipeline_name)
+        if keys is not None:
+            return keys
+        try:
+            self.db.call(
+                "put_item", pipeline_name, f"storing the layout of pipeline {pipeline_name!r}'s shard items",
+                TableName=self.table, Item=layout_item(pipeline_name, SHARD_KEYS),
+                ConditionExpression="attribute_not_exists(#pk)", ExpressionAttributeNames={"#pk": "pk"},
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )  # fmt: skip
+            keys = SHARD_KEYS
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                raise
+            keys = layout_from_item(_old_item(exc) or self.db.get(pipeline_name, LAYOUT_SK) or {}, pipeline_name, self.table)
+        with self._layout_lock:
+            self._layouts[pipeline_name] = keys
+        return keys
+
+    def _stored_shard_keys(self, pipeline_name: str, what: str) -> int:
+        """The count of shard keys of a pipeline whose shard is written to (a checkpoint moved, a shard marked): with no
+        shard item stored at all, no shard is, and the write's condition cannot hold."""
+        keys = self.shard_keys(pipeline_name)
+        if keys is None:
+            raise StateConflictError(
+                f"{what}: the stored checkpoint is None (batch None): state table {self.table} holds no shard item of the pipeline"
+            )
+        return keys
+
     def get_shards(self, pipeline_name: str) -> dict[str, ShardState]:
-        shards = (shard_from_item(i) for i in self.db.query(pipeline_name, "shard#"))
-        return {s.shard_id: s for s in shards}
+        keys = self.shard_keys(pipeline_name)
+        if keys is None:
+            return {}
+        if keys == 1:
+            items = list(self.db.query(pipeline_name, "shard#"))
+        else:  # one Query a key, a few at once
+
+            def under(k: int) -> list[dict[str, Any]]:
+                return list(self.db.query(pipeline_name, "shard#", key=shard_keys_pk(pipeline_name, k)))
+
+            with ThreadPoolExecutor(max_workers=min(keys, 8), thread_name_prefix="shard-keys") as pool:
+                items = [item for found in pool.map(under, range(keys)) for item in found]
+        shards = (shard_from_item(i) for i in items)
+        return {s.shard_id: s for s in sorted(shards, key=lambda s: s.shard_id)}
 
     def put_shard_if_absent(self, pipeline_name: str, shard: ShardState) -> ShardState:
-        item = shard_item(pipeline_name, shard)
+        keys = self._claim_layout(pipeline_name)
+        item = shard_item(pipeline_name, shard, keys)
         try:
             self.db.call(
                 "put_item", pipeline_name, f"storing shard {shard.shard_id} of pipeline {pipeline_name!r}",
@@ -112,7 +191,8 @@ class DynamoDBStateStore:
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
                 raise
-            return shard_from_item(_old_item(exc) or self.db.get(pipeline_name, f"shard#{shard.shard_id}") or item)
+            key = shard_pk(pipeline_name, shard.shard_id, keys)
+            return shard_from_item(_old_item(exc) or self.db.get(pipeline_name, shard_sk(shard.shard_id), key) or item)
 
     def put_shards_if_absent(self, pipeline_name: str, shards: Sequence[ShardState]) -> dict[str, ShardState]:
         """Store newly seen shards, TRANSACTION_ITEMS to a transaction, each conditioned on being absent.
@@ -123,10 +203,11 @@ class DynamoDBStateStore:
         stored, so the start positions a concurrent plan fixed first are the ones used.
         """
         stored: dict[str, ShardState] = {}
+        keys = self._claim_layout(pipeline_name) if shards else 1
         for first in range(0, len(shards), TRANSACTION_ITEMS):
             chunk = shards[first : first + TRANSACTION_ITEMS]
             items = [
-                {"Put": {"TableName": self.table, "Item": shard_item(pipeline_name, shard),
+                {"Put": {"TableName": self.table, "Item": shard_item(pipeline_name, shard, keys),
                          "ConditionExpression": "attribute_not_exists(#pk)", "ExpressionAttributeNames": {"#pk": "pk"}}}
                 for shard in chunk
             ]  # fmt: skip
@@ -151,10 +232,11 @@ class DynamoDBStateStore:
                 ":now": S(now_iso()),
             }
         )
+        keys = self._stored_shard_keys(pipeline_name, what)
         try:
             self.db.call(
                 "update_item", pipeline_name, what, TableName=self.table,
-                Key={"pk": S(pk(pipeline_name)), "sk": S(f"shard#{shard_id}")},
+                Key={"pk": S(shard_pk(pipeline_name, shard_id, keys)), "sk": S(shard_sk(shard_id))},
                 UpdateExpression="SET #checkpoint = :new, #finished = :finished, #last = :batch, #updated = :now",
                 ConditionExpression=condition, ExpressionAttributeNames=names, ExpressionAttributeValues=values,
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
@@ -173,10 +255,11 @@ class DynamoDBStateStore:
         what = f"pipeline {pipeline_name!r}, shard {shard_id}: marking the drained shard finished at checkpoint {checkpoint}"
         condition, values = _checkpoint_is(checkpoint)
         values.update({":true": {"BOOL": True}, ":now": S(now_iso())})
+        keys = self._stored_shard_keys(pipeline_name, what)
         try:
             self.db.call(
                 "update_item", pipeline_name, what, TableName=self.table,
-                Key={"pk": S(pk(pipeline_name)), "sk": S(f"shard#{shard_id}")},
+                Key={"pk": S(shard_pk(pipeline_name, shard_id, keys)), "sk": S(shard_sk(shard_id))},
                 UpdateExpression="SET #finished = :true, #updated = :now", ConditionExpression=condition,
                 ExpressionAttributeNames={"#checkpoint": "checkpoint", "#finished": "finished", "#updated": "updated_at"},
                 ExpressionAttributeValues=values,
@@ -482,7 +565,13 @@ class DynamoDBStateStore:
             "TableName": self.table, "Key": key, "ConditionExpression": "attribute_not_exists(#pk)",
             "ExpressionAttributeNames": {"#pk": "pk"},
         }}  # fmt: skip
-        puts = [item for b in batches for item in batch_items(b)] + [shard_item(pipeline_name, s) for s in shards]
+        # The shard items go where the pipeline's layout says (an earlier release's stays one key), and a pipeline with
+        # none gets one, put first: no shard item is ever without the count that says where it is.
+        keys = self.shard_keys(pipeline_name)
+        layout: list[dict[str, Any]] = []
+        if keys is None and shards:
+            keys, layout = SHARD_KEYS, [layout_item(pipeline_name, SHARD_KEYS)]
+        puts = layout + [item for b in batches for item in batch_items(b)] + [shard_item(pipeline_name, s, keys or 1) for s in shards]
         for i in range(0, len(puts), self.RESTORE_CHUNK):
             chunk = [{"Put": {"TableName": self.table, "Item": item}} for item in puts[i : i + self.RESTORE_CHUNK]]
             self.db.transact(

@@ -62,13 +62,16 @@ class StateTable:
     def missing(self, pipeline_name: str, what: str) -> StateTableMissingError:
         return missing_table(self.table, pipeline_name, what)
 
-    def query(self, pipeline_name: str, prefix: str) -> Iterator[dict[str, Any]]:
+    def query(self, pipeline_name: str, prefix: str, key: str | None = None, limit: int | None = None) -> Iterator[dict[str, Any]]:
+        """The items under the pipeline's partition key (or ``key``, another of its keys) whose sort key starts with
+        ``prefix``, page after page (``limit`` items a page)."""
         kwargs: dict[str, Any] = {
             "TableName": self.table,
             "KeyConditionExpression": "#pk = :pk AND begins_with(#sk, :prefix)",
             "ExpressionAttributeNames": {"#pk": "pk", "#sk": "sk"},
-            "ExpressionAttributeValues": {":pk": S(pk(pipeline_name)), ":prefix": S(prefix)},
+            "ExpressionAttributeValues": {":pk": S(key or pk(pipeline_name)), ":prefix": S(prefix)},
             "ConsistentRead": True,
+            **({"Limit": limit} if limit else {}),
         }
         while True:
             page = self.call("query", pipeline_name, f"reading {prefix}* of pipeline {pipeline_name!r}", **kwargs)
@@ -77,10 +80,10 @@ class StateTable:
                 return
             kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
-    def get(self, pipeline_name: str, sk: str) -> dict[str, Any] | None:
+    def get(self, pipeline_name: str, sk: str, key: str | None = None) -> dict[str, Any] | None:
         item: dict[str, Any] | None = self.call(
             "get_item", pipeline_name, f"reading {sk} of pipeline {pipeline_name!r}",
-            TableName=self.table, Key={"pk": S(pk(pipeline_name)), "sk": S(sk)}, ConsistentRead=True,
+            TableName=self.table, Key={"pk": S(key or pk(pipeline_name)), "sk": S(sk)}, ConsistentRead=True,
         ).get("Item")  # fmt: skip
         return item
 

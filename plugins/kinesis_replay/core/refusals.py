@@ -302,7 +302,8 @@ class StateBehindOutput(Refusal):
         return (
             f"pipeline {pipeline.name!r}: state table {pipeline.state_table} is behind output {pipeline.output}: the table would "
             f"plan batch {batch_id} anew, and the output already holds it committed (a table restored from an old "
-            f"backup?). Planning would replace it. Delete the pipeline's items from the table, then recover. "
+            f"backup?). Planning would replace it. Delete the pipeline's items from the table (those under "
+            f"pipeline#{pipeline.name} and pipeline#{pipeline.name}#shards#<k>: docs/state-table.md), then recover. "
             f"{recovery_hint(pipeline)}" + NOTHING_WRITTEN
         )
 
