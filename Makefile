@@ -24,7 +24,7 @@ help:
 	@echo "make bench    measure replay speed against bare reads and a naive exporter; writes BENCHMARKS.md (SIZES=... RUNS=...)"
 	@echo "make bench-table  time a batch's table commit at the 10th and the 1,000th batch of a table (part of make bench)"
 	@echo "make bench-redecode  a re-decode's one commit of REDECODE_BATCHES batches beside a backfill's commit of each (part of make bench)"
-	@echo "make bench-paced  the same ways through a proxy at Kinesis's per-shard read limits, against the physical limit (PACED=...)"
+	@echo "make bench-paced  the same ways through a proxy at Kinesis's per-shard read limits, against the physical limit (PACED=...), and GetRecords against EFO beside another consumer (PACED_SHARED=...; PACED= runs it alone)"
 	@echo "make bench-ledger  time the page, the backfill selection and the stuck check on a ledger of 100,000 batches"
 	@echo "make bench-history  time a plan, a commit, backfills, recovery, the page, maintenance and a day's scan at 1,000 to 100,000 batches"
 	@echo "make bench-scan      time a reader's scan planning at 10,000 and 100,000 batches, one file a batch or several"
@@ -159,8 +159,9 @@ bench-scan: install
 # Kinesis's per-shard limits, scaled down (SHARDS:MIB_PER_SHARD:SCALE, the limit being 2 MiB/s / SCALE) so that the
 # one-core emulator can serve every shard at once. About 30 minutes with the defaults on 2 cores.
 PACED ?= 8:60:4 32:20:16
+PACED_SHARED ?= 4:24:4
 bench-paced: install
-	$(BIN)/python bench/paced.py --scenarios $(PACED)
+	$(BIN)/python bench/paced.py --scenarios $(PACED) $(if $(PACED_SHARED),--shared $(PACED_SHARED))
 
 # The replay job's fixed cost (a one-record batch) under spark-submit and as a client of a warm Spark Connect server,
 # interleaved; a few minutes on 2 cores.

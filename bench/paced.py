@@ -19,9 +19,12 @@ figures), and so is the most records one GetRecords call returns (Kinesis: 10,00
 many seconds of a shard's budget as on Kinesis. Each way's output is checked record for record against what
 Kinesis acknowledged. Writes BENCHMARKS.md's paced section; raw results go to .stack/bench-paced/results.json.
 
-    python bench/paced.py --scenarios 8:60:4 32:20:16 [--cores 2]
+    python bench/paced.py --scenarios 8:60:4 32:20:16 [--cores 2] [--shared 4:24:4]
+    python bench/paced.py --scenarios --shared 4:24:4     # the shared-stream scenario alone
 
-A scenario is SHARDS:MIB_PER_SHARD:SCALE (the per-shard limit is 2 MiB/s / SCALE).
+A scenario is SHARDS:MIB_PER_SHARD:SCALE (the per-shard limit is 2 MiB/s / SCALE). ``--shared`` adds, in the same run,
+the shared-stream scenario (bench/shared.py): the replay's reads by GetRecords and over enhanced fan-out, each beside
+another consumer that polls the same shards, with its own section of BENCHMARKS.md and .stack/bench-paced/shared.json.
 """
 
 # Markdown table rows are long lines, and the prose uses typographic signs on purpose.
@@ -433,7 +436,8 @@ def render(results: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scenarios", nargs="+", default=["8:60:4", "32:20:16"], help="SHARDS:MIB_PER_SHARD:SCALE")
+    parser.add_argument("--scenarios", nargs="*", default=["8:60:4", "32:20:16"], help="SHARDS:MIB_PER_SHARD:SCALE (none: only --shared)")
+    parser.add_argument("--shared", metavar="SHARDS:MIB_PER_SHARD:SCALE", help="also the shared-stream scenario (bench/shared.py)")
     parser.add_argument(
         "--cores", type=int, default=2, help="local[N] for the replay job and the DAG cycle; bare reads use as many processes"
     )
@@ -441,39 +445,71 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=ROOT / "BENCHMARKS.md")
     parser.add_argument("--render-only", action="store_true", help="rewrite BENCHMARKS.md's section from the last run's results.json")
     args = parser.parse_args(argv)
+    command = " ".join(["python", "bench/paced.py", *(argv if argv is not None else sys.argv[1:])])
     if args.render_only:
-        results = json.loads((WORK / "results.json").read_text())
+        results = json.loads((WORK / "results.json").read_text()) if (WORK / "results.json").exists() else None
+        shared_run = json.loads((WORK / "shared.json").read_text()) if (WORK / "shared.json").exists() else None
     else:
-        results = run_all([Scenario.parse(s) for s in args.scenarios], args.cores, args.naive_limits)
-        results["command"] = " ".join(["python", "bench/paced.py", *(argv if argv is not None else sys.argv[1:])])
-        (WORK / "results.json").write_text(json.dumps(results, indent=2))
-    body = render(results)
-    print(body)
-    report.write_section(args.output, report.PACED, lambda _old: body)
+        scenarios = [Scenario.parse(s) for s in args.scenarios]
+        results, shared_run = run_all(scenarios, args.cores, args.naive_limits, Scenario.parse(args.shared) if args.shared else None)
+        # Each part keeps its own results: a run of one leaves the other's file and section as they were.
+        if results is not None:
+            results["command"] = command
+            (WORK / "results.json").write_text(json.dumps(results, indent=2))
+        if shared_run is not None:
+            shared_run["command"] = command
+            (WORK / "shared.json").write_text(json.dumps(shared_run, indent=2))
+    if results is not None:
+        body = render(results)
+        print(body)
+        report.write_section(args.output, report.PACED, lambda _old: body)
+    if shared_run is not None:
+        import shared
+
+        shared_body = shared.render(shared_run["scenario"], shared_run["machine"], shared_run["command"], shared_run["finished"],
+                                    shared_run["wall_seconds"])  # fmt: skip
+        print(shared_body)
+        report.write_section(args.output, report.PACED_SHARED, lambda _old: shared_body)
     return 0
 
 
-def run_all(scenarios: list[Scenario], cores: int, naive_limits: float) -> dict[str, Any]:
+def run_all(
+    scenarios: list[Scenario], cores: int, naive_limits: float, shared_scenario: Scenario | None = None
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """The scenarios' results (None if there were none) and the shared-stream scenario's (None if not asked for)."""
     started = time.monotonic()
-    shutil.rmtree(WORK, ignore_errors=True)
-    WORK.mkdir(parents=True)
+    WORK.mkdir(parents=True, exist_ok=True)
+    for old in WORK.iterdir():  # the last run's results stay until this run replaces them
+        if old.name not in ("results.json", "shared.json"):
+            shutil.rmtree(old) if old.is_dir() else old.unlink()
     airflow_env(WORK)
     os.environ[jvm_archive.CACHE_ENV] = str(WORK / "jvm")
     state = WORK / "stack"
     stack = local_stack.start(state, local_stack.free_port(), local_stack.free_port())
     results: dict[str, Any] = {"cores": cores, "machine": machine(), "scenarios": []}
+    shared_run: dict[str, Any] | None = None
     try:
         os.environ.update(stack.env())
-        warm_up(stack, cores)
+        if scenarios:
+            warm_up(stack, cores)
         for scenario in scenarios:
             results["scenarios"].append(measure_scenario(stack, scenario, cores, naive_limits))
+        results["wall_seconds"] = time.monotonic() - started
+        if shared_scenario is not None:
+            import shared
+
+            began = time.monotonic()
+            measured = shared.measure_shared(stack, shared_scenario, WORK, say)
+            shared_run = {"scenario": measured, "machine": results["machine"], "wall_seconds": time.monotonic() - began,
+                          "finished": datetime.now(UTC).isoformat(timespec="seconds")}  # fmt: skip
     finally:
         local_stack.stop(state)
+    if not scenarios:
+        return None, shared_run
     loads = [x for r in results["scenarios"] for x in r["load"]]
     results["load_text"] = f"{min(loads):.1f} to {max(loads):.1f}"
-    results["wall_seconds"] = time.monotonic() - started
     results["finished"] = datetime.now(UTC).isoformat(timespec="seconds")
-    return results
+    return results, shared_run
 
 
 def warm_up(stack: Any, cores: int) -> None:

@@ -5,7 +5,8 @@ table-commit section (bench/table_commit.py, also `make bench-table`) and the re
 also `make bench-redecode`), `make chaos` the reliability section
 (tests/stack/chaos.py), `make bench-ledger` the ledger section (bench/ledger.py), `make bench-planning` the planning
 section (bench/planning.py) and the planning-wide section (bench/wide_planning.py), `make bench-state-wide` the
-state-wide section (bench/wide_state.py), `make bench-paced` the paced section (bench/paced.py) and `make bench-connect` the
+state-wide section (bench/wide_state.py), `make bench-paced` the paced section (bench/paced.py) and the
+paced-shared section (bench/shared.py, through bench/paced.py) and `make bench-connect` the
 Spark Connect section (bench/connect.py) and `make bench-lineage` the lineage section (bench/lineage.py, also part of
 `make bench`) and `make bench-scan` the scan-planning section (bench/scan_planning.py) and `make bench-history` the history
 section (bench/history.py), all but the first through
@@ -65,6 +66,7 @@ PLANNING_WIDE = Section("<!-- planning-wide:start -->", "<!-- planning-wide:end 
 STATE_WIDE = Section("<!-- state-wide:start -->", "<!-- state-wide:end -->")
 TABLE_COMMIT = Section("<!-- table-commit:start -->", "<!-- table-commit:end -->")
 PACED = Section("<!-- paced:start -->", "<!-- paced:end -->")
+PACED_SHARED = Section("<!-- paced-shared:start -->", "<!-- paced-shared:end -->")
 CONNECT = Section("<!-- connect:start -->", "<!-- connect:end -->")
 REDECODE = Section("<!-- redecode:start -->", "<!-- redecode:end -->")
 LINEAGE = Section("<!-- lineage:start -->", "<!-- lineage:end -->")

@@ -213,3 +213,13 @@ def test_registering_past_kinesis_consumer_limits_fails_at_once_naming_them(efo:
     with pytest.raises(ConsumerError, match="at most 20 consumers, and at most 5 being created at once"):
         resolve_consumer(client, stream, "sixth", FAST)
     assert efo.counts.refused == {"LimitExceededException": 1}
+
+
+def test_a_paced_subscription_waits_for_its_rate_and_reads_what_getrecords_reads(
+    efo: Any, kinesis: Any, stream: str, consumer: str, shard_range: SequenceRange
+) -> None:
+    """At a rate of a few records a second, events wait for the consumer's rate on the shard (counted, not timed)."""
+    efo.reset(Rules(event_records=5, in_use_seconds=0, subscribe_interval=0, bytes_per_second=2_000))
+    over_efo, by_get_records, _ = read_both(kinesis, efo, stream, consumer, shard_range)
+    assert over_efo == by_get_records
+    assert efo.counts.paced > 0

@@ -18,6 +18,12 @@ subscription over (the old one ends with a ResourceInUseException event); subscr
 it is registered, and a subscribe meanwhile is refused with ResourceInUseException. Faults on demand: ``throttle``
 subscribes refused with LimitExceededException, ``cut_events`` (the n-th event of each subscription, counted across
 subscriptions) sent half and the stream reset.
+
+Kinesis pushes at most 2 MB/s to each consumer on each shard, whatever the shard's other readers take: with
+``bytes_per_second`` set, each consumer and shard has a bucket of a second's bytes, refilled at that rate (``Pace``), and
+an event waits while the bucket is in debt (the proxy's GetRecords budget, kinesis_proxy.py, works the same way, and
+the two do not share: the server reads the backing stream directly unless it is pointed at the proxy). Unset, events
+come as fast as the backing stream serves them, as the tests about something else want.
 """
 
 from __future__ import annotations
@@ -63,6 +69,32 @@ class Rules:
     max_consumers: int = 20  # a stream's consumers at most (Kinesis's limit); a registration beyond is LimitExceededException
     max_creating: int = 5  # consumers CREATING at once at most (Kinesis's limit), likewise
     cut_events: set[int] = field(default_factory=set)  # these events (counted from 1 over all subscriptions): half sent, then reset
+    bytes_per_second: float | None = None  # each consumer's read rate on each shard (Kinesis: 2 MB/s); None: unpaced
+
+
+class Pace:
+    """A consumer's read rate on one shard: a bucket of a second's bytes, refilled at ``bytes_per_second``. An event may
+    take it into debt (an event is sent whole); the next waits until the debt is repaid, so that over any stretch longer
+    than a second the consumer gets the rate and no more."""
+
+    def __init__(self, bytes_per_second: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.rate, self.clock = bytes_per_second, clock
+        self.tokens, self.refilled = bytes_per_second, clock()
+
+    def _refill(self) -> None:
+        now = self.clock()
+        self.tokens = min(self.rate, self.tokens + (now - self.refilled) * self.rate)
+        self.refilled = now
+
+    def wait_seconds(self) -> float:
+        """How long the next event must wait: until the bucket is out of debt."""
+        self._refill()
+        return max(0.0, -self.tokens / self.rate)
+
+    def spend(self, size: int) -> None:
+        """An event of ``size`` bytes (its records' data and partition keys, as Kinesis counts them) was sent."""
+        self._refill()
+        self.tokens -= size
 
 
 @dataclass
@@ -94,6 +126,7 @@ class Counts:
     events: int = 0
     taken_over: int = 0
     http1_calls: int = 0
+    paced: int = 0  # events that waited for their consumer's rate on the shard
 
 
 class EfoServer:
@@ -106,6 +139,7 @@ class EfoServer:
         self.last_subscribe: dict[tuple[str, str], float] = {}  # (consumer ARN, shard) -> the last subscribe's time, any outcome
         self.last_success: dict[tuple[str, str], float] = {}
         self.active: dict[tuple[str, str], Callable[[], None]] = {}  # the live subscription's take-over
+        self.paces: dict[tuple[str, str], Pace] = {}  # (consumer ARN, shard) -> its rate, kept across renewals, as Kinesis's
         self.lock = threading.Lock()
         self.loop = asyncio.new_event_loop()
         self.port = 0
@@ -144,6 +178,7 @@ class EfoServer:
             self.rules, self.counts = rules or Rules(), Counts()
             self.last_subscribe.clear()
             self.last_success.clear()
+            self.paces.clear()
 
     # -- connections ---------------------------------------------------------------------------------------------
 
@@ -308,8 +343,20 @@ class EfoServer:
             self.counts.taken_over += 1
         return consumer, stream, iterator
 
+    def pace(self, key: tuple[str, str]) -> Pace | None:
+        """The consumer's rate on the shard, if the rules pace subscriptions."""
+        rate = self.rules.bytes_per_second
+        if rate is None:
+            return None
+        with self.lock:
+            pace = self.paces.get(key)
+            if pace is None or pace.rate != rate:
+                pace = self.paces[key] = Pace(rate)
+            return pace
+
     def page(self, iterator: str, stream: str, shard: str) -> dict[str, Any]:
-        """The next SubscribeToShardEvent (JSON-ready) from kinesalite, and the next iterator under "_next"."""
+        """The next SubscribeToShardEvent (JSON-ready) from kinesalite, the next iterator under "_next", and the
+        records' bytes (data and partition keys) under "_bytes"."""
         page = self.kinesis.get_records(ShardIterator=iterator, Limit=self.rules.event_records)
         records = [
             {"SequenceNumber": r["SequenceNumber"], "ApproximateArrivalTimestamp": r["ApproximateArrivalTimestamp"].timestamp(),
@@ -320,6 +367,7 @@ class EfoServer:
             "Records": records,
             "MillisBehindLatest": page.get("MillisBehindLatest", 0),
             "_next": page.get("NextShardIterator"),
+            "_bytes": sum(len(r["Data"]) + len(r["PartitionKey"]) for r in page["Records"]),
         }
         if records:
             event["ContinuationSequenceNumber"] = records[-1]["SequenceNumber"]
@@ -426,6 +474,7 @@ class _H2Connection:
             server.loop.call_soon_threadsafe(taken.set)
 
         server.active[key] = take_over
+        pace = server.pace(key)
         try:
             await self._respond(stream_id, 200, "application/vnd.amazon.eventstream")
             await self._send(stream_id, event_stream.initial_response())
@@ -435,6 +484,14 @@ class _H2Connection:
                         stream_id, event_stream.exception("ResourceInUseException", "the subscription was taken over"), end=True
                     )
                     return
+                wait = pace.wait_seconds() if pace is not None else 0.0
+                if wait > 0:
+                    with server.lock:
+                        server.counts.paced += 1
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(taken.wait(), wait)
+                    if taken.is_set():
+                        continue  # answered with the take-over's exception above
                 try:
                     event = await asyncio.to_thread(server.page, iterator, stream, body["ShardId"])
                 except ClientError as exc:  # kinesalite (or a proxy in front of it) refused a read: Kinesis's own failure
@@ -442,6 +499,7 @@ class _H2Connection:
                     await self._send(stream_id, failure, end=True)
                     return
                 iterator = event.pop("_next")
+                size = event.pop("_bytes")
                 with server.lock:
                     server.counts.events += 1
                     cut = server.counts.events in server.rules.cut_events
@@ -452,6 +510,8 @@ class _H2Connection:
                     await self._flush()
                     return
                 await self._send(stream_id, encoded)
+                if pace is not None:
+                    pace.spend(size)
                 if iterator is None or sent >= server.rules.lifetime_events:
                     await self._send(stream_id, b"", end=True)
                     return
