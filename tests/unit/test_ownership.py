@@ -169,7 +169,8 @@ def test_before_a_plan_a_head_ahead_of_or_behind_the_output_is_refused() -> None
     assert text(behind).startswith(
         f"pipeline 'orders': state table kr-state is behind output {ROOT}: the table would plan batch 3 anew, and the output "
         "already holds it committed (a table restored from an old backup?). Planning would replace it. Delete the "
-        "pipeline's items from the table, then recover. "
+        "pipeline's items from the table (those under pipeline#orders and pipeline#orders#shards#<k>: docs/state-table.md), "
+        "then recover. "
     )
     in_step = replace(OWNED, holds_last=True, holds_next=False)
     assert ownership.before_plan(ORDERS, Head(next_batch_id=4, version=4), in_step) is None
