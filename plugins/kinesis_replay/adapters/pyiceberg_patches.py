@@ -46,9 +46,9 @@ import functools
 import importlib.metadata
 import inspect
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -416,7 +416,26 @@ class Footer(Protocol):
     def size(self) -> int: ...
 
 
-def data_files(io: FileIO, table_metadata: TableMetadata, footers: Sequence[Footer]) -> list[DataFile]:
+class KnownFooter(Protocol):
+    """A file whose statistics were summarized from its footer when its attempt was checked (``file_stats.FileStats``,
+    as ``iceberg_table.Known`` gives it): its footer is not read again unless the table maps them otherwise."""
+
+    @property
+    def path(self) -> str: ...
+    @property
+    def schema(self) -> pa.Schema: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def stats(self) -> Any: ...  # file_stats.FileStats
+
+
+def data_files(
+    io: FileIO,
+    table_metadata: TableMetadata,
+    footers: Sequence[Footer | KnownFooter],
+    read_footer: Callable[[str], Footer] | None = None,
+) -> list[DataFile]:
     """The DataFiles of a commit's files, in ``footers``' order: what pyiceberg 0.12's ``parquet_file_to_data_file``
     makes of each, with its per-file work that depends only on the table done once per call when ``active()``.
 
@@ -428,10 +447,16 @@ def data_files(io: FileIO, table_metadata: TableMetadata, footers: Sequence[Foot
     answer against the same table schema); each file's statistics are its own (``_file_statistics``), and its
     partition, bounds and DataFile are made by pyiceberg's own functions. Not ``active()``: pyiceberg's function for
     each file (which reads each footer again).
+
+    A ``KnownFooter`` (a file summarized at its check: adapters/file_stats.py) gets the same statistics from its summary
+    (``_known_statistics``), its columns mapped to the field ids, metrics modes and truncation of ``table_metadata``'s
+    schema as they are now; when the schema maps them otherwise than the summary can say exactly (a column it lacks, a
+    bound cut shorter than the truncation, a decimal without its raw bounds), the file's footer is read
+    (``read_footer``) and taken as any other.
     """
     from pyiceberg.io.pyarrow import parquet_file_to_data_file
 
-    if not active():
+    if not active():  # every footer read again, a known file's too
         return [parquet_file_to_data_file(io, table_metadata, footer.path) for footer in footers]
     from pyiceberg.io.pyarrow import _check_pyarrow_schema_compatible, compute_statistics_plan, parquet_path_to_id_mapping
     from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
@@ -440,13 +465,21 @@ def data_files(io: FileIO, table_metadata: TableMetadata, footers: Sequence[Foot
     stats_columns = compute_statistics_plan(schema, table_metadata.properties)
     column_mapping = parquet_path_to_id_mapping(schema)
     columns = {field_id: _Column(collector) for field_id, collector in stats_columns.items()}
+    partition_sources = {f.source_id for f in spec.fields}
     checked: list[pa.Schema] = []
     found = []
     for footer in footers:
         if not any(footer.schema.equals(known, check_metadata=True) for known in checked):
             _check_pyarrow_schema_compatible(schema, footer.schema, format_version=table_metadata.format_version)
             checked.append(footer.schema)
-        statistics = _file_statistics(footer.metadata, column_mapping, columns)
+        known = getattr(footer, "stats", None)
+        statistics = _known_statistics(known, column_mapping, columns, partition_sources) if known is not None else None
+        if statistics is None:
+            if known is not None:  # the table maps the file otherwise than its summary says exactly: its footer, read now
+                if read_footer is None:
+                    raise ValueError(f"{footer.path}: its footer is needed, and there is no way to read it here")
+                footer = read_footer(footer.path)
+            statistics = _file_statistics(cast("Footer", footer).metadata, column_mapping, columns)
         found.append(
             DataFile.from_args(
                 content=DataFileContent.DATA,
@@ -618,6 +651,66 @@ def _file_statistics(metadata: Any, column_mapping: dict[str, int], columns: dic
         nan_value_counts={},
         column_aggregates=bounds,  # type: ignore[arg-type]  # read as StatsAggregators are: bounds and *_as_bytes
         split_offsets=split_offsets,
+    )
+
+
+def _known_statistics(known: Any, column_mapping: dict[str, int], columns: dict[int, _Column], partition_sources: set[int]) -> Any:
+    """``_file_statistics``' result for a file from its summary (``file_stats.FileStats``: each Parquet column summed and
+    bounded over its row groups, as ``_file_statistics`` sums and bounds them, untruncated), mapped to the table's
+    field ids and modes now; None when the table maps the file otherwise than the summary can say exactly: a column
+    path the table's mapping lacks (``_file_statistics`` would fail on it), a bound that was cut (``file_stats.CUT``)
+    where the column keeps more of it (no truncation, a longer one, not a string or binary column, a partition's
+    source), or a decimal column stored as an integer without its raw bounds. A summary holds only files whose every
+    column chunk had statistics that pyarrow read: ``_file_statistics`` invalidates none of their columns."""
+    from pyiceberg.io.fileformat import DataFileStatistics
+
+    column_sizes: dict[int, int] = {}
+    value_counts: dict[int, int] = {}
+    null_value_counts: dict[int, int] = {}
+    bounds: dict[int, _Bounds] = {}
+    for stats in known.columns:
+        field_id = column_mapping.get(stats.path)
+        column = columns.get(field_id) if field_id is not None else None
+        if field_id is None or column is None:
+            return None
+        column_sizes[field_id] = column_sizes.get(field_id, 0) + stats.size
+        if column.none:
+            continue
+        value_counts[field_id] = value_counts.get(field_id, 0) + stats.values
+        if stats.nulls is not None:
+            null_value_counts[field_id] = null_value_counts.get(field_id, 0) + stats.nulls
+        if column.counts:
+            continue
+        found = _Bounds(column)
+        if column.scale is not None and stats.physical != "FIXED_LEN_BYTE_ARRAY":
+            if stats.raw is None:
+                return None
+            from pyiceberg.utils.decimal import unscaled_to_decimal
+
+            low, high = stats.raw
+            found.current_min = unscaled_to_decimal(low, column.scale) if low is not None else None
+            found.current_max = unscaled_to_decimal(high, column.scale) if high is not None else None
+        else:
+            # A bound cut to n characters (or bytes) truncates as the whole one only to fewer than n: at n, an upper
+            # bound cut to n would be kept as it is, where the whole one's is raised.
+            if stats.cut and (
+                field_id in partition_sources or not (column.string or column.binary)
+                or column.trunc_length is None or column.trunc_length >= stats.cut
+            ):  # fmt: skip
+                return None
+            found.current_min, found.current_max = stats.low, stats.high
+        if field_id in bounds:  # two paths of the file for one field: as _file_statistics takes them, chunk by chunk
+            return None
+        column.check_physical_type(stats.physical)
+        bounds[field_id] = found
+    return DataFileStatistics(
+        record_count=known.rows,
+        column_sizes=column_sizes,
+        value_counts=value_counts,
+        null_value_counts=null_value_counts,
+        nan_value_counts={},
+        column_aggregates=bounds,  # type: ignore[arg-type]  # read as StatsAggregators are: bounds and *_as_bytes
+        split_offsets=list(known.split_offsets),
     )
 
 
