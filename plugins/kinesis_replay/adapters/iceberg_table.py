@@ -559,13 +559,14 @@ def write_snapshot(tx: Transaction, properties: Mapping[str, str], old: Iterable
     old = list(old)
     update = tx.update_snapshot(snapshot_properties=dict(properties))
     if old:
-        with pyiceberg_patches.share_manifest_evaluators(update.overwrite()) as overwrite:
+        overwriting = pyiceberg_patches.summarize_partitions_once(pyiceberg_patches.share_manifest_evaluators(update.overwrite()))
+        with overwriting as overwrite:
             for data_file in old:
                 overwrite.delete_data_file(data_file)
             for data_file in added:
                 overwrite.append_data_file(data_file)
     else:
-        with update.merge_append() as append:
+        with pyiceberg_patches.summarize_partitions_once(update.merge_append()) as append:
             for data_file in added:
                 append.append_data_file(data_file)
 

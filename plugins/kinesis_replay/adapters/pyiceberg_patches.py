@@ -26,6 +26,9 @@ file of a commit (a re-decode's commit adds about 200; BENCHMARKS.md, ``make ben
 6. ``share_manifest_evaluators``: an OVERWRITE's two passes over the current manifests (the entries it deletes, the
    manifests it keeps or rewrites) each bind the replaced files' partitions (an Or of one predicate a partition: 100
    for a re-decode) into a manifest evaluator of their own; here the second reuses the first's.
+7. ``summarize_partitions_once``: the snapshot's summary finds each added and each deleted file's partition path
+   (``PartitionSpec.partition_to_path``), which builds the spec's partition type (pydantic models, validated) for
+   every file: 400 times in a re-decode's commit of 100 batches; here once per spec and schema a summary.
 
 Each is written against pyiceberg's internals, which change without notice. So at import this module checks the
 installed pyiceberg's version against ``WRITTEN_FOR``, and the shape of everything the patches replace or call
@@ -176,6 +179,30 @@ SHAPE: dict[str, Shape] = {
     "pyiceberg.table.update.snapshot._SnapshotProducer.partition_filters": functools.cached_property,
     "pyiceberg.table.update.snapshot._OverwriteFiles._deleted_entries": ("self",),
     "pyiceberg.table.update.snapshot._OverwriteFiles._existing_manifests": ("self",),
+    # 7. summarize_partitions_once: the summary it computes as _summary does, and what it calls to do so.
+    "pyiceberg.table.update.snapshot._SnapshotProducer._summary": ("self", "snapshot_properties"),
+    "pyiceberg.table.update.snapshot._SnapshotProducer.__annotations__": {
+        "_added_data_files",
+        "_deleted_data_files",
+        "_parent_snapshot_id",
+        "_operation",
+    },
+    "pyiceberg.table.snapshots.update_snapshot_summaries": ("summary", "previous_summary"),
+    "pyiceberg.table.snapshots.SnapshotSummaryCollector.__init__": ("self", "partition_summary_limit"),
+    "pyiceberg.table.snapshots.SnapshotSummaryCollector.update_partition_metrics": (
+        "self",
+        "partition_spec",
+        "file",
+        "is_add_file",
+        "schema",
+    ),
+    "pyiceberg.table.snapshots.SnapshotSummaryCollector.add_file": ("self", "data_file", "schema", "partition_spec"),
+    "pyiceberg.table.snapshots.SnapshotSummaryCollector.remove_file": ("self", "data_file", "schema", "partition_spec"),
+    "pyiceberg.table.snapshots.Summary.__init__": None,
+    "pyiceberg.table.TableProperties.WRITE_PARTITION_SUMMARY_LIMIT": "write.summary.partition-limit",
+    "pyiceberg.table.TableProperties.WRITE_PARTITION_SUMMARY_LIMIT_DEFAULT": None,
+    "pyiceberg.partitioning.PartitionSpec.partition_to_path": ("self", "data", "schema"),
+    "pyiceberg.partitioning.PartitionSpec.partition_type": ("self", "schema"),
 }
 
 
@@ -783,6 +810,76 @@ def share_manifest_evaluators(producer: Any) -> Any:
 
     setattr(producer, "_build_manifest_evaluator", evaluator)  # noqa: B010 - this producer's, not the class's
     return producer
+
+
+def summarize_partitions_once(producer: Any) -> Any:
+    """``producer`` (a snapshot's ``_SnapshotProducer``) computing its snapshot's summary with each file's partition path
+    found from the spec's partition type built once per spec and schema, when ``active()``; as pyiceberg made it
+    otherwise. The same summary: pyiceberg 0.12's ``_summary``, step for step, with a ``SnapshotSummaryCollector``
+    whose ``update_partition_metrics`` takes the partition path as ``PartitionSpec.partition_to_path`` makes it, from
+    the partition type that function builds again for every file."""
+    if not active():
+        return producer
+
+    def summary(snapshot_properties: Any = None) -> Any:
+        from pyiceberg.table import TableProperties
+        from pyiceberg.table.snapshots import Summary, update_snapshot_summaries
+
+        table_metadata = producer._transaction.table_metadata
+        schema, default_spec = table_metadata.schema(), table_metadata.spec()
+        limit = table_metadata.properties.get(
+            TableProperties.WRITE_PARTITION_SUMMARY_LIMIT, TableProperties.WRITE_PARTITION_SUMMARY_LIMIT_DEFAULT
+        )
+        collector = _collector_class()(partition_summary_limit=int(limit))
+        for data_file in producer._added_data_files:
+            collector.add_file(data_file=data_file, partition_spec=default_spec, schema=schema)
+        if len(producer._deleted_data_files) > 0:
+            specs = table_metadata.specs()
+            for data_file in producer._deleted_data_files:
+                collector.remove_file(data_file=data_file, partition_spec=specs[data_file.spec_id], schema=schema)
+        parent = producer._parent_snapshot_id
+        previous = table_metadata.snapshot_by_id(parent) if parent is not None else None
+        return update_snapshot_summaries(
+            summary=Summary(operation=producer._operation, **collector.build(), **(snapshot_properties or {})),
+            previous_summary=previous.summary if previous is not None else None,
+        )
+
+    setattr(producer, "_summary", summary)  # noqa: B010 - this producer's, not the class's
+    return producer
+
+
+@functools.cache
+def _collector_class() -> type:
+    from urllib.parse import quote_plus
+
+    from pyiceberg.table.snapshots import SnapshotSummaryCollector
+
+    class Collector(SnapshotSummaryCollector):
+        """pyiceberg's collector, each (spec, schema)'s partition type built once (``partition_to_path``'s first step)."""
+
+        def __init__(self, partition_summary_limit: int = 0) -> None:
+            super().__init__(partition_summary_limit=partition_summary_limit)
+            self._types: dict[tuple[int, int], tuple[Any, Any, Any]] = {}  # ids -> the spec, the schema, its type
+
+        def update_partition_metrics(self, partition_spec: Any, file: Any, is_add_file: bool, schema: Any) -> None:
+            key = (id(partition_spec), id(schema))
+            known = self._types.get(key)
+            if known is None or known[0] is not partition_spec or known[1] is not schema:  # kept alive: ids are not reused
+                known = self._types[key] = (partition_spec, schema, partition_spec.partition_type(schema))
+            field_types, data = known[2].fields, file.partition
+            path = "/".join(
+                quote_plus(field.name, safe="")
+                + "="
+                + quote_plus(field.transform.to_human_string(field_types[pos].field_type, value=data[pos]), safe="")
+                for pos, field in enumerate(partition_spec.fields)
+            )  # PartitionSpec.partition_to_path's, from the partition type built once
+            metrics = self.partition_metrics[path]
+            if is_add_file:
+                metrics.add_file(file)
+            else:
+                metrics.remove_file(file)
+
+    return Collector
 
 
 decide()
