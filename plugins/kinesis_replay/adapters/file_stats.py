@@ -251,27 +251,30 @@ def _file_json(f: FileStats) -> dict[str, Any]:
 
 
 def from_json(data: Any) -> dict[str, FileStats]:
-    """A sidecar's files by path; ValueError (or KeyError, TypeError) when it is not one this release writes."""
+    """A sidecar's files by path; ValueError (or KeyError, TypeError, IndexError) when it is not one this release writes:
+    every value of the type it is written with (checked inline: a commit reads 100 sidecars of 10 to 20 columns a file)."""
     if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("version") != VERSION:
         raise ValueError("not a sidecar of this format and version")
     found = {}
     for f in data["files"]:
-        columns = tuple(
-            ColumnStats(
-                path=_typed(c["path"], str), size=_typed(c["size"], int), values=_typed(c["values"], int),
-                nulls=None if c["nulls"] is None else _typed(c["nulls"], int), physical=_typed(c["physical"], str),
-                low=_decode(c["low"]), high=_decode(c["high"]), cut=_typed(c["cut"], int),
-                raw=None if c["raw"] is None else (_optional_int(c["raw"][0]), _optional_int(c["raw"][1])),
-            )
-            for c in f["columns"]
-        )  # fmt: skip
-        stats = FileStats(
-            path=_typed(f["path"], str), size=_typed(f["size"], int),
-            mtime_ns=None if f["mtime_ns"] is None else _typed(f["mtime_ns"], int), rows=_typed(f["rows"], int),
-            split_offsets=tuple(_typed(o, int) for o in f["split_offsets"]),
-            schema=base64.b64decode(_typed(f["schema"], str), validate=True), columns=columns,
-        )  # fmt: skip
-        found[stats.path] = stats
+        columns = []
+        for c in f["columns"]:
+            path, size, values, nulls, physical, cut, raw = (c[k] for k in ("path", "size", "values", "nulls", "physical", "cut", "raw"))
+            if (
+                type(path) is not str or type(size) is not int or type(values) is not int or type(physical) is not str
+                or type(cut) is not int or (nulls is not None and type(nulls) is not int)
+                or (raw is not None and (type(raw) is not list or len(raw) != 2 or any(r is not None and type(r) is not int for r in raw)))
+            ):  # fmt: skip
+                raise ValueError(f"column {path!r}: a value not of its type")
+            bounds = None if raw is None else (raw[0], raw[1])
+            columns.append(ColumnStats(path, size, values, nulls, physical, _decode(c["low"]), _decode(c["high"]), cut, bounds))
+        path, size, mtime_ns, rows, offsets, schema = (f[k] for k in ("path", "size", "mtime_ns", "rows", "split_offsets", "schema"))
+        if (
+            type(path) is not str or type(size) is not int or type(rows) is not int or type(schema) is not str
+            or (mtime_ns is not None and type(mtime_ns) is not int) or any(type(o) is not int for o in offsets)
+        ):  # fmt: skip
+            raise ValueError(f"file {path!r}: a value not of its type")
+        found[path] = FileStats(path, size, mtime_ns, rows, tuple(offsets), base64.b64decode(schema, validate=True), tuple(columns))
     return found
 
 
@@ -279,10 +282,6 @@ def _typed(value: Any, kind: type) -> Any:
     if type(value) is not kind:
         raise ValueError(f"{value!r} is not a {kind.__name__}")
     return value
-
-
-def _optional_int(value: Any) -> int | None:
-    return None if value is None else int(_typed(value, int))
 
 
 def write_sidecar(output: str, batch_id: int, attempt: str, found: Iterable[FileStats]) -> None:
