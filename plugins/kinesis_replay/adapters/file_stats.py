@@ -357,19 +357,19 @@ def _read_sidecar(path: str) -> dict[str, FileStats]:
 def known(output: str, attempts: Mapping[int, str], listed: Mapping[str, tuple[int, int | None]]) -> Known:
     """The ``Known`` statistics of the staged ``attempts`` (batch id -> attempt), for the files ``listed`` (path as listed
     -> size, mtime): each file of an attempt's data or quarantine folder names that attempt's sidecar."""
-    from kinesis_replay.adapters.iceberg_table import iceberg_location
-
     folders = {}
     for batch_id, attempt in attempts.items():
         sidecar = sidecar_path(output, batch_id, attempt)
         folders[layout.data_path(output, batch_id, attempt).rstrip("/") + "/"] = sidecar
-        folders[layout.quarantine_data_path(output, batch_id, attempt).rstrip("/") + "/"] = sidecar
+        folders[layout.quarantine_data_path(output, batch_id, attempt).rstrip("/") + "/"] = sidecar  # the same attempt's
     sidecars, facts = {}, {}
     for path, fact in listed.items():
-        folder = path.rsplit("/", 1)[0] + "/"
-        if folder in folders:
-            sidecars[iceberg_location(path)] = folders[folder]
-            facts[iceberg_location(path)] = fact
+        folder = path
+        while "/" in folder and folder + "/" not in folders:  # the attempt's folder, or one of its subfolders
+            folder = folder.rsplit("/", 1)[0]
+        if folder + "/" in folders:
+            sidecars[files.iceberg_location(path)] = folders[folder + "/"]
+            facts[files.iceberg_location(path)] = fact
     return Known(sidecars, facts)
 
 
@@ -387,14 +387,12 @@ class Collector:
 
     def summaries(self) -> list[FileStats]:
         """A summary of each file listed and then read at the size listed (a file that changed meanwhile has none)."""
-        from kinesis_replay.adapters.iceberg_table import iceberg_location
-
         found = []
         for path, (size, mtime_ns) in self.listed.items():
             read = self.footers.get(path)
             if read is None or read[1] != size or mtime_ns is None:
                 continue
-            stats = summarize(iceberg_location(path), read[0], size, mtime_ns)
+            stats = summarize(files.iceberg_location(path), read[0], size, mtime_ns)
             if stats is not None:
                 found.append(stats)
         return found

@@ -159,6 +159,13 @@ def names_the_store(call: _F) -> _F:
     return cast(_F, run)
 
 
+def iceberg_location(path: str) -> str:
+    """A path as Iceberg readers want it: ``s3://`` for Hadoop's ``s3a://``, ``file://`` before a local path."""
+    if "://" not in path:
+        return "file://" + path
+    return s3_uri(path)
+
+
 def filesystem_of(path: str) -> tuple[Any, str]:
     """pyarrow's file system for ``path`` and the path within it: local disk, or S3 through ``s3_access()``."""
     from pyarrow import fs
@@ -407,6 +414,7 @@ def file_facts(paths: list[str]) -> dict[str, tuple[int, int | None]]:
     return {p: (i.size, i.mtime_ns) for p, i in zip(paths, infos, strict=True) if i.type == fs.FileType.File}
 
 
+@names_the_store
 def parquet_listing(path: str) -> dict[str, tuple[int, int | None]]:
     """The Parquet files under a folder (none if it does not exist), as full paths or URIs, in order, each with its size
     and its modification time in nanoseconds (None where the store gives none), from one listing."""

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from kinesis_replay.adapters.files import arrow_row_schema, s3_access
+from kinesis_replay.adapters.files import iceberg_location as iceberg_location  # iceberg_table.iceberg_location: its users
 from kinesis_replay.core.config import CATALOG_TYPES, PipelineConfig, TableConfig
 
 # Re-exported: other modules, the tests and the chaos stack name them as iceberg_table.<name>.
@@ -52,7 +53,6 @@ from kinesis_replay.core.errors import (
     TableMetadataLostError,
     VerificationError,
 )
-from kinesis_replay.core.formats import s3_uri
 from kinesis_replay.core.holdings import Holdings, TableState, listed
 from kinesis_replay.core.records import PARTITION_COLUMN
 from kinesis_replay.core.refusals import RESTORE_PARAM as RESTORE_PARAM  # iceberg_table.RESTORE_PARAM: the DAGs
@@ -98,13 +98,6 @@ REBUILT_TO_PROPERTY = "kinesis-replay.rebuilt-to"  # a rebuild's switch: the fin
 NAME_MAPPING_PROPERTY = "schema.name-mapping.default"  # how a file's columns are found by name (the files carry no field ids)
 CREATE_RACE_TRIES, CREATE_RACE_SECONDS = 4, 0.5  # how long a run waits for a concurrent one's creation of the table
 COMMIT_ATTEMPTS = 10  # a commit that lost the race for the table is retried against the new metadata this often
-
-
-def iceberg_location(path: str) -> str:
-    """A path as Iceberg readers want it: ``s3://`` for Hadoop's ``s3a://``, ``file://`` before a local path."""
-    if "://" not in path:
-        return "file://" + path
-    return s3_uri(path)
 
 
 def catalog_properties(table: TableConfig, output: str) -> dict[str, str]:
