@@ -503,3 +503,32 @@ def test_a_snapshots_summary_is_pyicebergs_own_with_each_partition_type_built_on
         assert built["partition type"] == 1
         assert ours == theirs and ours.additional_properties["k"] == "v", operation
         assert {k for k in ours.additional_properties if k.startswith("partitions.")} == {f"partitions.batch_id={b}" for b in (1, 2, 3)}
+
+
+def test_a_shared_manifest_evaluator_evaluates_one_manifest_at_a_time() -> None:
+    """pyiceberg's _deleted_entries evaluates the manifests in its thread pool with one evaluator, which keeps each
+    manifest's partition summaries on itself while it evaluates: the shared one takes one manifest at a time."""
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    inside, overlapped = [0], []
+
+    def build(spec_id: int) -> Any:
+        def evaluate(manifest: int) -> bool:
+            inside[0] += 1
+            if inside[0] > 1:
+                overlapped.append(manifest)
+            time.sleep(0.002)
+            inside[0] -= 1
+            return True
+
+        return evaluate
+
+    producer = SimpleNamespace(_build_manifest_evaluator=build, partition_filters={0: object()})
+    shared = pyiceberg_patches.share_manifest_evaluators(producer)._build_manifest_evaluator(0)
+    with ThreadPoolExecutor(8) as pool:
+        assert all(pool.map(shared, range(40)))
+    assert overlapped == []
+    with ThreadPoolExecutor(8) as pool:  # pyiceberg's own evaluator, shared the same way: the threads overlap
+        assert all(pool.map(build(0), range(40)))
+    assert overlapped

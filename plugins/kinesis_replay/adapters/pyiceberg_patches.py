@@ -49,6 +49,7 @@ import functools
 import importlib.metadata
 import inspect
 import logging
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, cast
@@ -793,23 +794,38 @@ def share_manifest_evaluators(producer: Any) -> Any:
     for a re-decode's 100 batches, binding 100 predicates twice on each table. The evaluator depends on the spec, the
     schema and the spec's partition filter; it is reused while the filter is the same object (``_manifests`` replaces
     it, never mutates it, when it adds the replaced files' partitions), and built again for a new one. The two passes
-    run one after the other (the second starts once the first's results are all read), so no evaluator is used by two
-    threads that pyiceberg's own would not be.
+    run one after the other (the second starts once the first's results are all read). Within the first, pyiceberg's
+    thread pool evaluates the manifests at once with one evaluator, which is not safe to share: here it evaluates one
+    manifest at a time (``_one_at_a_time``).
     """
     if not active():
         return producer
     build = producer._build_manifest_evaluator
     built: dict[int, tuple[Any, Any]] = {}  # spec id -> (the partition filter it was built for, the evaluator)
+    lock = threading.Lock()
 
     def evaluator(spec_id: int) -> Any:
         partition_filter = producer.partition_filters[spec_id]
         known = built.get(spec_id)
         if known is None or known[0] is not partition_filter:
-            known = built[spec_id] = (partition_filter, build(spec_id))
+            known = built[spec_id] = (partition_filter, _one_at_a_time(build(spec_id), lock))
         return known[1]
 
     setattr(producer, "_build_manifest_evaluator", evaluator)  # noqa: B010 - this producer's, not the class's
     return producer
+
+
+def _one_at_a_time(evaluate: Any, lock: threading.Lock) -> Any:
+    """A manifest evaluator that evaluates one manifest at a time. pyiceberg 0.12's (``_ManifestEvalVisitor.eval``) keeps
+    the manifest's partition summaries on itself while it visits the filter, and ``_deleted_entries`` evaluates the
+    manifests in its thread pool with one evaluator: two threads at once can read each other's summaries and skip a
+    manifest that holds a file to delete (the commit then fails: "Missing required files to delete")."""
+
+    def evaluate_alone(manifest: Any) -> bool:
+        with lock:
+            return bool(evaluate(manifest))
+
+    return evaluate_alone
 
 
 def summarize_partitions_once(producer: Any) -> Any:
