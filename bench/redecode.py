@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import importlib.metadata
 import logging
 import os
@@ -99,6 +100,8 @@ class Measure:
     wall: list[float] = field(default_factory=list)
     cpu: list[float] = field(default_factory=list)
     opened: Counter[str] = field(default_factory=Counter)
+    gc: float = 0.0  # CPU seconds of Python's garbage collections while the phase was open
+    full_gcs: int = 0  # of them, full collections (the oldest generation)
 
     @property
     def files(self) -> int:
@@ -127,6 +130,11 @@ class Meter:
             measure.wall.append(time.perf_counter() - t0)
             measure.cpu.append(time.process_time() - cpu0)
             self._open.pop()
+
+    def collected(self, seconds: float, generation: int) -> None:
+        for label in self._open:
+            self.phases[label].gc += seconds
+            self.phases[label].full_gcs += generation == 2
 
     def opened(self, path: str) -> None:
         kind = kind_of(path)
@@ -252,6 +260,25 @@ class CountingHandler(pafs.FileSystemHandler):  # type: ignore[misc]
 
 
 @contextlib.contextmanager
+def timing_gc(meter: Meter) -> Iterator[None]:
+    """Each garbage collection's CPU time, told to ``meter``: a full collection of this process (two tables' histories
+    in memory) takes about 0.1 s, half a re-decode's commit, and falls on one commit or another as the allocations go."""
+    started: list[float] = []
+
+    def callback(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            started[:] = [time.process_time()]
+        elif started:
+            meter.collected(time.process_time() - started[0], info["generation"])
+
+    gc.callbacks.append(callback)
+    try:
+        yield
+    finally:
+        gc.callbacks.remove(callback)
+
+
+@contextlib.contextmanager
 def counting_reads(meter: Meter) -> Iterator[None]:
     """Every file pyiceberg opens to read, and every file the library's own reads open (files.filesystem_of), counted."""
     from pyiceberg.io.pyarrow import PyArrowFile
@@ -333,8 +360,11 @@ def check_outcome(a: Side, b: Side, ids: list[int]) -> None:
         raise RuntimeError("the backfill did not commit every batch's replayed attempt")
     tables = [iceberg_table.load_table(side.pipeline) for side in (a, b)]
     states = [iceberg_table.table_state(table) for table in tables]
-    if states[0].total_records != states[1].total_records or states[0].holdings != states[1].holdings:
+    # The same rows; the re-decoded table's holdings also count the re-decode it made visible (one), the backfill's none.
+    if states[0].total_records != states[1].total_records or states[0].holdings != replace(states[1].holdings, redecodes=0):
         raise RuntimeError(f"the two tables hold different rows: {states[0]} and {states[1]}")
+    if states[1].holdings.redecodes != 1:
+        raise RuntimeError(f"the re-decoded table counts {states[1].holdings.redecodes} re-decodes made visible, not 1")
     added = set(ADDED.replace(",", " ").split()) - set(SCHEMA.replace(",", " ").split())
     if tables[1] is None or not added <= {f.name for f in tables[1].schema().fields}:
         raise RuntimeError(f"the re-decoded table lacks the added field {added}")
@@ -352,6 +382,7 @@ def run(batches: int, records: int, progress: Callable[[str], None]) -> dict[str
         meter = Meter()
         with contextlib.ExitStack() as patches:
             patches.enter_context(counting_reads(meter))
+            patches.enter_context(timing_gc(meter))
             patches.enter_context(patched(commit, "commit_to_table", timed(meter, "backfill table commit")))
             patches.enter_context(patched(commit, "quarantine_to_table", timed(meter, "backfill quarantine commit")))
             patches.enter_context(patched(iceberg_table, "replace_batches", timed(meter, "re-decode table commit")))
@@ -450,6 +481,8 @@ def render(r: dict[str, Any], command: str) -> str:
     lines += [
         "| where the commits' CPU goes, s: a backfill commit's (the mean) against the re-decode's one, by step | | | |",
         *steps(p, n, one_cpu, rd_cpu),
+        f"| of which Python's garbage collection, within the steps above (full collections, in all) | {(bf_table.gc + bf_quarantine.gc) / n:.4f} "
+        f"({bf_table.full_gcs + bf_quarantine.full_gcs}) | {rd_table.gc + rd_quarantine.gc:.4f} ({rd_table.full_gcs + rd_quarantine.full_gcs}) | |",
         f"| the re-decode's commit less one backfill commit, per batch beyond the first, ms (CPU) | | {(rd - one) / max(n - 1, 1) * 1000:.2f} ({(rd_cpu - one_cpu) / max(n - 1, 1) * 1000:.2f}) | |",
     ]
     bf_way, rd_way = p["backfill"], p["re-decode"]

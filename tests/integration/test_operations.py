@@ -14,6 +14,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from test_pipeline_dag import rows_of
 
 import kinesis_replay_tasks as tasks
+from kinesis_replay.adapters import file_stats, files
 from kinesis_replay.adapters.dynamodb_store import DynamoDBStateStore
 from kinesis_replay.core.config import parse_config
 from kinesis_replay.core.formats import path_batch_id
@@ -209,6 +210,17 @@ def test_a_redecode_through_the_dag_is_refused_without_asking_then_rescues_the_q
     batch = store.get_batch(entry["name"], 1)
     assert batch.redecoded_by is not None and batch.staged is None and batch.snapshot_id == table.current_snapshot().snapshot_id
     assert batch.quarantine_snapshot_id == quarantined.current_snapshot().snapshot_id
+    # The replay's check kept the statistics of the files Spark's tasks wrote beside them (its sidecar), for every file
+    # the commit made the batch's, and they are the statistics the files' footers give.
+    attempt = batch.verified_result().attempt or ""
+    kept = file_stats.from_json(files.read_json(file_stats.sidecar_path(entry["output"], 1, attempt)))
+    held = iceberg_table.batch_data_files(table, 1)
+    assert held and {f.file_path for f in held} <= set(kept)
+    footers = iceberg_table.read_footers(table.io, [f.file_path for f in held])
+    fields = ("record_count", "file_size_in_bytes", "column_sizes", "value_counts", "null_value_counts", "lower_bounds", "upper_bounds")
+    assert [[getattr(f, n) for n in fields] for f in held] == [
+        [getattr(f, n) for n in fields] for f in iceberg_table.data_files(table.io, table.metadata, footers)
+    ]
     assert commit_record(entry["output"], 1)["redecoded_by"] == batch.redecoded_by
     assert store.get_head(entry["name"]) == dataclasses.replace(head, redecodes=1)  # no batch planned, no checkpoint moved
     assert store.get_shards(entry["name"]) == shards

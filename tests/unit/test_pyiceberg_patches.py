@@ -462,3 +462,73 @@ def test_footers_of_local_files_are_read_in_turn_and_of_an_object_store_in_pyice
     from_store = iceberg_table.read_footers(Bucket(), remote)
     assert pooled == [remote]
     assert [(f.path, f.size) for f in from_store] == [(r, f.size) for r, f in zip(remote, footers, strict=True)]
+
+
+def test_a_snapshots_summary_is_pyicebergs_own_with_each_partition_type_built_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An OVERWRITE of three batches' files (and an append): summarize_partitions_once's summary is pyiceberg's
+    ``_summary``'s, its partitions' summaries included, with the spec's partition type built once, not once a file."""
+    from pyiceberg.partitioning import PartitionSpec
+
+    p = pipeline(tmp_path)
+    for batch_id in range(1, 5):
+        iceberg_table.commit_snapshot(p, batch_id, "a", write_attempt(tmp_path, batch_id, "a", batch_id), f"run-{batch_id}")
+    table = iceberg_table.load_table(p)
+    with table.transaction() as tx:
+        tx.set_properties({"write.summary.partition-limit": "10"})
+    table = iceberg_table.load_table(p)
+    paths = [iceberg_table.iceberg_location(f) for b in (1, 2, 3) for f in write_attempt(tmp_path, b, "b", b + 1)]
+    added = iceberg_table.data_files(table.io, table.metadata, iceberg_table.read_footers(table.io, paths))
+    old = [f for found in iceberg_table.selection_data_files(table, [1, 2, 3]).values() for f in found]
+    built = Counter[str]()
+    own_type = PartitionSpec.partition_type
+
+    def counted(self: Any, schema: Any) -> Any:
+        built["partition type"] += 1
+        return own_type(self, schema)
+
+    monkeypatch.setattr(PartitionSpec, "partition_type", counted)
+    for operation in ("overwrite", "append"):
+        tx = iceberg_table.transaction(table)
+        update = tx.update_snapshot(snapshot_properties={"k": "v"})
+        producer = update.overwrite() if operation == "overwrite" else update.merge_append()
+        for data_file in old if operation == "overwrite" else ():
+            producer.delete_data_file(data_file)
+        for data_file in added:
+            producer.append_data_file(data_file)
+        built.clear()
+        theirs = type(producer)._summary(producer, {"k": "v"})
+        assert built["partition type"] == len(added) + (len(old) if operation == "overwrite" else 0)
+        built.clear()
+        ours = pyiceberg_patches.summarize_partitions_once(producer)._summary({"k": "v"})
+        assert built["partition type"] == 1
+        assert ours == theirs and ours.additional_properties["k"] == "v", operation
+        assert {k for k in ours.additional_properties if k.startswith("partitions.")} == {f"partitions.batch_id={b}" for b in (1, 2, 3)}
+
+
+def test_a_shared_manifest_evaluator_evaluates_one_manifest_at_a_time() -> None:
+    """pyiceberg's _deleted_entries evaluates the manifests in its thread pool with one evaluator, which keeps each
+    manifest's partition summaries on itself while it evaluates: the shared one takes one manifest at a time."""
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    inside, overlapped = [0], []
+
+    def build(spec_id: int) -> Any:
+        def evaluate(manifest: int) -> bool:
+            inside[0] += 1
+            if inside[0] > 1:
+                overlapped.append(manifest)
+            time.sleep(0.002)
+            inside[0] -= 1
+            return True
+
+        return evaluate
+
+    producer = SimpleNamespace(_build_manifest_evaluator=build, partition_filters={0: object()})
+    shared = pyiceberg_patches.share_manifest_evaluators(producer)._build_manifest_evaluator(0)
+    with ThreadPoolExecutor(8) as pool:
+        assert all(pool.map(shared, range(40)))
+    assert overlapped == []
+    with ThreadPoolExecutor(8) as pool:  # pyiceberg's own evaluator, shared the same way: the threads overlap
+        assert all(pool.map(build(0), range(40)))
+    assert overlapped

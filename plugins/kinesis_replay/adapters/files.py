@@ -159,6 +159,13 @@ def names_the_store(call: _F) -> _F:
     return cast(_F, run)
 
 
+def iceberg_location(path: str) -> str:
+    """A path as Iceberg readers want it: ``s3://`` for Hadoop's ``s3a://``, ``file://`` before a local path."""
+    if "://" not in path:
+        return "file://" + path
+    return s3_uri(path)
+
+
 def filesystem_of(path: str) -> tuple[Any, str]:
     """pyarrow's file system for ``path`` and the path within it: local disk, or S3 through ``s3_access()``."""
     from pyarrow import fs
@@ -391,32 +398,55 @@ def count_rows_by_shard(path: str) -> Counter[str]:
 @names_the_store
 def parquet_files(path: str) -> list[str]:
     """The Parquet files under a folder (none if it does not exist), as full paths or URIs, in order."""
+    return list(parquet_listing(path))
+
+
+@names_the_store
+def file_facts(paths: list[str]) -> dict[str, tuple[int, int | None]]:
+    """Each file's size and modification time in nanoseconds (None where the store gives none); a path that is not a
+    file is left out."""
+    from pyarrow import fs
+
+    if not paths:
+        return {}
+    filesystem, _ = filesystem_of(paths[0])
+    infos = filesystem.get_file_info([filesystem_of(p)[1] for p in paths])
+    return {p: (i.size, i.mtime_ns) for p, i in zip(paths, infos, strict=True) if i.type == fs.FileType.File}
+
+
+@names_the_store
+def parquet_listing(path: str) -> dict[str, tuple[int, int | None]]:
+    """The Parquet files under a folder (none if it does not exist), as full paths or URIs, in order, each with its size
+    and its modification time in nanoseconds (None where the store gives none), from one listing."""
     from pyarrow import fs
 
     filesystem, local = filesystem_of(path)
     if filesystem.get_file_info(local).type != fs.FileType.Directory:
-        return []
+        return {}
     infos = filesystem.get_file_info(fs.FileSelector(local, recursive=True))
-    found = sorted(i.path for i in infos if i.type == fs.FileType.File and i.base_name.endswith(".parquet"))
-    if "://" not in path:
-        return found
-    scheme = path.split("://", 1)[0]
-    return [f"{scheme}://{f}" for f in found]
+    found = sorted((i for i in infos if i.type == fs.FileType.File and i.base_name.endswith(".parquet")), key=lambda i: i.path)
+    prefix = f"{path.split('://', 1)[0]}://" if "://" in path else ""
+    return {f"{prefix}{i.path}": (i.size, i.mtime_ns) for i in found}
 
 
 def batch_files(pipeline: PipelineConfig, batch_id: int, result: ReplayResult, staged: bool = False) -> list[str]:
     """The files that hold the batch's rows: its attempt's table files, or its directory's (``staged``: those its attempt
     staged, not yet swapped into the batch's folder)."""
+    return list(batch_listing(pipeline, batch_id, result, staged))
+
+
+def batch_listing(pipeline: PipelineConfig, batch_id: int, result: ReplayResult, staged: bool = False) -> dict[str, tuple[int, int | None]]:
+    """``batch_files``, each with its size and modification time as listed (``parquet_listing``)."""
     if pipeline.table is None:
         if staged and result.attempt is not None:
-            return parquet_files(staged_data_path(pipeline.output, batch_id, result.attempt))
-        return parquet_files(batch_path(pipeline.output, batch_id))
+            return parquet_listing(staged_data_path(pipeline.output, batch_id, result.attempt))
+        return parquet_listing(batch_path(pipeline.output, batch_id))
     if result.attempt is None:
         raise VerificationError(
             f"pipeline {pipeline.name!r}, batch {batch_id}: the result manifest names no attempt, so it was written by a "
             "replay job of another release (or for a directory output); deploy one release to both sides and run the batch again"
         )
-    files = parquet_files(data_path(pipeline.output, batch_id, result.attempt))
+    files = parquet_listing(data_path(pipeline.output, batch_id, result.attempt))
     if not files and result.records:
         raise VerificationError(
             f"pipeline {pipeline.name!r}, batch {batch_id}: the result manifest names attempt {result.attempt}, whose files "
@@ -455,9 +485,9 @@ class ShardRows:
 
 
 @names_the_store
-def scan_rows(files: list[str], digest_hash: str = DIGEST_HASH) -> dict[str, ShardRows]:
+def scan_rows(files: list[str], digest_hash: str = DIGEST_HASH, footers: dict[str, tuple[Any, int]] | None = None) -> dict[str, ShardRows]:
     """Rows, row digest (with the named hash: records.row_hash) and repeated keys per shard, read file by file and batch
-    by batch with pyarrow.
+    by batch with pyarrow; ``footers``, when given, takes each file's footer as read (pyarrow's FileMetaData) and its size.
 
     Memory stays bounded by a record batch, plus the shards' keys (no payload) for the uniqueness check.
     """
@@ -474,7 +504,10 @@ def scan_rows(files: list[str], digest_hash: str = DIGEST_HASH) -> dict[str, Sha
     for path in files:
         filesystem, local = filesystem_of(path)
         with filesystem.open_input_file(local) as stream:
-            for batch in pq.ParquetFile(stream).iter_batches(columns=columns, batch_size=65536):
+            parquet = pq.ParquetFile(stream)
+            if footers is not None:
+                footers[path] = (parquet.metadata, stream.size())
+            for batch in parquet.iter_batches(columns=columns, batch_size=65536):
                 text = [pc.cast(batch.column(c), pa.string()) for c in DIGEST_TEXT_COLUMNS]
                 joined = pc.binary_join_element_wise(*text, "", DIGEST_SEPARATOR, null_handling="skip")
                 data = pc.fill_null(pc.cast(batch.column("data"), pa.binary()), b"")

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from kinesis_replay.adapters.files import arrow_row_schema, s3_access
+from kinesis_replay.adapters.files import iceberg_location as iceberg_location  # iceberg_table.iceberg_location: its users
 from kinesis_replay.core.config import CATALOG_TYPES, PipelineConfig, TableConfig
 
 # Re-exported: other modules, the tests and the chaos stack name them as iceberg_table.<name>.
@@ -52,7 +53,6 @@ from kinesis_replay.core.errors import (
     TableMetadataLostError,
     VerificationError,
 )
-from kinesis_replay.core.formats import s3_uri
 from kinesis_replay.core.holdings import Holdings, TableState, listed
 from kinesis_replay.core.records import PARTITION_COLUMN
 from kinesis_replay.core.refusals import RESTORE_PARAM as RESTORE_PARAM  # iceberg_table.RESTORE_PARAM: the DAGs
@@ -69,6 +69,8 @@ if TYPE_CHECKING:
     from pyiceberg.table.metadata import TableMetadata
     from pyiceberg.table.snapshots import Snapshot
     from pyiceberg.types import IcebergType
+
+    from kinesis_replay.adapters.file_stats import FileStats, Known
 
 log = logging.getLogger(__name__)
 
@@ -96,13 +98,6 @@ REBUILT_TO_PROPERTY = "kinesis-replay.rebuilt-to"  # a rebuild's switch: the fin
 NAME_MAPPING_PROPERTY = "schema.name-mapping.default"  # how a file's columns are found by name (the files carry no field ids)
 CREATE_RACE_TRIES, CREATE_RACE_SECONDS = 4, 0.5  # how long a run waits for a concurrent one's creation of the table
 COMMIT_ATTEMPTS = 10  # a commit that lost the race for the table is retried against the new metadata this often
-
-
-def iceberg_location(path: str) -> str:
-    """A path as Iceberg readers want it: ``s3://`` for Hadoop's ``s3a://``, ``file://`` before a local path."""
-    if "://" not in path:
-        return "file://" + path
-    return s3_uri(path)
 
 
 def catalog_properties(table: TableConfig, output: str) -> dict[str, str]:
@@ -557,13 +552,14 @@ def write_snapshot(tx: Transaction, properties: Mapping[str, str], old: Iterable
     old = list(old)
     update = tx.update_snapshot(snapshot_properties=dict(properties))
     if old:
-        with pyiceberg_patches.share_manifest_evaluators(update.overwrite()) as overwrite:
+        overwriting = pyiceberg_patches.summarize_partitions_once(pyiceberg_patches.share_manifest_evaluators(update.overwrite()))
+        with overwriting as overwrite:
             for data_file in old:
                 overwrite.delete_data_file(data_file)
             for data_file in added:
                 overwrite.append_data_file(data_file)
     else:
-        with update.merge_append() as append:
+        with pyiceberg_patches.summarize_partitions_once(update.merge_append()) as append:
             for data_file in added:
                 append.append_data_file(data_file)
 
@@ -636,6 +632,7 @@ def replace_batches(
     check: TableCheck,
     redecodes: Callable[[int], int] = lambda held: held + 1,
     replacing: Mapping[int, str] | None = None,
+    known: Known | None = None,
 ) -> int:
     """Make each batch's replacement files its rows in the table, all in one OVERWRITE snapshot: a reader sees every
     batch's earlier files or every batch's new ones, never a mix. ``records`` gives each batch's (verified records now,
@@ -644,7 +641,8 @@ def replace_batches(
     ``redecodes`` gives the holdings' count of re-decodes made visible from the table's: one more for a re-decode, the
     ledger's for a restore, the same for a compaction. With ``replacing`` (a compaction's: each batch's attempt folder),
     each try first finds every file it replaces in that batch's folder, else refuses, committing nothing
-    (FilesReplacedMeanwhileError, naming the batches another commit replaced since).
+    (FilesReplacedMeanwhileError, naming the batches another commit replaced since). ``known``: the statistics of the
+    files their staged attempts' checks summarized (file_stats.known), taken in place of their footers (read_footers).
     """
     paths = {b: sorted(iceberg_location(f) for f in files) for b, files in replacements.items()}
     where = f"pipeline {pipeline.name!r}, batches {listed(sorted(paths))}, {require_table(pipeline).describe()}"
@@ -654,7 +652,7 @@ def replace_batches(
         old = [f for files in selection_data_files(table, paths).values() for f in files]
         if replacing is not None:
             _check_replacing(old, replacing, where)
-        return _replace_once(table, paths, summary, where, renamed_from, expected, old)
+        return _replace_once(table, paths, summary, where, renamed_from, expected, old, known=known)
 
     return _replace_retrying(pipeline, where, records, properties, key, check, once, redecodes)
 
@@ -768,6 +766,7 @@ def _replace_once(
     old: Sequence[DataFile] | None = None,
     replaced: Sequence[tuple[str, str]] = (),
     table_properties: Mapping[str, str] | None = None,
+    known: Known | None = None,
 ) -> int:
     """One try: ``old`` (by default the named batches' files) out and ``paths`` in, in one snapshot; each of the
     ``replaced`` columns (a rebuild's: the table's name, the new name) dropped and added again under the files' type.
@@ -777,7 +776,7 @@ def _replace_once(
     if not {f.file_path for f in old}.isdisjoint(new):
         raise TableCommitRefusedError(f"{where}: the table already holds some of the files, in no snapshot of their own")
     try:
-        footers = read_footers(table.io, new)
+        footers = read_footers(table.io, new, known)
         with transaction(table) as tx:
             if table_properties:  # a rebuild's: the decoding it switches to, in the same commit
                 tx.set_properties(dict(table_properties))
@@ -1084,7 +1083,7 @@ def transaction(table: Table, autocommit: bool = False) -> Transaction:
     return pyiceberg_patches.transaction(table, autocommit=autocommit)
 
 
-def _evolve_schema(tx: Transaction, footer: Footer, where: str, renamed_from: Mapping[str, str]) -> None:
+def _evolve_schema(tx: Transaction, footer: Footer | KnownFooter, where: str, renamed_from: Mapping[str, str]) -> None:
     """The table's columns made to take the file's (``footer``'s) in ``tx``, before its files are added, as core/schema_changes decides:
     a column the table lacks is added (a field added to payload.schema), a type Iceberg widens is widened (int to long,
     float to double, a decimal's precision), a column payload.renamed_from names is renamed, its old name kept in the
@@ -1122,6 +1121,17 @@ def _evolve_schema(tx: Transaction, footer: Footer, where: str, renamed_from: Ma
 
 
 @dataclass(frozen=True)
+class KnownFooter:
+    """A file whose footer its attempt's check summarized (file_stats.FileStats): its schema and size from there, and
+    its statistics, which pyiceberg_patches.data_files maps to the table's field ids at the commit."""
+
+    path: str
+    schema: pa.Schema
+    size: int
+    stats: FileStats
+
+
+@dataclass(frozen=True)
 class Footer:
     """A Parquet file's footer as a commit reads it once: for its schema (the table's columns may change to take it) and
     for its DataFile (statistics, row count), with the file's size."""
@@ -1132,14 +1142,31 @@ class Footer:
     size: int
 
 
-def read_footers(io: FileIO, paths: Sequence[str]) -> list[Footer]:
+def read_footers(io: FileIO, paths: Sequence[str], known: Known | None = None) -> list[Footer | KnownFooter]:
     """The footers of ``paths`` through the table's FileIO, in their order: the reads pyiceberg's ``add_files`` makes of
     each file (open, footer). Files of an object store are read in pyiceberg's own thread pool (as its ``add_files``
     reads them): each is a few requests, and a re-decode's commit reads about 200. Local files are read one after the
     other: each read takes a fraction of a millisecond, and threads contending for the GIL only add CPU time (about
     twice the reads' own, measured in make bench-redecode). The size is the open file's (its end), where pyiceberg asks
-    the file system for it again (``len`` of the input file: a stat, or a HEAD request on S3)."""
+    the file system for it again (``len`` of the input file: a stat, or a HEAD request on S3).
+
+    A file ``known`` summarizes (its staged attempt's sidecar lists it as the commit's listing found it: file_stats)
+    is not read: its ``KnownFooter`` holds what the commit needs of it."""
     import pyarrow.parquet as pq
+
+    if known is not None:
+        summarized = {p: found for p in paths if (found := known.stats(p)) is not None}
+        if summarized:
+            schemas: dict[bytes, pa.Schema] = {}  # a commit's files have one schema or two: each read back once
+            for stats in summarized.values():
+                if stats.schema not in schemas:
+                    schemas[stats.schema] = stats.arrow_schema()
+            rest = iter(read_footers(io, [p for p in paths if p not in summarized]))
+            made: list[Footer | KnownFooter] = []
+            for p in paths:
+                known_stats = summarized.get(p)
+                made.append(KnownFooter(p, schemas[known_stats.schema], known_stats.size, known_stats) if known_stats else next(rest))
+            return made
 
     def read(path: str) -> Footer:
         with io.new_input(path).open() as stream:
@@ -1154,7 +1181,7 @@ def read_footers(io: FileIO, paths: Sequence[str]) -> list[Footer]:
     return list(ExecutorFactory.get_or_create().map(read, paths))
 
 
-def data_files(io: FileIO, metadata: TableMetadata, footers: Sequence[Footer]) -> list[DataFile]:
+def data_files(io: FileIO, metadata: TableMetadata, footers: Sequence[Footer | KnownFooter]) -> list[DataFile]:
     """The DataFiles of a commit's files (``footers``, read by ``read_footers``), in their order: pyiceberg's
     ``parquet_file_to_data_file`` (add_files'), its work per table done once per commit (``pyiceberg_patches.data_files``),
     for files that may name a column as it was before a rename.
@@ -1184,10 +1211,17 @@ def data_files(io: FileIO, metadata: TableMetadata, footers: Sequence[Footer]) -
             named = Schema(*fields, schema_id=schema.schema_id, identifier_field_ids=schema.identifier_field_ids)
             schemas = [named if s.schema_id == schema.schema_id else s for s in metadata.schemas]
             named_metadata = metadata.model_copy(update={"schemas": schemas})
-        made = pyiceberg_patches.data_files(io, named_metadata, [footers[i] for i in positions])
+        made = pyiceberg_patches.data_files(io, named_metadata, [footers[i] for i in positions], lambda p: _read_footer(io, p))
         for i, data_file in zip(positions, made, strict=True):
             found[i] = data_file
     return [f for f in found if f is not None]
+
+
+def _read_footer(io: FileIO, path: str) -> Footer:
+    (footer,) = read_footers(io, [path])
+    if not isinstance(footer, Footer):  # pragma: no cover - read without known statistics
+        raise TypeError(path)
+    return footer
 
 
 def _commit_once(

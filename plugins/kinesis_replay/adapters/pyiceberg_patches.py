@@ -26,6 +26,9 @@ file of a commit (a re-decode's commit adds about 200; BENCHMARKS.md, ``make ben
 6. ``share_manifest_evaluators``: an OVERWRITE's two passes over the current manifests (the entries it deletes, the
    manifests it keeps or rewrites) each bind the replaced files' partitions (an Or of one predicate a partition: 100
    for a re-decode) into a manifest evaluator of their own; here the second reuses the first's.
+7. ``summarize_partitions_once``: the snapshot's summary finds each added and each deleted file's partition path
+   (``PartitionSpec.partition_to_path``), which builds the spec's partition type (pydantic models, validated) for
+   every file: 400 times in a re-decode's commit of 100 batches; here once per spec and schema a summary.
 
 Each is written against pyiceberg's internals, which change without notice. So at import this module checks the
 installed pyiceberg's version against ``WRITTEN_FOR``, and the shape of everything the patches replace or call
@@ -46,9 +49,10 @@ import functools
 import importlib.metadata
 import inspect
 import logging
-from collections.abc import Iterator, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -176,6 +180,30 @@ SHAPE: dict[str, Shape] = {
     "pyiceberg.table.update.snapshot._SnapshotProducer.partition_filters": functools.cached_property,
     "pyiceberg.table.update.snapshot._OverwriteFiles._deleted_entries": ("self",),
     "pyiceberg.table.update.snapshot._OverwriteFiles._existing_manifests": ("self",),
+    # 7. summarize_partitions_once: the summary it computes as _summary does, and what it calls to do so.
+    "pyiceberg.table.update.snapshot._SnapshotProducer._summary": ("self", "snapshot_properties"),
+    "pyiceberg.table.update.snapshot._SnapshotProducer.__annotations__": {
+        "_added_data_files",
+        "_deleted_data_files",
+        "_parent_snapshot_id",
+        "_operation",
+    },
+    "pyiceberg.table.snapshots.update_snapshot_summaries": ("summary", "previous_summary"),
+    "pyiceberg.table.snapshots.SnapshotSummaryCollector.__init__": ("self", "partition_summary_limit"),
+    "pyiceberg.table.snapshots.SnapshotSummaryCollector.update_partition_metrics": (
+        "self",
+        "partition_spec",
+        "file",
+        "is_add_file",
+        "schema",
+    ),
+    "pyiceberg.table.snapshots.SnapshotSummaryCollector.add_file": ("self", "data_file", "schema", "partition_spec"),
+    "pyiceberg.table.snapshots.SnapshotSummaryCollector.remove_file": ("self", "data_file", "schema", "partition_spec"),
+    "pyiceberg.table.snapshots.Summary.__init__": None,
+    "pyiceberg.table.TableProperties.WRITE_PARTITION_SUMMARY_LIMIT": "write.summary.partition-limit",
+    "pyiceberg.table.TableProperties.WRITE_PARTITION_SUMMARY_LIMIT_DEFAULT": None,
+    "pyiceberg.partitioning.PartitionSpec.partition_to_path": ("self", "data", "schema"),
+    "pyiceberg.partitioning.PartitionSpec.partition_type": ("self", "schema"),
 }
 
 
@@ -416,7 +444,26 @@ class Footer(Protocol):
     def size(self) -> int: ...
 
 
-def data_files(io: FileIO, table_metadata: TableMetadata, footers: Sequence[Footer]) -> list[DataFile]:
+class KnownFooter(Protocol):
+    """A file whose statistics were summarized from its footer when its attempt was checked (``file_stats.FileStats``,
+    as ``iceberg_table.Known`` gives it): its footer is not read again unless the table maps them otherwise."""
+
+    @property
+    def path(self) -> str: ...
+    @property
+    def schema(self) -> pa.Schema: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def stats(self) -> Any: ...  # file_stats.FileStats
+
+
+def data_files(
+    io: FileIO,
+    table_metadata: TableMetadata,
+    footers: Sequence[Footer | KnownFooter],
+    read_footer: Callable[[str], Footer] | None = None,
+) -> list[DataFile]:
     """The DataFiles of a commit's files, in ``footers``' order: what pyiceberg 0.12's ``parquet_file_to_data_file``
     makes of each, with its per-file work that depends only on the table done once per call when ``active()``.
 
@@ -428,10 +475,16 @@ def data_files(io: FileIO, table_metadata: TableMetadata, footers: Sequence[Foot
     answer against the same table schema); each file's statistics are its own (``_file_statistics``), and its
     partition, bounds and DataFile are made by pyiceberg's own functions. Not ``active()``: pyiceberg's function for
     each file (which reads each footer again).
+
+    A ``KnownFooter`` (a file summarized at its check: adapters/file_stats.py) gets the same statistics from its summary
+    (``_known_statistics``), its columns mapped to the field ids, metrics modes and truncation of ``table_metadata``'s
+    schema as they are now; when the schema maps them otherwise than the summary can say exactly (a column it lacks, a
+    bound cut shorter than the truncation, a decimal without its raw bounds), the file's footer is read
+    (``read_footer``) and taken as any other.
     """
     from pyiceberg.io.pyarrow import parquet_file_to_data_file
 
-    if not active():
+    if not active():  # every footer read again, a known file's too
         return [parquet_file_to_data_file(io, table_metadata, footer.path) for footer in footers]
     from pyiceberg.io.pyarrow import _check_pyarrow_schema_compatible, compute_statistics_plan, parquet_path_to_id_mapping
     from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
@@ -440,13 +493,21 @@ def data_files(io: FileIO, table_metadata: TableMetadata, footers: Sequence[Foot
     stats_columns = compute_statistics_plan(schema, table_metadata.properties)
     column_mapping = parquet_path_to_id_mapping(schema)
     columns = {field_id: _Column(collector) for field_id, collector in stats_columns.items()}
+    partition_sources = {f.source_id for f in spec.fields}
     checked: list[pa.Schema] = []
     found = []
     for footer in footers:
         if not any(footer.schema.equals(known, check_metadata=True) for known in checked):
             _check_pyarrow_schema_compatible(schema, footer.schema, format_version=table_metadata.format_version)
             checked.append(footer.schema)
-        statistics = _file_statistics(footer.metadata, column_mapping, columns)
+        known = getattr(footer, "stats", None)
+        statistics = _known_statistics(known, column_mapping, columns, partition_sources) if known is not None else None
+        if statistics is None:
+            if known is not None:  # the table maps the file otherwise than its summary says exactly: its footer, read now
+                if read_footer is None:
+                    raise ValueError(f"{footer.path}: its footer is needed, and there is no way to read it here")
+                footer = read_footer(footer.path)
+            statistics = _file_statistics(cast("Footer", footer).metadata, column_mapping, columns)
         found.append(
             DataFile.from_args(
                 content=DataFileContent.DATA,
@@ -621,6 +682,66 @@ def _file_statistics(metadata: Any, column_mapping: dict[str, int], columns: dic
     )
 
 
+def _known_statistics(known: Any, column_mapping: dict[str, int], columns: dict[int, _Column], partition_sources: set[int]) -> Any:
+    """``_file_statistics``' result for a file from its summary (``file_stats.FileStats``: each Parquet column summed and
+    bounded over its row groups, as ``_file_statistics`` sums and bounds them, untruncated), mapped to the table's
+    field ids and modes now; None when the table maps the file otherwise than the summary can say exactly: a column
+    path the table's mapping lacks (``_file_statistics`` would fail on it), a bound that was cut (``file_stats.CUT``)
+    where the column keeps more of it (no truncation, a longer one, not a string or binary column, a partition's
+    source), or a decimal column stored as an integer without its raw bounds. A summary holds only files whose every
+    column chunk had statistics that pyarrow read: ``_file_statistics`` invalidates none of their columns."""
+    from pyiceberg.io.fileformat import DataFileStatistics
+
+    column_sizes: dict[int, int] = {}
+    value_counts: dict[int, int] = {}
+    null_value_counts: dict[int, int] = {}
+    bounds: dict[int, _Bounds] = {}
+    for stats in known.columns:
+        field_id = column_mapping.get(stats.path)
+        column = columns.get(field_id) if field_id is not None else None
+        if field_id is None or column is None:
+            return None
+        column_sizes[field_id] = column_sizes.get(field_id, 0) + stats.size
+        if column.none:
+            continue
+        value_counts[field_id] = value_counts.get(field_id, 0) + stats.values
+        if stats.nulls is not None:
+            null_value_counts[field_id] = null_value_counts.get(field_id, 0) + stats.nulls
+        if column.counts:
+            continue
+        found = _Bounds(column)
+        if column.scale is not None and stats.physical != "FIXED_LEN_BYTE_ARRAY":
+            if stats.raw is None:
+                return None
+            from pyiceberg.utils.decimal import unscaled_to_decimal
+
+            low, high = stats.raw
+            found.current_min = unscaled_to_decimal(low, column.scale) if low is not None else None
+            found.current_max = unscaled_to_decimal(high, column.scale) if high is not None else None
+        else:
+            # A bound cut to n characters (or bytes) truncates as the whole one only to fewer than n: at n, an upper
+            # bound cut to n would be kept as it is, where the whole one's is raised.
+            if stats.cut and (
+                field_id in partition_sources or not (column.string or column.binary)
+                or column.trunc_length is None or column.trunc_length >= stats.cut
+            ):  # fmt: skip
+                return None
+            found.current_min, found.current_max = stats.low, stats.high
+        if field_id in bounds:  # two paths of the file for one field: as _file_statistics takes them, chunk by chunk
+            return None
+        column.check_physical_type(stats.physical)
+        bounds[field_id] = found
+    return DataFileStatistics(
+        record_count=known.rows,
+        column_sizes=column_sizes,
+        value_counts=value_counts,
+        null_value_counts=null_value_counts,
+        nan_value_counts={},
+        column_aggregates=bounds,  # type: ignore[arg-type]  # read as StatsAggregators are: bounds and *_as_bytes
+        split_offsets=list(known.split_offsets),
+    )
+
+
 def _split_offset(first_column: Any) -> int:
     """Where a row group starts: its first column's dictionary page, if it comes first, else its first data page."""
     data_offset, dictionary_offset = first_column.data_page_offset, first_column.dictionary_page_offset
@@ -673,23 +794,108 @@ def share_manifest_evaluators(producer: Any) -> Any:
     for a re-decode's 100 batches, binding 100 predicates twice on each table. The evaluator depends on the spec, the
     schema and the spec's partition filter; it is reused while the filter is the same object (``_manifests`` replaces
     it, never mutates it, when it adds the replaced files' partitions), and built again for a new one. The two passes
-    run one after the other (the second starts once the first's results are all read), so no evaluator is used by two
-    threads that pyiceberg's own would not be.
+    run one after the other (the second starts once the first's results are all read). Within the first, pyiceberg's
+    thread pool evaluates the manifests at once with one evaluator, which is not safe to share: here it evaluates one
+    manifest at a time (``_one_at_a_time``).
     """
     if not active():
         return producer
     build = producer._build_manifest_evaluator
     built: dict[int, tuple[Any, Any]] = {}  # spec id -> (the partition filter it was built for, the evaluator)
+    lock = threading.Lock()
 
     def evaluator(spec_id: int) -> Any:
         partition_filter = producer.partition_filters[spec_id]
         known = built.get(spec_id)
         if known is None or known[0] is not partition_filter:
-            known = built[spec_id] = (partition_filter, build(spec_id))
+            known = built[spec_id] = (partition_filter, _one_at_a_time(build(spec_id), lock))
         return known[1]
 
     setattr(producer, "_build_manifest_evaluator", evaluator)  # noqa: B010 - this producer's, not the class's
     return producer
+
+
+def _one_at_a_time(evaluate: Any, lock: threading.Lock) -> Any:
+    """A manifest evaluator that evaluates one manifest at a time. pyiceberg 0.12's (``_ManifestEvalVisitor.eval``) keeps
+    the manifest's partition summaries on itself while it visits the filter, and ``_deleted_entries`` evaluates the
+    manifests in its thread pool with one evaluator: two threads at once can read each other's summaries and skip a
+    manifest that holds a file to delete (the commit then fails: "Missing required files to delete")."""
+
+    def evaluate_alone(manifest: Any) -> bool:
+        with lock:
+            return bool(evaluate(manifest))
+
+    return evaluate_alone
+
+
+def summarize_partitions_once(producer: Any) -> Any:
+    """``producer`` (a snapshot's ``_SnapshotProducer``) computing its snapshot's summary with each file's partition path
+    found from the spec's partition type built once per spec and schema, when ``active()``; as pyiceberg made it
+    otherwise. The same summary: pyiceberg 0.12's ``_summary``, step for step, with a ``SnapshotSummaryCollector``
+    whose ``update_partition_metrics`` takes the partition path as ``PartitionSpec.partition_to_path`` makes it, from
+    the partition type that function builds again for every file."""
+    if not active():
+        return producer
+
+    def summary(snapshot_properties: Any = None) -> Any:
+        from pyiceberg.table import TableProperties
+        from pyiceberg.table.snapshots import Summary, update_snapshot_summaries
+
+        table_metadata = producer._transaction.table_metadata
+        schema, default_spec = table_metadata.schema(), table_metadata.spec()
+        limit = table_metadata.properties.get(
+            TableProperties.WRITE_PARTITION_SUMMARY_LIMIT, TableProperties.WRITE_PARTITION_SUMMARY_LIMIT_DEFAULT
+        )
+        collector = _collector_class()(partition_summary_limit=int(limit))
+        for data_file in producer._added_data_files:
+            collector.add_file(data_file=data_file, partition_spec=default_spec, schema=schema)
+        if len(producer._deleted_data_files) > 0:
+            specs = table_metadata.specs()
+            for data_file in producer._deleted_data_files:
+                collector.remove_file(data_file=data_file, partition_spec=specs[data_file.spec_id], schema=schema)
+        parent = producer._parent_snapshot_id
+        previous = table_metadata.snapshot_by_id(parent) if parent is not None else None
+        return update_snapshot_summaries(
+            summary=Summary(operation=producer._operation, **collector.build(), **(snapshot_properties or {})),
+            previous_summary=previous.summary if previous is not None else None,
+        )
+
+    setattr(producer, "_summary", summary)  # noqa: B010 - this producer's, not the class's
+    return producer
+
+
+@functools.cache
+def _collector_class() -> type:
+    from urllib.parse import quote_plus
+
+    from pyiceberg.table.snapshots import SnapshotSummaryCollector
+
+    class Collector(SnapshotSummaryCollector):
+        """pyiceberg's collector, each (spec, schema)'s partition type built once (``partition_to_path``'s first step)."""
+
+        def __init__(self, partition_summary_limit: int = 0) -> None:
+            super().__init__(partition_summary_limit=partition_summary_limit)
+            self._types: dict[tuple[int, int], tuple[Any, Any, Any]] = {}  # ids -> the spec, the schema, its type
+
+        def update_partition_metrics(self, partition_spec: Any, file: Any, is_add_file: bool, schema: Any) -> None:
+            key = (id(partition_spec), id(schema))
+            known = self._types.get(key)
+            if known is None or known[0] is not partition_spec or known[1] is not schema:  # kept alive: ids are not reused
+                known = self._types[key] = (partition_spec, schema, partition_spec.partition_type(schema))
+            field_types, data = known[2].fields, file.partition
+            path = "/".join(
+                quote_plus(field.name, safe="")
+                + "="
+                + quote_plus(field.transform.to_human_string(field_types[pos].field_type, value=data[pos]), safe="")
+                for pos, field in enumerate(partition_spec.fields)
+            )  # PartitionSpec.partition_to_path's, from the partition type built once
+            metrics = self.partition_metrics[path]
+            if is_add_file:
+                metrics.add_file(file)
+            else:
+                metrics.remove_file(file)
+
+    return Collector
 
 
 decide()

@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     from pyiceberg.manifest import DataFile
     from pyiceberg.table import Table
 
+    from kinesis_replay.adapters.file_stats import Known
+
 log = logging.getLogger(__name__)
 
 QUARANTINE_PROPERTY = "kinesis-replay.quarantine-of"  # the quarantine table's property naming the pipeline's table
@@ -95,11 +97,13 @@ def commit(
     properties: Mapping[str, str],
     key: Mapping[str, str],
     records: Mapping[int, int] | None = None,
+    known: Known | None = None,
 ) -> int | None:
     """Make ``replacements`` (batch id -> its attempt's quarantine files) the batches' records in the quarantine table, in
     one snapshot whose summary holds ``properties``; its id, or None when there is nothing to change (no file to add,
     none to remove). Idempotent: a snapshot of the ancestry whose summary holds ``key`` is that commit, returned as it is.
     ``records`` (batch id -> the verified attempt's quarantined records), when given: the files must hold as many.
+    ``known``: the statistics of the files their staged attempts' checks summarized, in place of their footers.
     """
     from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
 
@@ -119,7 +123,7 @@ def commit(
             log.info("%s: committed already, in snapshot %d", where, found)
             return found
         try:
-            return _commit_once(table, paths, properties, where, records)
+            return _commit_once(table, paths, properties, where, records, known)
         except (CommitFailedException, CommitStateUnknownException) as exc:
             log.warning("%s: the table changed under the commit (%s); retrying against its new metadata (%d)", where, exc, attempt_no)
             time.sleep(min(0.05 * 2**attempt_no, 2.0))
@@ -128,7 +132,12 @@ def commit(
 
 
 def _commit_once(
-    table: Table, paths: Mapping[int, list[str]], properties: Mapping[str, str], where: str, records: Mapping[int, int] | None
+    table: Table,
+    paths: Mapping[int, list[str]],
+    properties: Mapping[str, str],
+    where: str,
+    records: Mapping[int, int] | None,
+    known: Known | None = None,
 ) -> int | None:
     """One try: the batches' current files out and ``paths`` in, in one snapshot; None when neither has any."""
     old = batch_files(table, paths)
@@ -139,7 +148,7 @@ def _commit_once(
         current = table.current_snapshot()
         return current.snapshot_id if current is not None else None
     try:
-        footers = iceberg_table.read_footers(table.io, [p for ps in paths.values() for p in ps])
+        footers = iceberg_table.read_footers(table.io, [p for ps in paths.values() for p in ps], known)
         with iceberg_table.transaction(table) as tx:
             added = iceberg_table.data_files(table.io, tx.table_metadata, footers)
             wrong = [f.file_path for f in added if f.partition[0] not in paths]

@@ -77,7 +77,7 @@ DEFAULT_ORPHAN_AGE = timedelta(days=3)
 _BATCH_IN_PATH = re.compile(r"(?:^|/)batch_id=(\d+)(?:/|$)")
 _ATTEMPT_IN_PATH = re.compile(r"(?:^|/)attempt=([^/]+)(?:/|$)")
 # What the table's own writers name their files, relative to the data and the metadata folder (see the module's doc).
-_OWN_DATA_FILE = re.compile(r"batch_id=\d+/attempt=[^/]+/(?:[^/]+\.parquet|\.[^/]+\.parquet\.crc)")
+_OWN_DATA_FILE = re.compile(r"batch_id=\d+/attempt=[^/]+/(?:[^/]+\.parquet|\.[^/]+\.parquet\.crc|_kinesis_replay_stats\.json)")
 _OWN_METADATA_FILE = re.compile(
     r"[^/]+\.metadata\.json"  # vN.metadata.json, NNNNN-<uuid>.metadata.json (and Java's .gz.metadata.json)
     r"|snap-\d+-\d+-[0-9a-fA-F-]+\.avro"  # a manifest list: snap-<snapshot id>-<attempt>-<commit uuid>.avro

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from kinesis_replay.adapters import commit_records, files, iceberg_table, layout, quarantine_table
+from kinesis_replay.adapters import commit_records, file_stats, files, iceberg_table, layout, quarantine_table
 from kinesis_replay.adapters.kinesis_client import stream_retention
 from kinesis_replay.adapters.output_root import load_root, load_table
 from kinesis_replay.core import decoded, ownership
@@ -395,7 +395,10 @@ def check_replayed(
     else:
         # The job stages a committed batch's folders, and names the attempt; one that found no commit record swapped them.
         staged = result.attempt is not None and files.is_file(layout.commit_record_path(pipeline.output, batch_id))
-    verify.check_files(pipeline, batch_id, result, staged, fit=not rebuild)
+    # A re-decode's attempt waits for its selection's commit: what that commit needs of its files' footers is taken from
+    # them as this check reads them, and kept beside the attempt (file_stats: its sidecar).
+    collector = file_stats.Collector() if redecode and not restore and pipeline.table is not None else None
+    verify.check_files(pipeline, batch_id, result, staged, fit=not rebuild, collector=collector)
     _check_raw(pipeline, batch_id, first_run, result)
     if staged:
         what = "restore" if restore else "backfill"
@@ -411,6 +414,8 @@ def check_replayed(
     if pipeline.table is not None:
         replayed = replace(batch, result=result)
         if redecode and not restore:  # waits, verified, for its selection's one commit (commit_redecoded)
+            if collector is not None and result.attempt is not None:
+                file_stats.write_sidecar(pipeline.output, batch_id, result.attempt, collector.summaries())
             staged_batch = replace(batch, staged=result, staged_by=run_id or batch.run_id)
             store.set_staged(staged_batch, expected=BatchStatus.COMMITTED)
             log.info("pipeline %s, batch %d: re-decoded attempt %s verified; it waits for the selection's commit",

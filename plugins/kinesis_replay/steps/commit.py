@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import UTC, datetime
+from typing import Protocol
 
-from kinesis_replay.adapters import commit_records, files, iceberg_table, layout, quarantine_table
+from kinesis_replay.adapters import commit_records, file_stats, files, iceberg_table, layout, quarantine_table
 from kinesis_replay.adapters.files import attempt_paths, batch_files, parquet_files, quarantine_folder, remove_folder
 from kinesis_replay.adapters.iceberg_table import TableCheck
 from kinesis_replay.adapters.output_root import load_root
@@ -157,11 +158,22 @@ def table_check(pipeline: PipelineConfig, kind: Commit, batch_id: int, ledger: L
     return check
 
 
-TableReplace = Callable[
-    [PipelineConfig, Mapping[int, Sequence[str]], Mapping[int, tuple[int, int]], Mapping[str, str], Mapping[str, str], TableCheck], int
-]
-"""How the staged batches' files replace theirs in the pipeline's table, in one snapshot (iceberg_table.replace_batches,
-or a rebuild's switch_table)."""
+class TableReplace(Protocol):
+    """How the staged batches' files replace theirs in the pipeline's table, in one snapshot (iceberg_table.replace_batches,
+    or a rebuild's switch_table); ``known``: the files' statistics their checks summarized (file_stats), if it takes them."""
+
+    def __call__(
+        self,
+        pipeline: PipelineConfig,
+        replacements: Mapping[int, Sequence[str]],
+        records: Mapping[int, tuple[int, int]],
+        properties: Mapping[str, str],
+        key: Mapping[str, str],
+        check: TableCheck,
+        /,
+        *,
+        known: file_stats.Known | None = None,
+    ) -> int: ...
 
 
 def commit_staged(
@@ -176,7 +188,13 @@ def commit_staged(
     the quarantine table, then each batch's commit record and ledger entry; returns the batches as the ledger holds them."""
     ids = [b.batch_id for b in pending]
     properties = {**key, iceberg_table.RUN_PROPERTY: run_id}
-    replacements = {b.batch_id: files.batch_files(pipeline, b.batch_id, _staged(b)) for b in pending}
+    data = {b.batch_id: files.batch_listing(pipeline, b.batch_id, _staged(b)) for b in pending}
+    replacements = {batch_id: list(found) for batch_id, found in data.items()}
+    quarantine = {b.batch_id: files.parquet_listing(layout.quarantine_data_path(pipeline.output, b.batch_id, _staged(b).attempt or ""))
+                  for b in pending}  # fmt: skip
+    # Each attempt's sidecar is read inside the tables' commits, once, for the files it lists as they are listed here.
+    facts = {path: fact for found in (*data.values(), *quarantine.values()) for path, fact in found.items()}
+    known = file_stats.known(pipeline.output, {b.batch_id: _staged(b).attempt or "" for b in pending}, facts)
     records = {b.batch_id: (b.verified_result().records, _staged(b).records) for b in pending}
 
     def check(state: TableState) -> Holdings | None:
@@ -185,11 +203,10 @@ def commit_staged(
         ledger = ledger_of(store.get_head(pipeline.name), pipeline, store)
         return table_check(pipeline, Commit.BACKFILL, ids[0], ledger)(state)
 
-    snapshot_id = replace_in_table(pipeline, replacements, records, properties, key, check)
-    quarantined = {
-        b.batch_id: files.parquet_files(layout.quarantine_data_path(pipeline.output, b.batch_id, _staged(b).attempt or "")) for b in pending
-    }
-    quarantine_id = quarantine_table.commit(pipeline, quarantined, properties, key, {b.batch_id: _staged(b).bad_records for b in pending})
+    snapshot_id = replace_in_table(pipeline, replacements, records, properties, key, check, known=known)
+    quarantined = {batch_id: list(found) for batch_id, found in quarantine.items()}
+    bad = {b.batch_id: _staged(b).bad_records for b in pending}
+    quarantine_id = quarantine_table.commit(pipeline, quarantined, properties, key, bad, known=known)
     committed = []
     for batch in pending:
         redecoded = replace(

@@ -34,7 +34,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from kinesis_replay.adapters import commit_records, files, iceberg_table, layout
+from kinesis_replay.adapters import commit_records, file_stats, files, iceberg_table, layout
 from kinesis_replay.adapters.iceberg_table import TableCheck
 from kinesis_replay.adapters.json_columns import arrow_type
 from kinesis_replay.adapters.kinesis_client import stream_retention
@@ -186,7 +186,10 @@ def switch(pipeline: PipelineConfig, store: StateStore, run_id: str) -> Switch:
             properties: Mapping[str, str],
             key: Mapping[str, str],
             check: TableCheck,
+            *,
+            known: file_stats.Known | None = None,
         ) -> int:
+            # The switch reads its files' footers: it replaces columns as it adds them, and its sidecars are left unread.
             checked = functools.partial(idle, check=check)
             return iceberg_table.switch_table(
                 to, replacements, records, properties, key, checked, replaced=replaced, rebuilt_to=decoding.fingerprint

@@ -6,6 +6,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from kinesis_replay.adapters import iceberg_table
+from kinesis_replay.adapters.file_stats import Collector
 from kinesis_replay.adapters.files import batch_files, parquet_files, quarantine_folder, read_result, scan_rows
 from kinesis_replay.core.config import PipelineConfig
 from kinesis_replay.core.errors import (
@@ -65,13 +66,22 @@ def _reaches_further(gap: Gap, than: Gap) -> bool:
     return gap.first_available is None or gap.first_available > than.first_available
 
 
-def check_files(pipeline: PipelineConfig, batch_id: int, result: ReplayResult, staged: bool = False, fit: bool = True) -> None:
+def check_files(
+    pipeline: PipelineConfig,
+    batch_id: int,
+    result: ReplayResult,
+    staged: bool = False,
+    fit: bool = True,
+    collector: Collector | None = None,
+) -> None:
     """The batch's files hold exactly the rows the manifest describes, shard by shard, before anything is committed.
 
     Per shard: the rows (and bad rows in the quarantine) the manifest counts, each (sequence number, sub-sequence
     number) once, and the manifest's row digest recomputed from the files with pyarrow (records.row_digest), with the hash it names.
     ``staged``: the files the manifest's attempt staged (a backfill's), before they are swapped into the batch's folders.
     ``fit``: a table output's files fit the table's columns as they are (all but a rebuild's, whose switch changes them).
+    ``collector``: takes each file's size and modification time before its read, then its footer as read (for the
+    attempt's sidecar of statistics: adapters/file_stats.py).
     """
     where = f"pipeline {pipeline.name!r}, batch {batch_id}"
     quarantine = quarantine_folder(pipeline, batch_id, result, staged)
@@ -85,11 +95,14 @@ def check_files(pipeline: PipelineConfig, batch_id: int, result: ReplayResult, s
         raise VerificationError(f"{where}: the manifest's row digests name more than one hash ({named}); one job run writes one")
     hash_name = hashes.pop() if hashes else DIGEST_HASH
     scanned = {}
+    quarantined = parquet_files(quarantine)
+    if collector is not None:
+        collector.list_files([*data_files, *quarantined])
     for files, expected, place in (
         (data_files, {s.shard_id: s.records for s in result.shards if s.records}, "the batch's files"),
-        (parquet_files(quarantine), {s.shard_id: s.bad_records for s in result.shards if s.bad_records}, quarantine),
+        (quarantined, {s.shard_id: s.bad_records for s in result.shards if s.bad_records}, quarantine),
     ):
-        rows = scan_rows(files, hash_name)
+        rows = scan_rows(files, hash_name, collector.footers if collector is not None else None)
         found = {shard: r.rows for shard, r in rows.items()}
         if found != expected:
             raise VerificationError(
