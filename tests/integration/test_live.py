@@ -175,6 +175,12 @@ def test_the_scheduler_lands_a_live_stream_and_the_page_shows_it(
     # A backfill of batches 1 and 2, triggered over REST: its replays take the pool's one slot in turn.
     conf = {"batches": {"from_batch": 1, "to_batch": BATCHES}}
     status, body = airflow.request(f"/api/v2/dags/{backfill_id}/dagRuns", {"logical_date": None, "conf": conf})
+    if status == 500 and isinstance(body, dict) and body.get("detail", {}).get("reason") == "Database error":
+        # Airflow's api-server on SQLite: once in a make test, this POST and two task supervisors' PATCHes waited out
+        # the 60 s lock timeout together (api-server.log: INSERT INTO log), and the POST was refused. Nothing was created;
+        # a user triggers again, and so does the test.
+        assert airflow.runs(backfill_id) == []
+        status, body = airflow.request(f"/api/v2/dags/{backfill_id}/dagRuns", {"logical_date": None, "conf": conf})
     assert status == 200, body
     run_id = body["dag_run_id"]
 

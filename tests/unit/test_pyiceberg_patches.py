@@ -423,7 +423,9 @@ def test_an_overwrite_binds_its_partitions_once_and_replaces_the_same_files_as_p
     assert built == Counter(patched=1)
     with pyiceberg_patches.unpatched():
         own_table = redecode(tmp_path / "own")
-    assert built["own"] == 2
+    # pyiceberg's own: one a pass over the manifests, at least (its pool's threads fill its cache of evaluators, and two
+    # may each build one: 3 once in make test).
+    assert built["own"] >= 2
     assert own_table == patched
     assert patched["partitions"] == [(1, 1, 1), (2, 3, 1), (3, 4, 1), (4, 5, 1), (5, 5, 1)]
     assert [op for op, _, _ in patched["snapshots"]][-1] == "overwrite"

@@ -177,7 +177,8 @@ def test_a_tasks_large_blocks_go_back_to_the_system_once_freed_where_glibc_would
     env = {"PYTHONPATH": os.pathsep.join(sys.path)}
     returned = {way: int(subprocess.run([sys.executable, "-c", probe, way], env=env, capture_output=True, text=True, check=True).stdout)
                 for way in ("task", "plain")}  # fmt: skip
-    assert returned["task"] >= 3 and returned["plain"] == 0, returned
+    # Without the setting none of it comes back (0 MiB, or -1 once in make test: the process grew by a page meanwhile).
+    assert returned["task"] >= 3 and returned["plain"] <= 0, returned
 
 
 def test_the_workers_arrow_allocates_through_malloc_where_the_tasks_own_pool_does_not_reach() -> None:
